@@ -1,0 +1,226 @@
+"""The ``milarun`` command line (coleo): parse, call, print."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from coleo import Option, default, run_cli
+
+from milarun import devices, launch, profile, report, results, runner, summary, sysinfo
+from milarun.isolation import IsolationError
+
+# Errors that are the user's to fix: one line, exit 1, no traceback.
+USER_ERRORS = (
+    profile.ProfileError, devices.DeviceSpecError, runner.UsageError, launch.LaunchError,
+    IsolationError, results.ResultError,
+)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad call in one line instead of the usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {message} (see {self.prog} -h)", file=sys.stderr)
+        sys.exit(2)
+
+
+def default_dataroot() -> Path:
+    if os.environ.get("MILARUN_DATAROOT"):
+        return Path(os.environ["MILARUN_DATAROOT"])
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "milarun" / "data"
+
+
+def default_outdir() -> Path:
+    date = _dt.date.today().isoformat()
+    if os.environ.get("MILARUN_OUTROOT"):
+        return Path(os.environ["MILARUN_OUTROOT"]) / f"results-{date}"
+    return Path("results") / date
+
+
+def _split_names(values: list[str]) -> list[str]:
+    return [n for v in values for n in v.split(",") if n]
+
+
+def _parse_extra(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        extra = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise runner.UsageError(f"--extra is not valid JSON ({err.msg} at column {err.colno})")
+    if not isinstance(extra, dict):
+        raise runner.UsageError("--extra must be a JSON object")
+    return extra
+
+
+def _print_instance_end(inst: launch.Instance) -> None:
+    res = inst.result
+    if res.get("success"):
+        rate = summary.run_rate(res)
+        print(f"done   {inst.tag}  {rate:,.2f} examples/s", flush=True)
+    else:
+        fail = res.get("failure") or {}
+        print(f"FAIL   {inst.tag}  {fail.get('kind')}: {fail.get('message')}", flush=True)
+
+
+def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
+    result, path = runner.run_test(function, argv, **kw)
+    if result["success"]:
+        rate = summary.run_rate(result)
+        print(f"{result['name']} J{result['job_id']}: {rate:,.2f} examples/s")
+    else:
+        print(f"{result['name']} J{result['job_id']}: FAIL "
+              f"({result['failure']['kind']}): {result['failure']['message']}")
+    print(f"result: {path}")
+    return runner.exit_code(result)
+
+
+class Commands:
+    """milarun: benchmark suites of deep-learning training workloads."""
+
+    def jobs(test_args: list[str]) -> int:
+        """Run a suite of jobs from a profile (a name such as 'quick', or a JSON file)."""
+        # Profile name (quick, standard, ...) or path to a profile JSON file
+        # [positional]
+        # [metavar: PROFILE]
+        profile_spec: Option
+        # Only these jobs (space or comma separated)
+        # [nargs: +]
+        name: Option = default([])
+        # Only jobs with one of these tags
+        # [nargs: +]
+        tags: Option = default([])
+        # Run the whole selection this many times
+        repeat: Option & int = default(1)
+        # Devices: GPU ids (0,1,3) or cpu:N for N CPU slices (default: every GPU, else cpu:1)
+        # [options: --devices]
+        # [metavar: SPEC]
+        devices_spec: Option & str = default(None)
+        # Run without the profile's cgroup isolation
+        no_cgexec: Option & bool = default(False)
+        # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
+        # [alias: -d]
+        dataroot: Option = default(None)
+        # Output folder (default: $MILARUN_OUTROOT/results-<date>, then ./results/<date>)
+        # [alias: -o]
+        out: Option = default(None)
+
+        if repeat < 1:
+            raise runner.UsageError(f"--repeat {repeat}: must be at least 1")
+        prof = profile.load_profile(profile_spec)
+        selected = prof.select(_split_names(name), _split_names(tags))
+        devs = (devices.parse_device_spec(devices_spec) if devices_spec is not None
+                else devices.discover_devices())
+        outdir = Path(out) if out else default_outdir()
+        runner.check_outdir(outdir)
+        root = Path(dataroot) if dataroot else default_dataroot()
+        root.mkdir(parents=True, exist_ok=True)
+        opts = launch.LaunchOptions(outdir=outdir, dataroot=root, user_args=test_args,
+                                    use_cgexec=not no_cgexec)
+        print(f"{prof.name}: {len(selected)} job(s) x {repeat} on "
+              f"{', '.join(d.label for d in devs)} -> {outdir}", flush=True)
+        try:
+            done = launch.run_jobs(selected, devs, repeat, opts, on_end=_print_instance_end)
+        except launch.JobsInterrupted as err:
+            print(f"interrupted by {err}: every instance stopped; results in {outdir}",
+                  file=sys.stderr)
+            return 130
+        summ = summary.summarize([i.result for i in done])
+        print()
+        print(report.format_table(summ))
+        failed = sum(e["failures"] for e in summ.values())
+        print(f"\nfailures: {failed}/{len(done)}   results: {outdir.resolve()}")
+        return 1 if failed else 0
+
+    def run(test_args: list[str]) -> int:
+        """Run one test in this process: MODULE:FUNCTION [options] -- test arguments."""
+        # The test's entry point, e.g. milabench.models.polynome:main
+        # [positional]
+        function: Option
+        # Output folder, or a .json file name for the result
+        # [alias: -o]
+        out: Option = default(None)
+        # Name of the result (default: the test module's name)
+        experiment_name: Option = default(None)
+        # Job id recorded in the result and its file name
+        job_id: Option = default("0")
+        # A JSON object of extra fields for the result
+        extra: Option = default(None)
+        # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
+        # [alias: -d]
+        dataroot: Option = default(None)
+
+        extra_fields = _parse_extra(extra)
+        runner.resolve_function(function)
+        outdir, outfile = default_outdir(), None
+        if out and out.endswith(".json"):
+            outfile = Path(out)
+            outdir = outfile.parent
+            if outfile.exists():
+                raise runner.UsageError(f"-o {out}: file exists; results are never overwritten")
+        elif out:
+            outdir = Path(out)
+        runner.check_outdir(outdir)
+        name = experiment_name or function.split(":")[0].rsplit(".", 1)[-1]
+        return _run_and_exit(
+            function, test_args, name=name, job_id=job_id, outdir=outdir,
+            dataroot=Path(dataroot) if dataroot else default_dataroot(),
+            extra=extra_fields, outfile=outfile,
+        )
+
+    def rerun(test_args: list[str]) -> int:
+        """Re-run a result with its original call, name, job id and environment."""
+        # The result file to re-run
+        # [positional]
+        result_file: Option
+        # Output folder (default: the folder of the original result)
+        # [alias: -o]
+        out: Option = default(None)
+
+        original = results.load_result(Path(result_file))
+        call = original.get("call") or {}
+        if not call.get("function"):
+            raise runner.UsageError(f"{result_file}: no call.function to re-run")
+        outdir = Path(out) if out else Path(result_file).parent
+        runner.check_outdir(outdir)
+        os.environ.update(original.get("environ") or {})
+        extra = {k: original[k] for k in ("job", "suite") if original.get(k) is not None}
+        return _run_and_exit(
+            call["function"], list(call.get("argv") or []) + test_args,
+            name=original["name"], job_id=str(original.get("job_id", "0")), outdir=outdir,
+            dataroot=Path(original.get("dataroot") or default_dataroot()),
+            extra=extra, rerun_of=str(Path(result_file).resolve()),
+        )
+
+    def sysinfo(test_args: list[str]) -> int:
+        """Print the system record that every result embeds."""
+        if test_args:
+            raise runner.UsageError("sysinfo takes no arguments after --")
+        print(json.dumps(sysinfo.system_record(), indent=2))
+        return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" belongs to the test.
+    split = argv.index("--") if "--" in argv else len(argv)
+    head, test_args = argv[:split], argv[split + 1:]
+    parser = OneLineParser(prog="milarun", description=Commands.__doc__,
+                           argument_default=argparse.SUPPRESS)
+    try:
+        code = run_cli(Commands, args=(test_args,),
+                       argv=head, parser=parser)
+    except USER_ERRORS as err:
+        print(f"milarun: error: {err}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        print("milarun: interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code or 0)

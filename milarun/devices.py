@@ -1,0 +1,264 @@
+"""Devices: discovery (no torch import), per-instance device, sync and monitors.
+
+The ``jobs`` process discovers GPUs through NVML (honouring ``CUDA_VISIBLE_DEVICES``) or
+takes ``--devices``; each instance learns its device from ``MILARUN_DEVICE`` and
+``CUDA_VISIBLE_DEVICES``. Monitors sample in a background thread and record "no samples"
+with the reason when there is nothing to sample.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+CPU_KIND = "cpu"
+GPU_KIND = "cuda"
+
+
+class DeviceSpecError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Device:
+    """One benchmark slot: a GPU (by its id) or a CPU slice (by its index)."""
+
+    kind: str  # "cuda" (CUDA or ROCm GPU) or "cpu" (a CPU slice)
+    id: str  # GPU id as CUDA_VISIBLE_DEVICES names it, or the slice index
+    slices: int = 1  # CPU slices in the whole set (for the thread budget)
+
+    @property
+    def label(self) -> str:
+        return f"cpu:{self.id}" if self.kind == CPU_KIND else f"cuda:{self.id}"
+
+
+def parse_device_spec(spec: str) -> list[Device]:
+    """``"0,1,3"`` -> GPUs 0, 1 and 3; ``"cpu:N"`` -> N CPU slices."""
+    text = spec.strip()
+    m = re.fullmatch(r"cpu(?::(\d+))?", text)
+    if m:
+        n = int(m.group(1) or 1)
+        if n < 1:
+            raise DeviceSpecError(f"--devices {spec!r}: cpu:N needs N >= 1")
+        return [Device(CPU_KIND, str(i), n) for i in range(n)]
+    ids = [part.strip() for part in text.split(",")]
+    if not text or any(not re.fullmatch(r"\d+|GPU-[0-9a-fA-F-]+", i) for i in ids):
+        raise DeviceSpecError(
+            f"--devices {spec!r} is not a device list: use GPU ids like 0,1,3 or cpu:N"
+        )
+    if len(set(ids)) != len(ids):
+        raise DeviceSpecError(f"--devices {spec!r} names a device twice")
+    return [Device(GPU_KIND, i) for i in ids]
+
+
+# -- NVML ------------------------------------------------------------------------------
+def load_nvml() -> tuple[Any, str | None]:
+    """The initialised pynvml module, or (None, reason) when NVML is unusable here."""
+    try:
+        import pynvml  # from nvidia-ml-py
+    except ImportError as err:
+        return None, f"nvidia-ml-py not installed ({err})"
+    try:
+        pynvml.nvmlInit()
+    except Exception as err:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None, f"NVML unavailable: {err}"
+    return pynvml, None
+
+
+def _visible_ids() -> list[str] | None:
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return None
+    return [x.strip() for x in env.split(",") if x.strip()]
+
+
+def nvml_handle(nvml: Any, device_id: str) -> Any:
+    if device_id.startswith("GPU-"):
+        return nvml.nvmlDeviceGetHandleByUUID(device_id)
+    return nvml.nvmlDeviceGetHandleByIndex(int(device_id))
+
+
+def discover_devices(nvml: Any = None) -> list[Device]:
+    """GPUs NVML sees (restricted by ``CUDA_VISIBLE_DEVICES``); else one CPU slice."""
+    if nvml is None:
+        nvml, _ = load_nvml()
+    count = 0
+    if nvml is not None:
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except Exception:
+            count = 0
+    if count:
+        visible = _visible_ids()
+        ids = visible if visible is not None else [str(i) for i in range(count)]
+        if ids:
+            return [Device(GPU_KIND, i) for i in ids]
+    return [Device(CPU_KIND, "0", 1)]
+
+
+def instance_environ(devices: list[Device], cpu_count: int | None = None) -> dict[str, str]:
+    """Environment variables that give one instance its device(s)."""
+    if devices[0].kind == GPU_KIND:
+        return {
+            "CUDA_VISIBLE_DEVICES": ",".join(d.id for d in devices),
+            "MILARUN_DEVICE": GPU_KIND,
+        }
+    # A CPU slice hides every GPU and gets its share of the cores as threads.
+    cores = cpu_count or os.cpu_count() or 1
+    threads = max(1, cores * len(devices) // devices[0].slices)
+    env = {
+        "CUDA_VISIBLE_DEVICES": "",
+        "MILARUN_DEVICE": ",".join(d.label for d in devices),
+    }
+    if "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+# -- inside a benchmark process ------------------------------------------------------
+def instance_device_label() -> str:
+    """``cuda:<id>`` or ``cpu:<i>`` naming this instance's device for the result."""
+    spec = os.environ.get("MILARUN_DEVICE")
+    if spec and spec.startswith(CPU_KIND):
+        return spec
+    visible = _visible_ids()
+    if spec == GPU_KIND or (spec is None and visible):
+        return f"cuda:{visible[0]}" if visible else "cuda:0"
+    return "cpu:0"
+
+
+def torch_device() -> Any:
+    """The torch.device this instance trains on."""
+    import torch
+
+    if instance_device_label().startswith(GPU_KIND) and torch.cuda.is_available():
+        return torch.device("cuda", 0)  # the first (only) visible GPU
+    return torch.device("cpu")
+
+
+def synchronizer(device: Any) -> Callable[[], None]:
+    """A function that waits for the device's queued work (CUDA and ROCm share the API)."""
+    kind = getattr(device, "type", str(device))
+    if kind == "cuda":
+        import torch
+
+        return lambda: torch.cuda.synchronize(device)
+    if kind == "xpu":
+        import torch
+
+        return lambda: torch.xpu.synchronize(device)
+    return lambda: None  # CPU kernels complete before they return
+
+
+# -- monitors ----------------------------------------------------------------------------
+class Monitor:
+    """Samples ``probe()`` every ``interval`` seconds in a daemon thread."""
+
+    def __init__(self, probe: Callable[[], dict[str, Any]], interval: float = 1.0,
+                 unavailable: str | None = None):
+        self.probe = probe
+        self.interval = interval
+        self.unavailable = unavailable
+        self.samples: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = time.time()
+
+    def start(self) -> "Monitor":
+        if self.unavailable is None:
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="monitor")
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.interval):
+                return
+
+    def sample(self) -> None:
+        try:
+            sample = self.probe()
+        except Exception as err:
+            if len(self.errors) < 5:
+                self.errors.append(str(err))
+            return
+        sample["t"] = round(time.time() - self._t0, 3)
+        self.samples.append(sample)
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        record: dict[str, Any] = {"interval": self.interval, "samples": self.samples}
+        if not self.samples:
+            record["note"] = "no samples: " + (
+                self.unavailable or "; ".join(self.errors) or "run ended before a sample"
+            )
+        elif self.errors:
+            record["errors"] = self.errors
+        return record
+
+
+def gpu_monitor(nvml: Any = None, ids: list[str] | None = None,
+                interval: float = 1.0) -> Monitor:
+    """NVML monitor of this instance's own GPUs: load, memory, temperature, power."""
+    if ids is None:
+        ids = _visible_ids() if instance_device_label().startswith(GPU_KIND) else []
+    if not ids:
+        return Monitor(dict, interval, unavailable="no GPU assigned to this instance")
+    reason = None
+    if nvml is None:
+        nvml, reason = load_nvml()
+    if nvml is None:
+        return Monitor(dict, interval, unavailable=reason)
+    try:
+        handles = {i: nvml_handle(nvml, i) for i in ids}
+    except Exception as err:
+        return Monitor(dict, interval, unavailable=f"NVML cannot open GPU {ids}: {err}")
+
+    def probe() -> dict[str, Any]:
+        out = {}
+        for gid, h in handles.items():
+            util = nvml.nvmlDeviceGetUtilizationRates(h)
+            mem = nvml.nvmlDeviceGetMemoryInfo(h)
+            out[gid] = {
+                "load": util.gpu / 100.0,
+                "memory": [mem.used / 2**20, mem.total / 2**20],  # MiB used, total
+                "temperature": nvml.nvmlDeviceGetTemperature(h, 0),  # NVML_TEMPERATURE_GPU
+                "power": nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,  # W
+            }
+        return {"gpus": out}
+
+    return Monitor(probe, interval)
+
+
+def cpu_monitor(interval: float = 1.0) -> Monitor:
+    """psutil monitor of this process tree's CPU use and memory, and the host's RAM."""
+    try:
+        import psutil
+    except ImportError as err:
+        return Monitor(dict, interval, unavailable=f"psutil not installed ({err})")
+    me = psutil.Process()
+    me.cpu_percent(None)
+
+    def probe() -> dict[str, Any]:
+        procs = [me, *me.children(recursive=True)]
+        rss = 0
+        for p in procs:
+            try:
+                rss += p.memory_info().rss
+            except psutil.Error:
+                pass
+        return {
+            "cpu_percent": me.cpu_percent(None),
+            "rss_mb": rss / 2**20,
+            "ram_used_percent": psutil.virtual_memory().percent,
+        }
+
+    return Monitor(probe, interval)

@@ -1,0 +1,318 @@
+"""The measurement API a benchmark uses: ``main(experiment, argv)``.
+
+A benchmark opens one timed block per iteration on a :class:`RateLog`; the log turns
+in-block time into examples/s per fixed slice (0.5 s) of in-block time. The device is
+synchronised only when a block closes a slice and once at the end, so the measurement does
+not serialise the device queue on every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+SLICE_DURATION = 0.5
+_EPS = 1e-12
+
+
+class TestArgumentError(ValueError):
+    """The test's own arguments (after ``--``) were rejected by its parser."""
+
+
+class RateLog:
+    """Examples/s per ``slice_duration`` seconds of in-block time.
+
+    A block that crosses a slice boundary is split over the slices it covers in proportion
+    to time, so every closed slice holds exactly ``slice_duration`` seconds of work. The
+    unfinished last slice is kept as a partial slice when the log is finished.
+    """
+
+    def __init__(
+        self,
+        name: str = "train",
+        max_count: int | None = None,
+        slice_duration: float = SLICE_DURATION,
+        clock: Callable[[], float] = time.perf_counter,
+        sync: Callable[[], None] = lambda: None,
+        wallclock: Callable[[], float] = time.time,
+    ):
+        self.name = name
+        self.max_count = max_count
+        self.slice_duration = slice_duration
+        self.clock = clock
+        self.sync = sync
+        self.wallclock = wallclock
+        self.rates: list[float] = []
+        self.count = 0
+        self.blocks = 0
+        self.in_block = 0.0
+        self.syncs = 0
+        self.first_start: float | None = None
+        self.last_end: float | None = None
+        self.wall_start: float | None = None
+        self.last_slice: float | None = None
+        self.finished = False
+        self._slice_time = 0.0
+        self._slice_count = 0.0
+        self._unsynced = False
+
+    @property
+    def done(self) -> bool:
+        """True once ``max_count`` examples were logged (or the log was finished)."""
+        return self.finished or (self.max_count is not None and self.count >= self.max_count)
+
+    @contextmanager
+    def block(self, count: int) -> Iterator[None]:
+        """Time one iteration that processes ``count`` examples."""
+        if self.finished:
+            raise RuntimeError(f"rate log {self.name!r} is already finished")
+        start = self.clock()
+        if self.first_start is None:
+            self.first_start = start
+            self.wall_start = self.wallclock()
+        yield
+        end = self.clock()
+        closes_slice = self._slice_time + (end - start) >= self.slice_duration - _EPS
+        reaches_max = self.max_count is not None and self.count + count >= self.max_count
+        if closes_slice or reaches_max:
+            # Wait for the queued device work so the closed slice holds its true time.
+            self.sync()
+            self.syncs += 1
+            end = self.clock()
+            self._unsynced = False
+        else:
+            self._unsynced = True
+        self._add(end - start, count)
+        self.last_end = end
+
+    def _add(self, elapsed: float, count: int) -> None:
+        self.blocks += 1
+        self.count += count
+        self.in_block += elapsed
+        if elapsed <= 0:
+            self._slice_count += count
+            return
+        remaining = elapsed
+        while self._slice_time + remaining >= self.slice_duration - _EPS:
+            take = self.slice_duration - self._slice_time
+            self._slice_count += count * take / elapsed
+            self.rates.append(self._slice_count / self.slice_duration)
+            remaining -= take
+            self._slice_time = 0.0
+            self._slice_count = 0.0
+        if remaining > _EPS:
+            self._slice_time += remaining
+            self._slice_count += count * remaining / elapsed
+
+    def finish(self) -> None:
+        """Synchronise once more and close the partial last slice."""
+        if self.finished:
+            return
+        self.finished = True
+        if self._unsynced:
+            before = self.clock()
+            self.sync()
+            self.syncs += 1
+            waited = self.clock() - before
+            # The wait belongs to the work of the blocks still in the open slice.
+            self._slice_time += waited
+            self.in_block += waited
+            self.last_end = (self.last_end or before) + waited
+            self._unsynced = False
+        if self._slice_time > _EPS:
+            self.rates.append(self._slice_count / self._slice_time)
+            self.last_slice = self._slice_time
+            self._slice_time = 0.0
+            self._slice_count = 0.0
+
+    def record(self) -> dict[str, Any]:
+        duration = (
+            self.last_end - self.first_start
+            if self.first_start is not None and self.last_end is not None
+            else 0.0
+        )
+        return {
+            "type": "rate",
+            "start": self.wall_start,
+            "duration": duration,
+            "in_block": self.in_block,
+            "overhead": max(0.0, duration - self.in_block),
+            "count": self.count,
+            "max_count": self.max_count,
+            "blocks": self.blocks,
+            "syncs": self.syncs,
+            "slice": self.slice_duration,
+            "last_slice": self.last_slice,
+            "rates": list(self.rates),
+        }
+
+
+class Timer:
+    """A named wall-clock timer; entering it several times adds up."""
+
+    def __init__(self, name: str, clock: Callable[[], float], wallclock: Callable[[], float]):
+        self.name = name
+        self.clock = clock
+        self.wallclock = wallclock
+        self.start: float | None = None
+        self.duration = 0.0
+        self.entries = 0
+        self._begin: float | None = None
+
+    def __enter__(self) -> "Timer":
+        if self.start is None:
+            self.start = self.wallclock()
+        self._begin = self.clock()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._begin is not None:
+            self.duration += self.clock() - self._begin
+            self.entries += 1
+            self._begin = None
+
+    def record(self) -> dict[str, Any]:
+        return {"type": "timer", "start": self.start, "duration": self.duration,
+                "entries": self.entries}
+
+
+class Experiment:
+    """What a benchmark receives: arguments, device, timers, rate logs and metrics."""
+
+    def __init__(
+        self,
+        name: str,
+        job_id: str = "0",
+        outdir: Path | str = ".",
+        dataroot: Path | str = ".",
+        stamp: str = "",
+        clock: Callable[[], float] = time.perf_counter,
+        wallclock: Callable[[], float] = time.time,
+        device: Any = None,
+    ):
+        self.name = name
+        self.job_id = job_id
+        self.outdir = Path(outdir)
+        self.dataroot = Path(dataroot)
+        self.stamp = stamp
+        self.clock = clock
+        self.wallclock = wallclock
+        self.metrics: dict[str, Any] = {}
+        self.arguments: dict[str, Any] = {}
+        self.synthetic_data: bool | None = None
+        self.max_count: int | None = None
+        self.seed: int | None = None
+        self._device = device
+        self._sync: Callable[[], None] | None = None
+        self._timers: dict[str, Timer | RateLog] = {}
+        self.program = self.time("program").__enter__()
+
+    # -- arguments -----------------------------------------------------------------
+    def parse_args(
+        self,
+        parser: argparse.ArgumentParser,
+        argv: list[str],
+        max_count: int | None = None,
+        seed: int = 1234,
+    ) -> argparse.Namespace:
+        """Parse the test's arguments, adding the harness's ``--max-count`` and ``--seed``."""
+        parser.add_argument("--max-count", type=int, default=max_count,
+                            help="stop after this many examples")
+        parser.add_argument("--seed", type=int, default=seed, help="random seed")
+
+        def error(message: str) -> None:
+            raise TestArgumentError(f"bad test argument: {message}")
+
+        parser.error = error  # type: ignore[method-assign]
+        args = parser.parse_args(argv)
+        if args.max_count is not None and args.max_count <= 0:
+            raise TestArgumentError(f"bad test argument: --max-count {args.max_count} (> 0)")
+        self.max_count = args.max_count
+        self.seed = args.seed
+        self.arguments = dict(vars(args))
+        return args
+
+    # -- device ----------------------------------------------------------------------
+    @property
+    def device(self) -> Any:
+        """The torch device of this instance (imports torch on first use)."""
+        if self._device is None:
+            from milarun import devices
+
+            self._device = devices.torch_device()
+        return self._device
+
+    def sync(self) -> None:
+        """Wait for the device's queued work."""
+        self._synchronizer()()
+
+    def _synchronizer(self) -> Callable[[], None]:
+        if self._sync is None:
+            from milarun import devices
+
+            self._sync = devices.synchronizer(self.device)
+        return self._sync
+
+    # -- measurement -----------------------------------------------------------------
+    def rate_log(self, name: str = "train", max_count: int | None = None,
+                 slice_duration: float = SLICE_DURATION) -> RateLog:
+        """A rate log that stops at ``max_count`` examples (default ``--max-count``)."""
+        if name in self._timers:
+            raise ValueError(f"timer {name!r} already exists")
+        log = RateLog(
+            name,
+            max_count=max_count if max_count is not None else self.max_count,
+            slice_duration=slice_duration,
+            clock=self.clock,
+            # Resolved now so that importing torch never lands inside a timed block.
+            sync=self._synchronizer(),
+            wallclock=self.wallclock,
+        )
+        self._timers[name] = log
+        return log
+
+    def time(self, name: str) -> Timer:
+        """A named wall-clock timer, used as ``with experiment.time("data"):``."""
+        timer = self._timers.get(name)
+        if timer is None:
+            timer = self._timers[name] = Timer(name, self.clock, self.wallclock)
+        if not isinstance(timer, Timer):
+            raise ValueError(f"timer {name!r} is a rate log")
+        return timer
+
+    def metric(self, name: str, value: Any) -> None:
+        """Record the latest value of a metric (a NaN makes the run a failure)."""
+        self.metrics[name] = float(value)
+
+    def nan_metrics(self) -> list[str]:
+        return [k for k, v in self.metrics.items() if isinstance(v, float) and math.isnan(v)]
+
+    @property
+    def side_dir(self) -> Path:
+        """A folder of this run's own, beside its result file, created on first use."""
+        path = self.outdir / f"{self.name}.J{self.job_id}.{self.stamp}.files"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """Close every timer and rate log; returns the ``timings`` record."""
+        for timer in self._timers.values():
+            if isinstance(timer, RateLog):
+                if timer.blocks and not timer.finished:
+                    try:
+                        timer.finish()
+                    except Exception:  # a broken device must not lose the record
+                        timer.finished = True
+            else:
+                timer.stop()
+        return {name: timer.record() for name, timer in self._timers.items()}
+
+    def rate_logs(self) -> list[RateLog]:
+        return [t for t in self._timers.values() if isinstance(t, RateLog)]

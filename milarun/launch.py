@@ -1,0 +1,300 @@
+"""Run a suite: one supervised process per instance, every outcome written to disk.
+
+Each instance is ``milarun run`` in a process group of its own, its output in
+``<outdir>/logs/<name>.J<id>.log``. On max_duration the instance gets SIGALRM (it writes a
+``timeout`` result itself), then SIGKILL after a grace period. An instance that ends without
+a result file gets a FAIL result written here, with the failure kind and its log tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from milarun import devices as devmod
+from milarun import isolation, results, sysinfo
+from milarun.devices import Device
+from milarun.profile import Job
+
+GRACE_PERIOD = 10.0
+POLL_INTERVAL = 0.1
+LOG_TAIL_LINES = 50
+CRASH_SIGNALS = {signal.SIGILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT}
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+class JobsInterrupted(Exception):
+    """SIGINT/SIGTERM reached ``milarun jobs``; every child was stopped and recorded."""
+
+
+@dataclass
+class Instance:
+    job: Job
+    job_id: str
+    devices: list[Device]
+    command: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    wall_started: float = 0.0
+    alarm_sent: float | None = None
+    killed: bool = False
+    interrupted: bool = False
+    result_path: Path | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.job.fullname
+
+    @property
+    def tag(self) -> str:
+        return f"{self.name} J{self.job_id} {','.join(d.label for d in self.devices)}"
+
+
+@dataclass
+class LaunchOptions:
+    outdir: Path
+    dataroot: Path
+    user_args: list[str] = field(default_factory=list)
+    use_cgexec: bool = True
+    grace: float = GRACE_PERIOD
+    out: TextIO = sys.stdout
+
+
+def check_jobs(jobs: list[Job], opts: LaunchOptions) -> None:
+    """Refuse up front what cannot run, before any job starts."""
+    for job in jobs:
+        if job.partition == "gpu-progression":
+            raise LaunchError(
+                f"job {job.fullname} is a gpu-progression (scaling) job, which needs the "
+                "torchrun launcher not in this milarun yet; leave it out with --name"
+            )
+        if job.cgroup and opts.use_cgexec:
+            isolation.require_cgroup_support(job.suite, job.name, job.cgroup)
+
+
+def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions
+                   ) -> list[Instance]:
+    """per-gpu: one instance per device; normal: one instance on every device."""
+    groups = [[d] for d in devices] if job.partition == "per-gpu" else [devices]
+    instances = []
+    for group in groups:
+        job_id = f"{repeat}.{group[0].id}" if job.partition == "per-gpu" else str(repeat)
+        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat}
+        command = [
+            sys.executable, "-m", "milarun", "run", job.experiment,
+            "--experiment-name", job.fullname, "--job-id", job_id,
+            "-o", str(opts.outdir), "-d", str(opts.dataroot),
+            "--extra", json.dumps(extra), "--", *job.argv(), *opts.user_args,
+        ]
+        env = {**os.environ, **devmod.instance_environ(group)}
+        log_path = opts.outdir / "logs" / f"{job.fullname}.J{job_id}.log"
+        instances.append(Instance(job, job_id, group, command, env, log_path))
+    return instances
+
+
+def _exec_prefix(job: Job, warned: set[str], out: TextIO) -> list[str]:
+    if not job.exec_prefix:
+        return []
+    if shutil.which(job.exec_prefix[0]):
+        return list(job.exec_prefix)
+    if job.exec_prefix[0] not in warned:
+        warned.add(job.exec_prefix[0])
+        print(f"warning: exec_prefix '{job.exec_prefix[0]}' is not installed; "
+              "running without it", file=out)
+    return []
+
+
+def _prepare(job: Job, out: TextIO) -> None:
+    for command in job.prepare:
+        done = subprocess.run(command, shell=True, capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+            print(f"warning: prepare command of {job.fullname} failed "
+                  f"(exit {done.returncode}): {command}: {tail[0]}", file=out)
+
+
+class Supervisor:
+    """Starts instances, enforces deadlines, stops everything on SIGINT/SIGTERM."""
+
+    def __init__(self, opts: LaunchOptions,
+                 on_end: Callable[[Instance], None] | None = None):
+        self.opts = opts
+        self.on_end = on_end or (lambda inst: None)
+        self.stop_requested: str | None = None
+        self.warned: set[str] = set()
+
+    def _request_stop(self, signum: int, frame: Any) -> None:
+        self.stop_requested = signal.Signals(signum).name
+
+    def run_group(self, instances: list[Instance]) -> None:
+        """Run instances side by side until each has ended and has a result on disk."""
+        previous = {s: signal.signal(s, self._request_stop)
+                    for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for inst in instances:
+                if self.stop_requested:
+                    break
+                self._start(inst)
+            running = [i for i in instances if i.process is not None]
+            while running:
+                if self.stop_requested:
+                    self._stop_all(running)
+                now = time.monotonic()
+                for inst in running:
+                    self._enforce_deadline(inst, now)
+                    if inst.process.poll() is not None:
+                        self._finish(inst)
+                running = [i for i in running if not i.result]
+                if running:
+                    time.sleep(POLL_INTERVAL)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if self.stop_requested:
+            raise JobsInterrupted(self.stop_requested)
+
+    def _start(self, inst: Instance) -> None:
+        inst.log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = _exec_prefix(inst.job, self.warned, self.opts.out) + inst.command
+        with open(inst.log_path, "ab") as log:
+            log.write(f"$ {' '.join(command)}\n".encode())
+            log.flush()
+            inst.started = time.monotonic()
+            inst.wall_started = time.time()
+            inst.process = subprocess.Popen(
+                command, env=inst.env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        print(f"start  {inst.tag}  log: {inst.log_path}", file=self.opts.out, flush=True)
+
+    def _signal_group(self, inst: Instance, sig: int) -> None:
+        try:
+            os.killpg(inst.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _enforce_deadline(self, inst: Instance, now: float) -> None:
+        elapsed = now - inst.started
+        if inst.alarm_sent is None and elapsed > inst.job.max_duration:
+            inst.alarm_sent = now
+            try:  # the test process turns SIGALRM into a 'timeout' result of its own
+                inst.process.send_signal(signal.SIGALRM)
+            except ProcessLookupError:
+                pass
+        elif inst.alarm_sent is not None and not inst.killed \
+                and now - inst.alarm_sent > self.opts.grace:
+            inst.killed = True
+            self._signal_group(inst, signal.SIGKILL)
+
+    def _stop_all(self, running: list[Instance]) -> None:
+        for inst in running:
+            if not inst.interrupted:
+                inst.interrupted = True
+                self._signal_group(inst, signal.SIGTERM)
+        deadline = time.monotonic() + self.opts.grace
+        while time.monotonic() < deadline and any(i.process.poll() is None for i in running):
+            time.sleep(POLL_INTERVAL)
+        for inst in running:
+            if inst.process.poll() is None:
+                inst.killed = True
+                self._signal_group(inst, signal.SIGKILL)
+            inst.process.wait()
+
+    def _finish(self, inst: Instance) -> None:
+        # Reap whatever the test left behind in its group (loader workers, ...).
+        self._signal_group(inst, signal.SIGKILL)
+        found = results.find_instance_results(
+            self.opts.outdir, inst.name, inst.job_id, since=inst.wall_started - 1)
+        if found:
+            inst.result_path = found[-1]
+            try:
+                inst.result = results.load_result(found[-1])
+            except ValueError as err:
+                inst.result = {"success": False, "failure": {"kind": "crash",
+                                                             "message": str(err)}}
+        else:
+            inst.result = harness_failure(inst, self.opts)
+            stamp = results.utc_stamp(inst.wall_started)
+            inst.result_path = results.write_result(self.opts.outdir, inst.result, stamp)
+        self.on_end(inst)
+
+
+def failure_kind(inst: Instance) -> tuple[str, str]:
+    """Why an instance ended without writing its own result."""
+    code = inst.process.returncode
+    if inst.interrupted:
+        return "interrupted", "stopped by SIGINT/SIGTERM to milarun jobs"
+    if inst.alarm_sent is not None:
+        return "timeout", f"ran past max_duration={inst.job.max_duration:g}s and was killed"
+    if code is not None and code < 0:
+        sig = signal.Signals(-code)
+        if sig in CRASH_SIGNALS:
+            return "crash", f"died of {sig.name}"
+        return "killed", f"killed by {sig.name}"
+    return "crash", f"exited with code {code} without writing a result"
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def harness_failure(inst: Instance, opts: LaunchOptions) -> dict[str, Any]:
+    """The FAIL result the harness writes for an instance that wrote none."""
+    kind, message = failure_kind(inst)
+    code = inst.process.returncode
+    labels = [d.label for d in inst.devices]
+    return {
+        "name": inst.name, "job_id": inst.job_id, "dataroot": str(opts.dataroot),
+        "outdir": str(opts.outdir), "job": inst.job.definition,
+        "device": labels[0], "devices": labels,
+        "call": {"function": inst.job.experiment,
+                 "argv": inst.job.argv() + list(opts.user_args), "arguments": None},
+        "success": False, "error": log_tail(inst.log_path), "hostname": socket.gethostname(),
+        "gpu": None, "device_count": sum(d.kind == devmod.GPU_KIND for d in inst.devices),
+        "environ": {k: v for k, v in devmod.instance_environ(inst.devices).items()},
+        "metrics": {}, "timings": {}, "gpu_monitor": None, "cpu_monitor": None,
+        "milarun_version": sysinfo.milarun_version(), "system": sysinfo.system_record(),
+        "isolation": None, "failure": {"kind": kind, "message": message},
+        "returncode": code, "signal": signal.Signals(-code).name if code and code < 0 else None,
+        "synthetic_data": None, "rerun_of": None, "written_by": "harness",
+        "suite": inst.job.suite, "log": str(inst.log_path),
+    }
+
+
+def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOptions,
+             on_end: Callable[[Instance], None] | None = None) -> list[Instance]:
+    """All jobs once, then again ``repeat`` times; each job's instances run side by side."""
+    check_jobs(jobs, opts)
+    supervisor = Supervisor(opts, on_end)
+    done: list[Instance] = []
+    for r in range(repeat):
+        for job in jobs:
+            _prepare(job, opts.out)
+            instances = plan_instances(job, r, devices, opts)
+            try:
+                supervisor.run_group(instances)
+            finally:
+                done += [i for i in instances if i.result]
+    return done
