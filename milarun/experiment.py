@@ -19,7 +19,7 @@ SLICE_DURATION = 0.5
 _EPS = 1e-12
 
 
-class TestArgumentError(ValueError):
+class BadTestArguments(ValueError):
     """The test's own arguments (after ``--``) were rejected by its parser."""
 
 
@@ -228,12 +228,12 @@ class Experiment:
         parser.add_argument("--seed", type=int, default=seed, help="random seed")
 
         def error(message: str) -> None:
-            raise TestArgumentError(f"bad test argument: {message}")
+            raise BadTestArguments(f"bad test argument: {message}")
 
         parser.error = error  # type: ignore[method-assign]
         args = parser.parse_args(argv)
         if args.max_count is not None and args.max_count <= 0:
-            raise TestArgumentError(f"bad test argument: --max-count {args.max_count} (> 0)")
+            raise BadTestArguments(f"bad test argument: --max-count {args.max_count} (> 0)")
         self.max_count = args.max_count
         self.seed = args.seed
         self.arguments = dict(vars(args))

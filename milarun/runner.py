@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from milarun import devices, isolation, results, sysinfo
-from milarun.experiment import Experiment, TestArgumentError
+from milarun.experiment import Experiment, BadTestArguments
 
 # Environment variables worth recording (and restoring on rerun); never the whole
 # environment, which may hold secrets.
@@ -107,7 +107,7 @@ def run_test(
     signal.signal(signal.SIGALRM, _raise_on(TimedOut))
     try:
         fn(exp, list(argv))
-    except TestArgumentError as err:
+    except BadTestArguments as err:
         failure, error = _failure("exception", str(err)), str(err)
     except (KeyboardInterrupt, Interrupted) as err:
         failure = _failure("interrupted", f"interrupted ({err or 'SIGINT'})")

@@ -1,0 +1,45 @@
+"""Benchmarks that misbehave on purpose, to test how the harness records faults."""
+
+import os
+import signal
+import time
+
+
+def _spin_steps(exp, argv, steps=None, step_time=0.01):
+    import argparse
+
+    args = exp.parse_args(argparse.ArgumentParser(), argv, max_count=400)
+    log = exp.rate_log()
+    while not log.done:
+        with log.block(1):
+            time.sleep(step_time)
+    log.finish()
+
+
+def raises(exp, argv):
+    raise RuntimeError("deliberate failure inside the test")
+
+
+def nan_metric(exp, argv):
+    _spin_steps(exp, argv)
+    exp.metric("loss", float("nan"))
+
+
+def too_short(exp, argv):
+    _spin_steps(exp, ["--max-count", "20"])
+
+
+def sigill(exp, argv):
+    os.kill(os.getpid(), signal.SIGILL)
+
+
+def hang(exp, argv):
+    # Ignore SIGALRM so that only the harness's SIGKILL can end it.
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    while True:
+        time.sleep(1)
+
+
+def sleepy(exp, argv):
+    while True:
+        time.sleep(1)

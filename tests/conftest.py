@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHES = Path(__file__).resolve().parent / "benches"
+
+
+def milarun(*args: str, cwd: Path | None = None, timeout: float = 600,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the real ``milarun`` CLI in a subprocess."""
+    full_env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}", **(env or {})}
+    full_env.pop("OMP_NUM_THREADS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "milarun", *map(str, args)], cwd=cwd or ROOT,
+        capture_output=True, text=True, timeout=timeout, env=full_env,
+    )
+
+
+def load_all(folder: Path) -> dict[str, dict]:
+    return {p.name: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory):
+    """One real ``milarun jobs quick --devices cpu:2`` shared by several tests."""
+    out = tmp_path_factory.mktemp("quick")
+    done = milarun("jobs", "quick", "--devices", "cpu:2", "-o", out,
+                   "-d", tmp_path_factory.mktemp("data"))
+    return done, out

@@ -1,0 +1,202 @@
+"""The real CLI in real subprocesses: jobs, run, rerun and bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import load_all, milarun
+from milarun import results
+
+QUICK_TESTS = ("calibration", "polynome", "sine_wave")
+
+
+def one_line_error(done) -> str:
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+def test_jobs_quick_writes_one_result_per_test_and_device(quick_run):
+    done, out = quick_run
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = sorted(p.name for p in out.glob("*.json"))
+    for test in QUICK_TESTS:
+        for device in ("0", "1"):
+            matching = [n for n in names if n.startswith(f"quick.{test}.J0.{device}.")]
+            assert len(matching) == 1, names
+            assert ".FAIL." not in matching[0]
+    assert len(names) == 6
+    assert str(out.resolve()) in done.stdout  # says where the results are
+    for test in QUICK_TESTS:
+        assert f"quick.{test}" in done.stdout
+    for test in QUICK_TESTS:
+        for device in ("0", "1"):
+            assert (out / "logs" / f"quick.{test}.J0.{device}.log").is_file()
+
+
+def test_quick_results_carry_every_design_key(quick_run):
+    _, out = quick_run
+    for name, result in load_all(out).items():
+        missing = [k for k in results.RESULT_KEYS if k not in result]
+        assert not missing, (name, missing)
+        assert result["success"] is True
+        assert result["device"] in ("cpu:0", "cpu:1")
+        assert result["environ"]["CUDA_VISIBLE_DEVICES"] == ""
+        assert result["environ"]["OMP_NUM_THREADS"] == "1"  # 2 cores / 2 slices
+        assert result["suite"] == "quick" and result["job"]["experiment"]
+        assert result["system"]["cpu"]["count"] >= 1
+        assert result["isolation"]["cpus"]
+        assert result["synthetic_data"] is True or result["name"] == "quick.calibration"
+        train = result["timings"]["train"]
+        assert len(results.steady_window(train["rates"])) >= 3
+        assert train["count"] >= result["call"]["arguments"]["max_count"]
+        assert result["timings"]["program"]["duration"] > train["duration"]
+        assert re.fullmatch(r".+\.J0\.[01]\.\d{8}-\d{6}-\d{6}\.json", name)
+
+
+def test_calibration_rate_is_within_one_percent(quick_run):
+    _, out = quick_run
+    cal = [r for r in load_all(out).values() if r["name"] == "quick.calibration"]
+    assert len(cal) == 2
+    for result in cal:
+        args = result["call"]["arguments"]
+        true_rate = args["batch_size"] / args["step_time"]
+        measured = results.steady_rate(result["timings"]["train"]["rates"])
+        assert abs(measured / true_rate - 1) < 0.01, (measured, true_rate)
+
+
+def test_rerun_reproduces_the_call_and_records_rerun_of(quick_run, tmp_path):
+    _, out = quick_run
+    original_path = sorted(out.glob("quick.calibration.J0.1.*.json"))[0]
+    original = json.loads(original_path.read_text())
+    done = milarun("rerun", original_path, "-o", tmp_path, "--", "--step-time", "0.0025",
+                   "--max-count", "51200")
+    assert done.returncode == 0, done.stdout + done.stderr
+    (new_path,) = tmp_path.glob("*.json")
+    new = json.loads(new_path.read_text())
+    assert new_path.name.startswith("quick.calibration.J0.1.")
+    assert new["name"] == original["name"] and new["job_id"] == original["job_id"]
+    assert new["call"]["function"] == original["call"]["function"]
+    assert new["call"]["argv"] == original["call"]["argv"] + [
+        "--step-time", "0.0025", "--max-count", "51200"]
+    assert new["call"]["arguments"]["step_time"] == 0.0025  # the new values won
+    assert new["rerun_of"] == str(original_path.resolve())
+    assert new["environ"]["MILARUN_DEVICE"] == original["environ"]["MILARUN_DEVICE"]
+    assert new["environ"]["OMP_NUM_THREADS"] == original["environ"]["OMP_NUM_THREADS"]
+    assert new["job"] == original["job"]
+    assert new["metrics"]["true_rate"] == 64 / 0.0025
+
+
+def test_repeat_adds_a_second_round(tmp_path):
+    done = milarun("jobs", "quick", "--name", "calibration", "--repeat", "2",
+                   "--devices", "cpu:2", "-o", tmp_path, "--", "--max-count", "32000")
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = sorted(p.name.split(".2026")[0][:30] for p in tmp_path.glob("*.json"))
+    ids = sorted(results.parse_filename(p.name)["job_id"] for p in tmp_path.glob("*.json"))
+    assert ids == ["0.0", "0.1", "1.0", "1.1"], names
+
+
+def test_unknown_name_lists_the_valid_ones(tmp_path):
+    done = milarun("jobs", "quick", "--name", "nope", "-o", tmp_path)
+    assert done.returncode == 1
+    line = one_line_error(done)
+    assert "nope" in line
+    for test in QUICK_TESTS:
+        assert test in line
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_failing_test_writes_a_fail_result_and_exits_nonzero(tmp_path):
+    done = milarun("run", "faulty:raises", "-o", tmp_path, "--experiment-name", "bad")
+    assert done.returncode == 1
+    (path,) = tmp_path.glob("*.json")
+    assert re.fullmatch(r"bad\.J0\.FAIL\.\d{8}-\d{6}-\d{6}\.json", path.name)
+    result = json.loads(path.read_text())
+    assert result["success"] is False
+    assert result["failure"]["kind"] == "exception"
+    assert "deliberate failure" in result["failure"]["message"]
+    assert "Traceback" in result["error"]
+    assert result["returncode"] == 1
+
+
+@pytest.mark.parametrize("function, kind", [
+    ("faulty:nan_metric", "nan"),
+    ("faulty:too_short", "too-short"),
+])
+def test_bad_measurements_are_failures(tmp_path, function, kind):
+    done = milarun("run", function, "-o", tmp_path)
+    assert done.returncode == 1
+    (path,) = tmp_path.glob("*.FAIL.*.json")
+    assert json.loads(path.read_text())["failure"]["kind"] == kind
+
+
+def write_profile(path, **jobs):
+    path.write_text(json.dumps({"*": {"max_duration": 3}, **jobs}))
+    return path
+
+
+def test_crashes_and_timeouts_get_harness_fail_records(tmp_path):
+    prof = write_profile(
+        tmp_path / "faults.json",
+        crash={"experiment": "faulty:sigill"},
+        slow={"experiment": "faulty:sleepy"},
+        stuck={"experiment": "faulty:hang"},
+    )
+    out = tmp_path / "out"
+    done = milarun("jobs", prof, "--devices", "cpu:1", "-o", out, timeout=120)
+    assert done.returncode == 1
+    found = {r["name"]: r for r in load_all(out).values()}
+    assert found["faults.crash"]["failure"]["kind"] == "crash"
+    assert "SIGILL" in found["faults.crash"]["failure"]["message"]
+    assert found["faults.crash"]["written_by"] == "harness"
+    # sleepy turns the harness's SIGALRM into a timeout result of its own
+    assert found["faults.slow"]["failure"]["kind"] == "timeout"
+    assert "written_by" not in found["faults.slow"]
+    # hang ignores it and is killed after the grace period; the harness writes the record
+    assert found["faults.stuck"]["failure"]["kind"] == "timeout"
+    assert found["faults.stuck"]["written_by"] == "harness"
+    assert found["faults.stuck"]["signal"] == "SIGKILL"
+    for result in found.values():
+        assert all(k in result for k in results.RESULT_KEYS)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["jobs", "quick", "--repeat", "abc"], "--repeat"),
+    (["jobs", "quick", "--repeat", "0"], "--repeat"),
+    (["jobs", "quick", "--devices", "gpu:x"], "gpu:x"),
+    (["jobs", "missing-profile"], "missing-profile"),
+    (["run", "no.such.module:main"], "no.such.module"),
+    (["run", "milabench.models.polynome:nope"], "nope"),
+    (["run", "polynome"], "MODULE:FUNCTION"),
+    (["run", "milabench.models.polynome:main", "--extra", "{bad"], "--extra"),
+    (["rerun", "/nonexistent/result.json"], "/nonexistent/result.json"),
+])
+def test_bad_input_gets_one_line(tmp_path, args, fragment):
+    done = milarun(*args, "-o", tmp_path / "out")
+    assert done.returncode != 0
+    assert fragment in one_line_error(done)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))
+
+
+def test_unwritable_output_folder(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    done = milarun("jobs", "quick", "-o", blocker / "sub")
+    assert done.returncode == 1
+    line = one_line_error(done)
+    assert str(blocker / "sub") in line and "-o" in line
+
+
+def test_cgroup_profile_refuses_to_run_unisolated(tmp_path):
+    prof = write_profile(tmp_path / "iso.json", t={
+        "experiment": "milabench.models.polynome:main",
+        "partition_scheme": {"type": "per-gpu",
+                             "cgroup": "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"}})
+    done = milarun("jobs", prof, "-o", tmp_path / "out")
+    assert done.returncode == 1
+    assert "--no-cgexec" in one_line_error(done)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))

@@ -1,0 +1,445 @@
+"""Device specs, discovery, per-instance environment and monitors (milarun/devices.py,
+milarun/sysinfo.py), with a fake NVML module instead of a real GPU."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from milarun import devices, sysinfo
+from milarun.devices import (
+    CPU_KIND,
+    GPU_KIND,
+    Device,
+    DeviceSpecError,
+    cpu_monitor,
+    discover_devices,
+    gpu_monitor,
+    instance_device_label,
+    instance_environ,
+    parse_device_spec,
+)
+
+MiB = 2**20
+
+
+# -- a fake NVML ---------------------------------------------------------------------------
+class FakeNVML:
+    """The slice of the pynvml API that milarun uses, with fixed per-device readings.
+
+    ``gpus`` is a list of dicts (name, uuid, util %, used/total bytes, temperature C,
+    power mW). Every handle lookup is recorded in ``asked``; every reading in ``read``.
+    """
+
+    def __init__(self, gpus: list[dict] | None = None, driver: str | bytes = "550.54.15",
+                 fail_handles: bool = False, fail_power: bool = False) -> None:
+        self.gpus = gpus if gpus is not None else []
+        self.driver = driver
+        self.fail_handles = fail_handles
+        self.fail_power = fail_power
+        self.initialised = 0
+        self.asked: list[object] = []  # indices / UUIDs whose handle was requested
+        self.read: list[int] = []  # device indices whose readings were taken
+
+    def nvmlInit(self) -> None:
+        self.initialised += 1
+
+    def nvmlSystemGetDriverVersion(self):
+        return self.driver
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int):
+        self.asked.append(index)
+        if self.fail_handles:
+            raise RuntimeError("NVML_ERROR_INVALID_ARGUMENT")
+        if not 0 <= index < len(self.gpus):
+            raise RuntimeError(f"no GPU with index {index}")
+        return ("handle", index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str):
+        self.asked.append(uuid)
+        if self.fail_handles:
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+        for i, g in enumerate(self.gpus):
+            if g["uuid"] == uuid:
+                return ("handle", i)
+        raise RuntimeError(f"no GPU with UUID {uuid}")
+
+    def _index(self, handle) -> int:
+        assert handle[0] == "handle"
+        self.read.append(handle[1])
+        return handle[1]
+
+    def nvmlDeviceGetName(self, handle):
+        return self.gpus[self._index(handle)]["name"]
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return SimpleNamespace(gpu=self.gpus[self._index(handle)]["util"], memory=0)
+
+    def nvmlDeviceGetMemoryInfo(self, handle):
+        g = self.gpus[self._index(handle)]
+        return SimpleNamespace(used=g["used"], total=g["total"], free=g["total"] - g["used"])
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        assert sensor == 0  # NVML_TEMPERATURE_GPU
+        return self.gpus[self._index(handle)]["temp"]
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        i = self._index(handle)
+        if self.fail_power:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return self.gpus[i]["power_mw"]
+
+
+def two_gpus() -> list[dict]:
+    return [
+        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-aaaa-0000", "util": 10,
+         "used": 512 * MiB, "total": 40960 * MiB, "temp": 40, "power_mw": 60000},
+        {"name": b"NVIDIA H100 80GB HBM3", "uuid": "GPU-bbbb-1111", "util": 75,
+         "used": 3 * 1024 * MiB, "total": 81920 * MiB, "temp": 67, "power_mw": 312500},
+    ]
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for var in ("CUDA_VISIBLE_DEVICES", "MILARUN_DEVICE", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+# -- parse_device_spec ---------------------------------------------------------------------
+def test_parse_gpu_list():
+    devs = parse_device_spec("0,1,3")
+    assert [d.kind for d in devs] == [GPU_KIND] * 3
+    assert [d.id for d in devs] == ["0", "1", "3"]
+    assert [d.label for d in devs] == ["cuda:0", "cuda:1", "cuda:3"]
+
+
+def test_parse_gpu_list_tolerates_spaces_and_uuids():
+    assert [d.id for d in parse_device_spec(" 2 , 5 ")] == ["2", "5"]
+    devs = parse_device_spec("GPU-0a1b2c3d-aaaa")
+    assert devs == [Device(GPU_KIND, "GPU-0a1b2c3d-aaaa")]
+
+
+def test_parse_cpu_slices():
+    devs = parse_device_spec("cpu:2")
+    assert len(devs) == 2
+    assert all(d.kind == CPU_KIND for d in devs)
+    assert [d.label for d in devs] == ["cpu:0", "cpu:1"]
+    assert [d.id for d in devs] == ["0", "1"]
+    assert all(d.slices == 2 for d in devs)
+
+
+def test_parse_single_cpu():
+    devs = parse_device_spec("cpu")
+    assert devs == [Device(CPU_KIND, "0", 1)]
+    assert devs[0].label == "cpu:0"
+    assert parse_device_spec("cpu:1") == devs
+
+
+@pytest.mark.parametrize("spec", ["", "cpu:0", "gpu", "0,,1", "0,0", "abc", "cpu:x", "-1"])
+def test_parse_bad_specs(spec):
+    with pytest.raises(DeviceSpecError) as info:
+        parse_device_spec(spec)
+    assert repr(spec) in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_parse_duplicate_says_twice():
+    with pytest.raises(DeviceSpecError, match="twice"):
+        parse_device_spec("1,2,1")
+
+
+# -- discover_devices ----------------------------------------------------------------------
+def test_discover_one_gpu_per_nvml_device(clean_env):
+    fake = FakeNVML(two_gpus())
+    devs = discover_devices(nvml=fake)
+    assert devs == [Device(GPU_KIND, "0"), Device(GPU_KIND, "1")]
+
+
+def test_discover_honours_cuda_visible_devices(clean_env):
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "1")
+    devs = discover_devices(nvml=FakeNVML(two_gpus()))
+    assert devs == [Device(GPU_KIND, "1")]
+
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "1, 0")
+    assert [d.id for d in discover_devices(nvml=FakeNVML(two_gpus()))] == ["1", "0"]
+
+
+def test_discover_with_gpus_hidden_gives_cpu_slice(clean_env):
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert discover_devices(nvml=FakeNVML(two_gpus())) == [Device(CPU_KIND, "0", 1)]
+
+
+def test_discover_no_gpu_falls_back_to_cpu(clean_env):
+    devs = discover_devices(nvml=FakeNVML([]))
+    assert devs == [Device(CPU_KIND, "0", 1)]
+    assert devs[0].label == "cpu:0"
+
+
+def test_discover_count_error_falls_back_to_cpu(clean_env):
+    fake = FakeNVML(two_gpus())
+
+    def broken():
+        raise RuntimeError("NVML_ERROR_UNKNOWN")
+
+    fake.nvmlDeviceGetCount = broken
+    assert discover_devices(nvml=fake) == [Device(CPU_KIND, "0", 1)]
+
+
+def test_discover_without_nvml_on_this_machine(clean_env):
+    # No GPU driver here: the real loader fails and discovery gives one CPU slice.
+    nvml, reason = devices.load_nvml()
+    if nvml is not None:
+        pytest.skip("this machine has a working NVML")
+    assert reason
+    assert discover_devices() == [Device(CPU_KIND, "0", 1)]
+
+
+# -- gpu_monitor ---------------------------------------------------------------------------
+def test_gpu_monitor_samples_only_its_device():
+    fake = FakeNVML(two_gpus())
+    mon = gpu_monitor(nvml=fake, ids=["1"], interval=0.05).start()
+    time.sleep(0.25)
+    record = mon.stop()
+
+    assert fake.asked == [1]  # only device 1's handle was requested
+    assert set(fake.read) == {1}  # and only device 1 was read
+    assert record["interval"] == 0.05
+    assert "note" not in record
+    samples = record["samples"]
+    assert len(samples) >= 2
+    for s in samples:
+        assert set(s["gpus"]) == {"1"}
+        g = s["gpus"]["1"]
+        assert g["load"] == pytest.approx(0.75)
+        assert g["memory"] == pytest.approx([3072.0, 81920.0])  # MiB used, total
+        assert g["temperature"] == 67
+        assert g["power"] == pytest.approx(312.5)  # W from mW
+        assert s["t"] >= 0
+    times = [s["t"] for s in samples]
+    assert times == sorted(times)
+
+
+def test_gpu_monitor_by_uuid():
+    fake = FakeNVML(two_gpus())
+    mon = gpu_monitor(nvml=fake, ids=["GPU-aaaa-0000"], interval=0.05).start()
+    time.sleep(0.1)
+    record = mon.stop()
+    assert fake.asked == ["GPU-aaaa-0000"]
+    g = record["samples"][0]["gpus"]["GPU-aaaa-0000"]
+    assert g["load"] == pytest.approx(0.10)
+    assert g["memory"] == pytest.approx([512.0, 40960.0])
+    assert g["power"] == pytest.approx(60.0)
+
+
+def test_gpu_monitor_no_ids_records_no_samples():
+    fake = FakeNVML(two_gpus())
+    mon = gpu_monitor(nvml=fake, ids=[], interval=0.05).start()
+    time.sleep(0.1)
+    record = mon.stop()
+    assert record["samples"] == []
+    assert record["note"].startswith("no samples")
+    assert "no GPU" in record["note"]
+    assert fake.asked == [] and fake.read == []
+
+
+def test_gpu_monitor_on_cpu_instance_records_no_samples(clean_env):
+    clean_env.setenv("MILARUN_DEVICE", "cpu:0")
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "")
+    fake = FakeNVML(two_gpus())
+    record = gpu_monitor(nvml=fake, interval=0.05).start().stop()
+    assert record["samples"] == []
+    assert record["note"].startswith("no samples")
+    assert fake.read == []
+
+
+def test_gpu_monitor_handle_error_records_no_samples():
+    fake = FakeNVML(two_gpus(), fail_handles=True)
+    mon = gpu_monitor(nvml=fake, ids=["1"], interval=0.05).start()  # no exception
+    time.sleep(0.1)
+    record = mon.stop()
+    assert record["samples"] == []
+    assert record["note"].startswith("no samples")
+    assert "NVML_ERROR_INVALID_ARGUMENT" in record["note"]
+    assert fake.asked == [1]
+
+
+def test_gpu_monitor_reading_errors_are_noted():
+    # Readings fail every time: no exception escapes, the note gives the reason.
+    fake = FakeNVML(two_gpus(), fail_power=True)
+    mon = gpu_monitor(nvml=fake, ids=["0"], interval=0.05).start()
+    time.sleep(0.15)
+    record = mon.stop()
+    assert record["samples"] or "NVML_ERROR_NOT_SUPPORTED" in record["note"]
+
+
+@pytest.mark.xfail(reason="devices.py:225-236 gpu_monitor probe: one unsupported NVML query "
+                          "(power) drops the whole sample, so load/memory are never recorded")
+def test_gpu_monitor_keeps_load_and_memory_when_power_unsupported():
+    fake = FakeNVML(two_gpus(), fail_power=True)
+    mon = gpu_monitor(nvml=fake, ids=["1"], interval=0.05).start()
+    time.sleep(0.15)
+    record = mon.stop()
+    assert record["samples"], record.get("note")
+    g = record["samples"][0]["gpus"]["1"]
+    assert g["load"] == pytest.approx(0.75)
+    assert g["memory"] == pytest.approx([3072.0, 81920.0])
+
+
+# -- cpu_monitor ---------------------------------------------------------------------------
+def test_cpu_monitor_real_samples():
+    mon = cpu_monitor(interval=0.05).start()
+    # some work so cpu_percent has something to measure, with pauses so the monitor
+    # thread gets the GIL
+    x = 0
+    for _ in range(8):
+        end = time.time() + 0.01
+        while time.time() < end:
+            x += 1
+        time.sleep(0.03)
+    record = mon.stop()
+    assert "note" not in record
+    samples = record["samples"]
+    assert len(samples) >= 2
+    for s in samples:
+        assert s["rss_mb"] > 1
+        assert 0 <= s["ram_used_percent"] <= 100
+        assert s["cpu_percent"] >= 0
+    assert max(s["cpu_percent"] for s in samples[1:]) > 0
+
+
+def test_monitor_stopped_before_a_sample_has_note():
+    mon = devices.Monitor(lambda: {"x": 1}, interval=0.05)  # never started
+    record = mon.stop()
+    assert record["samples"] == []
+    assert record["note"] == "no samples: run ended before a sample"
+
+
+# -- sysinfo -------------------------------------------------------------------------------
+def test_system_record_lists_gpus_and_driver():
+    fake = FakeNVML(two_gpus(), driver=b"550.54.15")
+    rec = sysinfo.system_record(nvml=fake)
+    assert rec["driver"] == "550.54.15"
+    assert [g["name"] for g in rec["gpus"]] == ["NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3"]
+    assert [g["index"] for g in rec["gpus"]] == [0, 1]
+    assert [g["memory_mb"] for g in rec["gpus"]] == pytest.approx([40960.0, 81920.0])
+    assert rec["cpu"]["count"] >= 1
+    assert rec["ram_gb"] > 0
+    assert rec["python"].count(".") == 2
+    assert "note" not in rec
+
+
+def test_system_record_nvml_failure_is_a_note():
+    fake = FakeNVML(two_gpus())
+
+    def broken():
+        raise RuntimeError("driver gone")
+
+    fake.nvmlSystemGetDriverVersion = broken
+    rec = sysinfo.system_record(nvml=fake)
+    assert rec["gpus"] == [] and rec["driver"] is None
+    assert "driver gone" in rec["note"]
+
+
+# -- instance_environ ----------------------------------------------------------------------
+def test_instance_environ_gpu(clean_env):
+    env = instance_environ([Device(GPU_KIND, "3")])
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert env["MILARUN_DEVICE"] == GPU_KIND
+    assert "OMP_NUM_THREADS" not in env
+
+
+def test_instance_environ_several_gpus(clean_env):
+    env = instance_environ(parse_device_spec("2,0"))
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,0"
+
+
+def test_instance_environ_cpu_slice(clean_env):
+    slices = parse_device_spec("cpu:2")
+    env = instance_environ([slices[1]], cpu_count=4)
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["MILARUN_DEVICE"] == "cpu:1"
+    assert env["OMP_NUM_THREADS"] == "2"
+
+    env0 = instance_environ([slices[0]], cpu_count=4)
+    assert env0["MILARUN_DEVICE"] == "cpu:0"
+    assert env0["OMP_NUM_THREADS"] == "2"
+
+
+def test_instance_environ_cpu_threads(clean_env):
+    assert instance_environ(parse_device_spec("cpu"), cpu_count=8)["OMP_NUM_THREADS"] == "8"
+    three = parse_device_spec("cpu:3")
+    assert instance_environ([three[0]], cpu_count=8)["OMP_NUM_THREADS"] == "2"
+    # more slices than cores: never zero threads
+    many = parse_device_spec("cpu:4")
+    assert instance_environ([many[0]], cpu_count=2)["OMP_NUM_THREADS"] == "1"
+    # a group of slices (distributed job) gets their combined share
+    env = instance_environ(many[:2], cpu_count=8)
+    assert env["OMP_NUM_THREADS"] == "4"
+    assert env["MILARUN_DEVICE"] == "cpu:0,cpu:1"
+
+
+def test_instance_environ_respects_user_omp(clean_env):
+    clean_env.setenv("OMP_NUM_THREADS", "7")
+    env = instance_environ([parse_device_spec("cpu:2")[0]], cpu_count=4)
+    assert "OMP_NUM_THREADS" not in env  # the user's own value is inherited
+
+
+# -- instance_device_label -----------------------------------------------------------------
+@pytest.mark.parametrize("milarun_device, visible, expected", [
+    ("cpu:1", None, "cpu:1"),
+    ("cpu:0", "", "cpu:0"),
+    ("cpu:1", "0", "cpu:1"),  # a CPU slice wins over a stray CUDA_VISIBLE_DEVICES
+    ("cuda", "2", "cuda:2"),
+    ("cuda", "3,1", "cuda:3"),
+    ("cuda", None, "cuda:0"),
+    (None, "5", "cuda:5"),
+    (None, "", "cpu:0"),
+])
+def test_instance_device_label(clean_env, milarun_device, visible, expected):
+    if milarun_device is not None:
+        clean_env.setenv("MILARUN_DEVICE", milarun_device)
+    if visible is not None:
+        clean_env.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert instance_device_label() == expected
+
+
+def test_label_round_trips_through_instance_environ(clean_env):
+    for dev in parse_device_spec("0,4") + parse_device_spec("cpu:3"):
+        for key, value in instance_environ([dev], cpu_count=6).items():
+            clean_env.setenv(key, value)
+        assert instance_device_label() == dev.label
+        clean_env.delenv("OMP_NUM_THREADS", raising=False)
+
+
+# -- torch_device --------------------------------------------------------------------------
+def test_torch_device_cpu_slice_never_uses_gpu(clean_env):
+    torch = pytest.importorskip("torch")
+    clean_env.setattr(torch.cuda, "is_available", lambda: True)
+    clean_env.setenv("MILARUN_DEVICE", "cpu:1")
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert devices.torch_device() == torch.device("cpu")
+
+
+def test_torch_device_gpu_instance(clean_env):
+    torch = pytest.importorskip("torch")
+    clean_env.setattr(torch.cuda, "is_available", lambda: True)
+    clean_env.setenv("MILARUN_DEVICE", "cuda")
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert devices.torch_device() == torch.device("cuda", 0)  # the only visible GPU
+    clean_env.setattr(torch.cuda, "is_available", lambda: False)
+    assert devices.torch_device() == torch.device("cpu")
+
+
+@pytest.mark.xfail(reason="devices.py:123-131 instance_device_label returns 'cpu:0' when "
+                          "neither MILARUN_DEVICE nor CUDA_VISIBLE_DEVICES is set, so "
+                          "`milarun run` on a GPU machine trains on the CPU")
+def test_torch_device_plain_run_on_gpu_machine_uses_gpu(clean_env):
+    torch = pytest.importorskip("torch")
+    clean_env.setattr(torch.cuda, "is_available", lambda: True)
+    assert devices.torch_device().type == "cuda"
