@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -128,7 +129,20 @@ def instance_device_label() -> str:
     visible = _visible_ids()
     if spec == GPU_KIND or (spec is None and visible):
         return f"cuda:{visible[0]}" if visible else "cuda:0"
+    if spec is None and visible is None and _gpu_available():
+        return "cuda:0"  # a plain `milarun run` on a GPU machine uses the first GPU
     return "cpu:0"
+
+
+def _gpu_available() -> bool:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return bool(torch.cuda.is_available())
+    nvml, _ = load_nvml()
+    try:
+        return nvml is not None and nvml.nvmlDeviceGetCount() > 0
+    except Exception:
+        return False
 
 
 def torch_device() -> Any:
@@ -225,17 +239,30 @@ def gpu_monitor(nvml: Any = None, ids: list[str] | None = None,
     def probe() -> dict[str, Any]:
         out = {}
         for gid, h in handles.items():
-            util = nvml.nvmlDeviceGetUtilizationRates(h)
-            mem = nvml.nvmlDeviceGetMemoryInfo(h)
-            out[gid] = {
-                "load": util.gpu / 100.0,
-                "memory": [mem.used / 2**20, mem.total / 2**20],  # MiB used, total
-                "temperature": nvml.nvmlDeviceGetTemperature(h, 0),  # NVML_TEMPERATURE_GPU
-                "power": nvml.nvmlDeviceGetPowerUsage(h) / 1000.0,  # W
+            # Each reading on its own: many GPUs do not support some (power, temperature).
+            reading = {
+                "load": _nvml_read(lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0),
+                "memory": _nvml_read(lambda: _memory_mib(nvml.nvmlDeviceGetMemoryInfo(h))),
+                "temperature": _nvml_read(lambda: nvml.nvmlDeviceGetTemperature(h, 0)),
+                "power": _nvml_read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),  # W
             }
+            if all(v is None for v in reading.values()):
+                raise RuntimeError(f"NVML gave no reading for GPU {gid}")
+            out[gid] = reading
         return {"gpus": out}
 
     return Monitor(probe, interval)
+
+
+def _nvml_read(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except Exception:  # NVMLError_NotSupported and friends
+        return None
+
+
+def _memory_mib(mem: Any) -> list[float]:
+    return [mem.used / 2**20, mem.total / 2**20]  # MiB used, total
 
 
 def cpu_monitor(interval: float = 1.0) -> Monitor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,9 @@ class Profile:
             chosen = [j for j in chosen if set(tags) & set(j.tags)]
             if not chosen:
                 known = sorted({t for j in self.jobs.values() for t in j.tags})
+                which = "of the named jobs" if names else "job"
                 raise ProfileError(
-                    f"profile {self.path}: no job has tag {', '.join(tags)}; "
+                    f"profile {self.path}: no {which} has tag {', '.join(tags)}; "
                     f"known tags: {', '.join(known) or 'none'}"
                 )
         return chosen
@@ -183,7 +185,7 @@ def _make_job(path: Path, suite: str, name: str, d: dict[str, Any]) -> Job:
         raise bad("exec_prefix", "must be a list of argv words")
     max_duration = d.get("max_duration", DEFAULT_MAX_DURATION)
     if isinstance(max_duration, bool) or not isinstance(max_duration, (int, float)) \
-            or max_duration <= 0:
+            or not math.isfinite(max_duration) or max_duration <= 0:
         raise bad("max_duration", f"must be a positive number of seconds, got {max_duration!r}")
     tags = d.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):

@@ -63,7 +63,8 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _peak_memory(result: dict[str, Any]) -> float | None:
     """Largest memory use seen by the monitors, in MiB (GPU memory when there is one)."""
     gpu = (result.get("gpu_monitor") or {}).get("samples") or []
-    used = [g["memory"][0] for s in gpu for g in (s.get("gpus") or {}).values()]
+    used = [g["memory"][0] for s in gpu for g in (s.get("gpus") or {}).values()
+            if g.get("memory")]
     if used:
         return max(used)
     cpu = (result.get("cpu_monitor") or {}).get("samples") or []

@@ -278,8 +278,6 @@ def test_gpu_monitor_reading_errors_are_noted():
     assert record["samples"] or "NVML_ERROR_NOT_SUPPORTED" in record["note"]
 
 
-@pytest.mark.xfail(reason="devices.py:225-236 gpu_monitor probe: one unsupported NVML query "
-                          "(power) drops the whole sample, so load/memory are never recorded")
 def test_gpu_monitor_keeps_load_and_memory_when_power_unsupported():
     fake = FakeNVML(two_gpus(), fail_power=True)
     mon = gpu_monitor(nvml=fake, ids=["1"], interval=0.05).start()
@@ -436,9 +434,6 @@ def test_torch_device_gpu_instance(clean_env):
     assert devices.torch_device() == torch.device("cpu")
 
 
-@pytest.mark.xfail(reason="devices.py:123-131 instance_device_label returns 'cpu:0' when "
-                          "neither MILARUN_DEVICE nor CUDA_VISIBLE_DEVICES is set, so "
-                          "`milarun run` on a GPU machine trains on the CPU")
 def test_torch_device_plain_run_on_gpu_machine_uses_gpu(clean_env):
     torch = pytest.importorskip("torch")
     clean_env.setattr(torch.cuda, "is_available", lambda: True)
