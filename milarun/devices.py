@@ -149,9 +149,17 @@ def torch_device() -> Any:
     """The torch.device this instance trains on."""
     import torch
 
-    if instance_device_label().startswith(GPU_KIND) and torch.cuda.is_available():
-        return torch.device("cuda", 0)  # the first (only) visible GPU
-    return torch.device("cpu")
+    label = instance_device_label()
+    if not label.startswith(GPU_KIND):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        # Never report a CPU run as a GPU result.
+        raise RuntimeError(
+            f"this instance was given GPU {label} (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}) but torch sees no GPU; "
+            "use --devices cpu:N on a machine without GPUs"
+        )
+    return torch.device("cuda", 0)  # the first (only) visible GPU
 
 
 def synchronizer(device: Any) -> Callable[[], None]:

@@ -200,3 +200,50 @@ def test_cgroup_profile_refuses_to_run_unisolated(tmp_path):
     assert done.returncode == 1
     assert "--no-cgexec" in one_line_error(done)
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))
+
+
+def test_gpu_instance_without_a_gpu_fails_instead_of_using_the_cpu(tmp_path):
+    done = milarun("run", "milabench.models.polynome:main", "-o", tmp_path,
+                   env={"CUDA_VISIBLE_DEVICES": "0", "MILARUN_DEVICE": "cuda"})
+    assert done.returncode == 1
+    (path,) = tmp_path.glob("*.FAIL.*.json")
+    result = json.loads(path.read_text())
+    assert "torch sees no GPU" in result["failure"]["message"]
+
+
+def test_ctrl_c_stops_every_instance_and_records_them(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from conftest import BENCHES, ROOT
+
+    prof = write_profile(tmp_path / "long.json",
+                         wait={"experiment": "faulty:sleepy", "max_duration": 120})
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}"}
+    proc = subprocess.Popen([sys.executable, "-m", "milarun", "jobs", str(prof), "--devices",
+                             "cpu:2", "-o", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    children = []
+    while time.time() < deadline and len(children) < 2:
+        children = psutil.Process(proc.pid).children(recursive=True)
+        time.sleep(0.2)
+    assert len(children) >= 2
+    time.sleep(3)  # let the tests start their loops
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    time.sleep(0.5)
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    found = load_all(out)
+    assert len(found) == 2
+    for name, result in found.items():
+        assert ".FAIL." in name
+        assert result["failure"]["kind"] == "interrupted"

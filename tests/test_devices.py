@@ -431,7 +431,8 @@ def test_torch_device_gpu_instance(clean_env):
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert devices.torch_device() == torch.device("cuda", 0)  # the only visible GPU
     clean_env.setattr(torch.cuda, "is_available", lambda: False)
-    assert devices.torch_device() == torch.device("cpu")
+    with pytest.raises(RuntimeError, match="torch sees no GPU"):
+        devices.torch_device()  # a GPU instance never silently trains on the CPU
 
 
 def test_torch_device_plain_run_on_gpu_machine_uses_gpu(clean_env):
