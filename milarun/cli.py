@@ -12,7 +12,7 @@ from typing import Any
 
 from coleo import Option, default, run_cli
 
-from milarun import devices, launch, profile, report, results, runner, summary, sysinfo
+from milarun import devices, isolation, launch, profile, report, results, runner, summary, sysinfo
 from milarun.isolation import IsolationError
 
 # Errors that are the user's to fix: one line, exit 1, no traceback.
@@ -122,8 +122,10 @@ class Commands:
         runner.check_outdir(outdir)
         root = Path(dataroot) if dataroot else default_dataroot()
         root.mkdir(parents=True, exist_ok=True)
-        opts = launch.LaunchOptions(outdir=outdir, dataroot=root, user_args=test_args,
-                                    use_cgexec=not no_cgexec)
+        opts = launch.LaunchOptions(
+            outdir=outdir, dataroot=root, user_args=test_args, use_cgexec=not no_cgexec,
+            hierarchies=isolation.find_hierarchies() if not no_cgexec else {},
+        )
         print(f"{prof.name}: {len(selected)} job(s) x {repeat} on "
               f"{', '.join(d.label for d in devs)} -> {outdir}", flush=True)
         try:
@@ -198,6 +200,34 @@ class Commands:
             dataroot=Path(original.get("dataroot") or default_dataroot()),
             extra=extra, rerun_of=str(Path(result_file).resolve()),
         )
+
+    def cgroups(test_args: list[str]) -> int:
+        """Manage the student cgroups (root): setup, check or teardown."""
+        # setup, check or teardown
+        # [positional]
+        action: Option
+        # Devices: GPU ids (0,1,3) or cpu:N (default: every GPU, else cpu:1)
+        # [options: --devices]
+        # [metavar: SPEC]
+        devices_spec: Option & str = default(None)
+
+        if action not in ("setup", "check", "teardown"):
+            raise runner.UsageError(f"cgroups {action!r}: use setup, check or teardown")
+        devs = (devices.parse_device_spec(devices_spec) if devices_spec is not None
+                else devices.discover_devices())
+        hier = isolation.find_hierarchies()
+        ids = [d.id for d in devs]
+        local = devices.gpu_local_cpus(ids) if devs[0].kind == devices.GPU_KIND else {}
+        students = isolation.machine_plan(ids, hier, local)
+        if action == "setup":
+            for line in isolation.setup(students, hier):
+                print(f"created {line}")
+        elif action == "teardown":
+            for line in isolation.teardown(students, hier):
+                print(f"removed {line}")
+        for row in isolation.check(students, hier):
+            print("  ".join(f"{k}={v}" for k, v in row.items()))
+        return 0
 
     def sysinfo(test_args: list[str]) -> int:
         """Print the system record that every result embeds."""

@@ -83,6 +83,24 @@ def nvml_handle(nvml: Any, device_id: str) -> Any:
     return nvml.nvmlDeviceGetHandleByIndex(int(device_id))
 
 
+def gpu_local_cpus(ids: list[str], nvml: Any = None) -> dict[str, list[int]]:
+    """GPU id -> the CPUs NVML says are close to it (empty when NVML cannot tell)."""
+    if nvml is None:
+        nvml, _ = load_nvml()
+    if nvml is None:
+        return {}
+    words = ((os.cpu_count() or 1) + 63) // 64
+    out = {}
+    for gid in ids:
+        try:
+            mask = nvml.nvmlDeviceGetCpuAffinity(nvml_handle(nvml, gid), words)
+        except Exception:
+            continue
+        out[gid] = [w * 64 + b for w, word in enumerate(mask) for b in range(64)
+                    if int(word) >> b & 1]
+    return out
+
+
 def discover_devices(nvml: Any = None) -> list[Device]:
     """GPUs NVML sees (restricted by ``CUDA_VISIBLE_DEVICES``); else one CPU slice."""
     if nvml is None:

@@ -1,25 +1,48 @@
-"""Student isolation: what a profile asks for, and what an instance really got."""
+"""Student isolation with cgroups: set up, check, tear down, launch into, and read back.
+
+One group ``student<id>`` per device, created under this process's own cgroup in each
+controller's hierarchy (so it works inside containers and Slurm jobs): equal, disjoint CPU
+ranges, every memory node, and RAM/N of memory. cgroup v1 goes through cgroup-tools
+(cgcreate/cgset/cgexec/cgdelete); cgroup v2 is written directly. On a hybrid host each
+controller uses the hierarchy that owns it.
+"""
 
 from __future__ import annotations
 
 import os
+import posixpath
+import shutil
+import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+CONTROLLERS = ("cpuset", "memory")
+PARENT_ENV = "MILARUN_CGROUP_PARENT"  # optional folder between own cgroup and students
 
 
 class IsolationError(RuntimeError):
     pass
 
 
-def require_cgroup_support(suite: str, job: str, spec: str) -> None:
-    """Refuse a profile's cgroup request: never fall back to an unisolated run silently."""
-    raise IsolationError(
-        f"job {suite}.{job} asks for cgroup '{spec}', but student cgroups are not "
-        "supported by this milarun yet; pass --no-cgexec to run without isolation"
-    )
+# -- hierarchies -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Hierarchy:
+    """Where one controller lives: its mount, cgroup version, and this process's group."""
+
+    controller: str
+    version: int
+    mount: Path
+    own: str  # this process's cgroup path inside the hierarchy ("/a/b")
+
+    def path(self, name: str) -> str:
+        """Path (from the hierarchy root) of a group ``name`` below our own group."""
+        return posixpath.normpath(posixpath.join(self.own, name.strip("/")))
+
+    def dir(self, path: str) -> Path:
+        return self.mount / path.lstrip("/")
 
 
 def own_cgroups(proc_file: str = "/proc/self/cgroup") -> dict[str, str]:
@@ -36,6 +59,101 @@ def own_cgroups(proc_file: str = "/proc/self/cgroup") -> dict[str, str]:
     return groups
 
 
+def find_hierarchies(mountinfo: str = "/proc/self/mountinfo",
+                     proc_cgroup: str = "/proc/self/cgroup") -> dict[str, Hierarchy]:
+    """controller -> the hierarchy that owns it (v1 first, else the v2 unified tree)."""
+    own = own_cgroups(proc_cgroup)
+    found: dict[str, Hierarchy] = {}
+    v2_mount = None
+    try:
+        lines = Path(mountinfo).read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, extra = left.split(), right.split()
+        if len(fields) < 5 or len(extra) < 3:
+            continue
+        fstype, mount, options = extra[0], Path(fields[4]), extra[2].split(",")
+        if fstype == "cgroup":
+            for ctl in CONTROLLERS:
+                if ctl in options:
+                    path = next((p for c, p in own.items() if ctl in c.split(",")), "/")
+                    found[ctl] = Hierarchy(ctl, 1, mount, path)
+        elif fstype == "cgroup2":
+            v2_mount = mount
+    if v2_mount is not None:
+        try:
+            available = (v2_mount / "cgroup.controllers").read_text().split()
+        except OSError:
+            available = []
+        for ctl in CONTROLLERS:
+            if ctl not in found and ctl in available:
+                found[ctl] = Hierarchy(ctl, 2, v2_mount, own.get("", "/"))
+    return found
+
+
+# -- plan ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Student:
+    device_id: str
+    cpus: tuple[int, ...]
+    mems: str
+    memory_limit: int
+
+    @property
+    def name(self) -> str:
+        return f"student{self.device_id}"
+
+
+def cpu_list(cpus: list[int] | tuple[int, ...]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5" (the cpuset file format)."""
+    out, cpus = [], sorted(cpus)
+    start = prev = None
+    for c in cpus + [None]:
+        if start is not None and (c is None or c != prev + 1):
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = None
+        if c is not None and start is None:
+            start = c
+        prev = c
+    return ",".join(out)
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            cpus += range(int(lo), int(hi) + 1)
+        elif part:
+            cpus.append(int(part))
+    return cpus
+
+
+def plan_students(device_ids: list[str], cpus: list[int], mems: str, ram: int,
+                  local_cpus: dict[str, list[int]] | None = None) -> list[Student]:
+    """Equal, disjoint CPU ranges (a GPU's local CPUs first) and RAM/N each."""
+    n = len(device_ids)
+    per = len(cpus) // n
+    if per < 1:
+        raise IsolationError(f"{len(cpus)} CPUs cannot give {n} students one CPU each")
+    free = sorted(cpus)
+    students = []
+    for dev in device_ids:
+        local = [c for c in sorted((local_cpus or {}).get(dev, [])) if c in free]
+        chosen = local[:per]
+        rest = [c for c in free if c not in chosen]
+        if len(chosen) < per:
+            # Contiguous from the first free CPU, so ranges stay compact.
+            chosen += rest[:per - len(chosen)]
+        for c in chosen:
+            free.remove(c)
+        students.append(Student(dev, tuple(sorted(chosen)), mems, ram // n))
+    return students
+
+
+# -- reading and writing cgroup files -----------------------------------------------------
 def _read(path: Path) -> str | None:
     try:
         return path.read_text().strip()
@@ -43,30 +161,258 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def memory_limit(groups: dict[str, str], root: Path = CGROUP_ROOT) -> int | None:
-    """Memory limit in force for this process in bytes (None = unlimited / unknown).
+def _run(cmd: list[str]) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise IsolationError(f"{' '.join(cmd)} failed: {(done.stderr or done.stdout).strip()}")
 
-    The smallest limit on the path from the process's group up to the root wins.
-    """
+
+def _need_tools() -> None:
+    missing = [t for t in ("cgcreate", "cgset", "cgdelete", "cgexec") if not shutil.which(t)]
+    if missing:
+        raise IsolationError(
+            f"{', '.join(missing)} not found: install cgroup-tools (apt-get install cgroup-tools)"
+        )
+
+
+def _create(h: Hierarchy, path: str) -> None:
+    """Create ``path`` and any missing parent below our own group, ready for tasks."""
+    parts = path[len(h.own):].strip("/").split("/") if path != h.own else []
+    current = h.own
+    for part in parts:
+        parent, current = current, posixpath.join(current, part)
+        if h.dir(current).is_dir():
+            continue
+        if h.version == 1:
+            _need_tools()
+            _run(["cgcreate", "-g", f"{h.controller}:{current}"])
+            if h.controller == "cpuset":  # a v1 cpuset is unusable until it has cpus/mems
+                cpus = _read(h.dir(parent) / "cpuset.cpus") or ""
+                mems = _read(h.dir(parent) / "cpuset.mems") or ""
+                _run(["cgset", "-r", f"cpuset.cpus={cpus}", "-r", f"cpuset.mems={mems}",
+                      current])
+        else:
+            _enable_v2(h, parent)
+            h.dir(current).mkdir()
+
+
+def _enable_v2(h: Hierarchy, path: str) -> None:
+    control = h.dir(path) / "cgroup.subtree_control"
+    enabled = (_read(control) or "").split()
+    if h.controller not in enabled:
+        with open(control, "w") as f:
+            f.write(f"+{h.controller}")
+
+
+def _configure(h: Hierarchy, path: str, student: Student) -> None:
+    if h.controller == "cpuset":
+        values = {"cpuset.cpus": cpu_list(student.cpus), "cpuset.mems": student.mems}
+    elif h.version == 1:
+        values = {"memory.limit_in_bytes": str(student.memory_limit)}
+    else:
+        values = {"memory.max": str(student.memory_limit)}
+    if h.version == 1:
+        args = [a for k, v in values.items() for a in ("-r", f"{k}={v}")]
+        _run(["cgset", *args, path])
+    else:
+        for key, value in values.items():
+            (h.dir(path) / key).write_text(value)
+
+
+def student_path(h: Hierarchy, name: str, parent: str | None = None) -> str:
+    parent = os.environ.get(PARENT_ENV, "") if parent is None else parent
+    return h.path(posixpath.join(parent, name) if parent else name)
+
+
+# -- commands -------------------------------------------------------------------------------
+def machine_plan(device_ids: list[str], hier: dict[str, Hierarchy],
+                 local_cpus: dict[str, list[int]] | None = None) -> list[Student]:
+    """Students for these devices from the CPUs, memory nodes and RAM we are allowed."""
+    import psutil
+
+    cpus = sorted(os.sched_getaffinity(0))
+    mems = "0"
+    if "cpuset" in hier:
+        h = hier["cpuset"]
+        cpus = parse_cpu_list(_read(h.dir(h.own) / "cpuset.cpus") or "") or cpus
+        for name in ("cpuset.mems", "cpuset.mems.effective"):
+            mems = _read(h.dir(h.own) / name) or mems
+    ram = psutil.virtual_memory().total
+    if "memory" in hier:
+        h = hier["memory"]
+        key = "memory.limit_in_bytes" if h.version == 1 else "memory.max"
+        limit = _limit_up(h.mount, h.own, key)
+        ram = min(ram, limit) if limit else ram
+    return plan_students(device_ids, cpus, mems, ram, local_cpus)
+
+
+def setup(students: list[Student], hier: dict[str, Hierarchy],
+          controllers: tuple[str, ...] = CONTROLLERS) -> list[str]:
+    """Create and configure each student's groups; returns what was done."""
+    _require(hier, controllers)
+    done = []
+    for student in students:
+        for ctl in controllers:
+            h = hier[ctl]
+            path = student_path(h, student.name)
+            _create(h, path)
+            _configure(h, path, student)
+            done.append(f"{ctl}:{path}")
+    return done
+
+
+def teardown(students: list[Student], hier: dict[str, Hierarchy],
+             controllers: tuple[str, ...] = CONTROLLERS) -> list[str]:
+    """Remove the student groups (and the parent folder when empty)."""
+    removed = []
+    for ctl in controllers:
+        if ctl not in hier:
+            continue
+        h = hier[ctl]
+        paths = [student_path(h, s.name) for s in students]
+        parent = os.environ.get(PARENT_ENV, "")
+        if parent:
+            paths.append(h.path(parent))
+        for path in paths:
+            directory = h.dir(path)
+            if not directory.is_dir():
+                continue
+            try:
+                directory.rmdir()  # works for v1 and v2 once the group has no tasks
+            except OSError as err:
+                if parent and path == h.path(parent):
+                    continue  # other students still live there
+                raise IsolationError(f"cannot remove {ctl}:{path}: {err.strerror} "
+                                     "(is a benchmark still running in it?)")
+            removed.append(f"{ctl}:{path}")
+    return removed
+
+
+def check(students: list[Student], hier: dict[str, Hierarchy],
+          controllers: tuple[str, ...] = CONTROLLERS) -> list[dict[str, Any]]:
+    """What each student group would give an instance, read back from the files."""
+    rows = []
+    for student in students:
+        row: dict[str, Any] = {"student": student.name, "planned_cpus": cpu_list(student.cpus),
+                               "planned_memory": student.memory_limit}
+        for ctl in controllers:
+            h = hier.get(ctl)
+            if h is None:
+                row[ctl] = "controller not available"
+                continue
+            path = student_path(h, student.name)
+            d = h.dir(path)
+            if not d.is_dir():
+                row[ctl] = f"missing ({path})"
+            elif ctl == "cpuset":
+                row[ctl] = f"{path} cpus={_read(d / 'cpuset.cpus')} mems={_read(d / 'cpuset.mems')}"
+            else:
+                key = "memory.limit_in_bytes" if h.version == 1 else "memory.max"
+                row[ctl] = f"{path} limit={_read(d / key)}"
+        rows.append(row)
+    return rows
+
+
+def _require(hier: dict[str, Hierarchy], controllers: tuple[str, ...]) -> None:
+    missing = [c for c in controllers if c not in hier]
+    if missing:
+        raise IsolationError(
+            f"cgroup controller(s) {', '.join(missing)} not available on this machine; "
+            "pass --no-cgexec to run without isolation"
+        )
+
+
+# -- launch -------------------------------------------------------------------------------------
+@dataclass
+class Placement:
+    """How to start one instance inside its student groups."""
+
+    prefix: list[str]  # cgexec words for v1 groups
+    v2_procs: list[Path]  # cgroup.procs files the child joins itself (v2)
+    groups: dict[str, str]  # controller -> path
+    spec: str  # human-readable
+
+
+def parse_spec(spec: str, device_id: str) -> tuple[tuple[str, ...], str]:
+    """"cpuset,memory:student{CUDA_VISIBLE_DEVICES}" -> (("cpuset","memory"), "student0")."""
+    controllers, sep, name = spec.partition(":")
+    if not sep or not name or not controllers:
+        raise IsolationError(f"cgroup spec '{spec}' is not CONTROLLERS:NAME")
+    name = name.replace("{CUDA_VISIBLE_DEVICES}", device_id)
+    return tuple(c for c in controllers.split(",") if c), name
+
+
+def placement(spec: str, device_id: str, hier: dict[str, Hierarchy]) -> Placement:
+    """Where an instance goes; the groups must exist (never a silent unisolated run)."""
+    controllers, name = parse_spec(spec, device_id)
+    _require(hier, controllers)
+    prefix: list[str] = []
+    procs: list[Path] = []
+    groups = {}
+    for ctl in controllers:
+        h = hier[ctl]
+        path = student_path(h, name)
+        if not h.dir(path).is_dir():
+            raise IsolationError(
+                f"student group {ctl}:{path} does not exist: run `milarun cgroups setup "
+                f"--devices ...` as root (scripts/cgroup_setup.sh) or pass --no-cgexec"
+            )
+        groups[ctl] = path
+        if h.version == 1:
+            prefix += ["-g", f"{ctl}:{path}"]
+        else:
+            procs.append(h.dir(path) / "cgroup.procs")
+    if prefix:
+        _need_tools()
+        prefix = ["cgexec", *prefix]
+    text = ";".join(f"{c}:{p}" for c, p in groups.items())
+    return Placement(prefix, sorted(set(procs)), groups, text)
+
+
+def join_v2(procs: list[Path]) -> None:
+    """In the child before exec: move this process into its v2 groups."""
+    for path in procs:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+
+
+def oom_kills(groups: dict[str, str], hier: dict[str, Hierarchy]) -> int | None:
+    """The memory group's OOM-kill counter (None when unknown)."""
+    path = groups.get("memory")
+    if path is None or "memory" not in hier:
+        return None
+    h = hier["memory"]
+    name = "memory.oom_control" if h.version == 1 else "memory.events"
+    for line in (_read(h.dir(path) / name) or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+# -- inside an instance ----------------------------------------------------------------------
+def _limit_up(mount: Path, path: str, filename: str) -> int | None:
+    """Smallest limit in ``filename`` from the group ``path`` up to the hierarchy root."""
     limits = []
+    node = mount / path.lstrip("/")
+    while True:
+        text = _read(node / filename)
+        if text and text.isdigit() and int(text) < 2**62:
+            limits.append(int(text))
+        if node == mount or mount not in node.parents:
+            break
+        node = node.parent
+    return min(limits) if limits else None
+
+
+def memory_limit(groups: dict[str, str], root: Path = CGROUP_ROOT) -> int | None:
+    """Memory limit in force for a process in these groups (None = unlimited/unknown)."""
     v1 = next((p for c, p in groups.items() if "memory" in c.split(",")), None)
     if v1 is not None:
-        node = root / "memory" / v1.lstrip("/")
-        while True:
-            text = _read(node / "memory.limit_in_bytes")
-            if text and text.isdigit() and int(text) < 2**62:
-                limits.append(int(text))
-            if node == root / "memory":
-                break
-            node = node.parent
-    elif "" in groups:
-        node = root / groups[""].lstrip("/")
-        while node != root and root in node.parents:
-            text = _read(node / "memory.max")
-            if text and text.isdigit():
-                limits.append(int(text))
-            node = node.parent
-    return min(limits) if limits else None
+        return _limit_up(root / "memory", v1, "memory.limit_in_bytes")
+    if "" in groups:
+        return _limit_up(root, groups[""], "memory.max")
+    return None
 
 
 def isolation_record() -> dict[str, Any]:
@@ -82,5 +428,6 @@ def isolation_record() -> dict[str, Any]:
         "cpus": cpus,
         "memory_limit": memory_limit(groups),
         "torch_threads": torch.get_num_threads() if torch is not None else None,
-        "cgexec": os.environ.get("MILARUN_CGROUP") or None,
+        "requested": os.environ.get("MILARUN_CGROUP") or None,
+        "caches_dropped": os.environ.get("MILARUN_CACHES_DROPPED") == "1",
     }

@@ -50,6 +50,8 @@ class Instance:
     process: subprocess.Popen | None = None
     started: float = 0.0
     wall_started: float = 0.0
+    placement: isolation.Placement | None = None
+    oom_before: int | None = None
     alarm_sent: float | None = None
     killed: bool = False
     interrupted: bool = False
@@ -73,9 +75,11 @@ class LaunchOptions:
     use_cgexec: bool = True
     grace: float = GRACE_PERIOD
     out: TextIO = sys.stdout
+    hierarchies: dict[str, isolation.Hierarchy] = field(default_factory=dict)
+    unisolated_warned: set[str] = field(default_factory=set)
 
 
-def check_jobs(jobs: list[Job], opts: LaunchOptions) -> None:
+def check_jobs(jobs: list[Job], devices: list[Device], opts: LaunchOptions) -> None:
     """Refuse up front what cannot run, before any job starts."""
     for job in jobs:
         if job.partition == "gpu-progression":
@@ -83,8 +87,24 @@ def check_jobs(jobs: list[Job], opts: LaunchOptions) -> None:
                 f"job {job.fullname} is a gpu-progression (scaling) job, which needs the "
                 "torchrun launcher not in this milarun yet; leave it out with --name"
             )
-        if job.cgroup and opts.use_cgexec:
-            isolation.require_cgroup_support(job.suite, job.name, job.cgroup)
+        for device in devices:
+            _placement(job, device, opts)
+
+
+def _placement(job: Job, device: Device, opts: LaunchOptions) -> isolation.Placement | None:
+    """The student groups of an instance, or None when the job runs without them."""
+    if not job.cgroup or not opts.use_cgexec:
+        return None
+    try:
+        return isolation.placement(job.cgroup, device.id, opts.hierarchies)
+    except isolation.IsolationError as err:
+        if not job.cgroup_optional:
+            raise isolation.IsolationError(f"job {job.fullname}: {err}")
+        if job.fullname not in opts.unisolated_warned:
+            opts.unisolated_warned.add(job.fullname)
+            print(f"warning: {job.fullname} runs WITHOUT student isolation: {err}",
+                  file=opts.out, flush=True)
+        return None
 
 
 def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions
@@ -102,8 +122,11 @@ def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOpt
             "--extra", json.dumps(extra), "--", *job.argv(), *opts.user_args,
         ]
         env = {**os.environ, **devmod.instance_environ(group)}
+        place = _placement(job, group[0], opts)
+        if place is not None:
+            env["MILARUN_CGROUP"] = place.spec
         log_path = opts.outdir / "logs" / f"{job.fullname}.J{job_id}.log"
-        instances.append(Instance(job, job_id, group, command, env, log_path))
+        instances.append(Instance(job, job_id, group, command, env, log_path, placement=place))
     return instances
 
 
@@ -171,6 +194,14 @@ class Supervisor:
     def _start(self, inst: Instance) -> None:
         inst.log_path.parent.mkdir(parents=True, exist_ok=True)
         command = _exec_prefix(inst.job, self.warned, self.opts.out) + inst.command
+        preexec = None
+        if inst.placement is not None:
+            command = inst.placement.prefix + command
+            if inst.placement.v2_procs:
+                procs = inst.placement.v2_procs
+                preexec = lambda: isolation.join_v2(procs)  # noqa: E731
+            inst.oom_before = isolation.oom_kills(inst.placement.groups,
+                                                  self.opts.hierarchies)
         with open(inst.log_path, "ab") as log:
             log.write(f"$ {' '.join(command)}\n".encode())
             log.flush()
@@ -178,9 +209,15 @@ class Supervisor:
             inst.wall_started = time.time()
             inst.process = subprocess.Popen(
                 command, env=inst.env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec,
             )
         print(f"start  {inst.tag}  log: {inst.log_path}", file=self.opts.out, flush=True)
+
+    def _oom_killed(self, inst: Instance) -> bool:
+        if inst.placement is None or inst.oom_before is None:
+            return False
+        after = isolation.oom_kills(inst.placement.groups, self.opts.hierarchies)
+        return after is not None and after > inst.oom_before
 
     def _signal_group(self, inst: Instance, sig: int) -> None:
         try:
@@ -228,15 +265,18 @@ class Supervisor:
                 inst.result = {"success": False, "failure": {"kind": "crash",
                                                              "message": str(err)}}
         else:
-            inst.result = harness_failure(inst, self.opts)
+            inst.result = harness_failure(inst, self.opts, self._oom_killed(inst))
             stamp = results.utc_stamp(inst.wall_started)
             inst.result_path = results.write_result(self.opts.outdir, inst.result, stamp)
         self.on_end(inst)
 
 
-def failure_kind(inst: Instance) -> tuple[str, str]:
+def failure_kind(inst: Instance, oom: bool = False) -> tuple[str, str]:
     """Why an instance ended without writing its own result."""
     code = inst.process.returncode
+    if oom:
+        limit = inst.placement.groups.get("memory") if inst.placement else None
+        return "oom", f"killed by the OOM killer of its memory cgroup ({limit})"
     if inst.interrupted:
         return "interrupted", "stopped by SIGINT/SIGTERM to milarun jobs"
     if inst.alarm_sent is not None:
@@ -260,9 +300,10 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def harness_failure(inst: Instance, opts: LaunchOptions) -> dict[str, Any]:
+def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
+                    ) -> dict[str, Any]:
     """The FAIL result the harness writes for an instance that wrote none."""
-    kind, message = failure_kind(inst)
+    kind, message = failure_kind(inst, oom)
     code = inst.process.returncode
     labels = [d.label for d in inst.devices]
     return {
@@ -276,7 +317,9 @@ def harness_failure(inst: Instance, opts: LaunchOptions) -> dict[str, Any]:
         "environ": {k: v for k, v in devmod.instance_environ(inst.devices).items()},
         "metrics": {}, "timings": {}, "gpu_monitor": None, "cpu_monitor": None,
         "milarun_version": sysinfo.milarun_version(), "system": sysinfo.system_record(),
-        "isolation": None, "failure": {"kind": kind, "message": message},
+        "isolation": {"requested": inst.placement.spec if inst.placement else None,
+                      "groups": inst.placement.groups if inst.placement else None},
+        "failure": {"kind": kind, "message": message},
         "returncode": code, "signal": signal.Signals(-code).name if code and code < 0 else None,
         "synthetic_data": None, "rerun_of": None, "written_by": "harness",
         "suite": inst.job.suite, "log": str(inst.log_path),
@@ -286,7 +329,7 @@ def harness_failure(inst: Instance, opts: LaunchOptions) -> dict[str, Any]:
 def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOptions,
              on_end: Callable[[Instance], None] | None = None) -> list[Instance]:
     """All jobs once, then again ``repeat`` times; each job's instances run side by side."""
-    check_jobs(jobs, opts)
+    check_jobs(jobs, devices, opts)
     supervisor = Supervisor(opts, on_end)
     done: list[Instance] = []
     for r in range(repeat):

@@ -33,6 +33,7 @@ class Job:
     arguments: dict[str, Any]
     partition: str = "per-gpu"
     cgroup: str | None = None
+    cgroup_optional: bool = False  # use the student groups when they exist, else warn
     prepare: list[str] = field(default_factory=list)
     exec_prefix: list[str] = field(default_factory=list)
     max_duration: float = DEFAULT_MAX_DURATION
@@ -172,9 +173,12 @@ def _make_job(path: Path, suite: str, name: str, d: dict[str, Any]) -> Job:
     scheme = d.get("partition_scheme", {"type": "per-gpu"})
     if not isinstance(scheme, dict) or scheme.get("type", "per-gpu") not in PARTITION_TYPES:
         raise bad("partition_scheme", f"type must be one of {', '.join(PARTITION_TYPES)}")
-    unknown = set(scheme) - {"type", "cgroup"}
+    unknown = set(scheme) - {"type", "cgroup", "optional"}
     if unknown:
-        raise bad("partition_scheme", f"unknown field '{sorted(unknown)[0]}' (type, cgroup)")
+        raise bad("partition_scheme",
+                  f"unknown field '{sorted(unknown)[0]}' (type, cgroup, optional)")
+    if not isinstance(scheme.get("optional", False), bool):
+        raise bad("partition_scheme", "'optional' must be true or false")
     prepare = d.get("prepare", [])
     prepare = [prepare] if isinstance(prepare, str) else prepare
     if not isinstance(prepare, list) or not all(isinstance(c, str) for c in prepare):
@@ -193,6 +197,7 @@ def _make_job(path: Path, suite: str, name: str, d: dict[str, Any]) -> Job:
     return Job(
         suite=suite, name=name, experiment=experiment, arguments=arguments,
         partition=scheme.get("type", "per-gpu"), cgroup=scheme.get("cgroup"),
+        cgroup_optional=scheme.get("optional", False),
         prepare=prepare, exec_prefix=prefix, max_duration=float(max_duration),
         tags=tags, definition=d,
     )

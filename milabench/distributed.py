@@ -1,0 +1,137 @@
+"""torchrun helpers for data-parallel benchmarks (the gpu-progression "scaling" tests).
+
+A benchmark launched with ``python -m torch.distributed.run --nproc-per-node K -m milarun
+run ...`` finds its rank in the environment torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT). Without torchrun every helper degrades to a single process:
+rank 0 of a world of 1, and no process group.
+
+Backends: gloo for CPU slices, nccl for GPUs; on GPUs each rank trains on
+``cuda:LOCAL_RANK`` of the devices torchrun's ``CUDA_VISIBLE_DEVICES`` lists.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from milarun.experiment import Experiment
+
+
+def launched_by_torchrun() -> bool:
+    """True when the torchrun environment (at least WORLD_SIZE) is present."""
+    return bool(os.environ.get("WORLD_SIZE"))
+
+
+def is_initialized() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank_device(device: Any) -> Any:
+    """The device this rank trains on: ``cuda:LOCAL_RANK`` for a GPU under torchrun.
+
+    ``device`` is the instance's device (``exp.device``: ``cuda:0``, the first visible GPU,
+    or ``cpu``). CPU ranks all share ``cpu``; their cores come from the CPU slice.
+    """
+    import torch
+
+    device = torch.device(device)
+    if device.type != "cuda" or not launched_by_torchrun():
+        return device
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        raise RuntimeError(
+            f"torchrun rank with LOCAL_RANK={local_rank} has no GPU of its own: only {count} "
+            f"visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
+            "launch at most one process per visible GPU"
+        )
+    return torch.device("cuda", local_rank)
+
+
+def use_device(exp: Experiment, device: Any) -> None:
+    """Make ``device`` the experiment's device, so rate logs synchronise this rank's GPU.
+
+    Must be called before the first ``exp.rate_log()`` (the synchroniser is bound to the
+    device when a rate log is created).
+    """
+    # Experiment has no public setter for its device yet: it resolves it lazily into
+    # ``_device`` and binds ``_sync`` from it on first use.
+    exp._device = device
+    exp._sync = None
+
+
+def init_from_env(device: Any) -> tuple[int, int]:
+    """Join the torchrun process group; returns ``(rank, world_size)``.
+
+    Without torchrun (no WORLD_SIZE in the environment) nothing is initialised and
+    ``(0, 1)`` is returned. The backend is gloo when ``device`` is a CPU, else nccl; on a
+    GPU the rank's current device becomes ``cuda:LOCAL_RANK`` before the group is created.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not launched_by_torchrun():
+        return 0, 1
+    if not dist.is_available():
+        raise RuntimeError("WORLD_SIZE is set (torchrun) but torch.distributed is unavailable")
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    for var in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        if not os.environ.get(var):
+            raise RuntimeError(
+                f"WORLD_SIZE is set but {var} is not: launch with "
+                "`python -m torch.distributed.run` (torchrun)"
+            )
+    device = torch.device(device)
+    if device.type == "cpu":
+        dist.init_process_group(backend="gloo", init_method="env://")
+    else:
+        local = rank_device(device)
+        torch.cuda.set_device(local)
+        # device_id binds the NCCL communicator to this rank's GPU (no guessing cuda:0).
+        dist.init_process_group(backend="nccl", init_method="env://", device_id=local)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _train_log(exp: Experiment, name: str) -> Any:
+    for log in exp.rate_logs():
+        if log.name == name:
+            return log
+    raise RuntimeError(f"the experiment has no rate log {name!r} to gather")
+
+
+def gather_rate_logs(exp: Experiment, name: str = "train") -> list[dict[str, Any]]:
+    """Every rank's ``name`` rate-log record, in rank order (a collective call).
+
+    Under torchrun every rank must call it; rank 0 gets the records of all ranks as
+    ``exp.extra_timings = {"<name>_0": ..., "<name>_1": ...}`` for the runner to add to the
+    result's timings, and ``exp.write_result`` is True on rank 0 only. Without a process
+    group it returns this process's record alone and sets nothing.
+    """
+    log = _train_log(exp, name)
+    if not log.finished:
+        log.finish()  # the record must be final before it is shared
+    record = log.record()
+    if not is_initialized():
+        return [record]
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, record)
+    exp.write_result = rank == 0  # type: ignore[attr-defined]
+    if rank == 0:
+        extra = dict(getattr(exp, "extra_timings", None) or {})
+        extra.update({f"{name}_{r}": rec for r, rec in enumerate(gathered)})
+        exp.extra_timings = extra  # type: ignore[attr-defined]
+    return gathered
+
+
+def shutdown() -> None:
+    """Destroy the process group (no-op without one)."""
+    if is_initialized():
+        import torch.distributed as dist
+
+        dist.destroy_process_group()

@@ -1,0 +1,94 @@
+"""scaling: data-parallel training of a torchvision network on a fixed synthetic batch.
+
+Launched by the gpu-progression scheme as ``python -m torch.distributed.run
+--nproc-per-node K -m milarun run milabench.models.scaling:main ...``: each rank trains the
+same network wrapped in DistributedDataParallel (nccl on GPUs, gloo on CPU slices) on its own
+fixed random batch of ``--batch-size`` images (per rank). ``--max-count`` counts the examples
+of one rank. Rank 0 writes the result, with every rank's rate log as ``train_<rank>``.
+
+Without torchrun it trains the plain network in one process (world size 1, no DDP).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+import torchvision
+
+from milabench import distributed, helpers
+from milarun.experiment import BadTestArguments, Experiment
+
+
+def classification_models() -> list[str]:
+    return sorted(torchvision.models.list_models(module=torchvision.models))
+
+
+def build_model(arch: str, num_classes: int) -> torch.nn.Module:
+    if arch not in classification_models():
+        raise BadTestArguments(
+            f"bad test argument: --arch {arch!r} is not a torchvision classification model "
+            f"(e.g. alexnet, resnet18, resnet50, vgg16; all: {', '.join(classification_models())})"
+        )
+    kwargs = {}
+    if arch in ("googlenet", "inception_v3"):
+        kwargs["init_weights"] = True  # silences the "default init changed" warning
+    return torchvision.models.get_model(arch, weights=None, num_classes=num_classes, **kwargs)
+
+
+def logits(output: object) -> torch.Tensor:
+    """The main head of a model's output (inception/googlenet return a named tuple)."""
+    return output if isinstance(output, torch.Tensor) else output[0]  # type: ignore[index]
+
+
+def main(exp: Experiment, argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--arch", default="alexnet", help="torchvision.models network name")
+    parser.add_argument("--batch-size", type=int, default=64, help="examples per rank and step")
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--num-classes", type=int, default=1000)
+    args = exp.parse_args(parser, argv, max_count=128_000)
+    for flag in ("batch_size", "image_size", "num_classes"):
+        if getattr(args, flag) < 1:
+            raise BadTestArguments(
+                f"bad test argument: --{flag.replace('_', '-')} {getattr(args, flag)} (>= 1)")
+    exp.synthetic_data = True  # one fixed random batch by construction
+
+    instance_device = exp.device  # cpu, or the first visible GPU
+    rank, world_size = distributed.init_from_env(instance_device)
+    device = distributed.rank_device(instance_device)  # cuda:LOCAL_RANK under torchrun
+    distributed.use_device(exp, device)  # the rate log synchronises this rank's GPU
+    exp.write_result = rank == 0  # type: ignore[attr-defined]
+
+    helpers.seed_everything(args.seed)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+
+    model = build_model(args.arch, args.num_classes).to(device)
+    model.train()
+    if distributed.is_initialized():
+        model = torch.nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            output_device=device.index if device.type == "cuda" else None,
+        )
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+
+    gen = torch.Generator().manual_seed(args.seed + rank)  # each rank its own fixed batch
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size,
+                         generator=gen).to(device)
+    labels = torch.randint(0, args.num_classes, (args.batch_size,), generator=gen).to(device)
+
+    def step() -> torch.Tensor:
+        loss = F.cross_entropy(logits(model(images)), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    helpers.train(exp, step, args.batch_size)
+    distributed.gather_rate_logs(exp)
+    exp.metric("world_size", world_size)
+    distributed.shutdown()
