@@ -253,4 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("milarun: interrupted", file=sys.stderr)
         code = 130
+    except BrokenPipeError:  # output piped into `head`: not an error of ours
+        sys.stderr.close()
+        code = 0
     sys.exit(code or 0)

@@ -25,12 +25,16 @@ def classification_models() -> list[str]:
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
-def build_model(arch: str, num_classes: int) -> torch.nn.Module:
+def check_arch(arch: str) -> None:
     if arch not in classification_models():
         raise BadTestArguments(
             f"bad test argument: --arch {arch!r} is not a torchvision classification model "
             f"(e.g. alexnet, resnet18, resnet50, vgg16; all: {', '.join(classification_models())})"
         )
+
+
+def build_model(arch: str, num_classes: int) -> torch.nn.Module:
+    check_arch(arch)
     kwargs = {}
     if arch in ("googlenet", "inception_v3"):
         kwargs["init_weights"] = True  # silences the "default init changed" warning
@@ -54,6 +58,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         if getattr(args, flag) < 1:
             raise BadTestArguments(
                 f"bad test argument: --{flag.replace('_', '-')} {getattr(args, flag)} (>= 1)")
+    check_arch(args.arch)  # before joining the process group: every rank fails fast
     exp.synthetic_data = True  # one fixed random batch by construction
 
     instance_device = exp.device  # cpu, or the first visible GPU

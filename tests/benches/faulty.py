@@ -43,3 +43,14 @@ def hang(exp, argv):
 def sleepy(exp, argv):
     while True:
         time.sleep(1)
+
+
+def hog_on_first_slice(exp, argv):
+    """Slice cpu:0 allocates until its memory cgroup kills it; the others train normally."""
+    if os.environ.get("MILARUN_DEVICE") == "cpu:0":
+        chunks = []
+        while True:
+            chunks.append(bytearray(64 * 2**20))
+            for i in range(0, len(chunks[-1]), 4096):  # touch every page
+                chunks[-1][i] = 1
+    _spin_steps(exp, ["--max-count", "400"])
