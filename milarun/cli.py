@@ -105,6 +105,8 @@ class Commands:
         devices_spec: Option & str = default(None)
         # Run without the profile's cgroup isolation
         no_cgexec: Option & bool = default(False)
+        # Stream every instance's output
+        verbose: Option & bool = default(False)
         # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
         # [alias: -d]
         dataroot: Option = default(None)
@@ -125,6 +127,7 @@ class Commands:
         opts = launch.LaunchOptions(
             outdir=outdir, dataroot=root, user_args=test_args, use_cgexec=not no_cgexec,
             hierarchies=isolation.find_hierarchies() if not no_cgexec else {},
+            verbose=verbose, progress_interval=2.0 if sys.stdout.isatty() else 10.0,
         )
         print(f"{prof.name}: {len(selected)} job(s) x {repeat} on "
               f"{', '.join(d.label for d in devs)} -> {outdir}", flush=True)

@@ -59,6 +59,8 @@ class RateLog:
         self._slice_time = 0.0
         self._slice_count = 0.0
         self._unsynced = False
+        # Called after a block that closed slices, outside the timed region.
+        self.on_slice: Callable[["RateLog"], None] | None = None
 
     @property
     def done(self) -> bool:
@@ -86,8 +88,11 @@ class RateLog:
             self._unsynced = False
         else:
             self._unsynced = True
+        closed = len(self.rates)
         self._add(end - start, count)
         self.last_end = end
+        if self.on_slice is not None and len(self.rates) > closed:
+            self.on_slice(self)
 
     def _add(self, elapsed: float, count: int) -> None:
         self.blocks += 1
@@ -212,6 +217,7 @@ class Experiment:
         self._device = device
         self._sync: Callable[[], None] | None = None
         self._timers: dict[str, Timer | RateLog] = {}
+        self.on_progress: Callable[[RateLog], None] | None = None
         self.program = self.time("program").__enter__()
 
     # -- arguments -----------------------------------------------------------------
@@ -275,6 +281,7 @@ class Experiment:
             sync=self._synchronizer(),
             wallclock=self.wallclock,
         )
+        log.on_slice = self.on_progress
         self._timers[name] = log
         return log
 

@@ -24,6 +24,7 @@ from milarun import devices as devmod
 from milarun import isolation, results, sysinfo
 from milarun.devices import Device
 from milarun.profile import Job
+from milarun.progress import ProgressBoard
 
 GRACE_PERIOD = 10.0
 POLL_INTERVAL = 0.1
@@ -76,6 +77,8 @@ class LaunchOptions:
     grace: float = GRACE_PERIOD
     out: TextIO = sys.stdout
     hierarchies: dict[str, isolation.Hierarchy] = field(default_factory=dict)
+    verbose: bool = False  # stream every instance's output
+    progress_interval: float = 10.0
     unisolated_warned: set[str] = field(default_factory=set)
 
 
@@ -160,6 +163,7 @@ class Supervisor:
         self.on_end = on_end or (lambda inst: None)
         self.stop_requested: str | None = None
         self.warned: set[str] = set()
+        self.board = ProgressBoard(opts.out, opts.progress_interval, opts.verbose)
 
     def _request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = signal.Signals(signum).name
@@ -183,6 +187,7 @@ class Supervisor:
                     if inst.process.poll() is not None:
                         self._finish(inst)
                 running = [i for i in running if not i.result]
+                self.board.update(running)
                 if running:
                     time.sleep(POLL_INTERVAL)
         finally:
@@ -253,6 +258,7 @@ class Supervisor:
             inst.process.wait()
 
     def _finish(self, inst: Instance) -> None:
+        self.board.update([inst])  # the last lines of its output
         # Reap whatever the test left behind in its group (loader workers, ...).
         self._signal_group(inst, signal.SIGKILL)
         found = results.find_instance_results(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from milarun import devices, isolation, results, sysinfo
+from milarun.progress import PROGRESS_TAG
 from milarun.experiment import Experiment, BadTestArguments
 
 # Environment variables worth recording (and restoring on rerun); never the whole
@@ -78,6 +80,22 @@ def _check_rates(exp: Experiment) -> dict[str, str] | None:
     return None
 
 
+def progress_printer(min_interval: float = 1.0) -> Callable[[Any], None]:
+    """Print a rate log's progress as one tagged JSON line, at most once per interval."""
+    last = [0.0]
+
+    def report(log: Any) -> None:
+        now = time.monotonic()
+        if now - last[0] < min_interval:
+            return
+        last[0] = now
+        info = {"timer": log.name, "count": log.count, "max_count": log.max_count,
+                "rate": log.rates[-1] if log.rates else None, "in_block": log.in_block}
+        print(f"{PROGRESS_TAG} {json.dumps(info)}", flush=True)
+
+    return report
+
+
 def run_test(
     function: str,
     argv: list[str],
@@ -99,6 +117,7 @@ def run_test(
     fn = resolve_function(function)
     stamp = results.utc_stamp()
     exp = Experiment(name, job_id=job_id, outdir=outdir, dataroot=dataroot, stamp=stamp)
+    exp.on_progress = progress_printer()
     gpu_mon = devices.gpu_monitor(interval=monitor_interval).start()
     cpu_mon = devices.cpu_monitor(interval=monitor_interval).start()
     failure = error = None
