@@ -22,44 +22,15 @@ def launched_by_torchrun() -> bool:
     return bool(os.environ.get("WORLD_SIZE"))
 
 
+def env_rank() -> int:
+    """This process's global rank as torchrun announces it (0 without torchrun)."""
+    return int(os.environ.get("RANK") or 0)
+
+
 def is_initialized() -> bool:
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized()
-
-
-def rank_device(device: Any) -> Any:
-    """The device this rank trains on: ``cuda:LOCAL_RANK`` for a GPU under torchrun.
-
-    ``device`` is the instance's device (``exp.device``: ``cuda:0``, the first visible GPU,
-    or ``cpu``). CPU ranks all share ``cpu``; their cores come from the CPU slice.
-    """
-    import torch
-
-    device = torch.device(device)
-    if device.type != "cuda" or not launched_by_torchrun():
-        return device
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    count = torch.cuda.device_count()
-    if local_rank >= count:
-        raise RuntimeError(
-            f"torchrun rank with LOCAL_RANK={local_rank} has no GPU of its own: only {count} "
-            f"visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
-            "launch at most one process per visible GPU"
-        )
-    return torch.device("cuda", local_rank)
-
-
-def use_device(exp: Experiment, device: Any) -> None:
-    """Make ``device`` the experiment's device, so rate logs synchronise this rank's GPU.
-
-    Must be called before the first ``exp.rate_log()`` (the synchroniser is bound to the
-    device when a rate log is created).
-    """
-    # Experiment has no public setter for its device yet: it resolves it lazily into
-    # ``_device`` and binds ``_sync`` from it on first use.
-    exp._device = device
-    exp._sync = None
 
 
 def init_from_env(device: Any) -> tuple[int, int]:
@@ -88,10 +59,10 @@ def init_from_env(device: Any) -> tuple[int, int]:
     if device.type == "cpu":
         dist.init_process_group(backend="gloo", init_method="env://")
     else:
-        local = rank_device(device)
-        torch.cuda.set_device(local)
+        # exp.device is already cuda:LOCAL_RANK under torchrun (milarun.devices).
+        torch.cuda.set_device(device)
         # device_id binds the NCCL communicator to this rank's GPU (no guessing cuda:0).
-        dist.init_process_group(backend="nccl", init_method="env://", device_id=local)
+        dist.init_process_group(backend="nccl", init_method="env://", device_id=device)
     return dist.get_rank(), dist.get_world_size()
 
 

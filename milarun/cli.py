@@ -78,7 +78,8 @@ def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
     else:
         print(f"{result['name']} J{result['job_id']}: FAIL "
               f"({result['failure']['kind']}): {result['failure']['message']}")
-    print(f"result: {path}")
+    if path is not None:
+        print(f"result: {path}")
     return runner.exit_code(result)
 
 

@@ -177,7 +177,15 @@ def torch_device() -> Any:
             f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}) but torch sees no GPU; "
             "use --devices cpu:N on a machine without GPUs"
         )
-    return torch.device("cuda", 0)  # the first (only) visible GPU
+    # Under torchrun each rank owns the visible GPU of its LOCAL_RANK; else the first one.
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if local_rank >= torch.cuda.device_count():
+        raise RuntimeError(
+            f"rank with LOCAL_RANK={local_rank} has no GPU of its own: only "
+            f"{torch.cuda.device_count()} visible (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}); launch one process per GPU"
+        )
+    return torch.device("cuda", local_rank)
 
 
 def synchronizer(device: Any) -> Callable[[], None]:

@@ -58,10 +58,11 @@ class Instance:
     interrupted: bool = False
     result_path: Path | None = None
     result: dict[str, Any] = field(default_factory=dict)
+    fullname: str | None = None  # result name when it is not the job's (scaling: .<k>)
 
     @property
     def name(self) -> str:
-        return self.job.fullname
+        return self.fullname or self.job.fullname
 
     @property
     def tag(self) -> str:
@@ -86,10 +87,7 @@ def check_jobs(jobs: list[Job], devices: list[Device], opts: LaunchOptions) -> N
     """Refuse up front what cannot run, before any job starts."""
     for job in jobs:
         if job.partition == "gpu-progression":
-            raise LaunchError(
-                f"job {job.fullname} is a gpu-progression (scaling) job, which needs the "
-                "torchrun launcher not in this milarun yet; leave it out with --name"
-            )
+            continue  # k ranks span k students: runs without per-student groups
         for device in devices:
             _placement(job, device, opts)
 
@@ -108,6 +106,38 @@ def _placement(job: Job, device: Device, opts: LaunchOptions) -> isolation.Place
             print(f"warning: {job.fullname} runs WITHOUT student isolation: {err}",
                   file=opts.out, flush=True)
         return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions
+                     ) -> list[list[Instance]]:
+    """gpu-progression: for k = 1..N, one torchrun job of k ranks named <suite>.<test>.<k>."""
+    rounds = []
+    for k in range(1, len(devices) + 1):
+        group = devices[:k]
+        name = f"{job.fullname}.{k}"
+        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat, "world_size": k}
+        command = [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+            "--nproc-per-node", str(k), "--master-addr", "127.0.0.1",
+            "--master-port", str(free_port()),
+            "-m", "milarun", "run", job.experiment, "--experiment-name", name,
+            "--job-id", str(repeat), "-o", str(opts.outdir), "-d", str(opts.dataroot),
+            "--extra", json.dumps(extra), "--", *job.argv(), *opts.user_args,
+        ]
+        env = {**os.environ, **devmod.instance_environ(group)}
+        if group[0].kind == devmod.CPU_KIND and "OMP_NUM_THREADS" not in os.environ:
+            # each rank gets one slice's share of the cores, not the whole group's
+            env["OMP_NUM_THREADS"] = devmod.instance_environ(group[:1])["OMP_NUM_THREADS"]
+        log_path = opts.outdir / "logs" / f"{name}.J{repeat}.log"
+        inst = Instance(job, str(repeat), group, command, env, log_path, fullname=name)
+        rounds.append([inst])
+    return rounds
 
 
 def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions
@@ -341,9 +371,12 @@ def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOp
     for r in range(repeat):
         for job in jobs:
             _prepare(job, opts.out)
-            instances = plan_instances(job, r, devices, opts)
-            try:
-                supervisor.run_group(instances)
-            finally:
-                done += [i for i in instances if i.result]
+            rounds = (plan_progression(job, r, devices, opts)
+                      if job.partition == "gpu-progression"
+                      else [plan_instances(job, r, devices, opts)])
+            for instances in rounds:
+                try:
+                    supervisor.run_group(instances)
+                finally:
+                    done += [i for i in instances if i.result]
     return done

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -107,7 +108,7 @@ def run_test(
     rerun_of: str | None = None,
     monitor_interval: float = 1.0,
     outfile: Path | None = None,
-) -> tuple[dict[str, Any], Path]:
+) -> tuple[dict[str, Any], Path | None]:
     """Run ``function(experiment, argv)`` and write its result; returns (result, path).
 
     Every outcome is written: exceptions, NaN metrics, too-short runs, SIGTERM and the
@@ -142,6 +143,7 @@ def run_test(
             signal.signal(sig, handler)
         timings = exp.finish()
         gpu_record, cpu_record = gpu_mon.stop(), cpu_mon.stop()
+    timings.update(getattr(exp, "extra_timings", None) or {})  # e.g. other DDP ranks
     if failure is None and exp.nan_metrics():
         failure = _failure("nan", f"NaN in metrics: {', '.join(exp.nan_metrics())}")
     if failure is None:
@@ -183,6 +185,13 @@ def run_test(
         if key in result and result[key] is not None:
             raise UsageError(f"--extra key '{key}' would overwrite the harness's own field")
         result[key] = value
+    if not getattr(exp, "write_result", True):
+        # A non-zero DDP rank: rank 0 writes the result for all. When this rank is the one
+        # that failed, its log is the only place that says why.
+        if not success:
+            print(f"rank {os.environ.get('RANK')}: {failure['kind']}: {result['error']}",
+                  file=sys.stderr)
+        return result, None
     try:
         path = results.write_result(outdir, result, stamp, outfile)
     except FileExistsError:  # never overwrite, never lose the run: use the DESIGN name

@@ -19,14 +19,27 @@ def stats(values: list[float]) -> dict[str, Any]:
             "std": math.sqrt(var)}
 
 
+def _timer_rate(record: dict[str, Any]) -> float | None:
+    rate = results.steady_rate(record.get("rates") or [], record.get("slice", 0.5))
+    return rate if rate is not None and rate > 0 else None
+
+
 def run_rate(result: dict[str, Any], timer: str = "train") -> float | None:
-    """Steady examples/s of one successful result (None if it has none)."""
+    """Steady examples/s of one successful result (None if it has none).
+
+    A distributed result (``train_<rank>`` timers) counts all its ranks: the sum of their
+    rates is the throughput of the k devices together.
+    """
     if not result.get("success"):
         return None
-    record = (result.get("timings") or {}).get(timer) or {}
-    rates = record.get("rates") or []
-    rate = results.steady_rate(rates, record.get("slice", 0.5))
-    return rate if rate is not None and rate > 0 else None
+    timings = result.get("timings") or {}
+    prefix = f"{timer}_"
+    ranks = [v for k, v in timings.items()
+             if k.startswith(prefix) and k[len(prefix):].isdigit()]
+    if ranks:
+        rates = [_timer_rate(r) for r in ranks]
+        return None if any(r is None for r in rates) else sum(rates)
+    return _timer_rate(timings.get(timer) or {})
 
 
 def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -10,7 +10,7 @@ import pytest
 from conftest import load_all, milarun
 from milarun import results
 
-QUICK_TESTS = ("calibration", "polynome", "sine_wave")
+QUICK_TESTS = ("calibration", "polynome", "sine_wave")  # per-device tests of quick.json
 
 
 def one_line_error(done) -> str:
@@ -29,7 +29,11 @@ def test_jobs_quick_writes_one_result_per_test_and_device(quick_run):
             matching = [n for n in names if n.startswith(f"quick.{test}.J0.{device}.")]
             assert len(matching) == 1, names
             assert ".FAIL." not in matching[0]
-    assert len(names) == 6
+    # scaling (gpu-progression): one torchrun job per world size, rank 0 writes it
+    for k in (1, 2):
+        matching = [n for n in names if n.startswith(f"quick.scaling.{k}.J0.")]
+        assert len(matching) == 1 and ".FAIL." not in matching[0], names
+    assert len(names) == 8
     assert str(out.resolve()) in done.stdout  # says where the results are
     for test in QUICK_TESTS:
         assert f"quick.{test}" in done.stdout
@@ -44,6 +48,13 @@ def test_quick_results_carry_every_design_key(quick_run):
         missing = [k for k in results.RESULT_KEYS if k not in result]
         assert not missing, (name, missing)
         assert result["success"] is True
+        if result["name"].startswith("quick.scaling."):
+            k = int(result["name"].rsplit(".", 1)[1])
+            assert result["metrics"]["world_size"] == k
+            assert sorted(t for t in result["timings"] if t.startswith("train_")) == [
+                f"train_{r}" for r in range(k)]
+            assert result["device"] == ",".join(f"cpu:{r}" for r in range(k))
+            continue
         assert result["device"] in ("cpu:0", "cpu:1")
         assert result["environ"]["CUDA_VISIBLE_DEVICES"] == ""
         assert result["environ"]["OMP_NUM_THREADS"] == "1"  # 2 cores / 2 slices

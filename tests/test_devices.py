@@ -106,7 +106,7 @@ def two_gpus() -> list[dict]:
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for var in ("CUDA_VISIBLE_DEVICES", "MILARUN_DEVICE", "OMP_NUM_THREADS"):
+    for var in ("CUDA_VISIBLE_DEVICES", "MILARUN_DEVICE", "OMP_NUM_THREADS", "LOCAL_RANK"):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
@@ -427,6 +427,7 @@ def test_torch_device_cpu_slice_never_uses_gpu(clean_env):
 def test_torch_device_gpu_instance(clean_env):
     torch = pytest.importorskip("torch")
     clean_env.setattr(torch.cuda, "is_available", lambda: True)
+    clean_env.setattr(torch.cuda, "device_count", lambda: 1)
     clean_env.setenv("MILARUN_DEVICE", "cuda")
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert devices.torch_device() == torch.device("cuda", 0)  # the only visible GPU
@@ -438,4 +439,18 @@ def test_torch_device_gpu_instance(clean_env):
 def test_torch_device_plain_run_on_gpu_machine_uses_gpu(clean_env):
     torch = pytest.importorskip("torch")
     clean_env.setattr(torch.cuda, "is_available", lambda: True)
+    clean_env.setattr(torch.cuda, "device_count", lambda: 1)
     assert devices.torch_device().type == "cuda"
+
+
+def test_torchrun_rank_uses_its_local_gpu(clean_env):
+    torch = pytest.importorskip("torch")
+    clean_env.setattr(torch.cuda, "is_available", lambda: True)
+    clean_env.setattr(torch.cuda, "device_count", lambda: 2)
+    clean_env.setenv("MILARUN_DEVICE", "cuda")
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    clean_env.setenv("LOCAL_RANK", "1")
+    assert devices.torch_device() == torch.device("cuda", 1)
+    clean_env.setenv("LOCAL_RANK", "2")
+    with pytest.raises(RuntimeError, match="LOCAL_RANK=2 has no GPU"):
+        devices.torch_device()

@@ -3,8 +3,8 @@
 Launched by the gpu-progression scheme as ``python -m torch.distributed.run
 --nproc-per-node K -m milarun run milabench.models.scaling:main ...``: each rank trains the
 same network wrapped in DistributedDataParallel (nccl on GPUs, gloo on CPU slices) on its own
-fixed random batch of ``--batch-size`` images (per rank). ``--max-count`` counts the examples
-of one rank. Rank 0 writes the result, with every rank's rate log as ``train_<rank>``.
+fixed random batch of ``--batch-size`` images (per rank), SGD with momentum 0.9.
+``--max-count`` counts the examples of one rank. Rank 0 writes the result, with every rank's rate log as ``train_<rank>``.
 
 Without torchrun it trains the plain network in one process (world size 1, no DDP).
 """
@@ -47,6 +47,8 @@ def logits(output: object) -> torch.Tensor:
 
 
 def main(exp: Experiment, argv: list[str]) -> None:
+    # Only rank 0 writes the run's result, even when the arguments are rejected.
+    exp.write_result = distributed.env_rank() == 0  # type: ignore[attr-defined]
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arch", default="alexnet", help="torchvision.models network name")
     parser.add_argument("--batch-size", type=int, default=64, help="examples per rank and step")
@@ -61,10 +63,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     check_arch(args.arch)  # before joining the process group: every rank fails fast
     exp.synthetic_data = True  # one fixed random batch by construction
 
-    instance_device = exp.device  # cpu, or the first visible GPU
-    rank, world_size = distributed.init_from_env(instance_device)
-    device = distributed.rank_device(instance_device)  # cuda:LOCAL_RANK under torchrun
-    distributed.use_device(exp, device)  # the rate log synchronises this rank's GPU
+    device = exp.device  # cpu, or cuda:LOCAL_RANK under torchrun
+    rank, world_size = distributed.init_from_env(device)
     exp.write_result = rank == 0  # type: ignore[attr-defined]
 
     helpers.seed_everything(args.seed)
