@@ -429,5 +429,4 @@ def isolation_record() -> dict[str, Any]:
         "memory_limit": memory_limit(groups),
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         "requested": os.environ.get("MILARUN_CGROUP") or None,
-        "caches_dropped": os.environ.get("MILARUN_CACHES_DROPPED") == "1",
     }

@@ -81,6 +81,7 @@ class LaunchOptions:
     verbose: bool = False  # stream every instance's output
     progress_interval: float = 10.0
     unisolated_warned: set[str] = field(default_factory=set)
+    prepare_warned: set[str] = field(default_factory=set)
 
 
 def check_jobs(jobs: list[Job], devices: list[Device], opts: LaunchOptions) -> None:
@@ -114,14 +115,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions
-                     ) -> list[list[Instance]]:
+def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions,
+                     prepared: list[dict[str, Any]] | None = None) -> list[list[Instance]]:
     """gpu-progression: for k = 1..N, one torchrun job of k ranks named <suite>.<test>.<k>."""
     rounds = []
     for k in range(1, len(devices) + 1):
         group = devices[:k]
         name = f"{job.fullname}.{k}"
-        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat, "world_size": k}
+        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat, "world_size": k,
+                 "prepare": prepared or []}
         command = [
             sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
             "--nproc-per-node", str(k), "--master-addr", "127.0.0.1",
@@ -140,14 +142,15 @@ def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchO
     return rounds
 
 
-def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions
-                   ) -> list[Instance]:
+def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions,
+                   prepared: list[dict[str, Any]] | None = None) -> list[Instance]:
     """per-gpu: one instance per device; normal: one instance on every device."""
     groups = [[d] for d in devices] if job.partition == "per-gpu" else [devices]
     instances = []
     for group in groups:
         job_id = f"{repeat}.{group[0].id}" if job.partition == "per-gpu" else str(repeat)
-        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat}
+        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat,
+                 "prepare": prepared or []}
         command = [
             sys.executable, "-m", "milarun", "run", job.experiment,
             "--experiment-name", job.fullname, "--job-id", job_id,
@@ -175,13 +178,23 @@ def _exec_prefix(job: Job, warned: set[str], out: TextIO) -> list[str]:
     return []
 
 
-def _prepare(job: Job, out: TextIO) -> None:
+def _prepare(job: Job, opts: LaunchOptions) -> list[dict[str, Any]]:
+    """Run the job's prepare commands; a failure is a warning (once per command).
+
+    Returns what ran and how it ended, for the results (e.g. caches not dropped because
+    dropping them needs root: no setuid helper is ever used for it).
+    """
+    outcomes = []
     for command in job.prepare:
         done = subprocess.run(command, shell=True, capture_output=True, text=True)
-        if done.returncode != 0:
+        outcomes.append({"command": command, "returncode": done.returncode})
+        if done.returncode != 0 and command not in opts.prepare_warned:
+            opts.prepare_warned.add(command)
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
             print(f"warning: prepare command of {job.fullname} failed "
-                  f"(exit {done.returncode}): {command}: {tail[0]}", file=out)
+                  f"(exit {done.returncode}, continuing): {command}: {tail[0]}",
+                  file=opts.out, flush=True)
+    return outcomes
 
 
 class Supervisor:
@@ -370,10 +383,10 @@ def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOp
     done: list[Instance] = []
     for r in range(repeat):
         for job in jobs:
-            _prepare(job, opts.out)
-            rounds = (plan_progression(job, r, devices, opts)
+            prepared = _prepare(job, opts)
+            rounds = (plan_progression(job, r, devices, opts, prepared)
                       if job.partition == "gpu-progression"
-                      else [plan_instances(job, r, devices, opts)])
+                      else [plan_instances(job, r, devices, opts, prepared)])
             for instances in rounds:
                 try:
                     supervisor.run_group(instances)

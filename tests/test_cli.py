@@ -51,7 +51,7 @@ def test_quick_results_carry_every_design_key(quick_run):
         if result["name"].startswith("quick.scaling."):
             k = int(result["name"].rsplit(".", 1)[1])
             assert result["metrics"]["world_size"] == k
-            assert sorted(t for t in result["timings"] if t.startswith("train_")) == [
+            assert sorted(t for t in result["timings"] if re.fullmatch(r"train_\d+", t)) == [
                 f"train_{r}" for r in range(k)]
             assert result["device"] == ",".join(f"cpu:{r}" for r in range(k))
             continue
@@ -258,3 +258,19 @@ def test_ctrl_c_stops_every_instance_and_records_them(tmp_path):
     for name, result in found.items():
         assert ".FAIL." in name
         assert result["failure"]["kind"] == "interrupted"
+
+
+def test_failing_prepare_warns_once_and_is_recorded(tmp_path):
+    prof = write_profile(tmp_path / "prep.json", cal={
+        "experiment": "milabench.models.calibration:main",
+        "arguments": {"--max-count": 192000, "--step-time": 0.001},
+        "prepare": ["echo needs root >&2; exit 1"]})
+    done = milarun("jobs", prof, "--repeat", "2", "-o", tmp_path / "out",
+                   "--devices", "cpu:1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("warning: prepare command") == 1
+    runs = load_all(tmp_path / "out").values()
+    assert len(runs) == 2
+    for result in runs:
+        assert result["prepare"] == [{"command": "echo needs root >&2; exit 1",
+                                      "returncode": 1}]
