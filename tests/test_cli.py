@@ -264,7 +264,7 @@ def test_failing_prepare_warns_once_and_is_recorded(tmp_path):
     prof = write_profile(tmp_path / "prep.json", cal={
         "experiment": "milabench.models.calibration:main",
         "arguments": {"--max-count": 192000, "--step-time": 0.001},
-        "prepare": ["echo needs root >&2; exit 1"]})
+        "prepare": ["echo needs root >&2; exit 1"], "max_duration": 60})
     done = milarun("jobs", prof, "--repeat", "2", "-o", tmp_path / "out",
                    "--devices", "cpu:1")
     assert done.returncode == 0, done.stdout + done.stderr
