@@ -274,3 +274,14 @@ def test_failing_prepare_warns_once_and_is_recorded(tmp_path):
     for result in runs:
         assert result["prepare"] == [{"command": "echo needs root >&2; exit 1",
                                       "returncode": 1}]
+
+
+def test_one_killed_instance_leaves_a_record_and_its_sibling_succeeds(tmp_path):
+    prof = write_profile(tmp_path / "kill.json",
+                         k={"experiment": "faulty:killed_on_first_slice", "max_duration": 60})
+    done = milarun("jobs", prof, "--devices", "cpu:2", "-o", tmp_path / "out")
+    assert done.returncode == 1
+    found = {r["device"]: r for r in load_all(tmp_path / "out").values()}
+    assert found["cpu:0"]["failure"]["kind"] == "killed"
+    assert found["cpu:0"]["signal"] == "SIGKILL" and found["cpu:0"]["returncode"] == -9
+    assert found["cpu:1"]["success"] is True

@@ -54,3 +54,11 @@ def hog_on_first_slice(exp, argv):
             for i in range(0, len(chunks[-1]), 4096):  # touch every page
                 chunks[-1][i] = 1
     _spin_steps(exp, ["--max-count", "400"])
+
+
+def killed_on_first_slice(exp, argv):
+    """Slice cpu:0 is SIGKILLed mid-run; the others train normally."""
+    if os.environ.get("MILARUN_DEVICE") == "cpu:0":
+        time.sleep(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    _spin_steps(exp, ["--max-count", "400"])
