@@ -115,6 +115,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _run_command(job: Job, name: str, job_id: str, extra: dict[str, Any],
+                 opts: LaunchOptions) -> list[str]:
+    """The ``milarun run`` words of one instance (profile args first, the user's last)."""
+    return [
+        "-m", "milarun", "run", job.experiment, "--experiment-name", name,
+        "--job-id", job_id, "-o", str(opts.outdir), "-d", str(opts.dataroot),
+        "--extra", json.dumps(extra), "--", *job.argv(), *opts.user_args,
+    ]
+
+
 def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions,
                      prepared: list[dict[str, Any]] | None = None) -> list[list[Instance]]:
     """gpu-progression: for k = 1..N, one torchrun job of k ranks named <suite>.<test>.<k>."""
@@ -128,9 +138,7 @@ def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchO
             sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
             "--nproc-per-node", str(k), "--master-addr", "127.0.0.1",
             "--master-port", str(free_port()),
-            "-m", "milarun", "run", job.experiment, "--experiment-name", name,
-            "--job-id", str(repeat), "-o", str(opts.outdir), "-d", str(opts.dataroot),
-            "--extra", json.dumps(extra), "--", *job.argv(), *opts.user_args,
+            *_run_command(job, name, str(repeat), extra, opts),
         ]
         env = {**os.environ, **devmod.instance_environ(group)}
         if group[0].kind == devmod.CPU_KIND and "OMP_NUM_THREADS" not in os.environ:
@@ -151,12 +159,7 @@ def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOpt
         job_id = f"{repeat}.{group[0].id}" if job.partition == "per-gpu" else str(repeat)
         extra = {"job": job.definition, "suite": job.suite, "repeat": repeat,
                  "prepare": prepared or []}
-        command = [
-            sys.executable, "-m", "milarun", "run", job.experiment,
-            "--experiment-name", job.fullname, "--job-id", job_id,
-            "-o", str(opts.outdir), "-d", str(opts.dataroot),
-            "--extra", json.dumps(extra), "--", *job.argv(), *opts.user_args,
-        ]
+        command = [sys.executable, *_run_command(job, job.fullname, job_id, extra, opts)]
         env = {**os.environ, **devmod.instance_environ(group)}
         place = _placement(job, group[0], opts)
         if place is not None:
