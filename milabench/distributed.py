@@ -92,11 +92,9 @@ def gather_rate_logs(exp: Experiment, name: str = "train") -> list[dict[str, Any
     rank, world = dist.get_rank(), dist.get_world_size()
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, record)
-    exp.write_result = rank == 0  # type: ignore[attr-defined]
+    exp.write_result = rank == 0
     if rank == 0:
-        extra = dict(getattr(exp, "extra_timings", None) or {})
-        extra.update({f"{name}_{r}": rec for r, rec in enumerate(gathered)})
-        exp.extra_timings = extra  # type: ignore[attr-defined]
+        exp.extra_timings.update({f"{name}_{r}": rec for r, rec in enumerate(gathered)})
     return gathered
 
 

@@ -218,6 +218,10 @@ class Experiment:
         self._sync: Callable[[], None] | None = None
         self._timers: dict[str, Timer | RateLog] = {}
         self.on_progress: Callable[[RateLog], None] | None = None
+        # Distributed tests: timings of the other ranks (train_<rank>), and whether this
+        # process writes the result (only rank 0 does).
+        self.extra_timings: dict[str, dict[str, Any]] = {}
+        self.write_result = True
         self.program = self.time("program").__enter__()
 
     # -- arguments -----------------------------------------------------------------

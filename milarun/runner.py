@@ -25,6 +25,10 @@ ENV_PREFIXES = (
 )
 
 
+# Result fields the harness owns; --extra may add others, and fill "job".
+HARNESS_KEYS = (set(results.RESULT_KEYS) | {"finished_at"}) - {"job"}
+
+
 class UsageError(RuntimeError):
     """The call itself is wrong (nothing is run, nothing is written)."""
 
@@ -115,6 +119,10 @@ def run_test(
     supervisor's timeout signal all give a FAIL result.
     """
     outdir = Path(outdir)
+    # Checked before the test runs, so a bad call never costs a finished run.
+    clashing = sorted(set(extra or {}) & HARNESS_KEYS)
+    if clashing:
+        raise UsageError(f"--extra key '{clashing[0]}' would overwrite the harness's own field")
     fn = resolve_function(function)
     stamp = results.utc_stamp()
     exp = Experiment(name, job_id=job_id, outdir=outdir, dataroot=dataroot, stamp=stamp)
@@ -143,7 +151,7 @@ def run_test(
             signal.signal(sig, handler)
         timings = exp.finish()
         gpu_record, cpu_record = gpu_mon.stop(), cpu_mon.stop()
-    timings.update(getattr(exp, "extra_timings", None) or {})  # e.g. other DDP ranks
+    timings.update(exp.extra_timings)  # e.g. the other DDP ranks
     if failure is None and exp.nan_metrics():
         failure = _failure("nan", f"NaN in metrics: {', '.join(exp.nan_metrics())}")
     if failure is None:
@@ -181,11 +189,8 @@ def run_test(
         "rerun_of": rerun_of,
         "finished_at": time.time(),
     }
-    for key, value in (extra or {}).items():
-        if key in result and result[key] is not None:
-            raise UsageError(f"--extra key '{key}' would overwrite the harness's own field")
-        result[key] = value
-    if not getattr(exp, "write_result", True):
+    result.update(extra or {})
+    if not exp.write_result:
         # A non-zero DDP rank: rank 0 writes the result for all. When this rank is the one
         # that failed, its log is the only place that says why.
         if not success:

@@ -285,3 +285,11 @@ def test_one_killed_instance_leaves_a_record_and_its_sibling_succeeds(tmp_path):
     assert found["cpu:0"]["failure"]["kind"] == "killed"
     assert found["cpu:0"]["signal"] == "SIGKILL" and found["cpu:0"]["returncode"] == -9
     assert found["cpu:1"]["success"] is True
+
+
+def test_extra_that_would_overwrite_a_harness_field_is_refused_before_running(tmp_path):
+    done = milarun("run", "faulty:raises", "-o", tmp_path / "out",
+                   "--extra", '{"success": true}')
+    assert done.returncode == 1
+    assert "--extra key 'success'" in one_line_error(done)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))

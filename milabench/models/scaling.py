@@ -48,7 +48,7 @@ def logits(output: object) -> torch.Tensor:
 
 def main(exp: Experiment, argv: list[str]) -> None:
     # Only rank 0 writes the run's result, even when the arguments are rejected.
-    exp.write_result = distributed.env_rank() == 0  # type: ignore[attr-defined]
+    exp.write_result = distributed.env_rank() == 0
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arch", default="alexnet", help="torchvision.models network name")
     parser.add_argument("--batch-size", type=int, default=64, help="examples per rank and step")
@@ -65,7 +65,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     device = exp.device  # cpu, or cuda:LOCAL_RANK under torchrun
     rank, world_size = distributed.init_from_env(device)
-    exp.write_result = rank == 0  # type: ignore[attr-defined]
+    exp.write_result = rank == 0
 
     helpers.seed_everything(args.seed)
     if device.type == "cuda":
