@@ -5,7 +5,7 @@ side on cpu:2 without cgroups and with student cgroups, and prints each instance
 rate as a fraction of the solo rate. Target: with cgroups each keeps >= 95%. Needs root and
 cgroup v1 (or v2 with cpuset and memory); groups are made under a temporary parent.
 
-    sudo uv run python benchmarks/isolation.py [--max-count 8000000]
+    sudo uv run python benchmarks/isolation.py [--min-slices 30]
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ def rates(folder: Path) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--max-count", type=int, default=8_000_000)
+    parser.add_argument("--min-slices", type=int, default=30,
+                        help="length of each run in 0.5 s slices")
     args = parser.parse_args()
-    test_args = ["--", "--max-count", str(args.max_count)]
+    test_args = ["--", "--min-slices", str(args.min_slices)]
     parent = f"milarun-bench-{uuid.uuid4().hex[:6]}"
     env = {"MILARUN_CGROUP_PARENT": parent, "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as tmp:

@@ -66,6 +66,42 @@ def init_from_env(device: Any) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+class StopAgreement:
+    """Every rank stops after the same step, once every rank's rate log is done.
+
+    A rank's log decides by its own slices and clock, so ranks would disagree by a step and
+    the one that went on would hang in DDP's all-reduce. Each step shares this rank's
+    verdict over a CPU (gloo) group without waiting, and acts on the previous step's shared
+    answer: one step late, identical on every rank, and it never syncs a GPU.
+    """
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self._dist = dist
+        self._group = dist.new_group(backend="gloo")
+        self._pending: Any = None
+        self._flag: Any = None
+
+    def __call__(self, log: Any) -> bool:
+        import torch
+
+        dist = self._dist
+        if self._pending is not None:
+            self._pending.wait()
+            if int(self._flag.item()):
+                return True
+        self._flag = torch.tensor([int(log.done)], dtype=torch.int32)
+        self._pending = dist.all_reduce(self._flag, op=dist.ReduceOp.MIN, group=self._group,
+                                        async_op=True)
+        return False
+
+
+def stop_rule() -> Any:
+    """``rule(log) -> bool``: the shared StopAgreement in a process group, else ``log.done``."""
+    return StopAgreement() if is_initialized() else (lambda log: log.done)
+
+
 def _train_log(exp: Experiment, name: str) -> Any:
     for log in exp.rate_logs():
         if log.name == name:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
+from milabench import distributed
 from milarun import efficiency
 from milarun.experiment import Experiment
 
@@ -26,7 +27,9 @@ def setup(exp: Experiment, args: Any) -> Any:
 
 def train(exp: Experiment, step: Callable[[], Any], batch_size: int,
           metric: str = "loss", count_flops: bool | None = None) -> Any:
-    """Run ``step()`` (one iteration of ``batch_size`` examples) until ``--max-count``.
+    """Run ``step()`` (one iteration of ``batch_size`` examples) until the run has measured
+    enough: ``--max-count`` examples if given, and ``--min-slices`` slices (RateLog.done;
+    under torchrun every rank stops after the same step).
 
     Each call is one timed block of the ``train`` rate log; the value of the last step is
     recorded as ``metric`` once the loop ends (reading it earlier would sync the device).
@@ -35,11 +38,10 @@ def train(exp: Experiment, step: Callable[[], Any], batch_size: int,
     (``count_flops``: None decides automatically, see milarun.efficiency.measure).
     """
     log = exp.rate_log("train")
-    if log.max_count is None:
-        raise ValueError("this test needs --max-count (the number of examples to train on)")
+    stop = distributed.stop_rule()
     value = None
     with exp.time("train_loop"):
-        while not log.done:
+        while not stop(log):
             with log.block(batch_size):
                 value = step()
     log.finish()

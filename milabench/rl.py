@@ -309,18 +309,25 @@ def ppo_losses(logits: torch.Tensor, value: torch.Tensor, actions: torch.Tensor,
             "entropy": dist.entropy().mean()}
 
 
+# The reference PPO code decays the rate over its --num-env-steps (10M by default), not
+# over the benchmark's run, whose length is decided by measurement.
+LR_DECAY_ENV_STEPS = 10_000_000
+
+
 def linear_decay(optimizer: torch.optim.Optimizer, base_lr: float, update: int,
                  total: int) -> None:
-    """Learning rate ``base_lr * (1 - update / total)`` (update 0 gets the full rate)."""
+    """Learning rate ``base_lr * (1 - update / total)``, never below 0 (update 0 gets the
+    full rate)."""
     for group in optimizer.param_groups:
-        group["lr"] = base_lr * (1.0 - update / max(total, 1))
+        group["lr"] = base_lr * max(0.0, 1.0 - update / max(total, 1))
 
 
 def train(exp: Experiment, agent: PPO, args: argparse.Namespace) -> None:
-    """Timed PPO iterations until --max-count env steps, with the optional LR decay; records
-    the mean losses of the last update and the mean return of the last 100 episodes."""
+    """Timed PPO iterations until the run is long enough (helpers.train), with the optional
+    LR decay; records the mean losses of the last update and the mean return of the last
+    100 episodes."""
     per_iteration = agent.steps_per_iteration
-    total = -(-args.max_count // per_iteration)  # updates in the run, as the legacy count
+    total = LR_DECAY_ENV_STEPS // per_iteration
     done = 0
 
     def step() -> torch.Tensor:

@@ -126,8 +126,9 @@ def instance_environ(devices: list[Device], cpu_count: int | None = None) -> dic
             "CUDA_VISIBLE_DEVICES": ",".join(d.id for d in devices),
             "MILARUN_DEVICE": GPU_KIND,
         }
-    # A CPU slice hides every GPU and gets its share of the cores as threads.
-    cores = cpu_count or os.cpu_count() or 1
+    # A CPU slice hides every GPU and gets its share, as threads, of the CPUs this process
+    # may use (a Slurm job or container may hold fewer than the machine has).
+    cores = cpu_count or len(os.sched_getaffinity(0)) or 1
     threads = max(1, cores * len(devices) // devices[0].slices)
     env = {
         "CUDA_VISIBLE_DEVICES": "",

@@ -1,4 +1,4 @@
-"""Steady-state diagnostics of a rate series, and the adaptive run length.
+"""Steady-state diagnostics of a rate series, and the rule that decides a run's length.
 
 A run's rate is the mean of its steady window (results.steady_window). These numbers say
 whether that window was really steady: its coefficient of variation, its drift (the last
@@ -82,27 +82,33 @@ def steady_state(rates: Sequence[float], slice_duration: float = 0.5) -> dict[st
     return record
 
 
+# A run measures at least one full steady window (rates[-20:-2]: 18 slices), the two
+# slices after it, and two before it, whatever --max-count says.
+DEFAULT_MIN_SLICES = 22
+
+
 @dataclass
-class Extension:
-    """Keep measuring past --max-count until the steady window is precise enough.
+class RunLength:
+    """When a run has measured enough, once its --max-count examples (if any) are done.
 
     ``min_slices``: at least this many slices in all; ``ci_target``: the relative 95% CI
     half-width of the steady window's mean to reach. Bounded by the job's deadline (the
-    harness passes it in MILARUN_DEADLINE) or DEFAULT_EXTENSION_LIMIT seconds.
+    harness passes it in MILARUN_DEADLINE) or DEFAULT_EXTENSION_LIMIT seconds after the
+    first question. The deadline never cuts --max-count short: the harness's max_duration
+    does, as a timeout.
     """
 
-    min_slices: int | None = None
+    min_slices: int | None = DEFAULT_MIN_SLICES
     ci_target: float | None = None
     deadline: float | None = None
     reached_at: float | None = None
     stopped_by: str | None = None
 
     @classmethod
-    def from_args(cls, min_slices: int | None, ci_target: float | None) -> Extension | None:
-        if min_slices is None and ci_target is None:
-            return None
+    def from_args(cls, min_slices: int | None, ci_target: float | None) -> RunLength:
         deadline = os.environ.get(DEADLINE_ENV)
-        return cls(min_slices, ci_target, float(deadline) if deadline else None)
+        return cls(DEFAULT_MIN_SLICES if min_slices is None else min_slices, ci_target,
+                   float(deadline) if deadline else None)
 
     def satisfied(self, rates: Sequence[float], slice_duration: float) -> bool:
         """True when the run may stop (asked once --max-count is reached)."""
@@ -130,9 +136,9 @@ class Extension:
 
 
 def log_record(log: Any) -> dict[str, Any]:
-    """The diagnostics of one RateLog, with its adaptive extension if it had one."""
+    """The diagnostics of one RateLog, with the rule that decided its length."""
     record = steady_state(log.rates, log.slice_duration)
-    record["extension"] = log.extension.record() if log.extension is not None else None
+    record["extension"] = log.length_rule.record() if log.length_rule is not None else None
     return record
 
 

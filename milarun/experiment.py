@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from milarun.diagnostics import DEFAULT_MIN_SLICES, RunLength
+
 SLICE_DURATION = 0.5
 _EPS = 1e-12
 
@@ -92,19 +94,30 @@ class RateLog:
         # Start-up cost: the first block's duration and when the first slice closed.
         self.first_block: float | None = None
         self.first_slice_at: float | None = None
-        # Adaptive length (--min-slices/--ci-target): may keep the run going past max_count.
-        self.extension: Any = None
+        # When the run has measured enough once max_count is reached (diagnostics.RunLength:
+        # --min-slices/--ci-target). None: max_count alone decides.
+        self.length_rule: Any = None
+        self._judged_at = -1  # slices when the rule last said "not yet"
 
     @property
     def done(self) -> bool:
-        """True once ``max_count`` examples were logged (or the log was finished), and the
-        adaptive extension, if any, is satisfied."""
+        """True once ``max_count`` examples (if set) were logged and the length rule, if
+        any, is satisfied; or once the log is finished. Without either, never."""
         if self.finished:
             return True
-        if self.max_count is None or self.count < self.max_count:
+        if self.max_count is not None and self.count < self.max_count:
             return False
-        return self.extension is None or self.extension.satisfied(self.rates,
-                                                                  self.slice_duration)
+        rule = self.length_rule
+        if rule is None:
+            return self.max_count is not None
+        # The rule can only change its mind when a slice closes: asking it once per slice
+        # keeps this check to a few attribute reads per step.
+        if len(self.rates) == self._judged_at:
+            return False
+        if rule.satisfied(self.rates, self.slice_duration):
+            return True
+        self._judged_at = len(self.rates)
+        return False
 
     def block(self, count: int) -> "_Block":
         """Time one iteration that processes ``count`` examples: ``with log.block(n):``."""
@@ -278,10 +291,11 @@ class Experiment:
     ) -> argparse.Namespace:
         """Parse the test's arguments, adding the harness's ``--max-count`` and ``--seed``."""
         parser.add_argument("--max-count", type=int, default=max_count,
-                            help="stop after this many examples")
+                            help="minimum work: train at least this many examples")
         parser.add_argument("--seed", type=int, default=seed, help="random seed")
         parser.add_argument("--min-slices", type=int, default=None,
-                            help="keep measuring past --max-count until this many slices")
+                            help="measure at least this many 0.5 s slices (default "
+                                 f"{DEFAULT_MIN_SLICES}: one full steady window)")
         parser.add_argument("--ci-target", type=float, default=None, metavar="FRACTION",
                             help="keep measuring past --max-count until the steady rate's "
                                  "95%% CI half-width is below this fraction (e.g. 0.01)")
@@ -327,7 +341,8 @@ class Experiment:
     # -- measurement -----------------------------------------------------------------
     def rate_log(self, name: str = "train", max_count: int | None = None,
                  slice_duration: float = SLICE_DURATION) -> RateLog:
-        """A rate log that stops at ``max_count`` examples (default ``--max-count``)."""
+        """A rate log that is done after ``max_count`` examples (default ``--max-count``)
+        and ``--min-slices`` slices (``--ci-target`` too), or at the job's deadline."""
         if name in self._timers:
             raise ValueError(f"timer {name!r} already exists")
         log = RateLog(
@@ -340,9 +355,7 @@ class Experiment:
             wallclock=self.wallclock,
         )
         log.on_slice = self.on_progress
-        from milarun.diagnostics import Extension
-
-        log.extension = Extension.from_args(self.min_slices, self.ci_target)
+        log.length_rule = RunLength.from_args(self.min_slices, self.ci_target)
         self._timers[name] = log
         return log
 

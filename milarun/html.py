@@ -179,6 +179,7 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
     )
     env.filters["num"] = render._num
+    env.filters["count"] = render.count
     env.filters["ratio_class"] = ratio_class
     env.filters["gpu_class"] = gpu_class
     return env

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 PROGRESS_TAG = "MILARUN_PROGRESS"
+SLICE_SECONDS = 0.5  # in-block seconds per slice (experiment.SLICE_DURATION, not imported:
+#                     the supervisor never imports the measurement side)
 
 
 @dataclass
@@ -64,15 +66,22 @@ class ProgressBoard:
                 print(f"[{inst.name} J{inst.job_id}] {line}", file=self.out, flush=True)
 
     def line(self, inst: Any, now: float) -> str:
-        """``<test> <device>  <rate> ex/s  <count>/<max>  ETA <s>`` for one instance."""
+        """``<test> <device>  <rate> ex/s  <slices>/<min> slices  <count>[/<max>]  ETA <s>``
+        for one instance; the ETA is the later of the two conditions (count and slices)."""
         latest = self.watches.get(inst.log_path, _Watch()).latest
         elapsed = now - inst.started
         if not latest:
             return f"  ...    {inst.tag}  starting ({elapsed:.0f}s)"
         count, total, rate = latest.get("count"), latest.get("max_count"), latest.get("rate")
-        eta = ""
+        slices, wanted = latest.get("slices"), latest.get("min_slices")
+        waits = []
         if rate and total and count is not None:
-            eta = f"  ETA {max(0.0, (total - count) / rate):.0f}s"
+            waits.append((total - count) / rate)
+        if slices is not None and wanted:
+            waits.append((wanted - slices) * SLICE_SECONDS)
+        eta = f"  ETA {max(0.0, *waits):.0f}s" if waits else ""
         rate_text = f"{rate:,.1f} ex/s" if rate else "-"
-        return (f"  ...    {inst.tag}  {rate_text}  {count}/{total if total else '?'}"
+        slice_text = f"  {slices}/{wanted} slices" if slices is not None and wanted else ""
+        count_text = f"{count}/{total}" if total else f"{count}"
+        return (f"  ...    {inst.tag}  {rate_text}{slice_text}  {count_text}"
                 f"{eta}  ({elapsed:.0f}s)")

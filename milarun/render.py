@@ -23,6 +23,13 @@ def _num(value: Any, spec: str = ",.2f") -> str:
     return format(value, spec)
 
 
+def count(value: Any) -> str:
+    """A count as an integer ("3", never "3.0": table rows come out of pandas as floats)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return str(int(value))
+
+
 def _short(name: str, width: int = NAME_WIDTH) -> str:
     """Long test names are cut in the middle in text (the HTML keeps them whole)."""
     if len(name) <= width:
@@ -52,7 +59,7 @@ def performance_table(report: Report) -> str:
         if "weight" in row:
             cells["weight"] = _num(row["weight"], ".2f")
         cells.update({
-            "n": str(int(row["n"])), "fail": str(int(row["fail"])),
+            "n": count(row["n"]), "fail": count(row["fail"]),
             "perf": _num(row["perf"]), "ci95": _ci(row),
             "std%": _num(row["std%"], ".1f"), "perf_adj": _num(row["perf_adj"]),
         })

@@ -230,7 +230,7 @@ def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
     if drift:
         out.append("rate drifted beyond 2% over the steady window: " + ", ".join(drift))
     if few:
-        out.append("steady window shorter than 5 s (raise --max-count or use --min-slices): "
+        out.append("steady window shorter than 5 s (raise --min-slices): "
                    + ", ".join(few))
     return out
 

@@ -78,7 +78,8 @@ def _check_rates(exp: Experiment) -> dict[str, str] | None:
             return _failure(
                 "too-short",
                 f"rate log '{log.name}' has {usable} usable slices in its steady window "
-                f"({len(log.rates)} in all); raise --max-count so the test runs longer",
+                f"({len(log.rates)} in all); raise --min-slices (at least "
+                f"{results.MIN_STEADY_SLICES + 2}) so the test runs longer",
             )
     if not exp.rate_logs():
         return _failure("too-short", "the test logged no rates (no experiment.rate_log())")
@@ -94,7 +95,9 @@ def progress_printer(min_interval: float = 1.0) -> Callable[[Any], None]:
         if now - last[0] < min_interval:
             return
         last[0] = now
+        rule = log.length_rule
         info = {"timer": log.name, "count": log.count, "max_count": log.max_count,
+                "slices": len(log.rates), "min_slices": rule.min_slices if rule else None,
                 "rate": log.rates[-1] if log.rates else None, "in_block": log.in_block}
         print(f"{PROGRESS_TAG} {json.dumps(info)}", flush=True)
 

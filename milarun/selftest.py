@@ -55,6 +55,7 @@ class Measurement:
     step_time: float  # seconds per step, as asked of the spin
     batch: int
     steps: int
+    instrumented_steps: int  # blocks the RateLog timed: ``steps`` when it compared like with like
     bare_wall: float  # seconds, bare loop of ``steps`` spins
     instrumented_wall: float  # seconds, same steps through RateLog with monitors running
     measured_rate: float  # examples/s as the harness reports it
@@ -153,6 +154,7 @@ def instrumented_loop(spin: Callable[[float], None], step_time: float, steps: in
     try:
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             log = exp.rate_log("train")
+            log.length_rule = None  # exactly ``steps`` steps, to compare with the bare loop
             cpu, start = time.thread_time(), time.perf_counter()
             while not log.done:
                 with log.block(batch):
@@ -189,7 +191,8 @@ def measure(spec: StepSpec, seconds: float = DEFAULT_SECONDS, batch: int = BATCH
     if rate is None:  # too few slices for the steady window: the whole log instead
         rate, source = log.count / log.in_block, "full-log"
     return Measurement(
-        step_time=spec.step_time, batch=batch, steps=steps, bare_wall=bare,
+        step_time=spec.step_time, batch=batch, steps=steps,
+        instrumented_steps=record["blocks"], bare_wall=bare,
         instrumented_wall=wall, measured_rate=rate, rate_source=source,
         slices=len(log.rates), log_duration=record["duration"],
         outside_blocks=record["overhead"], syncs=record["syncs"],

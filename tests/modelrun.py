@@ -41,7 +41,7 @@ def run_without_data(model: str, tmp_path: Path, *argv: object) -> dict:
     message names the `milarun dataset` command that makes the data. Returns the result."""
     out = Path(tmp_path) / "out"
     done = run_model("run", f"milabench.models.{model}:main", "-o", out,
-                     "-d", Path(tmp_path) / "empty", "--", *(argv or ("--max-count", "64")))
+                     "-d", Path(tmp_path) / "empty", "--", *(argv or ("--min-slices", "6")))
     assert done.returncode == 1, describe(done)
     result = only_result(out)
     assert result["success"] is False
@@ -53,7 +53,8 @@ def run_without_data(model: str, tmp_path: Path, *argv: object) -> dict:
 
 def run_trained(model: str, dataroot: Path, tmp_path: Path, args: list[str]) -> dict:
     """Train a model on synthetic data through the CLI: a successful result with a finite
-    loss, at least --max-count examples and >= 5 rate slices. Returns the result."""
+    loss, and at least --min-slices rate slices (the run's length is measured, so it holds on
+    any machine). Returns the result."""
     out = Path(tmp_path) / "out"
     done = run_model("run", f"milabench.models.{model}:main", "-o", out, "-d", dataroot,
                      "--", *args)
@@ -64,6 +65,6 @@ def run_trained(model: str, dataroot: Path, tmp_path: Path, args: list[str]) -> 
     loss = result["metrics"]["loss"]
     assert loss == loss and abs(loss) < float("inf")
     train = result["timings"]["train"]
-    assert train["count"] >= int(args[args.index("--max-count") + 1])
-    assert len(train["rates"]) >= 5, train["rates"]
+    assert train["count"] > 0
+    assert len(train["rates"]) >= int(args[args.index("--min-slices") + 1]), train["rates"]
     return result

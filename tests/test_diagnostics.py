@@ -1,14 +1,17 @@
-"""Steady-state diagnostics on series with known answers, adaptive length, start-up cost."""
+"""Steady-state diagnostics on series with known answers, run length, start-up cost."""
 
 from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 
 from conftest import milarun
-from milarun.diagnostics import Extension, ci_halfwidth, steady_state
+from milabench.models import calibration
+from milarun import results
+from milarun.diagnostics import RunLength, ci_halfwidth, steady_state
 from milarun.experiment import RateLog
 
 
@@ -64,23 +67,23 @@ class FakeClock:
 def test_extension_keeps_measuring_until_min_slices():
     clock = FakeClock()
     log = RateLog(max_count=100, clock=clock, wallclock=clock)
-    log.extension = Extension(min_slices=8, deadline=4e9)  # far in the future
+    log.length_rule = RunLength(min_slices=8, deadline=4e9)  # far in the future
     steps = 0
     while not log.done:
         with log.block(10):
             clock.now += 0.25
         steps += 1
     assert log.count > 100  # went on past max_count
-    assert len(log.rates) == 8 and log.extension.stopped_by == "target"
+    assert len(log.rates) == 8 and log.length_rule.stopped_by == "target"
     # One sync per closed slice (the block crossing max_count also closed one): an
     # extended run does not sync on every block.
     assert log.syncs == 8
 
 
 def test_extension_stops_at_the_deadline():
-    ext = Extension(ci_target=1e-9, deadline=0.0)  # long past: stop at once
+    ext = RunLength(ci_target=1e-9, deadline=0.0)  # long past: stop at once
     assert ext.satisfied([1.0, 2.0, 3.0], 0.5) and ext.stopped_by == "deadline"
-    noisy = Extension(ci_target=0.001, deadline=4e9)
+    noisy = RunLength(ci_target=0.001, deadline=4e9)
     assert not noisy.satisfied([90.0, 110.0] * 12, 0.5)
     assert noisy.satisfied([100.0] * 24, 0.5)
 
@@ -102,3 +105,41 @@ def test_results_record_startup_and_diagnostics(tmp_path):
     bad = milarun("run", "milabench.models.calibration:main", "-o", tmp_path / "b", "--",
                   "--ci-target", "-1")
     assert bad.returncode == 1 and "--ci-target -1" in bad.stdout + bad.stderr
+
+
+@pytest.mark.parametrize("step", [2e-5, 1e-3, 0.3, 1.0, 3.0])
+def test_a_run_ends_by_slices_whatever_one_step_takes(step):
+    """No --max-count: the run stops once it has 12 slices (a window of 10), as soon as it
+    may, whether a step takes 20 us or 3 s."""
+    clock = FakeClock()
+    log = RateLog(clock=clock, wallclock=clock)
+    log.length_rule = RunLength(min_slices=12, deadline=4e9)
+    while not log.done:
+        with log.block(10):
+            clock.now += step
+    log.finish()
+    assert len(results.steady_window(log.rates)) >= 8
+    assert results.steady_rate(log.rates) == pytest.approx(10 / step)
+    assert 6.0 - 1e-9 <= log.in_block < 6.0 + step  # not one step more than it needed
+    assert log.length_rule.stopped_by == "target"
+
+
+def test_the_steps_own_timing_agrees_with_the_harness_on_a_busy_machine():
+    """calibration's independent check: steps preempted at random (a busy CPU) move the
+    rate far from the nominal one, and the harness's slices still match the steps' own
+    durations over the steady window."""
+    clock = FakeClock()
+    log = RateLog(clock=clock, wallclock=clock)
+    log.length_rule = RunLength(min_slices=30, deadline=4e9)
+    rng = random.Random(0)
+    durations = []
+    while not log.done:
+        step = 0.005 + (rng.uniform(0.0, 0.05) if rng.random() < 0.1 else 0.0)
+        with log.block(64):
+            clock.now += step
+        durations.append(step)
+    log.finish()
+    harness = results.steady_rate(log.rates)
+    own = calibration.own_rate(durations, 64, len(log.rates), log.slice_duration)
+    assert harness == pytest.approx(own, rel=0.005)
+    assert harness < 0.8 * 64 / 0.005  # the load shows against the nominal rate

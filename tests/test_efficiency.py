@@ -118,9 +118,8 @@ def test_a_step_without_matmuls_has_no_count():
 
 
 def test_record_in_a_real_result(tmp_path):
-    # polynome trains ~700k examples/s on one core: 300k would be one slice (too short).
     done = milarun("run", "milabench.models.polynome:main", "-o", tmp_path, "--",
-                   "--max-count", "3000000")
+                   "--min-slices", "4")
     assert done.returncode == 0, done.stderr[-3000:]
     (path,) = tmp_path.glob("*.json")
     eff = json.loads(path.read_text())["efficiency"]

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 
 import numpy as np
 import pytest
@@ -29,12 +30,50 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
         capture_output=True, text=True, timeout=120)
 
 
+class _Table(HTMLParser):
+    """The text of each cell of one table (by id) of a page, row by row."""
+
+    def __init__(self, table_id: str):
+        super().__init__()
+        self.table_id, self.inside, self.rows, self.cell = table_id, False, [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table" and dict(attrs).get("id") == self.table_id:
+            self.inside = True
+        elif self.inside and tag == "tr":
+            self.rows.append([])
+        elif self.inside and tag in ("td", "th"):
+            self.cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self.inside = False
+        elif self.inside and tag in ("td", "th") and self.cell is not None:
+            self.rows[-1].append(self.cell.strip())
+            self.cell = None
+
+    def handle_data(self, data):
+        if self.cell is not None:
+            self.cell += data
+
+
+def table_rows(html: str, table_id: str) -> dict[str, dict[str, str]]:
+    """{first cell: {header: cell text}} of the table with that id."""
+    parser = _Table(table_id)
+    parser.feed(html)
+    header, *rows = parser.rows
+    return {row[0]: dict(zip(header, row)) for row in rows}
+
+
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     root = tmp_path_factory.mktemp("html")
     res = root / "results"
+    drifted = {"train": {"slices": 24, "cv": 0.01, "drift": 0.05, "warmup": 1.0,
+                         "flags": ["drift"]}}
     for i, rate in enumerate([100.0, 104.0, 97.0, 101.0]):
-        write(res, result("suite.alpha", f"{i // 2}.{i % 2}", rate, device=f"cuda:{i % 2}"))
+        write(res, result("suite.alpha", f"{i // 2}.{i % 2}", rate, device=f"cuda:{i % 2}",
+                          diagnostics=drifted))
     write(res, result(HOSTILE, "0.0", 20.0), "hostile.J0.0.20260101-000000-000000.json")
     write(res, result(HOSTILE, "0.1", 21.0, device="cuda:1"),
           "hostile.J0.1.20260101-000000-000000.json")
@@ -82,6 +121,13 @@ def test_renders_in_chromium(page, tmp_path):
     assert score in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<script" not in html
+    # The cells as the browser holds them: counts are integers, flags name the flags.
+    tests = table_rows(html, "tests")
+    assert tests["suite.alpha"]["n"] == "4" and tests["suite.alpha"]["fail"] == "0"
+    assert tests["suite.beta"]["n"] == "1" and tests["suite.beta"]["fail"] == "1"
+    quality = table_rows(html, "quality")
+    assert quality["suite.alpha"]["flags"] == "drift:4"
+    assert quality["suite.alpha"]["slices"] == "24"
     shot = tmp_path / "shot.png"
     done = chromium("--window-size=1280,1600", f"--screenshot={shot}", path.as_uri())
     assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]

@@ -170,18 +170,23 @@ def test_instances_run_inside_their_slices(students, tmp_path):
     prof = tmp_path / "iso.json"
     prof.write_text(json.dumps({"cal": {
         **ISO_JOB, "experiment": "milabench.models.calibration:main",
-        "arguments": {"--max-count": 25600, "--step-time": 0.005}}}))
+        "arguments": {"--min-slices": 4, "--step-time": 0.005}}}))
     done = milarun("jobs", prof, "--devices", "cpu:2", "-o", tmp_path / "out",
                    env={isolation.PARENT_ENV: parent})
     assert done.returncode == 0, done.stdout + done.stderr
     found = {r["device"]: r for r in load_all(tmp_path / "out").values()}
     for i in (0, 1):
         iso = found[f"cpu:{i}"]["isolation"]
-        assert iso["cpus"] == [i]  # the affinity mask is exactly the slice
+        # the affinity mask is exactly the slice: its own cpuset, disjoint from the other
+        cpus = isolation.parse_cpu_list(
+            (hier["cpuset"].dir(hier["cpuset"].path(f"{parent}/student{i}"))
+             / "cpuset.cpus").read_text())
+        assert iso["cpus"] == sorted(cpus) and iso["cpus"]
         assert iso["cgroups"]["cpuset"] == hier["cpuset"].path(f"{parent}/student{i}")
         assert iso["cgroups"]["memory"] == hier["memory"].path(f"{parent}/student{i}")
         assert iso["memory_limit"] is not None
-        assert iso["torch_threads"] == 1
+        assert iso["torch_threads"] == len(iso["cpus"])  # its share of the CPUs
+    assert not set(found["cpu:0"]["isolation"]["cpus"]) & set(found["cpu:1"]["isolation"]["cpus"])
 
 
 @needs_v1

@@ -70,7 +70,7 @@ def test_quick_values():
     assert job.partition == "per-gpu"
     assert job.max_duration == 300.0
     assert job.tags == ["quick", "toy"]
-    assert job.argv() == ["--batch-size", "256", "--max-count", "6000000"]
+    assert job.argv() == ["--min-slices", "12", "--batch-size", "256"]
 
 
 def test_unknown_profile_name_lists_shipped(tmp_path, monkeypatch):

@@ -28,3 +28,22 @@ def test_board_reads_progress_and_streams_output(tmp_path):
         f.write("ial line\n")
     board.update([inst])
     assert "[quick.t J0.1] partial line" in out.getvalue()  # split writes are joined
+
+
+def test_eta_follows_the_slices_when_no_count_is_asked(tmp_path):
+    log = tmp_path / "t.log"
+    inst = SimpleNamespace(log_path=log, name="quick.t", job_id="0.0", started=0.0,
+                           tag="quick.t J0.0 cpu:0")
+    board = ProgressBoard(io.StringIO(), interval=0.0)
+    progress = {"timer": "train", "count": 500, "max_count": None, "slices": 4,
+                "min_slices": 12, "rate": 100.0}
+    log.write_text(f"{PROGRESS_TAG} {json.dumps(progress)}\n")
+    board.update([inst])
+    line = board.line(inst, now=10.0)
+    assert "4/12 slices" in line and " 500 " in line and "ETA 4s" in line  # 8 x 0.5 s
+    # with a count too, the later of the two decides
+    progress.update(max_count=2000)
+    log.write_text(f"{PROGRESS_TAG} {json.dumps(progress)}\n")
+    board2 = ProgressBoard(io.StringIO(), interval=0.0)
+    board2.update([inst])
+    assert "500/2000" in board2.line(inst, now=10.0) and "ETA 15s" in board2.line(inst, now=10.0)

@@ -20,15 +20,12 @@ from milarun.experiment import BadTestArguments, Experiment
 from modelrun import describe, run_model
 
 ROOT = Path(__file__).resolve().parent.parent
-# 1,400-2,900 steps/s on one core (one policy forward per step): 4-9 s of training.
-CART_ARGS = ["--max-count", "12000"]
-# 400-650 frames/s with 2 envs x 32 frames, 32-frame minibatches: 4-6 s of training.
+# Each run trains for 6 slices of 0.5 s, however fast this machine is.
+CART_ARGS = ["--min-slices", "6"]
 MINIGRID_ARGS = ["--procs", "2", "--frames-per-proc", "32", "--batch-size", "32",
-                 "--max-count", "2400"]
-# 37-80 steps/s with 2 envs x 16 steps (16 Nature-CNN updates of 8 frames each per
-# iteration): 4-9 s of training.
+                 "--min-slices", "6"]
 ATARI_ARGS = ["--num-processes", "2", "--num-steps", "16", "--use-gae",
-              "--use-linear-lr-decay", "--max-count", "320"]
+              "--use-linear-lr-decay", "--min-slices", "6"]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -240,7 +237,7 @@ def test_model_trains(tmp_path, model, args):
         assert value == value and abs(value) < float("inf"), name
     assert "loss" in result["metrics"]
     train = result["timings"]["train"]
-    assert train["count"] >= int(args[args.index("--max-count") + 1])
-    assert len(train["rates"]) >= 5, train["rates"]
+    assert train["count"] > 0
+    assert len(train["rates"]) >= int(args[args.index("--min-slices") + 1]), train["rates"]
     if model != "cart":
         assert {"policy_loss", "value_loss", "entropy"} <= set(result["metrics"])

@@ -21,11 +21,8 @@ from modelrun import describe
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--arch", "resnet18", "--image-size", "32", "--batch-size", "8"]
-# ~128 examples/s on one free core: 512 examples is ~4 s of training (8 slices of 0.5 s).
-SINGLE_COUNT = 512
-# ~65 examples/s per rank with 2 ranks on 2 free cores (gloo all-reduce of 11.7 M gradients
-# each step; ~35/s when the machine is busy): 256 examples per rank is ~4-7 s of training.
-TORCHRUN_COUNT = 256
+# Runs are as long as 6 slices of 0.5 s of training, however fast this machine is.
+SLICES = 6
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                  "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
@@ -54,7 +51,7 @@ def test_single_process_run(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "milarun", "run", "milabench.models.scaling:main", "-o", out,
-         "--", *SMALL, "--max-count", str(SINGLE_COUNT)],
+         "--", *SMALL, "--min-slices", str(SLICES)],
         cwd=ROOT, env=cpu_env(), capture_output=True, text=True, timeout=180,
     )
     assert done.returncode == 0, describe(done)
@@ -64,8 +61,8 @@ def test_single_process_run(tmp_path):
     assert result["metrics"]["world_size"] == 1
     assert result["metrics"]["loss"] == result["metrics"]["loss"]  # not NaN
     train = result["timings"]["train"]
-    assert train["count"] == SINGLE_COUNT
-    assert len(train["rates"]) >= 5
+    assert train["count"] % 8 == 0 and train["count"] > 0  # whole batches of 8
+    assert len(train["rates"]) >= SLICES
     assert "train_0" not in result["timings"]  # no process group, no per-rank records
     assert result["call"]["arguments"]["arch"] == "resnet18"
 
@@ -79,7 +76,7 @@ def torchrun_two(tmp_path_factory):
          "--master-port", str(free_port()),
          "-m", "milarun", "run", "milabench.models.scaling:main",
          "--experiment-name", "quick.scaling.2", "-o", str(out),
-         "--", *SMALL, "--max-count", str(TORCHRUN_COUNT)],
+         "--", *SMALL, "--min-slices", str(SLICES)],
         cwd=ROOT, env=cpu_env(), capture_output=True, text=True, timeout=240,
     )
     return done, out
@@ -95,7 +92,6 @@ def test_torchrun_two_ranks_train(torchrun_two):
         assert result["success"], result["error"]
         assert result["name"] == "quick.scaling.2"
         assert result["metrics"]["world_size"] == 2
-        assert result["timings"]["train"]["count"] == TORCHRUN_COUNT
 
 
 def test_torchrun_rank0_writes_one_result_with_every_rank(torchrun_two):
@@ -109,11 +105,13 @@ def test_torchrun_rank0_writes_one_result_with_every_rank(torchrun_two):
     timings = result["timings"]
     assert {"train", "train_0", "train_1"} <= set(timings)
     assert timings["train_0"]["rates"] == timings["train"]["rates"]  # rank 0 is the writer
+    # Each rank judges its own slices, yet both stopped after the same step (the stop is
+    # agreed): a rank that went on alone would have hung in DDP's all-reduce.
+    assert timings["train_0"]["count"] == timings["train_1"]["count"] > 0
     for rank in (0, 1):
         record = timings[f"train_{rank}"]
         assert record["type"] == "rate"
-        assert record["count"] == TORCHRUN_COUNT
-        assert len(record["rates"]) >= 5
+        assert len(record["rates"]) >= SLICES
 
 
 # -- helpers in this process -----------------------------------------------------------------

@@ -19,7 +19,7 @@ from milarun.selftest import Measurement
 
 def fake(**changes) -> Measurement:
     """1 ms steps of 64 examples, 1000 steps: bare 1.000 s, instrumented 1.004 s."""
-    values = dict(step_time=0.001, batch=64, steps=1000, bare_wall=1.0,
+    values = dict(step_time=0.001, batch=64, steps=1000, instrumented_steps=1000, bare_wall=1.0,
                   instrumented_wall=1.004, measured_rate=63_700.0, rate_source="steady",
                   slices=2, log_duration=1.003, outside_blocks=0.002, syncs=2,
                   overhead_target=0.5, error_target=0.5)
@@ -68,6 +68,7 @@ def test_selftest_command_reports_every_step_time():
                     "outside_pct", "cpu_share"):
             assert isinstance(m[key], float) and math.isfinite(m[key]), (step_ms, key, m)
         assert m["true_rate"] == pytest.approx(64 / (step_ms / 1000))
+        assert m["instrumented_steps"] == m["steps"]  # both loops ran the same steps
         assert m["rate_source"] in ("steady", "full-log")
         assert m["passed"] == (m["overhead_pass"] is not False and m["error_pass"] is not False)
         for kind in ("overhead", "error"):

@@ -36,7 +36,15 @@ def test_every_job_accepts_its_arguments(name, tmp_path):
         exp = ParseOnly(job.fullname, outdir=tmp_path, dataroot=tmp_path)
         with pytest.raises(Parsed):
             main(exp, arguments_to_argv(job.arguments))
-        assert exp.max_count is not None, f"{job.fullname}: no --max-count"
+        # Every run ends by measurement: a steady window of at least 8 slices (quick) or
+        # one long past the warm-up (the GPU suites, which also keep the legacy minimum work).
+        assert exp.min_slices is not None, f"{job.fullname}: no --min-slices"
+        if name == "quick":
+            assert exp.max_count is None, f"{job.fullname}: a --max-count tuned to a machine"
+            assert exp.min_slices - 2 >= 8, job.fullname
+        else:
+            assert exp.max_count is not None, f"{job.fullname}: no legacy --max-count"
+            assert exp.min_slices >= 40, job.fullname
 
 
 @pytest.mark.parametrize("name", PROFILES)

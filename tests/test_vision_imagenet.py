@@ -26,15 +26,13 @@ from milarun.experiment import BadTestArguments, Experiment
 
 TRAIN, SIDE, CLASSES = 128, 48, 4
 ENV = {"OMP_NUM_THREADS": "1"}
-# tiny arguments of each CLI run; --max-count gives >= ~4.5 s of training on one idle core
-# (idle rates: loader 2200/s, convnet 185/s, bf16 195/s, fp16 ~8/s, dcgan 820/s,
-# fast_style 46/s) and 2-3 times that when the machine is busy
-LOADER = ["--batch-size", "16", "--crop-size", "32", "--workers", "1", "--max-count", "10000"]
+# tiny arguments of each CLI run; each trains for 6 slices of 0.5 s whatever the machine
+LOADER = ["--batch-size", "16", "--crop-size", "32", "--workers", "1", "--min-slices", "6"]
 CONVNET = ["--arch", "resnet18", "--crop-size", "32", "--batch-size", "8", "--workers", "1"]
 DCGAN = ["--image-size", "32", "--batch-size", "16", "--ngf", "16", "--ndf", "16",
-         "--workers", "1", "--max-count", "4000"]
+         "--workers", "1", "--min-slices", "6"]
 FAST_STYLE = ["--image-size", "32", "--style-size", "32", "--batch-size", "4", "--workers", "1",
-              "--max-count", "200"]
+              "--min-slices", "6"]
 
 
 @pytest.fixture(scope="module")
@@ -178,11 +176,13 @@ def test_loader(dataroot, tmp_path):
     result = run_model("loader", dataroot, tmp_path, LOADER)
     finite(result, "pixel_mean")
     assert "loss" not in result["metrics"]  # no model
-    assert result["timings"]["train"]["count"] == 10000
+    train = result["timings"]["train"]
+    assert train["count"] > 0 and train["count"] % 16 == 0  # whole batches of 16
+    assert len(train["rates"]) >= 6
 
 
 def test_convnet(dataroot, tmp_path):
-    result = run_model("convnet", dataroot, tmp_path, [*CONVNET, "--max-count", "800"])
+    result = run_model("convnet", dataroot, tmp_path, [*CONVNET, "--min-slices", "6"])
     finite(result, "loss")
     assert result["call"]["arguments"]["precision_used"] == "fp32"
 
@@ -191,7 +191,7 @@ def test_convnet_fp16(dataroot, tmp_path):
     # fp16 convolutions have no fast CPU kernel (4-10 images/s): a smaller crop, a few steps,
     # and a gentler lr so fp16 activations of a network trained on noise stay in range.
     args = ["--arch", "resnet18", "--crop-size", "16", "--batch-size", "4", "--workers", "1",
-            "--lr", "0.01", "--precision", "fp16", "--max-count", "32"]
+            "--lr", "0.01", "--precision", "fp16", "--min-slices", "6"]
     result = run_model("convnet", dataroot, tmp_path, args)
     finite(result, "loss")
     assert result["call"]["arguments"]["precision_used"] == "fp16"
@@ -200,7 +200,7 @@ def test_convnet_fp16(dataroot, tmp_path):
 def test_convnet_bf16(dataroot, tmp_path):
     # oneDNN's newest bf16 kernels crash (SIGILL) on some virtual CPUs; this pins the ISA.
     result = run_model("convnet", dataroot, tmp_path,
-                       [*CONVNET, "--precision", "bf16", "--max-count", "880"],
+                       [*CONVNET, "--precision", "bf16", "--min-slices", "6"],
                        env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"})
     finite(result, "loss")
     assert result["call"]["arguments"]["precision_used"] == "bf16"

@@ -20,11 +20,9 @@ from modelrun import describe, run_model, run_trained, run_without_data, tree_by
 ROOT = Path(__file__).resolve().parent.parent
 MNIST_SIZE = 1200
 BSDS_SIZE = 16
-# 4,600-6,800 images/s on one free core (mostly data loading): 5-7 s of training.
-VAE_ARGS = ["--batch-size", "64", "--workers", "0", "--max-count", "32000"]
-# ~370 pairs/s with 32 px targets on one free core: ~4.5 s of training.
+VAE_ARGS = ["--batch-size", "64", "--workers", "0", "--min-slices", "6"]
 RESO_ARGS = ["--batch-size", "8", "--crop-size", "32", "--workers", "0",
-             "--max-count", "1600"]
+             "--min-slices", "6"]
 
 
 

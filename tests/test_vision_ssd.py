@@ -22,7 +22,8 @@ from milarun.experiment import BadTestArguments, Experiment
 
 TRAIN = 12
 SEED = 3
-RUN_ARGS = ["--batch-size", "2", "--image-size", "268", "--workers", "1", "--max-count", "4"]
+RUN_ARGS = ["--batch-size", "2", "--image-size", "268", "--workers", "1",
+            "--min-slices", "6"]
 
 
 @pytest.fixture(scope="module")
@@ -175,8 +176,8 @@ def test_ssd_trains_on_synthetic_coco(dataroot, tmp_path):
     loss = result["metrics"]["loss"]
     assert loss == loss and abs(loss) != float("inf")
     train = result["timings"]["train"]
-    assert train["count"] == 4
-    assert len(train["rates"]) >= 5
+    assert train["count"] > 0 and train["count"] % 2 == 0  # whole batches of 2
+    assert len(train["rates"]) >= 6
     assert result["call"]["arguments"]["image_size"] == 268
 
 

@@ -96,7 +96,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     rl.add_ppo_arguments(parser, num_processes=16, num_steps=128, lr=2.5e-4, eps=1e-5,
                          clip_param=0.1, use_gae=False, use_linear_lr_decay=False)
     # 130,000 steps = the legacy ~63 updates of 16 x 128 steps.
-    args = exp.parse_args(parser, argv, max_count=130_000)
+    args = exp.parse_args(parser, argv)
     config = rl.PPOConfig.from_args(args, minibatches=4)
     gymnasium.register_envs(ale_py)
     if args.env_name not in gymnasium.registry:

@@ -72,7 +72,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
                         help="environment steps per update")
     parser.add_argument("--no-render", action="store_true", help="legacy flag (never renders)")
     parser.add_argument("--no-cuda", action="store_true", help="legacy flag (always the CPU)")
-    args = exp.parse_args(parser, argv, max_count=100_000)
+    args = exp.parse_args(parser, argv)
     if not 0 <= args.dropout < 1:
         raise BadTestArguments(f"bad test argument: --dropout {args.dropout} (in [0, 1))")
     if args.env_name not in gymnasium.registry:

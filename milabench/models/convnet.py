@@ -33,7 +33,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--num-classes", type=helpers.positive_int, default=1000)
     helpers.add_data_arguments(parser)
     helpers.add_precision_argument(parser)
-    args = exp.parse_args(parser, argv, max_count=5_000)
+    args = exp.parse_args(parser, argv)
     check_arch(args.arch)
     device = helpers.setup(exp, args)
 

@@ -75,7 +75,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--beta1", type=float, default=0.5)
     helpers.add_data_arguments(parser)
-    args = exp.parse_args(parser, argv, max_count=20_000)
+    args = exp.parse_args(parser, argv)
     stages(args.image_size)
     device = helpers.setup(exp, args)
 

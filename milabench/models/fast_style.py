@@ -117,7 +117,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--content-weight", type=float, default=1e5)
     parser.add_argument("--style-weight", type=float, default=1e10)
     helpers.add_data_arguments(parser)
-    args = exp.parse_args(parser, argv, max_count=20_000)
+    args = exp.parse_args(parser, argv)
     if args.image_size % 4:
         raise BadTestArguments(
             f"bad test argument: --image-size {args.image_size} (a multiple of 4)")

@@ -21,7 +21,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--crop-size", type=helpers.positive_int, default=224,
                         help="side of the random resized crop")
     helpers.add_data_arguments(parser)
-    args = exp.parse_args(parser, argv, max_count=25_000)
+    args = exp.parse_args(parser, argv)
     device = helpers.setup(exp, args)
 
     transform = fake_imagenet.train_transform(args.crop_size)

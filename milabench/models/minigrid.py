@@ -75,7 +75,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--algo", default="ppo", choices=["ppo"], help="legacy flag: PPO only")
     rl.add_ppo_arguments(parser, num_processes=16, num_steps=128, lr=1e-3, eps=1e-8,
                          clip_param=0.2, use_gae=True)
-    args = exp.parse_args(parser, argv, max_count=50_000)
+    args = exp.parse_args(parser, argv)
     config = rl.PPOConfig.from_args(args, batch_size=256, recurrence=args.recurrence,
                                     normalise_advantages=False)
     if args.env not in gymnasium.registry:

@@ -22,7 +22,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--lr", type=float, default=0.1)
-    args = exp.parse_args(parser, argv, max_count=1_000_000)
+    args = exp.parse_args(parser, argv)
     device = helpers.setup(exp, args)
     exp.synthetic_data = True  # inputs are drawn at random by construction
 

@@ -123,7 +123,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--workers", type=int, default=0,
                         help="accepted for the legacy profiles; unused (the batches are "
                              "sampled on the device)")
-    args = exp.parse_args(parser, argv, max_count=1_000_000)
+    args = exp.parse_args(parser, argv)
     layers = parse_layers(args.layers)
     if args.negatives < 0 or args.lr <= 0 or args.workers < 0:
         raise BadTestArguments(f"bad test argument: --negatives {args.negatives} (>= 0), "

@@ -66,7 +66,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--crop-size", type=int, default=256,
                         help="target side (made divisible by the factor); input is this / factor")
     helpers.add_data_arguments(parser)
-    args = exp.parse_args(parser, argv, max_count=20_000)
+    args = exp.parse_args(parser, argv)
     check_arguments(args)
     device = helpers.setup(exp, args)
 

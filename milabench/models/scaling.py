@@ -55,7 +55,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--num-classes", type=int, default=1000)
-    args = exp.parse_args(parser, argv, max_count=128_000)
+    args = exp.parse_args(parser, argv)
     for flag in ("batch_size", "image_size", "num_classes"):
         if getattr(args, flag) < 1:
             raise BadTestArguments(

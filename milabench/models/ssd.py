@@ -55,7 +55,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--image-size", type=helpers.positive_int, default=BASE_SIZE,
                         help=f"input resolution (>= {MIN_IMAGE_SIZE}; 300 = SSD300)")
     helpers.add_data_arguments(parser)
-    args = exp.parse_args(parser, argv, max_count=2500)
+    args = exp.parse_args(parser, argv)
     if args.image_size < MIN_IMAGE_SIZE:
         raise BadTestArguments(
             f"bad test argument: --image-size {args.image_size}: SSD300's VGG16 layers "

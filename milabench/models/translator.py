@@ -145,7 +145,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--max-length", type=int, default=50,
                         help="longest pair kept, in tokens with BOS and EOS")
     helpers.add_data_arguments(parser)
-    args = exp.parse_args(parser, argv, max_count=10_000)
+    args = exp.parse_args(parser, argv)
     check_arguments(args)
     device = helpers.setup(exp, args)
 

@@ -52,7 +52,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3)
     helpers.add_data_arguments(parser)
-    args = exp.parse_args(parser, argv, max_count=500_000)
+    args = exp.parse_args(parser, argv)
     if args.batch_size < 1 or args.workers < 0:
         raise BadTestArguments(f"bad test argument: --batch-size {args.batch_size} (>= 1), "
                                f"--workers {args.workers} (>= 0)")

@@ -103,7 +103,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--tied", action="store_true",
                         help="tie the embedding and decoder weights (needs emsize == nhid)")
     helpers.add_precision_argument(parser)
-    args = exp.parse_args(parser, argv, max_count=50_000)
+    args = exp.parse_args(parser, argv)
     check_arguments(args)
     device = helpers.setup(exp, args)
     precision = helpers.Precision(device, args.precision)

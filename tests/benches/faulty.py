@@ -8,7 +8,8 @@ import time
 def _spin_steps(exp, argv, steps=None, step_time=0.01):
     import argparse
 
-    args = exp.parse_args(argparse.ArgumentParser(), argv, max_count=400)
+    # 6 slices of 0.5 s unless argv says otherwise (its values come last, so they win).
+    exp.parse_args(argparse.ArgumentParser(), ["--min-slices", "6", *argv])
     log = exp.rate_log()
     while not log.done:
         with log.block(1):
@@ -26,7 +27,7 @@ def nan_metric(exp, argv):
 
 
 def too_short(exp, argv):
-    _spin_steps(exp, ["--max-count", "20"])
+    _spin_steps(exp, ["--max-count", "20", "--min-slices", "1"])
 
 
 def sigill(exp, argv):
@@ -53,7 +54,7 @@ def hog_on_first_slice(exp, argv):
             chunks.append(bytearray(64 * 2**20))
             for i in range(0, len(chunks[-1]), 4096):  # touch every page
                 chunks[-1][i] = 1
-    _spin_steps(exp, ["--max-count", "400"])
+    _spin_steps(exp, [])
 
 
 def killed_on_first_slice(exp, argv):
@@ -61,4 +62,4 @@ def killed_on_first_slice(exp, argv):
     if os.environ.get("MILARUN_DEVICE") == "cpu:0":
         time.sleep(1)
         os.kill(os.getpid(), signal.SIGKILL)
-    _spin_steps(exp, ["--max-count", "400"])
+    _spin_steps(exp, [])
