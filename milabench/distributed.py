@@ -110,19 +110,20 @@ def _train_log(exp: Experiment, name: str) -> Any:
 
 
 def gather_rate_logs(exp: Experiment, name: str = "train") -> list[dict[str, Any]]:
-    """Every rank's ``name`` rate-log record, in rank order (a collective call).
+    """Every rank's ``name`` rate-log record as its result dict, in rank order (a
+    collective call).
 
-    Under torchrun every rank must call it; rank 0 gets the records of all ranks as
-    ``exp.extra_timings = {"<name>_0": ..., "<name>_1": ...}`` for the runner to add to the
-    result's timings, and ``exp.write_result`` is True on rank 0 only. Without a process
-    group it returns this process's record alone and sets nothing.
+    Under torchrun every rank must call it; rank 0 adds the records of all ranks to its
+    result's timings as ``<name>_0``, ``<name>_1``... (Experiment.add_timings), and
+    ``exp.write_result`` is True on rank 0 only. Without a process group it returns this
+    process's record alone and sets nothing.
     """
     log = _train_log(exp, name)
     if not log.finished:
         log.finish()  # the record must be final before it is shared
     record = log.record()
     if not is_initialized():
-        return [record]
+        return [record.to_dict()]
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -130,8 +131,8 @@ def gather_rate_logs(exp: Experiment, name: str = "train") -> list[dict[str, Any
     dist.all_gather_object(gathered, record)
     exp.write_result = rank == 0
     if rank == 0:
-        exp.extra_timings.update({f"{name}_{r}": rec for r, rec in enumerate(gathered)})
-    return gathered
+        exp.add_timings({f"{name}_{r}": rec for r, rec in enumerate(gathered)})
+    return [rec.to_dict() for rec in gathered]
 
 
 def shutdown() -> None:

@@ -33,8 +33,8 @@ def train(exp: Experiment, step: Callable[[], Any], batch_size: int,
 
     Each call is one timed block of the ``train`` rate log; the value of the last step is
     recorded as ``metric`` once the loop ends (reading it earlier would sync the device).
-    One extra, untimed step is run under a FLOP counter for ``exp.efficiency`` first (and
-    gives the recorded value when it ran)
+    One extra, untimed step is run under a FLOP counter for the result's efficiency first
+    (and gives the recorded value when it ran)
     (``count_flops``: None decides automatically, see milarun.efficiency.measure).
     """
     log = exp.rate_log("train")
@@ -48,8 +48,8 @@ def train(exp: Experiment, step: Callable[[], Any], batch_size: int,
     last = [value]
     # The counted step trains once more; metrics the test records after this function
     # describe that step, so the loss recorded here comes from it too.
-    exp.efficiency = efficiency.measure(exp, step, batch_size, log, count_flops,
-                                        keep=lambda v: last.__setitem__(0, v))
+    exp.set_efficiency(efficiency.measure(exp, step, batch_size, log, count_flops,
+                                          keep=lambda v: last.__setitem__(0, v)))
     value = last[0]
     if value is not None:
         exp.metric(metric, value.item() if hasattr(value, "item") else value)
@@ -183,3 +183,12 @@ def add_precision_argument(parser: Any, default: str = "fp32") -> None:
     parser.add_argument("--precision", default=default, choices=PRECISIONS,
                         help="fp32, or mixed precision with torch.autocast (auto: fp16 on "
                              "CUDA, bf16 on CPUs that support it, else fp16)")
+
+
+def reject(problems: list[str]) -> None:
+    """One BadTestArguments naming every bad value (one line, so the result's failure
+    message says all there is to fix at once); nothing when ``problems`` is empty."""
+    if problems:
+        from milarun.experiment import BadTestArguments
+
+        raise BadTestArguments("bad test argument: " + "; ".join(problems))

@@ -12,7 +12,8 @@ from typing import Any
 
 from coleo import Option, default, run_cli
 
-from milarun import devices, isolation, launch, profile, results, runner, summary, sysinfo
+from milarun import (devices, isolation, launch, profile, progress, results, runner, suite,
+                     summary, sysinfo)
 from milarun.isolation import IsolationError
 
 # Errors that are the user's to fix: one line, exit 1, no traceback.
@@ -61,16 +62,6 @@ def _parse_extra(text: str | None) -> dict[str, Any]:
     if not isinstance(extra, dict):
         raise runner.UsageError("--extra must be a JSON object")
     return extra
-
-
-def _print_instance_end(inst: launch.Instance) -> None:
-    res = inst.result
-    if res.get("success"):
-        rate = summary.run_rate(res)
-        print(f"done   {inst.tag}  {rate:,.2f} examples/s", flush=True)
-    else:
-        fail = res.get("failure") or {}
-        print(f"FAIL   {inst.tag}  {fail.get('kind')}: {fail.get('message')}", flush=True)
 
 
 def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
@@ -135,47 +126,22 @@ class Commands:
         # [alias: -o]
         out: Option = default(None)
 
-        if repeat < 1:
-            raise runner.UsageError(f"--repeat {repeat}: must be at least 1")
-        prof = profile.load_profile(profile_spec)
-        selected = prof.select(_split_names(name), _split_names(tags))
-        devs = (devices.parse_device_spec(devices_spec) if devices_spec is not None
-                else devices.discover_devices())
-        outdir = Path(out) if out else default_outdir()
-        runner.check_outdir(outdir)
-        root = Path(dataroot) if dataroot else default_dataroot()
-        root.mkdir(parents=True, exist_ok=True)
-        opts = launch.LaunchOptions(
-            outdir=outdir, dataroot=root, user_args=test_args, use_cgexec=not no_cgexec,
-            hierarchies=isolation.find_hierarchies() if not no_cgexec else {},
-            verbose=verbose, progress_interval=2.0 if sys.stdout.isatty() else 10.0,
-        )
-        print(f"{prof.name}: {len(selected)} job(s) x {repeat} on "
-              f"{', '.join(d.label for d in devs)} -> {outdir}", flush=True)
-        try:
-            done = launch.run_jobs(selected, devs, repeat, opts, on_end=_print_instance_end)
-        except launch.JobsInterrupted as err:
-            print(f"interrupted by {err}: every instance stopped; results in {outdir}",
-                  file=sys.stderr)
-            return 130
-        from milarun import html as _html, render, report  # pandas/matplotlib: only here
-
-        loaded = summary.Loaded(root=outdir, results=[i.result for i in done if i.result],
-                                paths=[i.result_path or outdir / "?" for i in done if i.result])
-        summ = summary.summarize(loaded.results)
-        weights = report.default_weights(list(summ))
-        if weights:  # score what was selected and could run: the rest is not "missing"
-            expected = {f"{j.fullname}.{k}" for j in selected if j.partition == "gpu-progression"
-                        for k in range(1, len(devs) + 1)}
-            expected |= {j.fullname for j in selected if j.partition != "gpu-progression"}
-            weights = (weights[0], {t: w for t, w in weights[1].items() if t in expected})
-        rep = report.build_report(summ, title=f"milarun {prof.name}", weights=weights)
+        outcome = suite.run_suite(
+            suite.SuiteRequest(
+                profile=profile_spec, outdir=Path(out) if out else default_outdir(),
+                dataroot=Path(dataroot) if dataroot else default_dataroot(),
+                names=_split_names(name), tags=_split_names(tags), repeat=repeat,
+                devices=devices_spec, use_cgexec=not no_cgexec, verbose=verbose,
+                user_args=test_args),
+            say=lambda line: print(line, flush=True))
+        if outcome.interrupted_by:
+            print(f"interrupted by {outcome.interrupted_by}: every instance stopped; "
+                  f"results in {outcome.outdir}", file=sys.stderr)
+            return outcome.exit_code
         print()
-        print(render.to_text(rep), end="")
-        page = outdir / f"report.{results.utc_stamp()}.html"
-        _html.write_html(page, _html.to_html(rep, loaded))
-        print(f"\nresults: {outdir.resolve()}\nreport:  {page.resolve()}")
-        return 1 if rep.failures else 0
+        print(outcome.report_text, end="")
+        print(f"\nresults: {outcome.outdir.resolve()}\nreport:  {outcome.page.resolve()}")
+        return outcome.exit_code
 
     def run(test_args: list[str]) -> int:
         """Run one test in this process: MODULE:FUNCTION [options] -- test arguments."""
@@ -195,23 +161,11 @@ class Commands:
         # [alias: -d]
         dataroot: Option = default(None)
 
-        extra_fields = _parse_extra(extra)
-        runner.resolve_function(function)
-        outdir, outfile = default_outdir(), None
-        if out and out.endswith(".json"):
-            outfile = Path(out)
-            outdir = outfile.parent
-            if outfile.exists():
-                raise runner.UsageError(f"-o {out}: file exists; results are never overwritten")
-        elif out:
-            outdir = Path(out)
-        runner.check_outdir(outdir)
-        name = experiment_name or function.split(":")[0].rsplit(".", 1)[-1]
-        return _run_and_exit(
-            function, test_args, name=name, job_id=job_id, outdir=outdir,
+        call = runner.plan_run(
+            function, test_args, out=out or default_outdir(),
             dataroot=Path(dataroot) if dataroot else default_dataroot(),
-            extra=extra_fields, outfile=outfile,
-        )
+            experiment_name=experiment_name, job_id=job_id, extra=_parse_extra(extra))
+        return _run_and_exit(call.function, call.argv, **call.options())
 
     def rerun(test_args: list[str]) -> int:
         """Re-run a result with its original call, name, job id and environment."""
@@ -222,20 +176,8 @@ class Commands:
         # [alias: -o]
         out: Option = default(None)
 
-        original = results.load_result(Path(result_file))
-        call = original.get("call") or {}
-        if not call.get("function"):
-            raise runner.UsageError(f"{result_file}: no call.function to re-run")
-        outdir = Path(out) if out else Path(result_file).parent
-        runner.check_outdir(outdir)
-        os.environ.update(original.get("environ") or {})
-        extra = {k: original[k] for k in ("job", "suite") if original.get(k) is not None}
-        return _run_and_exit(
-            call["function"], list(call.get("argv") or []) + test_args,
-            name=original["name"], job_id=str(original.get("job_id", "0")), outdir=outdir,
-            dataroot=Path(original.get("dataroot") or default_dataroot()),
-            extra=extra, rerun_of=str(Path(result_file).resolve()),
-        )
+        call = runner.plan_rerun(result_file, out, test_args, dataroot=default_dataroot())
+        return _run_and_exit(call.function, call.argv, **call.options())
 
     def summary(test_args: list[str]) -> int:
         """Summarise a results folder in the baseline format (JSON)."""
@@ -269,7 +211,7 @@ class Commands:
         source: Option
         # Weights: a file, or a shipped name such as standard (default: the suite's own)
         weights: Option = default(None)
-        # Baseline to compare with: a summary file or a results folder
+        # Baseline: a shipped name (standard/v100), a summary file or a results folder
         compare: Option = default(None)
         # Show each device's rate as a fraction of the best device
         compare_gpus: Option & bool = default(False)
@@ -300,7 +242,7 @@ class Commands:
 
             _html.check_html_path(Path(html))
         src = summary.load_source(Path(source))
-        base = summary.load_source(Path(compare)) if compare else None
+        base = summary.load_source(summary.baseline_path(compare)) if compare else None
         chosen = (report.load_weights(weights) if weights
                   else report.default_weights(list(src.summary)))
         rep = report.build_report(
@@ -341,32 +283,15 @@ class Commands:
         # [alias: -d]
         dataroot: Option = default(None)
 
-        _no_test_args("dataset", test_args)
-        if size is not None and size < 1:
-            raise runner.UsageError(f"--size {size}: must be at least 1")
-        if size is not None and not synthetic:
-            raise runner.UsageError("--size only applies to --synthetic data")
-        root = Path(dataroot) if dataroot else default_dataroot()
-        root.mkdir(parents=True, exist_ok=True)
-        import importlib
+        from milabench import dataset_command as command  # the data side: only here
 
-        datasets = importlib.import_module("milabench.datasets")
-        for spec in specs:
-            try:
-                module = datasets.resolve(spec)
-                if synthetic:
-                    count = size or module.DEFAULT_SIZE
-                    folder = module.synthesize(root, count, seed=seed,
-                                               workers=workers or datasets.default_workers())
-                    print(f"{spec}: {datasets.describe(folder)} in {folder}")
-                else:
-                    folder = module.download(root)
-                    print(f"{spec}: {datasets.describe(folder)} in {folder}")
-            except datasets.DataMissing as err:
-                raise runner.UsageError(str(err))
-            except OSError as err:  # network or disk: say which dataset and what to do
-                raise runner.UsageError(
-                    f"{spec}: {err}; check the network (or use --synthetic)")
+        _no_test_args("dataset", test_args)
+        root = Path(dataroot) if dataroot else default_dataroot()
+        try:
+            for line in command.make(specs, root, synthetic, size, seed, workers):
+                print(line, flush=True)
+        except command.Refused as err:
+            raise runner.UsageError(str(err))
         return 0
 
     def cgroups(test_args: list[str]) -> int:
@@ -410,7 +335,7 @@ class Commands:
         # Output format: text or json
         format: Option = default("text")
 
-        from milarun import selftest  # imports the calibration model only when measuring
+        from milarun import selftest  # the monitors and psutil: only when measuring
 
         _no_test_args("selftest", test_args)
         if format not in ("text", "json"):
@@ -430,6 +355,7 @@ class Commands:
 
 
 def main(argv: list[str] | None = None) -> None:
+    progress.setup_logging()  # warnings: "milarun: warning: ..." on stderr
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first "--" belongs to the test.
     split = argv.index("--") if "--" in argv else len(argv)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from milarun import results
@@ -51,35 +51,66 @@ def ci_halfwidth(window: Sequence[float]) -> float | None:
     return t * sample_std / math.sqrt(n) / mean
 
 
-def steady_state(rates: Sequence[float], slice_duration: float = 0.5) -> dict[str, Any]:
-    """Diagnostics of one rate series (None where there is not enough data)."""
-    window = [r for r in results.steady_window(list(rates), slice_duration) if r is not None]
-    few = round(FEW_SLICES_SECONDS / slice_duration)
-    record: dict[str, Any] = {
-        "slices": len(rates), "window_slices": len(window), "cv": None, "drift": None,
-        "warmup": None, "ci95": ci_halfwidth(window), "flags": [],
-    }
-    if len(window) < few:
-        record["flags"].append("few-slices")
-    if len(window) < results.MIN_STEADY_SLICES:
-        return record
-    mean = _mean(window)
-    if mean <= 0:
-        return record
-    cv = _std(window) / mean
-    record["cv"] = cv
-    third = len(window) // 3
-    record["drift"] = _mean(window[-third:]) / _mean(window[:third]) - 1
-    if abs(record["drift"]) > DRIFT_LIMIT:
-        record["flags"].append("drift")
-    # Warm-up: time until a slice first lands in the steady band (the band is wide enough
-    # for the window's own noise, so a noisy but flat series has no warm-up).
+@dataclass(frozen=True)
+class RunLengthRecord:
+    """What decided a run's length: the rule's settings and why it stopped."""
+
+    min_slices: int | None
+    ci_target: float | None
+    deadline: float | None
+    stopped_by: str | None  # "target", "deadline", or None when the rule never said stop
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"min_slices": self.min_slices, "ci_target": self.ci_target,
+                "deadline": self.deadline, "stopped_by": self.stopped_by}
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """How steady a rate series' steady window was (None where there is too little data)."""
+
+    slices: int
+    window_slices: int
+    ci95: float | None
+    cv: float | None = None
+    drift: float | None = None  # last third of the window over its first third, minus 1
+    warmup: float | None = None  # seconds of in-block time before the steady band
+    flags: tuple[str, ...] = ()  # "few-slices", "drift"
+    extension: RunLengthRecord | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slices": self.slices, "window_slices": self.window_slices, "cv": self.cv,
+                "drift": self.drift, "warmup": self.warmup, "ci95": self.ci95,
+                "flags": list(self.flags),
+                "extension": self.extension.to_dict() if self.extension else None}
+
+
+def _warmup(rates: Sequence[float], mean: float, cv: float, slice_duration: float
+            ) -> float | None:
+    """Time until a slice first lands in the steady band (the band is wide enough for the
+    window's own noise, so a noisy but flat series has no warm-up)."""
     band = max(BAND_MIN, 2 * cv)
     for index, rate in enumerate(rates):
         if rate is not None and abs(rate / mean - 1) <= band:
-            record["warmup"] = index * slice_duration
-            break
-    return record
+            return index * slice_duration
+    return None
+
+
+def steady_state(rates: Sequence[float], slice_duration: float = 0.5) -> Diagnostics:
+    """Diagnostics of one rate series (None where there is not enough data)."""
+    window = [r for r in results.steady_window(list(rates), slice_duration) if r is not None]
+    few = len(window) < round(FEW_SLICES_SECONDS / slice_duration)
+    short = Diagnostics(len(rates), len(window), ci_halfwidth(window),
+                        flags=("few-slices",) if few else ())
+    if len(window) < results.MIN_STEADY_SLICES or _mean(window) <= 0:
+        return short
+    mean = _mean(window)
+    cv = _std(window) / mean
+    third = len(window) // 3
+    drift = _mean(window[-third:]) / _mean(window[:third]) - 1
+    flags = short.flags + (("drift",) if abs(drift) > DRIFT_LIMIT else ())
+    return replace(short, cv=cv, drift=drift, warmup=_warmup(rates, mean, cv, slice_duration),
+                   flags=flags)
 
 
 # A run measures at least one full steady window (rates[-20:-2]: 18 slices), the two
@@ -130,16 +161,16 @@ class RunLength:
         self.stopped_by = "target"
         return True
 
-    def record(self) -> dict[str, Any]:
-        return {"min_slices": self.min_slices, "ci_target": self.ci_target,
-                "deadline": self.deadline, "stopped_by": self.stopped_by}
+    def record(self) -> RunLengthRecord:
+        return RunLengthRecord(self.min_slices, self.ci_target, self.deadline,
+                               self.stopped_by)
 
 
-def log_record(log: Any) -> dict[str, Any]:
+def log_record(log: Any) -> Diagnostics:
     """The diagnostics of one RateLog, with the rule that decided its length."""
-    record = steady_state(log.rates, log.slice_duration)
-    record["extension"] = log.length_rule.record() if log.length_rule is not None else None
-    return record
+    rule = log.length_rule
+    return replace(steady_state(log.rates, log.slice_duration),
+                   extension=rule.record() if rule is not None else None)
 
 
 def process_start() -> float | None:
@@ -152,25 +183,37 @@ def process_start() -> float | None:
         return None
 
 
-def startup(imported_at: float, called_at: float, logs: Sequence[Any]) -> dict[str, Any]:
-    """Time from process start to the first slice: import, data setup and first step.
+@dataclass(frozen=True)
+class Startup:
+    """Time from process start to the first slice, in seconds (None where unknown).
 
-    ``import``: process start until the test's module was imported (interpreter, milarun,
-    torch and the model's imports); ``setup``: from calling the test to its first timed
-    block (model and data set-up); ``first_step``: that first block; ``to_first_slice``:
-    process start until the first 0.5 s slice closed.
+    ``imports``: process start until the test's module was imported (interpreter, milarun,
+    torch and the model's imports; "import" in the file); ``setup``: from calling the test
+    to its first timed block (model and data set-up); ``first_step``: that first block;
+    ``to_first_slice``: process start until the first 0.5 s slice closed.
     """
+
+    imports: float | None = None
+    setup: float | None = None
+    first_step: float | None = None
+    to_first_slice: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"import": self.imports, "setup": self.setup, "first_step": self.first_step,
+                "to_first_slice": self.to_first_slice}
+
+
+def startup(imported_at: float, called_at: float, logs: Sequence[Any]) -> Startup:
+    """The start-up cost of this process, from the ``train`` log (else the first one)."""
     log = next((l for l in logs if l.name == "train"), logs[0] if logs else None)
     start = process_start()
-    record: dict[str, Any] = {"import": None, "setup": None, "first_step": None,
-                              "to_first_slice": None}
-    if start is not None:
-        record["import"] = imported_at - start
+    imports = imported_at - start if start is not None else None
     if log is None:
-        return record
-    if log.wall_start is not None:
-        record["setup"] = log.wall_start - called_at
-    record["first_step"] = log.first_block
-    if start is not None and log.first_slice_at is not None:
-        record["to_first_slice"] = log.first_slice_at - start
-    return record
+        return Startup(imports)
+    return Startup(
+        imports,
+        setup=log.wall_start - called_at if log.wall_start is not None else None,
+        first_step=log.first_block,
+        to_first_slice=(log.first_slice_at - start
+                        if start is not None and log.first_slice_at is not None else None),
+    )

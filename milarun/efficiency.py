@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import dataclass
 from typing import Any, Callable
 
 ENV_FLAG = "MILARUN_COUNT_FLOPS"  # "0" (or false/no/off) disables the counted step
@@ -185,20 +186,36 @@ def device_name(device: Any) -> str:
     return str(getattr(device, "type", device))
 
 
-def empty_record(note: str | None) -> dict[str, Any]:
-    return {"flops_per_example": None, "flops_per_step": None, "precision": None,
-            "flops_by_precision": None, "achieved_flops": None, "device_name": None,
-            "peak_flops": None, "percent_of_peak": None, "note": note}
+@dataclass(frozen=True)
+class Efficiency:
+    """The result's ``efficiency`` record; None where unknown, and ``note`` says why."""
+
+    flops_per_example: float | None = None
+    flops_per_step: int | None = None
+    precision: str | None = None  # the precision most of the counted FLOPs ran in
+    flops_by_precision: dict[str, int] | None = None
+    achieved_flops: float | None = None  # FLOPs per example x the steady rate
+    device_name: str | None = None
+    peak_flops: float | None = None
+    percent_of_peak: float | None = None
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"flops_per_example": self.flops_per_example,
+                "flops_per_step": self.flops_per_step, "precision": self.precision,
+                "flops_by_precision": self.flops_by_precision,
+                "achieved_flops": self.achieved_flops, "device_name": self.device_name,
+                "peak_flops": self.peak_flops, "percent_of_peak": self.percent_of_peak,
+                "note": self.note}
 
 
 def build_record(count: dict[str, Any], batch_size: int, steady_rate: float | None,
-                 device: str) -> dict[str, Any]:
-    """The result's ``efficiency`` record from one counted step and the run's steady rate."""
+                 device: str) -> Efficiency:
+    """The efficiency record from one counted step and the run's steady rate."""
     flops, by_precision = count["flops"], count["by_precision"]
     if flops <= 0:
-        record = empty_record("no matmul/conv/attention FLOPs counted in the training step")
-        record["device_name"] = device
-        return record
+        return Efficiency(device_name=device,
+                          note="no matmul/conv/attention FLOPs counted in the training step")
     precision = max(by_precision, key=by_precision.get) if by_precision else "fp32"
     per_example = flops / batch_size
     achieved = per_example * steady_rate if steady_rate is not None else None
@@ -210,18 +227,13 @@ def build_record(count: dict[str, Any], batch_size: int, steady_rate: float | No
     peak = peak_flops(device, precision)
     if peak is None and achieved is not None:
         notes.append(f"no published {precision} peak for device {device!r}")
-    return {
-        "flops_per_example": per_example, "flops_per_step": flops, "precision": precision,
-        "flops_by_precision": by_precision, "achieved_flops": achieved,
-        "device_name": device, "peak_flops": peak,
-        "percent_of_peak": percent_of_peak(device, precision, achieved),
-        "note": "; ".join(notes) or None,
-    }
+    return Efficiency(per_example, flops, precision, by_precision, achieved, device, peak,
+                      percent_of_peak(device, precision, achieved), "; ".join(notes) or None)
 
 
 def measure(exp: Any, step: Callable[[], Any], batch_size: int, log: Any,
             count: bool | None = None,
-            keep: Callable[[Any], None] | None = None) -> dict[str, Any]:
+            keep: Callable[[Any], None] | None = None) -> Efficiency:
     """Count one extra ``step()`` after the timed loop and build the efficiency record.
 
     ``count``: None decides from MILARUN_COUNT_FLOPS and whether the step plays
@@ -229,19 +241,16 @@ def measure(exp: Any, step: Callable[[], Any], batch_size: int, log: Any,
     its FLOP count (KeyboardInterrupt and the harness's signals still go through).
     """
     if not enabled():
-        return empty_record(f"disabled by {ENV_FLAG}={os.environ.get(ENV_FLAG)}")
+        return Efficiency(note=f"disabled by {ENV_FLAG}={os.environ.get(ENV_FLAG)}")
     if count is False or (count is None and steps_environments(step)):
-        return empty_record("not counted: the step plays environments, whose simulator "
-                            "FLOPs the counter cannot see")
+        return Efficiency(note="not counted: the step plays environments, whose simulator "
+                               "FLOPs the counter cannot see")
     try:
         counted = count_step(step)
         exp.sync()  # a device error of the counted step surfaces here, not later
         value = counted.pop("value")
         if keep is not None:  # the counted step is the last one: its value is the final one
             keep(value)
-        from milarun import results
-
-        rate = results.steady_rate(log.rates, log.slice_duration)
-        return build_record(counted, batch_size, rate, device_name(exp.device))
+        return build_record(counted, batch_size, log.steady_rate(), device_name(exp.device))
     except Exception as err:
-        return empty_record(f"FLOP counting failed: {type(err).__name__}: {err}"[:500])
+        return Efficiency(note=f"FLOP counting failed: {type(err).__name__}: {err}"[:500])

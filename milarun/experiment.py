@@ -9,12 +9,16 @@ not serialise the device queue on every step.
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from milarun import results
+from milarun.results import RateRecord, TimerRecord
 from milarun.diagnostics import DEFAULT_MIN_SLICES, RunLength
+
+if TYPE_CHECKING:
+    from milarun.efficiency import Efficiency
 
 SLICE_DURATION = 0.5
 _EPS = 1e-12
@@ -188,38 +192,33 @@ class RateLog:
             self._slice_time = 0.0
             self._slice_count = 0.0
 
-    def record(self) -> dict[str, Any]:
-        duration = (
-            self.last_end - self.first_start
-            if self.first_start is not None and self.last_end is not None
-            else 0.0
-        )
-        return {
-            "type": "rate",
-            "start": self.wall_start,
-            "duration": duration,
-            "in_block": self.in_block,
-            "overhead": max(0.0, duration - self.in_block),
-            "count": self.count,
-            "max_count": self.max_count,
-            "blocks": self.blocks,
-            "syncs": self.syncs,
-            "slice": self.slice_duration,
-            "last_slice": self.last_slice,
-            "rates": list(self.rates),
-        }
+    def record(self) -> RateRecord:
+        duration = (self.last_end - self.first_start
+                    if self.first_start is not None and self.last_end is not None else 0.0)
+        return RateRecord(self.wall_start, duration, self.in_block, self.count,
+                          self.max_count, self.blocks, self.syncs, self.slice_duration,
+                          self.last_slice, tuple(self.rates))
+
+    def steady_rate(self) -> float | None:
+        """The run's rate: the mean of the steady window (None when too short)."""
+        return results.steady_rate(self.rates, self.slice_duration)
+
+    def steady_span(self) -> tuple[float, float]:
+        """The in-block time [start, stop) that the steady window covers, so a test can time
+        the same steps itself; empty (start == stop) when there is no window."""
+        n, width = len(self.rates), self.slice_duration
+        start = max(0, n - round(results.STEADY_FROM_END / width)) * width
+        stop = (n - round(results.STEADY_TO_END / width)) * width
+        return start, max(start, stop)
 
 
 class Timer:
     """A named wall-clock timer; entering it several times adds up."""
 
     def __init__(self, name: str, clock: Callable[[], float], wallclock: Callable[[], float]):
-        self.name = name
-        self.clock = clock
-        self.wallclock = wallclock
+        self.name, self.clock, self.wallclock = name, clock, wallclock
         self.start: float | None = None
-        self.duration = 0.0
-        self.entries = 0
+        self.duration, self.entries = 0.0, 0
         self._begin: float | None = None
 
     def __enter__(self) -> "Timer":
@@ -237,13 +236,17 @@ class Timer:
             self.entries += 1
             self._begin = None
 
-    def record(self) -> dict[str, Any]:
-        return {"type": "timer", "start": self.start, "duration": self.duration,
-                "entries": self.entries}
+    def record(self) -> TimerRecord:
+        return TimerRecord(self.start, self.duration, self.entries)
 
 
 class Experiment:
-    """What a benchmark receives: arguments, device, timers, rate logs and metrics."""
+    """What a benchmark receives: arguments, device, timers, rate logs and metrics.
+
+    The test sets two fields itself: ``synthetic_data`` (whether its data was synthetic)
+    and, under torchrun, ``write_result`` (only rank 0 writes the result). Helpers record
+    what they measured through :meth:`set_efficiency` and :meth:`add_timings`.
+    """
 
     def __init__(
         self,
@@ -255,40 +258,32 @@ class Experiment:
         clock: Callable[[], float] = time.perf_counter,
         wallclock: Callable[[], float] = time.time,
         device: Any = None,
+        on_progress: Callable[[RateLog], None] | None = None,
     ):
         self.name = name
         self.job_id = job_id
         self.outdir = Path(outdir)
         self.dataroot = Path(dataroot)
         self.stamp = stamp
-        self.clock = clock
-        self.wallclock = wallclock
-        self.metrics: dict[str, Any] = {}
+        self.metrics: dict[str, float] = {}
         self.arguments: dict[str, Any] = {}
         self.synthetic_data: bool | None = None
+        self.write_result = True
         self.max_count: int | None = None
-        self.seed: int | None = None
-        self.min_slices: int | None = None
+        self._clock, self._wallclock = clock, wallclock
+        self.min_slices: int | None = None  # --min-slices and --ci-target: RunLength
         self.ci_target: float | None = None
         self._device = device
         self._sync: Callable[[], None] | None = None
         self._timers: dict[str, Timer | RateLog] = {}
-        self.on_progress: Callable[[RateLog], None] | None = None
-        # Distributed tests: timings of the other ranks (train_<rank>), and whether this
-        # process writes the result (only rank 0 does).
-        self.extra_timings: dict[str, dict[str, Any]] = {}
-        self.write_result = True
-        self.efficiency: dict[str, Any] | None = None  # helpers.train's FLOP record
-        self.program = self.time("program").__enter__()
+        self._on_progress = on_progress  # called after a block that closed slices
+        self._extra_timings: dict[str, RateRecord] = {}
+        self._efficiency: Efficiency | None = None
+        self.time("program").__enter__()
 
     # -- arguments -----------------------------------------------------------------
-    def parse_args(
-        self,
-        parser: argparse.ArgumentParser,
-        argv: list[str],
-        max_count: int | None = None,
-        seed: int = 1234,
-    ) -> argparse.Namespace:
+    def parse_args(self, parser: argparse.ArgumentParser, argv: list[str],
+                   max_count: int | None = None, seed: int = 1234) -> argparse.Namespace:
         """Parse the test's arguments, adding the harness's ``--max-count`` and ``--seed``."""
         parser.add_argument("--max-count", type=int, default=max_count,
                             help="minimum work: train at least this many examples")
@@ -305,14 +300,11 @@ class Experiment:
 
         parser.error = error  # type: ignore[method-assign]
         args = parser.parse_args(argv)
-        if args.max_count is not None and args.max_count <= 0:
-            raise BadTestArguments(f"bad test argument: --max-count {args.max_count} (> 0)")
-        for flag in ("min_slices", "ci_target"):
+        for flag in ("max_count", "min_slices", "ci_target"):
             value = getattr(args, flag)
             if value is not None and value <= 0:
                 error(f"--{flag.replace('_', '-')} {value} (> 0)")
         self.max_count = args.max_count
-        self.seed = args.seed
         self.min_slices, self.ci_target = args.min_slices, args.ci_target
         self.arguments = dict(vars(args))
         return args
@@ -345,16 +337,10 @@ class Experiment:
         and ``--min-slices`` slices (``--ci-target`` too), or at the job's deadline."""
         if name in self._timers:
             raise ValueError(f"timer {name!r} already exists")
-        log = RateLog(
-            name,
-            max_count=max_count if max_count is not None else self.max_count,
-            slice_duration=slice_duration,
-            clock=self.clock,
-            # Resolved now so that importing torch never lands inside a timed block.
-            sync=self._synchronizer(),
-            wallclock=self.wallclock,
-        )
-        log.on_slice = self.on_progress
+        # The sync is resolved now so that importing torch never lands inside a timed block.
+        log = RateLog(name, max_count if max_count is not None else self.max_count,
+                      slice_duration, self._clock, self._synchronizer(), self._wallclock)
+        log.on_slice = self._on_progress
         log.length_rule = RunLength.from_args(self.min_slices, self.ci_target)
         self._timers[name] = log
         return log
@@ -363,7 +349,7 @@ class Experiment:
         """A named wall-clock timer, used as ``with experiment.time("data"):``."""
         timer = self._timers.get(name)
         if timer is None:
-            timer = self._timers[name] = Timer(name, self.clock, self.wallclock)
+            timer = self._timers[name] = Timer(name, self._clock, self._wallclock)
         if not isinstance(timer, Timer):
             raise ValueError(f"timer {name!r} is a rate log")
         return timer
@@ -372,8 +358,25 @@ class Experiment:
         """Record the latest value of a metric (a NaN makes the run a failure)."""
         self.metrics[name] = float(value)
 
-    def nan_metrics(self) -> list[str]:
-        return [k for k, v in self.metrics.items() if isinstance(v, float) and math.isnan(v)]
+    def set_efficiency(self, record: Efficiency) -> None:
+        """How well the run used its device (helpers.train: FLOPs of one counted step)."""
+        self._efficiency = record
+
+    @property
+    def efficiency(self) -> Efficiency | None:
+        return self._efficiency
+
+    def add_timings(self, records: Mapping[str, RateRecord]) -> None:
+        """Rate records measured by other processes (each DDP rank's ``train_<rank>``),
+        added to this result's timings."""
+        clashing = sorted(set(records) & set(self._timers))
+        if clashing:
+            raise ValueError(f"timing {clashing[0]!r} is one of this experiment's own")
+        self._extra_timings.update(records)
+
+    @property
+    def extra_timings(self) -> dict[str, RateRecord]:
+        return dict(self._extra_timings)
 
     @property
     def side_dir(self) -> Path:
@@ -382,8 +385,9 @@ class Experiment:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def finish(self) -> dict[str, dict[str, Any]]:
-        """Close every timer and rate log; returns the ``timings`` record."""
+    def finish(self) -> dict[str, RateRecord | TimerRecord]:
+        """Close every timer and rate log; returns the ``timings`` records (with those of
+        :meth:`add_timings`)."""
         for timer in self._timers.values():
             if isinstance(timer, RateLog):
                 if timer.blocks and not timer.finished:
@@ -393,7 +397,8 @@ class Experiment:
                         timer.finished = True
             else:
                 timer.stop()
-        return {name: timer.record() for name, timer in self._timers.items()}
+        own = {name: timer.record() for name, timer in self._timers.items()}
+        return {**own, **self._extra_timings}
 
     def rate_logs(self) -> list[RateLog]:
         return [t for t in self._timers.values() if isinstance(t, RateLog)]

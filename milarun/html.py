@@ -14,7 +14,7 @@ import matplotlib
 from markupsafe import Markup
 from matplotlib.figure import Figure
 
-from milarun import render, results, summary
+from milarun import isolation, render, results, summary
 from milarun.report import Report
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -120,16 +120,8 @@ def _failures(loaded: summary.Loaded | None) -> list[dict[str, Any]]:
 
 
 def _cpus(cpus: Iterable[int] | None) -> str:
-    """0,1,2,3,8 -> 0-3,8"""
-    values = sorted(set(cpus or []))
-    parts, start = [], None
-    for i, cpu in enumerate(values):
-        if start is None:
-            start = cpu
-        if i + 1 == len(values) or values[i + 1] != cpu + 1:
-            parts.append(f"{start}-{cpu}" if cpu != start else str(cpu))
-            start = None
-    return ",".join(parts) or "-"
+    """0,1,2,3,8 -> 0-3,8; "-" when the result does not say."""
+    return isolation.cpu_list(sorted(set(cpus or []))) or "-"
 
 
 def _isolation(results_: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ a result file gets a FAIL result written here, with the failure kind and its log
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -30,6 +31,7 @@ GRACE_PERIOD = 10.0
 POLL_INTERVAL = 0.1
 LOG_TAIL_LINES = 50
 CRASH_SIGNALS = {signal.SIGILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT}
+log = logging.getLogger(__name__)
 
 
 class LaunchError(RuntimeError):
@@ -104,8 +106,7 @@ def _placement(job: Job, device: Device, opts: LaunchOptions) -> isolation.Place
             raise isolation.IsolationError(f"job {job.fullname}: {err}")
         if job.fullname not in opts.unisolated_warned:
             opts.unisolated_warned.add(job.fullname)
-            print(f"warning: {job.fullname} runs WITHOUT student isolation: {err}",
-                  file=opts.out, flush=True)
+            log.warning("%s runs WITHOUT student isolation: %s", job.fullname, err)
         return None
 
 
@@ -169,15 +170,15 @@ def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOpt
     return instances
 
 
-def _exec_prefix(job: Job, warned: set[str], out: TextIO) -> list[str]:
+def _exec_prefix(job: Job, warned: set[str]) -> list[str]:
     if not job.exec_prefix:
         return []
     if shutil.which(job.exec_prefix[0]):
         return list(job.exec_prefix)
     if job.exec_prefix[0] not in warned:
         warned.add(job.exec_prefix[0])
-        print(f"warning: exec_prefix '{job.exec_prefix[0]}' is not installed; "
-              "running without it", file=out)
+        log.warning("exec_prefix '%s' is not installed; running without it",
+                    job.exec_prefix[0])
     return []
 
 
@@ -198,9 +199,8 @@ def _prepare(job: Job, opts: LaunchOptions) -> list[dict[str, Any]]:
         if done.returncode != 0 and command not in opts.prepare_warned:
             opts.prepare_warned.add(command)
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-            print(f"warning: prepare command of {job.fullname} failed "
-                  f"(exit {done.returncode}, continuing): {command}: {tail[0]}",
-                  file=opts.out, flush=True)
+            log.warning("prepare command of %s failed (exit %d, continuing): %s: %s",
+                        job.fullname, done.returncode, command, tail[0])
     return outcomes
 
 
@@ -210,10 +210,11 @@ class Supervisor:
     def __init__(self, opts: LaunchOptions,
                  on_end: Callable[[Instance], None] | None = None):
         self.opts = opts
-        self.on_end = on_end or (lambda inst: None)
+        self.board = ProgressBoard(opts.out, opts.progress_interval, opts.verbose)
+        # by default the board prints each ended instance's done/FAIL line
+        self.on_end = on_end or self.board.finished
         self.stop_requested: str | None = None
         self.warned: set[str] = set()
-        self.board = ProgressBoard(opts.out, opts.progress_interval, opts.verbose)
 
     def _request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = signal.Signals(signum).name
@@ -241,6 +242,7 @@ class Supervisor:
                 if running:
                     time.sleep(POLL_INTERVAL)
         finally:
+            self.board.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if self.stop_requested:
@@ -248,7 +250,7 @@ class Supervisor:
 
     def _start(self, inst: Instance) -> None:
         inst.log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = _exec_prefix(inst.job, self.warned, self.opts.out) + inst.command
+        command = _exec_prefix(inst.job, self.warned) + inst.command
         preexec = None
         if inst.placement is not None:
             command = inst.placement.prefix + command
@@ -268,7 +270,7 @@ class Supervisor:
                 command, env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec,
             )
-        print(f"start  {inst.tag}  log: {inst.log_path}", file=self.opts.out, flush=True)
+        self.board.say(f"start  {inst.tag}  log: {inst.log_path}")
 
     def _oom_killed(self, inst: Instance) -> bool:
         if inst.placement is None or inst.oom_before is None:
@@ -310,7 +312,7 @@ class Supervisor:
             inst.process.wait()
 
     def _finish(self, inst: Instance) -> None:
-        self.board.update([inst])  # the last lines of its output
+        self.board.read([inst])  # the last lines of its output (no redraw of the table)
         # Reap whatever the test left behind in its group (loader workers, ...).
         self._signal_group(inst, signal.SIGKILL)
         found = results.find_instance_results(
@@ -364,26 +366,28 @@ def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
     kind, message = failure_kind(inst, oom)
     code = inst.process.returncode
     labels = [d.label for d in inst.devices]
-    return {
-        "name": inst.name, "job_id": inst.job_id, "dataroot": str(opts.dataroot),
-        "outdir": str(opts.outdir), "job": inst.job.definition,
-        "device": labels[0], "devices": labels,
-        "call": {"function": inst.job.experiment,
-                 "argv": inst.job.argv() + list(opts.user_args), "arguments": None},
-        "success": False, "error": log_tail(inst.log_path), "hostname": socket.gethostname(),
-        "gpu": None, "device_count": sum(d.kind == devmod.GPU_KIND for d in inst.devices),
-        "environ": {k: v for k, v in devmod.instance_environ(inst.devices).items()},
-        "metrics": {}, "timings": {}, "gpu_monitor": None, "cpu_monitor": None,
-        "milarun_version": sysinfo.milarun_version(), "system": sysinfo.system_record(),
-        "isolation": {"requested": inst.placement.spec if inst.placement else None,
-                      "groups": inst.placement.groups if inst.placement else None},
-        "failure": {"kind": kind, "message": message},
-        "returncode": code, "signal": signal.Signals(-code).name if code and code < 0 else None,
-        "synthetic_data": None, "rerun_of": None, "startup": None, "diagnostics": None,
-        "efficiency": None,
-        "written_by": "harness",
-        "suite": inst.job.suite, "log": str(inst.log_path),
-    }
+    words = inst.command
+    # What the instance was launched with (job, suite, repeat, prepare, world_size): the
+    # --extra its own record would have carried.
+    launched = json.loads(words[words.index("--extra") + 1]) if "--extra" in words else {}
+    system = sysinfo.system_record()
+    visible = [x for x in inst.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if x]
+    on_gpu = inst.devices[0].kind == devmod.GPU_KIND
+    return results.ResultRecord(
+        name=inst.name, job_id=inst.job_id, dataroot=str(opts.dataroot),
+        outdir=str(opts.outdir),
+        call=results.Call(inst.job.experiment, inst.job.argv() + list(opts.user_args)),
+        failure=results.Failure(kind, message), error=log_tail(inst.log_path),
+        device=labels[0], devices=labels,
+        gpu=results.gpu_name(system, visible) if on_gpu else None,
+        device_count=sum(d.kind == devmod.GPU_KIND for d in inst.devices),
+        environ=results.recorded_environ(inst.env),
+        isolation={"requested": inst.placement.spec if inst.placement else None,
+                   "groups": inst.placement.groups if inst.placement else None},
+        returncode=code, signal=signal.Signals(-code).name if code and code < 0 else None,
+        log=str(inst.log_path), written_by="harness", system=system,
+        launch={**launched, "job": inst.job.definition, "suite": inst.job.suite},
+    ).to_dict()
 
 
 def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOptions,

@@ -8,9 +8,10 @@ import math
 import textwrap
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from milarun.report import Report, to_records
+from milarun.report import Report
 
 WIDTH = 100
 NAME_WIDTH = 24
@@ -79,6 +80,22 @@ def comparison_table(report: Report) -> str:
     return _frame(rows)
 
 
+def comparability_notes(report: Report) -> list[str]:
+    """Why each test that is not like with like differs from the baseline, one line each."""
+    rows = report.table[report.table["comparable"] != "yes"]
+    return [textwrap.fill(f"{test} ({row['comparable']}): {row['comparable_note']}", WIDTH,
+                          initial_indent="- ", subsequent_indent="  ")
+            for test, row in rows.iterrows()]
+
+
+def scaling_text(df: pd.DataFrame) -> str:
+    rows = {_short(str(test)): {"k": count(r["k"]), "per rank": _num(r["per_rank"]),
+                                "total": _num(r["total"]),
+                                "efficiency": _num(r["efficiency"], ".1%")}
+            for test, r in df.iterrows()}
+    return _frame(rows)
+
+
 def _verdict(row: pd.Series) -> str:
     p = row["p_value"]
     if row["verdict"] in ("faster", "slower") and math.isfinite(p):
@@ -140,8 +157,11 @@ def score_lines(report: Report) -> list[str]:
                       f"{report.weighted_tests} weighted tests"))
         if report.missing:
             lines.append(("Missing", f"{len(report.missing):12d}  " + ", ".join(report.missing)))
+    if report.unlike:
+        lines.append(("Not compared", f"{len(report.unlike):12d}  different workloads"))
     if report.score_base is not None:
-        lines.append(("Score (baseline)", f"{report.score_base:12,.2f}"))
+        lines.append(("Score (baseline)", f"{report.score_base:12,.2f}  over "
+                      f"{len(report.common)} test(s) measured alike"))
         text = f"{report.ratio:12.3f}"
         if report.ratio_ci:
             text += (f"  95% CI {report.ratio_ci[0]:.3f} to {report.ratio_ci[1]:.3f}: "
@@ -152,7 +172,9 @@ def score_lines(report: Report) -> list[str]:
         rpp = report.price_per_score
         lines.append(("RPP (Price / Score)", f"{rpp:12,.4g}" if rpp else f"{'-':>12}"))
     width = max(len(k) for k, _ in lines) + 2
-    return [f"{k + ':':{width}} {v}" for k, v in lines]
+    # Long lists (missing tests) wrap under their value so the block fits WIDTH columns.
+    return [textwrap.fill(f"{k + ':':{width}} {v}", WIDTH, subsequent_indent=" " * (width + 15),
+                          break_on_hyphens=False, break_long_words=False) for k, v in lines]
 
 
 def section(title: str) -> list[str]:
@@ -176,11 +198,21 @@ def to_text(report: Report) -> str:
         if report.has_baseline:
             out += section("Comparison with the baseline")
             out.append(comparison_table(report))
+            notes = comparability_notes(report)
+            if notes:
+                out += section("Like with like? Every test not listed here is 'yes'")
+                out.append("approx: the same workload with a known difference; no: a different "
+                           "workload,")
+                out.append("left out of the compared score.")
+                out += notes
     out += section("Scores")
     out += score_lines(report)
     if not report.quality.empty:
         out += section("Measurement quality (mean of runs; times in seconds)")
         out.append(quality_table(report))
+    if not report.scaling.empty:
+        out += section("Scaling (examples/s; per rank is the scored, legacy figure)")
+        out.append(scaling_text(report.scaling))
     for measure, df in report.gpu_tables.items():
         out += section(f"GPU comparison ({measure}, fraction of the best device)")
         out.append(gpu_table(df))
@@ -204,3 +236,44 @@ def to_csv(report: Report) -> str:
 
 def render(report: Report, fmt: str) -> str:
     return {"text": to_text, "json": to_json, "csv": to_csv}[fmt](report)
+
+
+def to_records(report: Report) -> dict[str, Any]:
+    """The report as plain data (the JSON output)."""
+    table = report.table.replace({np.nan: None}) if not report.table.empty else report.table
+    tests = {t: {k: _plain(v) for k, v in row.items()} for t, row in table.iterrows()}
+    return {
+        "title": report.title,
+        "weights": report.weights_source,
+        "baseline": report.baseline_source,
+        "penalize_variance": report.penalize_variance,
+        "tests": tests,
+        "scores": {
+            "runs": report.runs, "failures": report.failures,
+            "failure_rate": report.failure_rate, "passed": report.passed,
+            "failure_kinds": report.failure_kinds,
+            "score": report.score, "score_ci95": report.score_ci,
+            "coverage": report.coverage, "scored": report.scored,
+            "missing": report.missing, "unscored": report.unscored,
+            "unweighted": report.unweighted,
+            "score_base": report.score_base, "ratio": report.ratio,
+            "ratio_ci95": report.ratio_ci, "ratio_verdict": report.ratio_verdict,
+            "common_tests": report.common, "not_compared": report.unlike,
+            "price": report.price, "price_per_score": report.price_per_score,
+        },
+        "scaling": {t: {k: _plain(v) for k, v in row.items()}
+                    for t, row in report.scaling.iterrows()},
+        "gpu": {m: {t: {d: _plain(v) for d, v in row.items()} for t, row in df.iterrows()}
+                for m, df in report.gpu_tables.items()},
+        "quality": {t: {k: _plain(v) for k, v in row.items()}
+                    for t, row in report.quality.iterrows()},
+        "warnings": report.warnings,
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value

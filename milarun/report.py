@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from milarun import results, stats
+from milarun import comparability, results, stats
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 FAILURE_RATE_LIMIT = 0.01
@@ -137,9 +136,11 @@ class Report:
     ratio_ci: tuple[float, float] | None = None
     ratio_verdict: str | None = None
     common: list[str] = field(default_factory=list)
+    unlike: list[str] = field(default_factory=list)  # in both, but a different workload
     price: float | None = None
     price_per_score: float | None = None
     gpu_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
 
@@ -165,10 +166,14 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
                    | {t for t in baseline if t in summary or t in weight_map})
     ours = {t: Perf.of(summary.get(t)) for t in tests}
     base = {t: Perf.of(baseline.get(t)) for t in tests} if compare else {}
+    # Legacy figures against legacy figures are like with like; milarun against legacy is not.
+    legacy = comparability.is_legacy(baseline) and not comparability.is_legacy(summary)
+    like = {t: comparability.judge(t, legacy) for t in tests} if compare else {}
 
     report = Report(
         title=title or "Benchmark results",
-        table=_table(tests, ours, base, weight_map if weights else None, penalize_variance),
+        table=_table(tests, ours, base, weight_map if weights else None, penalize_variance,
+                     like),
         weights_source=weights[0] if weights else None,
         baseline_source=compare[0] if compare else None,
         penalize_variance=penalize_variance,
@@ -187,6 +192,7 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
             report.price_per_score = price / report.score
     if compare_gpus:
         report.gpu_tables = gpu_tables(summary)
+    report.scaling = scaling_table(summary)
     report.quality = quality_table(summary)
     report.warnings += quality_warnings(summary)
     return report
@@ -236,7 +242,8 @@ def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def _table(tests: list[str], ours: dict[str, Perf], base: dict[str, Perf],
-           weights: dict[str, float] | None, penalize_variance: bool) -> pd.DataFrame:
+           weights: dict[str, float] | None, penalize_variance: bool,
+           like: dict[str, tuple[str, str | None]]) -> pd.DataFrame:
     rows = []
     for test in tests:
         mine = ours[test]
@@ -260,6 +267,7 @@ def _table(tests: list[str], ours: dict[str, Perf], base: dict[str, Perf],
                 theirs.perf, theirs.std, theirs.n - theirs.fail)
             row["p_value"] = verdict.p_value if verdict.p_value is not None else math.nan
             row["verdict"] = verdict.label
+            row["comparable"], row["comparable_note"] = like[test]
         rows.append(row)
     if not rows:
         return pd.DataFrame()
@@ -304,15 +312,21 @@ def _compare_score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
     """Score ratio on the tests both sides scored, with a paired-bootstrap interval."""
     pv = report.penalize_variance
     base_adj = {t: base[t].adjusted(pv) for t in scored}
-    common = sorted(t for t, v in base_adj.items() if v > 0)
+    unlike = set(report.table.index[report.table["comparable"] == comparability.NO])
+    common = sorted(t for t, v in base_adj.items() if v > 0 and t not in unlike)
     report.common = common
+    report.unlike = sorted(t for t in unlike if t in scored and base_adj[t] > 0)
+    if report.unlike:
+        report.warnings.append(
+            f"left out of the compared score as different workloads ({len(report.unlike)}): "
+            + ", ".join(report.unlike))
     if not common:
         report.warnings.append("no scored test is in the baseline: no score ratio")
         return
     if len(common) < len(scored):
         report.warnings.append(
             f"score ratio uses the {len(common)} of {len(scored)} scored tests that the "
-            "baseline also has")
+            "baseline also has and measures alike")
     mine = _weighted_score({t: scored[t] for t in common}, weights)
     report.score_base = _weighted_score({t: base_adj[t] for t in common}, weights)
     report.ratio = mine / report.score_base
@@ -332,6 +346,25 @@ def _compare_score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
     low, high = report.ratio_ci
     report.ratio_verdict = ("faster" if low > 1 else "slower" if high < 1
                             else "no significant change")
+
+
+def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Distributed tests (``<suite>.<test>.<k>``): ranks, mean per rank (the scored, legacy
+    figure), total over the ranks, and efficiency = total / (k x the same test at k = 1)."""
+    rows = {}
+    for test, entry in summary.items():
+        total = (entry.get("throughput") or {}).get("mean")
+        prefix, _, k = test.rpartition(".")
+        if total is None or not k.isdigit():
+            continue
+        one = ((summary.get(f"{prefix}.1") or {}).get("throughput") or {}).get("mean")
+        rows[test] = {"k": int(k), "per_rank": (entry.get("train") or {}).get("mean"),
+                      "total": total,
+                      "efficiency": total / (int(k) * one) if one else math.nan}
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame.from_dict(rows, orient="index").sort_values("k", kind="stable")
+    return df.astype({"per_rank": float, "total": float, "efficiency": float})
 
 
 def gpu_tables(summary: dict[str, dict[str, Any]]) -> dict[str, pd.DataFrame]:
@@ -364,42 +397,3 @@ def ratio_gate(report: Report, threshold: float) -> str | None:
     if report.ratio < threshold:
         return f"score ratio {report.ratio:.4f} is below --fail-below {threshold:g}"
     return None
-
-
-def to_records(report: Report) -> dict[str, Any]:
-    """The report as plain data (the JSON output)."""
-    table = report.table.replace({np.nan: None}) if not report.table.empty else report.table
-    tests = {t: {k: _plain(v) for k, v in row.items()} for t, row in table.iterrows()}
-    return {
-        "title": report.title,
-        "weights": report.weights_source,
-        "baseline": report.baseline_source,
-        "penalize_variance": report.penalize_variance,
-        "tests": tests,
-        "scores": {
-            "runs": report.runs, "failures": report.failures,
-            "failure_rate": report.failure_rate, "passed": report.passed,
-            "failure_kinds": report.failure_kinds,
-            "score": report.score, "score_ci95": report.score_ci,
-            "coverage": report.coverage, "scored": report.scored,
-            "missing": report.missing, "unscored": report.unscored,
-            "unweighted": report.unweighted,
-            "score_base": report.score_base, "ratio": report.ratio,
-            "ratio_ci95": report.ratio_ci, "ratio_verdict": report.ratio_verdict,
-            "common_tests": report.common,
-            "price": report.price, "price_per_score": report.price_per_score,
-        },
-        "gpu": {m: {t: {d: _plain(v) for d, v in row.items()} for t, row in df.iterrows()}
-                for m, df in report.gpu_tables.items()},
-        "quality": {t: {k: _plain(v) for k, v in row.items()}
-                    for t, row in report.quality.iterrows()},
-        "warnings": report.warnings,
-    }
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (np.floating, float)):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value

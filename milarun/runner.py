@@ -4,29 +4,20 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import signal
-import socket
 import sys
 import time
 import traceback
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from milarun import devices, diagnostics, isolation, results, sysinfo
 from milarun.progress import PROGRESS_TAG
-from milarun.experiment import Experiment, BadTestArguments
-
-# Environment variables worth recording (and restoring on rerun); never the whole
-# environment, which may hold secrets.
-ENV_PREFIXES = (
-    "CUDA_", "HIP_", "ROCR_", "ROCM_", "NVIDIA_", "NCCL_", "OMP_", "MKL_", "KMP_",
-    "ONEDNN_", "DNNL_", "PYTORCH_", "TORCH_", "MILARUN_", "SLURM_JOB_ID", "SLURM_CPUS",
-)
-
-
-# Result fields the harness owns; --extra may add others, and fill "job".
-HARNESS_KEYS = (set(results.RESULT_KEYS) | {"finished_at"}) - {"job"}
+from milarun.experiment import Experiment, BadTestArguments, RateLog
+from milarun.results import Failure, RateRecord, TimerRecord
 
 
 class UsageError(RuntimeError):
@@ -56,10 +47,6 @@ def resolve_function(spec: str) -> Callable[..., Any]:
     return fn
 
 
-def recorded_environ() -> dict[str, str]:
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
-
-
 def _raise_on(exc: type[BaseException]) -> Callable[[int, Any], None]:
     def handler(signum: int, frame: Any) -> None:
         raise exc(f"received {signal.Signals(signum).name}")
@@ -67,22 +54,23 @@ def _raise_on(exc: type[BaseException]) -> Callable[[int, Any], None]:
     return handler
 
 
-def _failure(kind: str, message: str) -> dict[str, str]:
-    return {"kind": kind, "message": message}
-
-
-def _check_rates(exp: Experiment) -> dict[str, str] | None:
-    for log in exp.rate_logs():
+def _check_measurement(exp: Experiment) -> Failure | None:
+    """A run whose metrics hold a NaN, or whose rates are too few to measure, failed."""
+    nans = [k for k, v in exp.metrics.items() if isinstance(v, float) and math.isnan(v)]
+    if nans:
+        return Failure("nan", f"NaN in metrics: {', '.join(nans)}")
+    logs = exp.rate_logs()
+    for log in logs:
         usable = len(results.steady_window(log.rates, log.slice_duration))
         if usable < results.MIN_STEADY_SLICES:
-            return _failure(
+            return Failure(
                 "too-short",
                 f"rate log '{log.name}' has {usable} usable slices in its steady window "
                 f"({len(log.rates)} in all); raise --min-slices (at least "
                 f"{results.MIN_STEADY_SLICES + 2}) so the test runs longer",
             )
-    if not exp.rate_logs():
-        return _failure("too-short", "the test logged no rates (no experiment.rate_log())")
+    if not logs:
+        return Failure("too-short", "the test logged no rates (no experiment.rate_log())")
     return None
 
 
@@ -104,6 +92,77 @@ def progress_printer(min_interval: float = 1.0) -> Callable[[Any], None]:
     return report
 
 
+@dataclass(frozen=True)
+class _Ended:
+    """How the test function ended, and what the process measured meanwhile."""
+
+    called_at: float
+    failure: Failure | None
+    error: str | None
+    timings: dict[str, RateRecord | TimerRecord]
+    gpu_monitor: dict[str, Any] | None
+    cpu_monitor: dict[str, Any] | None
+
+
+def _call(fn: Callable[..., Any], exp: Experiment, argv: list[str],
+          monitor_interval: float) -> _Ended:
+    """``fn(exp, argv)`` under the monitors; SIGTERM and SIGALRM become its failures."""
+    gpu_mon = devices.gpu_monitor(interval=monitor_interval).start()
+    cpu_mon = devices.cpu_monitor(interval=monitor_interval).start()
+    failure = error = None
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGALRM)}
+    signal.signal(signal.SIGTERM, _raise_on(Interrupted))
+    signal.signal(signal.SIGALRM, _raise_on(TimedOut))
+    called_at = time.time()
+    try:
+        fn(exp, list(argv))
+    except BadTestArguments as err:
+        failure, error = Failure("exception", str(err)), str(err)
+    except (KeyboardInterrupt, Interrupted) as err:
+        failure = Failure("interrupted", f"interrupted ({err or 'SIGINT'})")
+        error = traceback.format_exc()
+    except TimedOut:
+        failure = Failure("timeout", "killed by the harness after the job's max_duration")
+        error = traceback.format_exc()
+    except BaseException as err:  # the test's own failure, SystemExit included
+        failure = Failure("exception", f"{type(err).__name__}: {err}")
+        error = traceback.format_exc()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        timings = exp.finish()
+        gpu_record, cpu_record = gpu_mon.stop(), cpu_mon.stop()
+    return _Ended(called_at, failure, error, timings, gpu_record, cpu_record)
+
+
+def _test_record(function: str, argv: list[str], exp: Experiment, ended: _Ended,
+                 imported_at: float, extra: dict[str, Any] | None,
+                 rerun_of: str | None) -> results.ResultRecord:
+    """The record of a test that ran in this process."""
+    failure = ended.failure or _check_measurement(exp)
+    error = ended.error if ended.error is not None else (failure.message if failure else None)
+    visible = [x for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x]
+    device = devices.instance_device_label()
+    on_gpu = device.startswith("cuda")
+    system = sysinfo.system_record()
+    logs: list[RateLog] = exp.rate_logs()
+    return results.ResultRecord(
+        name=exp.name, job_id=exp.job_id, dataroot=str(exp.dataroot),
+        outdir=str(exp.outdir), call=results.Call(function, list(argv), exp.arguments),
+        failure=failure, error=error, device=device,
+        devices=visible if on_gpu else [device],
+        gpu=results.gpu_name(system, visible) if on_gpu else None,
+        device_count=len(visible) if on_gpu else 0,
+        environ=results.recorded_environ(os.environ), isolation=isolation.isolation_record(),
+        returncode=0 if failure is None else 1, metrics=exp.metrics, timings=ended.timings,
+        gpu_monitor=ended.gpu_monitor, cpu_monitor=ended.cpu_monitor,
+        synthetic_data=exp.synthetic_data, rerun_of=rerun_of,
+        startup=diagnostics.startup(imported_at, ended.called_at, logs),
+        diagnostics={log.name: diagnostics.log_record(log) for log in logs},
+        efficiency=exp.efficiency, launch=extra or {}, system=system,
+    )
+
+
 def run_test(
     function: str,
     argv: list[str],
@@ -119,90 +178,24 @@ def run_test(
     """Run ``function(experiment, argv)`` and write its result; returns (result, path).
 
     Every outcome is written: exceptions, NaN metrics, too-short runs, SIGTERM and the
-    supervisor's timeout signal all give a FAIL result.
+    supervisor's timeout signal all give a FAIL result. ``extra``: the launch's fields
+    (job, suite, repeat, ...; see results.ResultRecord.launch).
     """
     outdir = Path(outdir)
-    # Checked before the test runs, so a bad call never costs a finished run.
-    clashing = sorted(set(extra or {}) & HARNESS_KEYS)
-    if clashing:
-        raise UsageError(f"--extra key '{clashing[0]}' would overwrite the harness's own field")
+    _check_extra(extra)
     fn = resolve_function(function)
     imported_at = time.time()  # the test module (and torch) are imported by now
     stamp = results.utc_stamp()
-    exp = Experiment(name, job_id=job_id, outdir=outdir, dataroot=dataroot, stamp=stamp)
-    exp.on_progress = progress_printer()
-    gpu_mon = devices.gpu_monitor(interval=monitor_interval).start()
-    cpu_mon = devices.cpu_monitor(interval=monitor_interval).start()
-    failure = error = None
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGALRM)}
-    signal.signal(signal.SIGTERM, _raise_on(Interrupted))
-    signal.signal(signal.SIGALRM, _raise_on(TimedOut))
-    called_at = time.time()
-    try:
-        fn(exp, list(argv))
-    except BadTestArguments as err:
-        failure, error = _failure("exception", str(err)), str(err)
-    except (KeyboardInterrupt, Interrupted) as err:
-        failure = _failure("interrupted", f"interrupted ({err or 'SIGINT'})")
-        error = traceback.format_exc()
-    except TimedOut:
-        failure = _failure("timeout", "killed by the harness after the job's max_duration")
-        error = traceback.format_exc()
-    except BaseException as err:  # the test's own failure, SystemExit included
-        failure = _failure("exception", f"{type(err).__name__}: {err}")
-        error = traceback.format_exc()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        timings = exp.finish()
-        gpu_record, cpu_record = gpu_mon.stop(), cpu_mon.stop()
-    timings.update(exp.extra_timings)  # e.g. the other DDP ranks
-    if failure is None and exp.nan_metrics():
-        failure = _failure("nan", f"NaN in metrics: {', '.join(exp.nan_metrics())}")
-    if failure is None:
-        failure = _check_rates(exp)
-    success = failure is None
-    system = sysinfo.system_record()
-    visible = [x for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x]
-    device = devices.instance_device_label()
-    gpus = system.get("gpus") or []
-    result: dict[str, Any] = {
-        "name": name,
-        "job_id": job_id,
-        "dataroot": str(dataroot),
-        "outdir": str(outdir),
-        "job": None,
-        "device": device,
-        "devices": visible if device.startswith("cuda") else [device],
-        "call": {"function": function, "argv": list(argv), "arguments": exp.arguments},
-        "success": success,
-        "error": error if error is not None else (failure["message"] if failure else None),
-        "hostname": socket.gethostname(),
-        "gpu": _gpu_name(gpus, visible) if device.startswith("cuda") else None,
-        "device_count": len(visible) if device.startswith("cuda") else 0,
-        "environ": recorded_environ(),
-        "metrics": exp.metrics,
-        "timings": timings,
-        "gpu_monitor": gpu_record,
-        "cpu_monitor": cpu_record,
-        "milarun_version": sysinfo.milarun_version(),
-        "system": system,
-        "isolation": isolation.isolation_record(),
-        "failure": failure,
-        "returncode": 0 if success else 1,
-        "synthetic_data": exp.synthetic_data,
-        "rerun_of": rerun_of,
-        "startup": diagnostics.startup(imported_at, called_at, exp.rate_logs()),
-        "diagnostics": {log.name: diagnostics.log_record(log) for log in exp.rate_logs()},
-        "efficiency": exp.efficiency,
-        "finished_at": time.time(),
-    }
-    result.update(extra or {})
+    exp = Experiment(name, job_id=job_id, outdir=outdir, dataroot=dataroot, stamp=stamp,
+                     on_progress=progress_printer())
+    ended = _call(fn, exp, argv, monitor_interval)
+    record = _test_record(function, argv, exp, ended, imported_at, extra, rerun_of)
+    result = record.to_dict()
     if not exp.write_result:
         # A non-zero DDP rank: rank 0 writes the result for all. When this rank is the one
         # that failed, its log is the only place that says why.
-        if not success:
-            print(f"rank {os.environ.get('RANK')}: {failure['kind']}: {result['error']}",
+        if record.failure is not None:
+            print(f"rank {os.environ.get('RANK')}: {record.failure.kind}: {result['error']}",
                   file=sys.stderr)
         return result, None
     try:
@@ -212,11 +205,80 @@ def run_test(
     return result, path
 
 
-def _gpu_name(gpus: list[dict[str, Any]], visible: list[str]) -> str | None:
-    for gpu in gpus:
-        if visible and str(gpu.get("index")) == visible[0]:
-            return gpu.get("name")
-    return gpus[0].get("name") if gpus else None
+def _check_extra(extra: dict[str, Any] | None) -> None:
+    """Checked before the test runs, so a bad call never costs a finished run."""
+    clashing = sorted(set(extra or {}) & results.OWN_KEYS)
+    if clashing:
+        raise UsageError(f"--extra key '{clashing[0]}' would overwrite the harness's own field")
+
+
+# -- the policy of `milarun run` and `milarun rerun` --------------------------------------
+@dataclass(frozen=True)
+class RunCall:
+    """One test to run in this process, every path and name decided: run_test's arguments."""
+
+    function: str
+    argv: list[str]
+    name: str
+    job_id: str
+    outdir: Path
+    dataroot: Path
+    extra: dict[str, Any] = field(default_factory=dict)
+    rerun_of: str | None = None
+    outfile: Path | None = None
+
+    def options(self) -> dict[str, Any]:
+        """run_test's keyword arguments (all but function and argv)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("function", "argv")}
+
+
+def plan_run(function: str, test_args: list[str], out: str | Path, dataroot: Path,
+             experiment_name: str | None = None, job_id: str = "0",
+             extra: dict[str, Any] | None = None) -> RunCall:
+    """``milarun run``: ``out`` is a folder, or a .json file name for the result (never
+    overwritten); the name defaults to the test module's. Bad input fails here, before
+    anything runs or any folder is made."""
+    _check_extra(extra)
+    resolve_function(function)
+    outdir, outfile = Path(out), None
+    if str(out).endswith(".json"):
+        outfile = Path(out)
+        outdir = outfile.parent
+        if outfile.exists():
+            raise UsageError(f"-o {out}: file exists; results are never overwritten")
+    check_outdir(outdir)
+    name = experiment_name or function.split(":")[0].rsplit(".", 1)[-1]
+    return RunCall(function, list(test_args), name, job_id, outdir, dataroot,
+                    dict(extra or {}), outfile=outfile)
+
+
+def plan_rerun(result_file: str | Path, out: str | Path | None, test_args: list[str],
+               dataroot: Path) -> RunCall:
+    """``milarun rerun``: the original's call, name, job id, job, suite and data folder
+    (``dataroot`` when it has none), the new ``test_args`` last; results go next to the
+    original unless ``out`` says otherwise.
+
+    The original's recorded environment is applied to this process here, before the test
+    is imported: CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS and the like are only read when
+    torch loads. Not its MILARUN_DEADLINE: that was the original job's, long past by now,
+    and would stop the rerun at its first slice.
+    """
+    original = results.load_result(Path(result_file))
+    call = original.get("call") or {}
+    if not call.get("function"):
+        raise UsageError(f"{result_file}: no call.function to re-run")
+    outdir = Path(out) if out else Path(result_file).parent
+    check_outdir(outdir)
+    environ = dict(original.get("environ") or {})
+    environ.pop(diagnostics.DEADLINE_ENV, None)
+    os.environ.update(environ)
+    return RunCall(
+        call["function"], list(call.get("argv") or []) + list(test_args), original["name"],
+        str(original.get("job_id", "0")), outdir,
+        Path(original.get("dataroot") or dataroot),
+        {k: original[k] for k in ("job", "suite") if original.get(k) is not None},
+        rerun_of=str(Path(result_file).resolve()),
+    )
 
 
 def check_outdir(outdir: Path) -> None:

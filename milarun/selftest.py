@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from milarun import devices, results
 from milarun.experiment import Experiment
+from milarun.spin import spin as busy_wait
 
 BATCH = 64
 DEFAULT_SECONDS = 4.0
@@ -145,9 +146,8 @@ def instrumented_loop(spin: Callable[[float], None], step_time: float, steps: in
     """
     from milarun.runner import progress_printer
 
-    exp = Experiment("selftest")
+    exp = Experiment("selftest", on_progress=progress_printer())
     exp.max_count = steps * batch
-    exp.on_progress = progress_printer()
     exp.sync()  # a real test has touched its device before its first step
     gpu_mon = devices.gpu_monitor().start()
     cpu_mon = devices.cpu_monitor().start()
@@ -176,7 +176,7 @@ def measure(spec: StepSpec, seconds: float = DEFAULT_SECONDS, batch: int = BATCH
     load that drifts during the measurement weighs on both ways alike.
     """
     if spin is None:
-        from milabench.models.calibration import spin  # a model: only when measuring
+        spin = busy_wait
     steps = max(2, round(seconds / spec.step_time))
     load = [os.getloadavg()[0]]
     first, first_cpu = bare_loop(spin, spec.step_time, steps // 2)
@@ -192,10 +192,10 @@ def measure(spec: StepSpec, seconds: float = DEFAULT_SECONDS, batch: int = BATCH
         rate, source = log.count / log.in_block, "full-log"
     return Measurement(
         step_time=spec.step_time, batch=batch, steps=steps,
-        instrumented_steps=record["blocks"], bare_wall=bare,
+        instrumented_steps=record.blocks, bare_wall=bare,
         instrumented_wall=wall, measured_rate=rate, rate_source=source,
-        slices=len(log.rates), log_duration=record["duration"],
-        outside_blocks=record["overhead"], syncs=record["syncs"],
+        slices=len(log.rates), log_duration=record.duration,
+        outside_blocks=record.overhead, syncs=record.syncs,
         overhead_target=spec.overhead_target, error_target=spec.error_target, load=load,
         cpu_share=100.0 * min((first_cpu + second_cpu) / bare, cpu / wall),
     )

@@ -61,24 +61,39 @@ def _timer_rate(record: dict[str, Any]) -> float | None:
     return rate if rate is not None and math.isfinite(rate) and rate > 0 else None
 
 
-def run_rate(result: dict[str, Any], timer: str = "train") -> float | None:
-    """Steady examples/s of one successful result (None if it has none).
-
-    A distributed result (``train_<rank>`` timers) counts all its ranks: the sum of their
-    rates is the throughput of the k devices together.
-    """
-    if result.get("success") is not True or _has_nan_metric(result):
-        return None
+def rank_rates(result: dict[str, Any], timer: str = "train") -> list[float | None] | None:
+    """Each rank's steady rate of a distributed result (``train_<rank>`` timers), in rank
+    order; None for a single-process result."""
     timings = result.get("timings") or {}
     if not isinstance(timings, dict):
         return None
     prefix = f"{timer}_"
-    ranks = [v for k, v in timings.items()
-             if k.startswith(prefix) and k[len(prefix):].isdigit()]
-    if ranks:
-        rates = [_timer_rate(r) for r in ranks]
-        return None if any(r is None for r in rates) else sum(rates)
-    return _timer_rate(timings.get(timer) or {})
+    ranks = sorted((int(k[len(prefix):]), v) for k, v in timings.items()
+                   if k.startswith(prefix) and k[len(prefix):].isdigit())
+    return [_timer_rate(v) for _, v in ranks] or None
+
+
+def run_rate(result: dict[str, Any], timer: str = "train") -> float | None:
+    """Steady examples/s of one successful result (None if it has none).
+
+    A distributed result (``train_<rank>`` timers) is the mean of its ranks' rates, as the
+    legacy suite counted scaling.k (every rank one sample of the same test); the total
+    over the ranks is :func:`run_throughput`.
+    """
+    if result.get("success") is not True or _has_nan_metric(result):
+        return None
+    ranks = rank_rates(result, timer)
+    if ranks is not None:
+        return None if any(r is None for r in ranks) else math.fsum(ranks) / len(ranks)
+    timings = result.get("timings") or {}
+    return _timer_rate(timings.get(timer) or {}) if isinstance(timings, dict) else None
+
+
+def run_throughput(result: dict[str, Any], timer: str = "train") -> float | None:
+    """Examples/s of all the ranks of a run together (its rate when it has one process)."""
+    rate = run_rate(result, timer)
+    ranks = rank_rates(result, timer)
+    return rate * len(ranks) if rate is not None and ranks is not None else rate
 
 
 def _has_nan_metric(result: dict[str, Any]) -> bool:
@@ -130,12 +145,15 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         peaks: list[float] = []
         kinds: Counter[str] = Counter()
         good: list[dict[str, Any]] = []
+        totals: list[float] = []  # distributed runs: all ranks together
         for run in runs:
             rate = run_rate(run)
             if rate is None:
                 kinds[failure_kind(run)] += 1
                 continue
             rates.append(rate)
+            if rank_rates(run) is not None:
+                totals.append(run_throughput(run))  # type: ignore[arg-type]
             good.append(run)
             program = _program_time(run)
             if program is not None:
@@ -157,6 +175,8 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "failure_kinds": dict(sorted(kinds.items())),
             "quality": quality(good),
         }
+        if totals:  # scaling.k: train is the mean per rank, throughput all k ranks
+            out[name]["throughput"] = stats(totals)
     return out
 
 
@@ -295,6 +315,23 @@ class Source:
 
 class EmptyResults(results.ResultError):
     """A results folder with no usable result."""
+
+
+BASELINE_DIR = Path(__file__).parent / "baselines"
+
+
+def baseline_path(spec: str) -> Path:
+    """A baseline by path (summary file or results folder) or shipped name (``standard/v100``)."""
+    path = Path(spec)
+    if path.exists():
+        return path
+    shipped = BASELINE_DIR / f"{spec.removesuffix('.json')}.json"
+    if shipped.is_file():
+        return shipped
+    names = ", ".join(sorted(str(p.relative_to(BASELINE_DIR).with_suffix(""))
+                             for p in BASELINE_DIR.glob("*/*.json")))
+    raise SummaryError(f"--compare {spec}: no such file or folder, nor a shipped baseline "
+                       f"({names})")
 
 
 def load_source(path: Path) -> Source:

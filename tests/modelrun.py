@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -11,11 +12,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_model(*args: object) -> subprocess.CompletedProcess:
-    """``python -m milarun ...`` in a subprocess, on the CPU with one torch thread."""
+def run_model(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m milarun ...`` in a subprocess, on the CPU with one torch thread (``env``:
+    more variables)."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1",
-           "CUDA_VISIBLE_DEVICES": ""}
+           "CUDA_VISIBLE_DEVICES": "", **(env or {})}
     return subprocess.run([sys.executable, "-m", "milarun", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600, env=env)
 
@@ -51,20 +53,44 @@ def run_without_data(model: str, tmp_path: Path, *argv: object) -> dict:
     return result
 
 
-def run_trained(model: str, dataroot: Path, tmp_path: Path, args: list[str]) -> dict:
-    """Train a model on synthetic data through the CLI: a successful result with a finite
-    loss, and at least --min-slices rate slices (the run's length is measured, so it holds on
-    any machine). Returns the result."""
+def run_trained(model: str, dataroot: Path | None, tmp_path: Path, args: list[str],
+                metrics: tuple[str, ...] = ("loss",), env: dict[str, str] | None = None,
+                synthetic: bool | None = True) -> dict:
+    """Train a model through the CLI (on the data in ``dataroot``; None: a test without
+    data): a successful result recording ``synthetic`` as its synthetic_data, with finite
+    ``metrics``, and at least --min-slices rate slices (the run's length is measured, so it
+    holds on any machine). Returns the result."""
     out = Path(tmp_path) / "out"
-    done = run_model("run", f"milabench.models.{model}:main", "-o", out, "-d", dataroot,
-                     "--", *args)
+    data = () if dataroot is None else ("-d", dataroot)
+    done = run_model("run", f"milabench.models.{model}:main", "-o", out, *data,
+                     "--", *args, env=env)
     assert done.returncode == 0, describe(done)
     result = only_result(out)
     assert result["success"], result["error"]
-    assert result["synthetic_data"] is True
-    loss = result["metrics"]["loss"]
-    assert loss == loss and abs(loss) < float("inf")
+    assert result["synthetic_data"] is synthetic
+    for name in metrics:
+        value = result["metrics"][name]
+        assert value is not None and math.isfinite(value), (name, result["metrics"])
     train = result["timings"]["train"]
     assert train["count"] > 0
     assert len(train["rates"]) >= int(args[args.index("--min-slices") + 1]), train["rates"]
     return result
+
+
+def assert_rejected(model: str, argv: list[str], message: str,
+                    dataroot: Path | str = ".") -> None:
+    """``milabench.models.<model>.main`` refuses ``argv``, in this process and on the CPU,
+    with a one-line "bad test argument" BadTestArguments that contains ``message``."""
+    import importlib
+
+    import pytest
+    import torch
+
+    from milarun.experiment import BadTestArguments, Experiment
+
+    main = importlib.import_module(f"milabench.models.{model}").main
+    exp = Experiment(model, dataroot=dataroot, device=torch.device("cpu"))
+    with pytest.raises(BadTestArguments) as refused:
+        main(exp, argv)
+    text = str(refused.value)
+    assert text.startswith("bad test argument") and message in text and "\n" not in text, text

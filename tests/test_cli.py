@@ -283,7 +283,7 @@ def test_failing_prepare_warns_once_and_is_recorded(tmp_path):
     done = milarun("jobs", prof, "--repeat", "2", "-o", tmp_path / "out",
                    "--devices", "cpu:1")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("warning: prepare command") == 1
+    assert done.stderr.count("milarun: warning: prepare command") == 1  # through logging
     runs = load_all(tmp_path / "out").values()
     assert len(runs) == 2
     for result in runs:

@@ -421,37 +421,38 @@ def test_label_round_trips_through_instance_environ(clean_env):
 
 
 # -- torch_device --------------------------------------------------------------------------
-def test_torch_device_cpu_slice_never_uses_gpu(clean_env):
+def torch_seeing_gpus(env: pytest.MonkeyPatch, count: int):
+    """torch, made to see ``count`` GPUs (this machine may have none); returns it."""
     torch = pytest.importorskip("torch")
-    clean_env.setattr(torch.cuda, "is_available", lambda: True)
+    env.setattr(torch.cuda, "is_available", lambda: count > 0)
+    env.setattr(torch.cuda, "device_count", lambda: count)
+    return torch
+
+
+def test_torch_device_cpu_slice_never_uses_gpu(clean_env):
+    torch = torch_seeing_gpus(clean_env, 1)
     clean_env.setenv("MILARUN_DEVICE", "cpu:1")
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "")
     assert devices.torch_device() == torch.device("cpu")
 
 
 def test_torch_device_gpu_instance(clean_env):
-    torch = pytest.importorskip("torch")
-    clean_env.setattr(torch.cuda, "is_available", lambda: True)
-    clean_env.setattr(torch.cuda, "device_count", lambda: 1)
+    torch = torch_seeing_gpus(clean_env, 1)
     clean_env.setenv("MILARUN_DEVICE", "cuda")
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "3")
     assert devices.torch_device() == torch.device("cuda", 0)  # the only visible GPU
-    clean_env.setattr(torch.cuda, "is_available", lambda: False)
+    torch_seeing_gpus(clean_env, 0)
     with pytest.raises(RuntimeError, match="torch sees no GPU"):
         devices.torch_device()  # a GPU instance never silently trains on the CPU
 
 
 def test_torch_device_plain_run_on_gpu_machine_uses_gpu(clean_env):
-    torch = pytest.importorskip("torch")
-    clean_env.setattr(torch.cuda, "is_available", lambda: True)
-    clean_env.setattr(torch.cuda, "device_count", lambda: 1)
+    torch_seeing_gpus(clean_env, 1)
     assert devices.torch_device().type == "cuda"
 
 
 def test_torchrun_rank_uses_its_local_gpu(clean_env):
-    torch = pytest.importorskip("torch")
-    clean_env.setattr(torch.cuda, "is_available", lambda: True)
-    clean_env.setattr(torch.cuda, "device_count", lambda: 2)
+    torch = torch_seeing_gpus(clean_env, 2)
     clean_env.setenv("MILARUN_DEVICE", "cuda")
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     clean_env.setenv("LOCAL_RANK", "1")

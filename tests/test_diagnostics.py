@@ -11,15 +11,17 @@ import pytest
 from conftest import milarun
 from milabench.models import calibration
 from milarun import results
-from milarun.diagnostics import RunLength, ci_halfwidth, steady_state
+from milarun.diagnostics import RunLength, ci_halfwidth, log_record, steady_state
 from milarun.experiment import RateLog
 
 
 def test_flat_series():
     d = steady_state([100.0] * 30)
-    assert d["slices"] == 30 and d["window_slices"] == 18
-    assert d["cv"] == 0 and d["drift"] == 0 and d["warmup"] == 0
-    assert d["ci95"] == 0 and d["flags"] == []
+    assert d.slices == 30 and d.window_slices == 18
+    assert d.cv == 0 and d.drift == 0 and d.warmup == 0
+    assert d.ci95 == 0 and d.flags == ()
+    assert d.to_dict() == {"slices": 30, "window_slices": 18, "cv": 0, "drift": 0,
+                           "warmup": 0, "ci95": 0, "flags": [], "extension": None}
 
 
 def test_ramp_then_flat_has_a_warmup():
@@ -27,8 +29,8 @@ def test_ramp_then_flat_has_a_warmup():
     # 100, first entered by slice index 9, which starts 4.5 s into the run.
     rates = [10.0 * (i + 1) for i in range(9)] + [100.0] * 25
     d = steady_state(rates)
-    assert d["warmup"] == pytest.approx(4.5)
-    assert d["drift"] == 0 and d["flags"] == []
+    assert d.warmup == pytest.approx(4.5)
+    assert d.drift == 0 and d.flags == ()
 
 
 def test_linear_drift_is_flagged():
@@ -37,17 +39,17 @@ def test_linear_drift_is_flagged():
     window = rates[-20:-2]
     expected = (sum(window[-6:]) / 6) / (sum(window[:6]) / 6) - 1
     d = steady_state(rates)
-    assert d["drift"] == pytest.approx(expected)
-    assert d["drift"] < -0.02 and "drift" in d["flags"]
+    assert d.drift == pytest.approx(expected)
+    assert d.drift < -0.02 and "drift" in d.flags
     mean = sum(window) / 18
     std = math.sqrt(sum((r - mean) ** 2 for r in window) / 18)
-    assert d["cv"] == pytest.approx(std / mean)
+    assert d.cv == pytest.approx(std / mean)
 
 
 def test_short_series_is_flagged_and_has_no_stats():
     d = steady_state([50.0] * 4)
-    assert d["window_slices"] == 2 and d["cv"] is None and "few-slices" in d["flags"]
-    assert "few-slices" in steady_state([50.0] * 10)["flags"]  # an 8-slice window: 4 s
+    assert d.window_slices == 2 and d.cv is None and "few-slices" in d.flags
+    assert "few-slices" in steady_state([50.0] * 10).flags  # an 8-slice window: 4 s
 
 
 def test_ci_halfwidth_by_hand():
@@ -78,6 +80,8 @@ def test_extension_keeps_measuring_until_min_slices():
     # One sync per closed slice (the block crossing max_count also closed one): an
     # extended run does not sync on every block.
     assert log.syncs == 8
+    assert log_record(log).extension.to_dict() == {
+        "min_slices": 8, "ci_target": None, "deadline": 4e9, "stopped_by": "target"}
 
 
 def test_extension_stops_at_the_deadline():
@@ -140,6 +144,6 @@ def test_the_steps_own_timing_agrees_with_the_harness_on_a_busy_machine():
         durations.append(step)
     log.finish()
     harness = results.steady_rate(log.rates)
-    own = calibration.own_rate(durations, 64, len(log.rates), log.slice_duration)
+    own = calibration.own_rate(durations, 64, log.steady_span())
     assert harness == pytest.approx(own, rel=0.005)
     assert harness < 0.8 * 64 / 0.005  # the load shows against the nominal rate

@@ -67,22 +67,25 @@ def cpu_experiment() -> Experiment:
 
 def test_measure_builds_the_record_on_cpu():
     record = efficiency.measure(cpu_experiment(), two_layer_step(), BATCH, fake_log(100.0))
-    assert record["flops_per_step"] == HAND_COUNT
-    assert record["flops_per_example"] == HAND_COUNT / BATCH
-    assert record["achieved_flops"] == pytest.approx(HAND_COUNT / BATCH * 100.0)
-    assert record["precision"] == "fp32"
-    assert record["device_name"] == "cpu"
-    assert record["peak_flops"] is None and record["percent_of_peak"] is None
-    assert "no published fp32 peak" in record["note"]
+    assert record.flops_per_step == HAND_COUNT
+    assert record.flops_per_example == HAND_COUNT / BATCH
+    assert record.achieved_flops == pytest.approx(HAND_COUNT / BATCH * 100.0)
+    assert record.precision == "fp32"
+    assert record.device_name == "cpu"
+    assert record.peak_flops is None and record.percent_of_peak is None
+    assert "no published fp32 peak" in record.note
 
 
 def test_measure_on_a_known_gpu_gives_percent_of_peak():
     count = {"flops": 312 * 10**12, "by_precision": {"bf16": 312 * 10**12}, "unsupported": []}
     record = efficiency.build_record(count, 100, 0.5, "NVIDIA A100-SXM4-80GB")
-    assert record["flops_per_example"] == 3.12e12
-    assert record["percent_of_peak"] == pytest.approx(0.5)
-    assert record["peak_flops"] == 312e12
-    assert record["note"] is None
+    assert record.flops_per_example == 3.12e12
+    assert record.percent_of_peak == pytest.approx(0.5)
+    assert record.peak_flops == 312e12
+    assert record.note is None
+    assert list(record.to_dict()) == [
+        "flops_per_example", "flops_per_step", "precision", "flops_by_precision",
+        "achieved_flops", "device_name", "peak_flops", "percent_of_peak", "note"]
 
 
 def test_disabled_by_environment(monkeypatch):
@@ -90,8 +93,8 @@ def test_disabled_by_environment(monkeypatch):
     calls = []
     record = efficiency.measure(cpu_experiment(), lambda: calls.append(1), 1, fake_log(1.0))
     assert calls == []  # no extra step at all
-    assert record["flops_per_example"] is None
-    assert efficiency.ENV_FLAG in record["note"]
+    assert record.flops_per_example is None
+    assert efficiency.ENV_FLAG in record.note
 
 
 def test_a_failing_step_only_loses_the_count():
@@ -99,8 +102,8 @@ def test_a_failing_step_only_loses_the_count():
         raise RuntimeError("unsupported op")
 
     record = efficiency.measure(cpu_experiment(), step, 1, fake_log(1.0))
-    assert record["flops_per_example"] is None
-    assert "RuntimeError: unsupported op" in record["note"]
+    assert record.flops_per_example is None
+    assert "RuntimeError: unsupported op" in record.note
 
 
 def test_environment_stepping_is_not_counted():
@@ -109,12 +112,12 @@ def test_environment_stepping_is_not_counted():
     assert efficiency.steps_environments(step)
     assert not efficiency.steps_environments(two_layer_step())
     record = efficiency.measure(cpu_experiment(), step, 1, fake_log(1.0))
-    assert record["flops_per_example"] is None and "environments" in record["note"]
+    assert record.flops_per_example is None and "environments" in record.note
 
 
 def test_a_step_without_matmuls_has_no_count():
     record = efficiency.measure(cpu_experiment(), lambda: torch.ones(4).sum(), 4, fake_log(1.0))
-    assert record["flops_per_example"] is None and "no matmul" in record["note"]
+    assert record.flops_per_example is None and "no matmul" in record.note
 
 
 def test_record_in_a_real_result(tmp_path):

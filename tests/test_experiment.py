@@ -6,6 +6,7 @@ import argparse
 
 import pytest
 
+from milarun import results
 from milarun.experiment import Experiment, RateLog, BadTestArguments
 
 
@@ -139,11 +140,14 @@ def test_overhead_is_time_outside_blocks():
     log.finish()
     record = log.record()
     # blocks span 4 * 0.25 + 3 gaps of 0.125 (the gap after the last block is not counted)
-    assert record["in_block"] == 1.0
-    assert record["duration"] == 1.375
-    assert record["overhead"] == 0.375
-    assert record["blocks"] == 4 and record["count"] == 4
-    assert record["rates"] == [4.0, 4.0]
+    assert (record.in_block, record.duration, record.overhead) == (1.0, 1.375, 0.375)
+    assert record.blocks == 4 and record.count == 4
+    assert record.rates == (4.0, 4.0)
+    # the one serialisation: the legacy keys of a timings entry, in order
+    expected = {"type": "rate", "start": 1000.0, "duration": 1.375, "in_block": 1.0,
+                "overhead": 0.375, "count": 4, "max_count": None, "blocks": 4, "syncs": 2,
+                "slice": 0.5, "last_slice": None, "rates": [4.0, 4.0]}
+    assert list(record.to_dict().items()) == list(expected.items())
 
 
 def test_exception_inside_a_block_logs_nothing():
@@ -179,13 +183,12 @@ def test_experiment_timers_metrics_and_side_dir(tmp_path):
     exp.metric("loss", 0.5)
     exp.metric("loss", 0.25)  # last value wins
     timings = exp.finish()
-    assert timings["data"]["duration"] == 0.75 and timings["data"]["entries"] == 2
-    assert timings["program"]["duration"] == 1.25
-    assert timings["train"]["rates"] == [4.0]
+    assert timings["data"].duration == 0.75 and timings["data"].entries == 2
+    assert timings["data"].to_dict() == {"type": "timer", "start": 5.0, "duration": 0.75,
+                                         "entries": 2}
+    assert timings["program"].duration == 1.25
+    assert timings["train"].rates == (4.0,)
     assert exp.metrics == {"loss": 0.25}
-    assert exp.nan_metrics() == []
-    exp.metric("acc", float("nan"))
-    assert exp.nan_metrics() == ["acc"]
     side = exp.side_dir
     assert side.is_dir() and side.name == "t.J1.2.S.files"
 
@@ -201,3 +204,36 @@ def test_parse_args_adds_harness_options():
     assert exp.rate_log().max_count == 100
     with pytest.raises(BadTestArguments, match="--nope"):
         Experiment("t", device="cpu").parse_args(argparse.ArgumentParser(), ["--nope"])
+
+
+def test_timings_measured_elsewhere_join_the_experiments_own():
+    clock = FakeClock()
+    exp = Experiment("t", clock=clock, wallclock=lambda: 5.0, device="cpu")
+    log = exp.rate_log("train")
+    with log.block(2):
+        clock.advance(0.5)
+    other = log.record()
+    exp.add_timings({"train_1": other})
+    with pytest.raises(ValueError, match="'train'"):
+        exp.add_timings({"train": other})
+    timings = exp.finish()
+    assert set(timings) == {"program", "train", "train_1"} and timings["train_1"] == other
+    assert exp.extra_timings == {"train_1": other}
+
+
+@pytest.mark.parametrize("slices, span", [
+    (30, (5.0, 14.0)),  # rates[10:28]: 9 s ending 1 s before the end
+    (22, (1.0, 10.0)),
+    (10, (0.0, 4.0)),   # shorter than the full window: from the start
+    (1, (0.0, 0.0)),    # no window at all
+])
+def test_steady_span_is_the_time_of_the_steady_window(slices, span):
+    clock = FakeClock()
+    log = make_log(clock)
+    run_blocks(log, clock, [(0.5, 10)] * slices)
+    log.finish()
+    assert log.steady_span() == span
+    start, stop = log.steady_span()
+    window = log.rates[round(start / 0.5):round(stop / 0.5)]
+    assert window == results.steady_window(log.rates)
+    assert log.steady_rate() == (20.0 if slices >= 5 else None)

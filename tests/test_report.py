@@ -31,7 +31,8 @@ def _weights(tmp_path, mapping):
 
 
 def test_summary_baseline_format(results_dir, tmp_path):
-    # A rerun result counts; a scaling result with two ranks counts once (their sum).
+    # A rerun result counts; a scaling result with two ranks counts once: the mean per rank
+    # (the legacy unit), with all ranks together beside it as throughput.
     write(results_dir, result("suite.alpha", "0.0", 104.0, rerun_of="/x.json", device="cuda:0"),
           "suite.alpha.J0.0.20260102-000000-000000.json")
     write(results_dir, result("suite.scaling.2", "0", None, ranks=[40.0, 41.0],
@@ -52,7 +53,9 @@ def test_summary_baseline_format(results_dir, tmp_path):
     assert set(alpha["pergpu"]) == {"cuda:0", "cuda:1"}
     assert alpha["pergpu"]["cuda:0"]["n"] == 3
     scaling = summ["suite.scaling.2"]
-    assert scaling["n"] == 1 and scaling["train"]["mean"] == pytest.approx(81.0)
+    assert scaling["n"] == 1 and scaling["train"]["mean"] == pytest.approx(40.5)
+    assert scaling["throughput"]["mean"] == pytest.approx(81.0)
+    assert "throughput" not in alpha
     assert scaling["pergpu"] == {}
     gamma = summ["suite.gamma"]
     assert gamma["failures"] == 1 and gamma["train"]["mean"] is None
@@ -189,3 +192,20 @@ def test_html_never_overwrites_a_foreign_file(results_dir, tmp_path):
     page = tmp_path / "report.html"
     assert milarun("report", results_dir, "--html", page).returncode == 0
     assert milarun("report", results_dir, "--html", page).returncode == 0  # ours: replaced
+
+
+def test_scaling_table_per_rank_total_and_efficiency(tmp_path):
+    """scaling.k is scored as the mean per rank (legacy unit); the total over the k ranks
+    and the efficiency against k x scaling.1 are shown beside it."""
+    res = tmp_path / "res"
+    write(res, result("suite.scaling.1", "0", None, ranks=[50.0], device="cuda:0"))
+    write(res, result("suite.scaling.2", "0", None, ranks=[40.0, 41.0],
+                      device="cuda:0,cuda:1"))
+    data = json.loads(milarun("report", res, "--format", "json").stdout)
+    assert data["tests"]["suite.scaling.2"]["perf"] == pytest.approx(40.5)
+    two = data["scaling"]["suite.scaling.2"]
+    assert two["k"] == 2 and two["per_rank"] == pytest.approx(40.5)
+    assert two["total"] == pytest.approx(81.0)
+    assert two["efficiency"] == pytest.approx(81.0 / (2 * 50.0))
+    text = milarun("report", res).stdout
+    assert "Scaling (examples/s; per rank" in text and "81.0%" in text

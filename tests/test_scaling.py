@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from milarun.experiment import BadTestArguments, Experiment
-from modelrun import describe
+from milarun.experiment import BadTestArguments, Experiment, RateLog
+from modelrun import describe, run_trained
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--arch", "resnet18", "--image-size", "32", "--batch-size", "8"]
@@ -45,24 +45,12 @@ def load_results(folder: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
-
 # -- world size 1, no torchrun ---------------------------------------------------------------
 def test_single_process_run(tmp_path):
-    out = tmp_path / "out"
-    done = subprocess.run(
-        [sys.executable, "-m", "milarun", "run", "milabench.models.scaling:main", "-o", out,
-         "--", *SMALL, "--min-slices", str(SLICES)],
-        cwd=ROOT, env=cpu_env(), capture_output=True, text=True, timeout=180,
-    )
-    assert done.returncode == 0, describe(done)
-    (result,) = load_results(out)
-    assert result["success"], result["error"]
-    assert result["synthetic_data"] is True
+    result = run_trained("scaling", None, tmp_path, [*SMALL, "--min-slices", str(SLICES)],
+                         env={"MILARUN_DEVICE": "cpu:0"})
     assert result["metrics"]["world_size"] == 1
-    assert result["metrics"]["loss"] == result["metrics"]["loss"]  # not NaN
-    train = result["timings"]["train"]
-    assert train["count"] % 8 == 0 and train["count"] > 0  # whole batches of 8
-    assert len(train["rates"]) >= SLICES
+    assert result["timings"]["train"]["count"] % 8 == 0  # whole batches of 8
     assert "train_0" not in result["timings"]  # no process group, no per-rank records
     assert result["call"]["arguments"]["arch"] == "resnet18"
 
@@ -115,6 +103,16 @@ def test_torchrun_rank0_writes_one_result_with_every_rank(torchrun_two):
 
 
 # -- helpers in this process -----------------------------------------------------------------
+def logged_experiment(steps: int) -> tuple[Experiment, RateLog]:
+    """An Experiment whose ``train`` log holds ``steps`` blocks of 2 examples."""
+    exp = Experiment("scaling")
+    log = exp.rate_log("train", max_count=2 * steps)
+    for _ in range(steps):
+        with log.block(2):
+            pass
+    return exp, log
+
+
 def test_helpers_without_torchrun(monkeypatch):
     from milabench import distributed
 
@@ -123,11 +121,7 @@ def test_helpers_without_torchrun(monkeypatch):
     import torch
 
     assert distributed.init_from_env(torch.device("cpu")) == (0, 1)
-    exp = Experiment("scaling")
-    log = exp.rate_log("train", max_count=4)
-    for _ in range(2):
-        with log.block(2):
-            pass
+    exp, _ = logged_experiment(steps=2)
     records = distributed.gather_rate_logs(exp)
     assert len(records) == 1 and records[0]["count"] == 4
     assert exp.extra_timings == {} and exp.write_result is True  # nothing gathered
@@ -147,11 +141,7 @@ def test_gather_in_a_group_of_one(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     assert distributed.init_from_env(torch.device("cpu")) == (0, 1)
     try:
-        exp = Experiment("scaling")
-        log = exp.rate_log("train", max_count=6)
-        for _ in range(3):
-            with log.block(2):
-                pass
+        exp, log = logged_experiment(steps=3)
         records = distributed.gather_rate_logs(exp)
         assert [r["count"] for r in records] == [6]
         assert exp.write_result is True

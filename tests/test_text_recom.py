@@ -14,10 +14,8 @@ import pytest
 
 from milabench import datasets
 from milabench.datasets import ml20m, wiki2
-from milarun.experiment import BadTestArguments, Experiment
-from modelrun import describe, run_model, run_trained, run_without_data, tree_bytes
+from modelrun import assert_rejected, run_trained, run_without_data
 
-ROOT = Path(__file__).resolve().parent.parent
 WIKI_SIZE = 20_000  # training tokens
 ML_USERS = 60
 # Each run trains for 6 slices of 0.5 s, however fast this machine is.
@@ -26,16 +24,6 @@ WLM_FP32_ARGS = [*WLM_ARGS, "--min-slices", "6"]
 WLM_FP16_ARGS = [*WLM_ARGS, "--precision", "fp16", "--min-slices", "6"]
 # The legacy NeuMF (256-256-128-64, 64 factors).
 RECOM_ARGS = ["--batch-size", "512", "--min-slices", "6"]
-
-
-
-
-
-
-def cpu_experiment(name: str, dataroot: Path | str = ".") -> Experiment:
-    import torch
-
-    return Experiment(name, dataroot=dataroot, device=torch.device("cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -96,24 +84,6 @@ def test_wiki2_batchify():
     assert batches[0].tolist() == [0, 6, 12, 18]  # 24 and 25 do not fill a row: dropped
 
 
-def test_wiki2_deterministic_for_a_seed(tmp_path):
-    one = wiki2.synthesize(tmp_path / "a", 9000, seed=3, workers=1)
-    two = wiki2.synthesize(tmp_path / "b", 9000, seed=3, workers=2)  # other split of the work
-    other = wiki2.synthesize(tmp_path / "c", 9000, seed=4, workers=1)
-    assert tree_bytes(one) == tree_bytes(two)
-    assert tree_bytes(one)["wiki.train.tokens"] != tree_bytes(other)["wiki.train.tokens"]
-    assert len(wiki2.corpus(tmp_path / "a").train) == 9000  # several articles, still exact
-
-
-def test_wiki2_finished_data_is_never_replaced(tmp_path):
-    base = wiki2.synthesize(tmp_path, 500, seed=0)
-    before = tree_bytes(base)
-    assert wiki2.synthesize(tmp_path, 300, seed=1) == base  # a smaller request: satisfied
-    with pytest.raises(datasets.DataMissing, match="already holds 500 synthetic examples"):
-        wiki2.synthesize(tmp_path, 900, seed=0)
-    assert tree_bytes(base) == before
-
-
 def test_wiki2_download_extracts_the_token_files(tmp_path, monkeypatch):
     """The real-data path on a stand-in for the legacy zip (no network)."""
     import zipfile
@@ -137,11 +107,6 @@ def test_wiki2_download_extracts_the_token_files(tmp_path, monkeypatch):
     assert datasets.is_synthetic(base) is False
     assert len(wiki2.corpus(tmp_path / "real").train) == 800
     assert wiki2.synthesize(tmp_path / "real", 100) == base  # the real data satisfies it
-
-
-def test_wiki2_missing_names_the_command(tmp_path):
-    with pytest.raises(datasets.DataMissing, match="milarun dataset wiki2"):
-        wiki2.corpus(tmp_path)
 
 
 # -- MovieLens-20M ----------------------------------------------------------------------------
@@ -209,23 +174,6 @@ def test_ml20m_convert_semantics(tmp_path):
     assert set(negatives[1]) == set(range(10))
 
 
-def test_ml20m_deterministic_for_a_seed(tmp_path):
-    one = ml20m.synthesize(tmp_path / "a", 25, seed=3, workers=1)
-    two = ml20m.synthesize(tmp_path / "b", 25, seed=3, workers=2)
-    other = ml20m.synthesize(tmp_path / "c", 25, seed=4, workers=1)
-    assert tree_bytes(one) == tree_bytes(two)
-    assert tree_bytes(one)["train-ratings.csv"] != tree_bytes(other)["train-ratings.csv"]
-
-
-def test_ml20m_finished_data_is_never_replaced(tmp_path):
-    base = ml20m.synthesize(tmp_path, 30, seed=0)
-    before = tree_bytes(base)
-    assert ml20m.synthesize(tmp_path, 20, seed=1) == base
-    with pytest.raises(datasets.DataMissing, match="already holds 30 synthetic examples"):
-        ml20m.synthesize(tmp_path, 40, seed=0)
-    assert tree_bytes(base) == before
-
-
 def test_ml20m_download_converts_the_archive(tmp_path, monkeypatch):
     """The real-data path on a stand-in for ml-20m.zip (no network)."""
     import zipfile
@@ -249,19 +197,6 @@ def test_ml20m_download_converts_the_archive(tmp_path, monkeypatch):
     for name in ("train-ratings.csv", "test-ratings.csv", "test-negative.csv"):
         assert (base / name).read_bytes() == (source / name).read_bytes()  # same convert
     assert ml20m.train_set(tmp_path / "real").nb_users == 12
-
-
-def test_ml20m_missing_names_the_command(tmp_path):
-    with pytest.raises(datasets.DataMissing, match="milarun dataset ml20m"):
-        ml20m.train_set(tmp_path)
-
-
-def test_dataset_command_makes_both(tmp_path):
-    done = run_model("dataset", "wiki2", "milabench.datasets:ml20m", "--synthetic",
-                     "--size", "30", "--workers", "2", "-d", tmp_path)
-    assert done.returncode == 0, describe(done)
-    assert len(wiki2.corpus(tmp_path).train) == 30
-    assert ml20m.train_set(tmp_path).nb_users == 30
 
 
 # -- the models' parts, in process ------------------------------------------------------------
@@ -317,28 +252,16 @@ def test_model_without_data_fails_at_once(tmp_path, model):
     run_without_data(model, tmp_path)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--tied", "--emsize", "32", "--nhid", "64"], "--tied needs --emsize == --nhid"),
-    (["--dropout", "1"], "--dropout 1.0"),
-    (["--clip", "0"], "--clip 0.0"),
-    (["--model", "TRANSFORMER"], "invalid choice: 'TRANSFORMER'"),
-    (["--batch-size", "20000"], "--batch-size 20000 needs at least 40000 training tokens"),
+@pytest.mark.parametrize("model, argv, message", [
+    ("wlm", ["--tied", "--emsize", "32", "--nhid", "64"], "--tied needs --emsize == --nhid"),
+    ("wlm", ["--dropout", "1"], "--dropout 1.0"),
+    ("wlm", ["--clip", "0"], "--clip 0.0"),
+    ("wlm", ["--model", "TRANSFORMER"], "invalid choice: 'TRANSFORMER'"),
+    ("wlm", ["--batch-size", "20000"], "--batch-size 20000 needs at least 40000 training tokens"),
+    ("recom", ["--layers", "255,64"], "--layers '255,64'"),
+    ("recom", ["--layers", "a,b"], "--layers 'a,b'"),
+    ("recom", ["--negatives", "-1"], "--negatives -1"),
+    ("recom", ["--batch-size", "100000"], "--batch-size 100000 is more than the"),
 ])
-def test_wlm_bad_arguments(dataroot, argv, message):
-    from milabench.models import wlm
-
-    with pytest.raises(BadTestArguments, match=message):
-        wlm.main(cpu_experiment("wlm", dataroot), argv)
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--layers", "255,64"], "--layers '255,64'"),
-    (["--layers", "a,b"], "--layers 'a,b'"),
-    (["--negatives", "-1"], "--negatives -1"),
-    (["--batch-size", "100000"], "--batch-size 100000 is more than the"),
-])
-def test_recom_bad_arguments(dataroot, argv, message):
-    from milabench.models import recom
-
-    with pytest.raises(BadTestArguments, match=message):
-        recom.main(cpu_experiment("recom", dataroot), argv)
+def test_bad_arguments(dataroot, model, argv, message):
+    assert_rejected(model, argv, message, dataroot)

@@ -15,10 +15,8 @@ import torch
 
 from milabench import datasets
 from milabench.datasets import wmt16
-from milarun.experiment import BadTestArguments, Experiment
-from modelrun import describe, only_result, run_model, run_without_data, tree_bytes
+from modelrun import assert_rejected, run_trained, run_without_data
 
-ROOT = Path(__file__).resolve().parent.parent
 SIZE = 200  # pairs: ~4 s to synthesize (BPE learning), ~150 of them fit in 50 tokens
 FILES = {"train.tok.clean.en", "train.tok.clean.de", "newstest2014.tok.en",
          "newstest2014.tok.de", "train.tok.clean.bpe.32000.en", "train.tok.clean.bpe.32000.de",
@@ -27,10 +25,6 @@ FILES = {"train.tok.clean.en", "train.tok.clean.de", "newstest2014.tok.en",
 # Trains for 6 slices of 0.5 s, however fast this machine is.
 TRANSLATOR_ARGS = ["--batch-size", "16", "--hidden-size", "64", "--num-layers", "2",
                    "--workers", "0", "--min-slices", "6"]
-
-
-
-
 
 
 def lines(path: Path) -> list[str]:
@@ -158,31 +152,6 @@ def test_collate_pads_and_sorts_by_source_length(dataroot):
         assert (src[n:, b] == wmt16.PAD).all() and (tgt[len(original[1]):, b] == wmt16.PAD).all()
 
 
-def test_deterministic_for_a_seed_and_never_replaced(tmp_path):
-    one = wmt16.synthesize(tmp_path / "a", 30, seed=3, workers=1)
-    two = wmt16.synthesize(tmp_path / "b", 30, seed=3, workers=2)
-    other = wmt16.synthesize(tmp_path / "c", 30, seed=4, workers=1)
-    before = tree_bytes(one)
-    assert before == tree_bytes(two)
-    assert before["train.tok.clean.en"] != tree_bytes(other)["train.tok.clean.en"]
-    assert wmt16.synthesize(tmp_path / "a", 20, seed=9) == one  # a smaller request: satisfied
-    with pytest.raises(datasets.DataMissing, match="already holds 30 synthetic examples"):
-        wmt16.synthesize(tmp_path / "a", 40, seed=3)
-    assert tree_bytes(one) == before
-
-
-def test_missing_names_the_command(tmp_path):
-    with pytest.raises(datasets.DataMissing, match="milarun dataset wmt16"):
-        wmt16.train_set(tmp_path)
-
-
-def test_dataset_command(tmp_path):
-    done = run_model("dataset", "wmt16", "--synthetic", "--size", "12", "--workers", "2",
-                       "-d", tmp_path)
-    assert done.returncode == 0, describe(done)
-    assert len(lines(tmp_path / "wmt16_de_en" / "train.tok.clean.bpe.32000.de")) == 12
-
-
 # -- the model --------------------------------------------------------------------------------
 def test_padding_does_not_change_a_translation(dataroot):
     """Packed encoder + attention mask: a pair's logits are the same alone or in a batch."""
@@ -202,18 +171,9 @@ def test_padding_does_not_change_a_translation(dataroot):
 
 
 def test_translator_trains_on_synthetic_data(tmp_path, dataroot):
-    out = tmp_path / "out"
-    done = run_model("run", "milabench.models.translator:main", "-o", out, "-d", dataroot,
-                       "--", *TRANSLATOR_ARGS)
-    assert done.returncode == 0, describe(done)
-    result = only_result(out)
-    assert result["success"], result["error"]
-    assert result["synthetic_data"] is True
-    loss = result["metrics"]["loss"]
-    assert loss == loss and 0 < loss < float("inf")
-    train = result["timings"]["train"]
-    assert train["count"] > 0 and train["count"] % 16 == 0  # whole batches of 16 pairs
-    assert len(train["rates"]) >= 6, train["rates"]
+    result = run_trained("translator", dataroot, tmp_path, TRANSLATOR_ARGS)
+    assert result["metrics"]["loss"] > 0
+    assert result["timings"]["train"]["count"] % 16 == 0  # whole batches of 16 pairs
 
 
 def test_translator_without_data_fails_at_once(tmp_path):
@@ -227,7 +187,4 @@ def test_translator_without_data_fails_at_once(tmp_path):
     (["--max-length", "2"], "--max-length 2"),
 ])
 def test_translator_bad_arguments(argv, message):
-    from milabench.models import translator
-
-    with pytest.raises(BadTestArguments, match=message):
-        translator.main(Experiment("translator"), argv)
+    assert_rejected("translator", argv, message)

@@ -14,19 +14,13 @@ import pytest
 
 from milabench import datasets
 from milabench.datasets import bsds500, mnist
-from milarun.experiment import BadTestArguments, Experiment
-from modelrun import describe, run_model, run_trained, run_without_data, tree_bytes
+from modelrun import assert_rejected, run_trained, run_without_data
 
-ROOT = Path(__file__).resolve().parent.parent
 MNIST_SIZE = 1200
 BSDS_SIZE = 16
 VAE_ARGS = ["--batch-size", "64", "--workers", "0", "--min-slices", "6"]
 RESO_ARGS = ["--batch-size", "8", "--crop-size", "32", "--workers", "0",
              "--min-slices", "6"]
-
-
-
-
 
 
 @pytest.fixture(scope="module")
@@ -66,30 +60,6 @@ def test_mnist_read_back_by_torchvision(dataroot):
     assert 0.05 < float(train.data.float().mean()) / 255 < 0.4  # strokes on a dark ground
     assert len(MNIST(str(dataroot), train=False)) == MNIST_SIZE // 6
     assert not (dataroot / "MNIST" / "processed").exists()
-
-
-def test_mnist_deterministic_for_a_seed(tmp_path):
-    one = mnist.synthesize(tmp_path / "a", 60, seed=3, workers=1)
-    two = mnist.synthesize(tmp_path / "b", 60, seed=3, workers=2)  # other split of the work
-    other = mnist.synthesize(tmp_path / "c", 60, seed=4, workers=1)
-    assert tree_bytes(one) == tree_bytes(two)
-    images = "raw/train-images-idx3-ubyte"
-    assert tree_bytes(one)[images] != tree_bytes(other)[images]
-
-
-def test_mnist_finished_data_is_never_replaced(tmp_path):
-    base = mnist.synthesize(tmp_path, 60, seed=0)
-    before = tree_bytes(base)
-    assert mnist.synthesize(tmp_path, 30, seed=1) == base  # a smaller request: satisfied
-    with pytest.raises(datasets.DataMissing, match="already holds 60 synthetic examples"):
-        mnist.synthesize(tmp_path, 90, seed=0)
-    assert tree_bytes(base) == before
-    assert len(mnist.train_set(tmp_path)) == 60
-
-
-def test_mnist_missing_names_the_command(tmp_path):
-    with pytest.raises(datasets.DataMissing, match="milarun dataset mnist"):
-        mnist.train_set(tmp_path)
 
 
 # -- BSDS500 ----------------------------------------------------------------------------------
@@ -133,33 +103,6 @@ def test_bsds500_loader_skips_other_files(dataroot):
         thumbs.unlink()
 
 
-def test_bsds500_deterministic_for_a_seed(tmp_path):
-    one = bsds500.synthesize(tmp_path / "a", 3, seed=5, workers=1)
-    two = bsds500.synthesize(tmp_path / "b", 3, seed=5, workers=2)
-    other = bsds500.synthesize(tmp_path / "c", 3, seed=6, workers=1)
-    before = tree_bytes(one)
-    assert before == tree_bytes(two)
-    assert len(before) == 3 + 1 + 1 + 1  # train, val, test, marker
-    first = "BSDS500/data/images/train/100000.jpg"
-    assert tree_bytes(other)[first] != before[first]
-    with pytest.raises(datasets.DataMissing, match="already holds 3 synthetic examples"):
-        bsds500.synthesize(tmp_path / "a", 4, seed=5)
-    assert tree_bytes(one) == before
-
-
-def test_bsds500_missing_names_the_command(tmp_path):
-    with pytest.raises(datasets.DataMissing, match="milarun dataset bsds500"):
-        bsds500.reso_train_set(tmp_path)
-
-
-def test_dataset_command_makes_both(tmp_path):
-    done = run_model("dataset", "mnist", "milabench.datasets:bsds500", "--synthetic",
-                     "--size", "12", "--workers", "2", "-d", tmp_path)
-    assert done.returncode == 0, describe(done)
-    assert len(mnist.train_set(tmp_path)) == 12
-    assert len(bsds500.reso_train_set(tmp_path, 64)) == 12
-
-
 # -- the models -------------------------------------------------------------------------------
 @pytest.mark.parametrize("model, args", [("vae", VAE_ARGS), ("reso", RESO_ARGS)])
 def test_model_trains_on_synthetic_data(tmp_path, dataroot, model, args):
@@ -171,20 +114,11 @@ def test_model_without_data_fails_at_once(tmp_path, model):
     run_without_data(model, tmp_path)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--crop-size", "400"], "--crop-size 400"),
-    (["--upscale-factor", "0"], "--upscale-factor 0"),
-    (["--batch-size", "0"], "--batch-size 0"),
+@pytest.mark.parametrize("model, argv, message", [
+    ("reso", ["--crop-size", "400"], "--crop-size 400"),
+    ("reso", ["--upscale-factor", "0"], "--upscale-factor 0"),
+    ("reso", ["--batch-size", "0"], "--batch-size 0"),
+    ("vae", ["--batch-size", "0"], "--batch-size 0"),
 ])
-def test_reso_bad_arguments(argv, message):
-    from milabench.models import reso
-
-    with pytest.raises(BadTestArguments, match=message):
-        reso.main(Experiment("reso"), argv)
-
-
-def test_vae_bad_arguments():
-    from milabench.models import vae
-
-    with pytest.raises(BadTestArguments, match="--batch-size 0"):
-        vae.main(Experiment("vae"), ["--batch-size", "0"])
+def test_bad_arguments(model, argv, message):
+    assert_rejected(model, argv, message)

@@ -7,18 +7,15 @@ batch 2: about 2-5 s per step on one core, so 2 steps give >= 8 slices of 0.5 s)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import milarun
-from modelrun import run_without_data
+from modelrun import assert_rejected, run_trained, run_without_data
 
 from milabench import datasets
 from milabench.datasets import coco
-from milarun.experiment import BadTestArguments, Experiment
 
 TRAIN = 12
 SEED = 3
@@ -31,11 +28,6 @@ def dataroot(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cocodata")
     coco.synthesize(root, TRAIN, seed=SEED, workers=2)
     return root
-
-
-def digest(base: Path) -> dict[str, str]:
-    return {str(p.relative_to(base)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(base.rglob("*")) if p.is_file() and p.name != datasets.MARKER}
 
 
 def instances(root: Path, split: str) -> dict:
@@ -142,42 +134,10 @@ def test_skips_images_without_usable_boxes(dataroot, tmp_path):
         item[0] for item in data.items}
 
 
-def test_synthesis_is_deterministic(dataroot, tmp_path):
-    again = coco.synthesize(tmp_path / "a", TRAIN, seed=SEED, workers=1)
-    assert digest(again) == digest(coco.folder(dataroot))
-    other = coco.synthesize(tmp_path / "b", TRAIN, seed=SEED + 1, workers=2)
-    assert digest(other).keys() == digest(again).keys()
-    assert digest(other) != digest(again)
-    # A finished dataset is not redone.
-    stamp = (again / "train2017" / "000000000001.jpg").stat().st_mtime_ns
-    coco.synthesize(tmp_path / "a", TRAIN, seed=SEED, workers=1)
-    assert (again / "train2017" / "000000000001.jpg").stat().st_mtime_ns == stamp
-
-
-def test_missing_dataset_says_how_to_make_it(tmp_path):
-    with pytest.raises(datasets.DataMissing, match="milarun dataset coco"):
-        coco.detection_train_set(tmp_path)
-
-
 # -- model -------------------------------------------------------------------------
-def load_result(out: Path) -> dict:
-    (path,) = sorted(out.glob("*.json"))
-    return json.loads(path.read_text())
-
-
 def test_ssd_trains_on_synthetic_coco(dataroot, tmp_path):
-    out = tmp_path / "out"
-    done = milarun("run", "milabench.models.ssd:main", "-o", out, "-d", dataroot,
-                   "--", *RUN_ARGS, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = load_result(out)
-    assert result["success"] is True, result.get("error")
-    assert result["synthetic_data"] is True
-    loss = result["metrics"]["loss"]
-    assert loss == loss and abs(loss) != float("inf")
-    train = result["timings"]["train"]
-    assert train["count"] > 0 and train["count"] % 2 == 0  # whole batches of 2
-    assert len(train["rates"]) >= 6
+    result = run_trained("ssd", dataroot, tmp_path, RUN_ARGS)
+    assert result["timings"]["train"]["count"] % 2 == 0  # whole batches of 2
     assert result["call"]["arguments"]["image_size"] == 268
 
 
@@ -191,8 +151,4 @@ def test_ssd_without_data_fails_at_once(tmp_path):
     (["--workers", "-1"], "--workers -1"),
 ])
 def test_ssd_bad_arguments(tmp_path, argv, message):
-    from milabench.models import ssd
-
-    exp = Experiment("ssd", dataroot=tmp_path)
-    with pytest.raises(BadTestArguments, match=message):
-        ssd.main(exp, argv)
+    assert_rejected("ssd", argv, message, tmp_path)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 MARKER = ".milarun-dataset.json"
+FETCH_TIMEOUT = 60.0  # seconds without a byte before a download gives up
 
 
 class DataMissing(RuntimeError):
@@ -101,6 +102,31 @@ def ready(folder: Path, synthetic: bool, size: int | None = None) -> bool:
                       "--dataroot)")
 
 
+def synthesis(base: Path, name: str, size: int, seed: int, write: Callable[[], Any],
+              unit: str = "example", max_size: int | None = None) -> Path:
+    """What every ``synthesize`` does around writing its files: check ``size``, keep
+    finished data (see :func:`ready`), call ``write()``, then mark ``base`` complete with
+    the size, the seed and the dict ``write`` returns (if any). Returns ``base``."""
+    if size < 1 or (max_size is not None and size > max_size):
+        need = f"1 to {max_size}" if max_size is not None else "at least 1"
+        raise ValueError(f"{name}: size {size} (need {need} {unit}s)")
+    if ready(base, True, size):  # finished data is never replaced
+        return base
+    info = write() or {}
+    mark_complete(base, True, size=size, seed=seed, **info)
+    return base
+
+
+def real_data(base: Path, write: Callable[[], Any]) -> Path:
+    """What every ``download`` does around fetching: nothing when finished data is there
+    (real data is never mixed with or written over synthetic data), then ``write()``, then
+    the marker with the dict ``write`` returns (if any). Returns ``base``."""
+    if ready(base, False):
+        return base
+    mark_complete(base, False, **(write() or {}))
+    return base
+
+
 def mark_complete(folder: Path, synthetic: bool, **info: Any) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     write_new(folder / MARKER, json.dumps({"synthetic": synthetic, **info}).encode(),
@@ -145,6 +171,14 @@ def parallel(function: Callable[[Any], Any], items: Sequence[Any], workers: int 
         return pool.map(function, items, chunksize=max(1, len(items) // (4 * workers)))
 
 
+def map_chunks(function: Callable[[Any], Any], count: int, workers: int,
+               task: Callable[[range], Any] = lambda r: r) -> list:
+    """``function`` over ``task(r)`` for ``count`` items cut into ranges ``r``, in
+    ``workers`` processes (in order). Four chunks per worker: items differ in cost, and
+    smaller chunks keep every worker busy to the end."""
+    return parallel(function, [task(r) for r in chunks(count, 4 * max(1, workers))], workers)
+
+
 def chunks(count: int, parts: int) -> list[range]:
     """Split range(count) into ``parts`` contiguous ranges (for parallel writers)."""
     parts = max(1, min(parts, count))
@@ -159,7 +193,11 @@ def fetch(url: str, dest: Path, md5: str | None = None) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.part")
     print(f"downloading {url}", flush=True)
-    with urllib.request.urlopen(url) as response, open(tmp, "wb") as out:
+    # Without a timeout a server that stops answering hangs `milarun dataset` for ever; this
+    # bounds the connection and each read (not the whole transfer), and the TimeoutError
+    # (an OSError) reaches the operator as a network error or moves on to a mirror.
+    with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as response, \
+            open(tmp, "wb") as out:
         shutil.copyfileobj(response, out, length=1 << 20)
     if md5 is not None and _md5(tmp) != md5:
         tmp.unlink()

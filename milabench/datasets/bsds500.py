@@ -85,30 +85,27 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
 
     Finished data already in the folder is kept (see :func:`datasets.ready`).
     """
-    if not 1 <= size <= MAX_SIZE:
-        raise ValueError(f"bsds500: size {size} (1 to {MAX_SIZE} images)")
-    base = folder(root)
-    if datasets.ready(base, True, size):  # finished data is never replaced
-        return base
-    counts = {"train": size, "val": max(1, size // 10), "test": max(1, size // 10)}
-    tasks = [(Path(root), split, r, seed)
-             for split, count in counts.items()
-             for r in datasets.chunks(count, 4 * max(1, workers))]
-    datasets.parallel(_write_chunk, tasks, workers)
-    datasets.mark_complete(base, True, size=size, seed=seed)
-    return base
+    return datasets.synthesis(folder(root), NAME, size, seed, unit="image",
+                              max_size=MAX_SIZE,
+                              write=lambda: _write_synthetic(Path(root), size, seed, workers))
+
+
+def _write_synthetic(root: Path, size: int, seed: int, workers: int) -> None:
+    for split, count in (("train", size), ("val", max(1, size // 10)),
+                         ("test", max(1, size // 10))):
+        datasets.map_chunks(_write_chunk, count, workers, lambda r: (root, split, r, seed))
 
 
 def download(root: Path) -> Path:
     """The real BSDS500 from Berkeley's BSR_bsds500.tgz, extracted under ``<root>/BSR``."""
-    base = folder(root)
-    if datasets.ready(base, False):
-        return base
-    archive = datasets.fetch(URL, Path(root) / "BSR_bsds500.tgz")
+    return datasets.real_data(folder(root), lambda: _fetch(Path(root)))
+
+
+def _fetch(root: Path) -> dict[str, int]:
+    archive = datasets.fetch(URL, root / "BSR_bsds500.tgz")
     with tarfile.open(archive) as tar:
-        tar.extractall(Path(root), filter="data")  # the archive's top folder is BSR/
-    datasets.mark_complete(base, False, size=len(image_files(root, "train")))
-    return base
+        tar.extractall(root, filter="data")  # the archive's top folder is BSR/
+    return {"size": len(image_files(root, "train"))}
 
 
 class SuperResolutionSet:

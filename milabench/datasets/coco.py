@@ -110,14 +110,18 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int
     splits, as in COCO). Deterministic for ``seed``.
     """
     base = folder(root)
-    if datasets.ready(base, True, size):  # finished data is never replaced
-        return base
+    return datasets.synthesis(base, NAME, size, seed, unit="image",
+                              write=lambda: _write_synthetic(base, size, seed, workers))
+
+
+def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> None:
     first = {"train2017": 1, "val2017": size + 1}
     counts = {"train2017": size, "val2017": max(1, size // 10)}
     for split in SPLITS:
-        tasks = [(base, split, range(first[split] + r.start, first[split] + r.stop), seed)
-                 for r in datasets.chunks(counts[split], 4 * max(1, workers))]
-        drawn = datasets.flatten(datasets.parallel(_write_chunk, tasks, workers))
+        start = first[split]
+        drawn = datasets.flatten(datasets.map_chunks(
+            _write_chunk, counts[split], workers,
+            lambda r: (base, split, range(start + r.start, start + r.stop), seed)))
         annotations = [a for _, anns in drawn for a in anns]
         for number, annotation in enumerate(annotations, 1):
             annotation["id"] = number
@@ -132,22 +136,20 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int
         # Written by this process alone, after the images it describes.
         datasets.write_new(annotation_file(base, split), json.dumps(document).encode(),
                            replace=True)
-    datasets.mark_complete(base, True, size=size, seed=seed)
-    return base
 
 
 def download(root: Path) -> Path:
     """The real COCO 2017 train/val images and instances annotations (about 19 GB)."""
     base = folder(root)
-    if datasets.ready(base, False):  # never mixed with or written over synthetic data
-        return base
+    return datasets.real_data(base, lambda: _fetch(base))
+
+
+def _fetch(base: Path) -> None:
     for url in URLS:
         archive = datasets.fetch(url, base / "downloads" / url.rsplit("/", 1)[1])
         with zipfile.ZipFile(archive) as zf:
             zf.extractall(base)  # train2017/, val2017/ or annotations/
         archive.unlink()
-    datasets.mark_complete(base, False)
-    return base
 
 
 # -- loading -----------------------------------------------------------------------

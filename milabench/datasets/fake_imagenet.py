@@ -44,16 +44,17 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int
                image_size: int = IMAGE_SIZE, classes: int = CLASSES) -> Path:
     """``size`` train images (5% of that for val and test), deterministic for ``seed``."""
     base = folder(root)
-    if datasets.ready(base, True, size):
-        return base
-    tasks = []
+    return datasets.synthesis(
+        base, NAME, size, seed, unit="image",
+        write=lambda: _write_synthetic(base, size, seed, workers, image_size, classes))
+
+
+def _write_synthetic(base: Path, size: int, seed: int, workers: int, image_size: int,
+                     classes: int) -> dict[str, int]:
     for split, share in SPLITS.items():
-        count = max(1, round(size * share))
-        tasks += [(base, split, r, seed, image_size, classes)
-                  for r in datasets.chunks(count, 4 * max(1, workers))]
-    datasets.parallel(_write_chunk, tasks, workers)
-    datasets.mark_complete(base, True, size=size, seed=seed, image_size=image_size)
-    return base
+        datasets.map_chunks(_write_chunk, max(1, round(size * share)), workers,
+                            lambda r: (base, split, r, seed, image_size, classes))
+    return {"image_size": image_size}
 
 
 def download(root: Path) -> Path:

@@ -168,36 +168,34 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
 
     Finished data already in the folder is kept (see :func:`datasets.ready`).
     """
-    if size < 1:
-        raise ValueError(f"ml20m: size {size} (need at least 1 user)")
     base = folder(root)
-    if datasets.ready(base, True, size):
-        return base
-    tasks = [(range(r.start + 1, r.stop + 1), size, seed)
-             for r in datasets.chunks(size, 4 * max(1, workers))]
+    return datasets.synthesis(base, NAME, size, seed, unit="user",
+                              write=lambda: _write_synthetic(base, size, seed, workers))
+
+
+def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> dict[str, int]:
     parts = [b"userId,movieId,rating,timestamp\n"]
-    parts += datasets.parallel(_user_ratings, tasks, workers)
+    parts += datasets.map_chunks(_user_ratings, size, workers,
+                                 lambda r: (range(r.start + 1, r.stop + 1), size, seed))
     # No marker yet: files left by an interrupted run are stale; this process writes alone.
     datasets.write_new(base / RATINGS, b"".join(parts), replace=True)
     del parts
-    info = convert(base, seed=seed, workers=workers)
-    datasets.mark_complete(base, True, size=size, seed=seed, **info)
-    return base
+    return convert(base, seed=seed, workers=workers)
 
 
 def download(root: Path) -> Path:
     """The real MovieLens-20M from GroupLens (ml-20m/*.csv), converted for NCF."""
     base = folder(root)
-    if datasets.ready(base, False):
-        return base
+    return datasets.real_data(base, lambda: _fetch(Path(root), base))
+
+
+def _fetch(root: Path, base: Path) -> dict[str, int]:
     archive = datasets.fetch(URL, base / "downloads" / "ml-20m.zip", md5=MD5)
     with zipfile.ZipFile(archive) as zf:
         zf.extractall(root)  # ml-20m/ratings.csv, movies.csv, ...
     archive.unlink()
     archive.parent.rmdir()
-    info = convert(base, seed=0, workers=datasets.default_workers())
-    datasets.mark_complete(base, False, **info)
-    return base
+    return convert(base, seed=0, workers=datasets.default_workers())
 
 
 # -- loading -----------------------------------------------------------------------

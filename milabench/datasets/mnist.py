@@ -106,17 +106,16 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
 
     Finished data already in the folder is kept (see :func:`datasets.ready`).
     """
+    return datasets.synthesis(folder(root), NAME, size, seed, unit="image",
+                              write=lambda: _write_synthetic(root, size, seed, workers))
+
+
+def _write_synthetic(root: Path, size: int, seed: int, workers: int) -> None:
     import numpy as np
 
-    if size < 1:
-        raise ValueError(f"mnist: size {size} (need at least 1 image)")
-    base = folder(root)
-    if datasets.ready(base, True, size):  # finished data is never replaced
-        return base
     raw = raw_folder(root)
     for split, count in (("train", size), ("test", max(1, size // 6))):
-        tasks = [(split, r, seed) for r in datasets.chunks(count, 4 * max(1, workers))]
-        parts = datasets.parallel(_draw_chunk, tasks, workers)
+        parts = datasets.map_chunks(_draw_chunk, count, workers, lambda r: (split, r, seed))
         images = np.frombuffer(b"".join(p[0] for p in parts), np.uint8).reshape(-1, SIDE, SIDE)
         labels = np.frombuffer(b"".join(p[1] for p in parts), np.uint8)
         prefix = SPLITS[split]
@@ -124,24 +123,21 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
         # and each file has one writer (this process), so replacing them is safe.
         datasets.write_new(raw / f"{prefix}-images-idx3-ubyte", idx_images(images), replace=True)
         datasets.write_new(raw / f"{prefix}-labels-idx1-ubyte", idx_labels(labels), replace=True)
-    datasets.mark_complete(base, True, size=size, seed=seed)
-    return base
 
 
 def download(root: Path) -> Path:
     """The real MNIST (60,000 train / 10,000 test) from torchvision's S3 mirror."""
-    base = folder(root)
-    if datasets.ready(base, False):
-        return base
-    raw = raw_folder(root)
+    return datasets.real_data(folder(root), lambda: _fetch(raw_folder(root)))
+
+
+def _fetch(raw: Path) -> dict[str, int]:
     for name, md5 in RESOURCES.items():
         archive = datasets.fetch(MIRROR + name + ".gz", raw / (name + ".gz"), md5=md5)
         tmp = raw / f".{name}.unpacking"
         with gzip.open(archive, "rb") as src, open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst, length=1 << 20)
         tmp.replace(raw / name)
-    datasets.mark_complete(base, False, size=60_000)
-    return base
+    return {"size": 60_000}
 
 
 def train_set(root: Path, transform: Callable[[Any], Any] | None = None) -> Any:

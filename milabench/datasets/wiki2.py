@@ -142,28 +142,28 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
 
     Finished data already in the folder is kept (see :func:`datasets.ready`).
     """
-    if size < 1:
-        raise ValueError(f"wiki2: size {size} (need at least 1 token)")
     base = folder(root)
-    if datasets.ready(base, True, size):
-        return base
+    return datasets.synthesis(base, NAME, size, seed, unit="token",
+                              write=lambda: _write_synthetic(base, size, seed, workers))
+
+
+def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> None:
     for split, tokens in split_sizes(size).items():
         articles = -(-tokens // ARTICLE_TOKENS)
-        tasks = [(split, r, tokens, seed)
-                 for r in datasets.chunks(articles, 4 * max(1, workers))]
-        text = "".join(datasets.parallel(_write_articles, tasks, workers))
+        text = "".join(datasets.map_chunks(_write_articles, articles, workers,
+                                           lambda r: (split, r, tokens, seed)))
         # No marker yet: files left by an interrupted run are stale, and this process is
         # the only writer of each file, so replacing them is safe.
         datasets.write_new(split_file(base, split), text.encode(), replace=True)
-    datasets.mark_complete(base, True, size=size, seed=seed)
-    return base
 
 
 def download(root: Path) -> Path:
     """The real WikiText-2 (v1, tokenised) from the legacy zip; only the three token files."""
     base = folder(root)
-    if datasets.ready(base, False):
-        return base
+    return datasets.real_data(base, lambda: _fetch(base))
+
+
+def _fetch(base: Path) -> dict[str, int]:
     archive = base / "downloads" / "wikitext-2-v1.zip"
     for number, url in enumerate(URLS):
         try:
@@ -179,8 +179,7 @@ def download(root: Path) -> Path:
                                replace=True)
     archive.unlink()
     archive.parent.rmdir()
-    datasets.mark_complete(base, False, size=DEFAULT_SIZE)
-    return base
+    return {"size": DEFAULT_SIZE}
 
 
 # -- loading -----------------------------------------------------------------------

@@ -179,8 +179,10 @@ def _sgm_lines(path: Path) -> list[str]:
 def download(root: Path) -> Path:
     """The real WMT16 en-de, processed like the MLPerf GNMT script (takes hours: BPE)."""
     base = folder(root)
-    if datasets.ready(base, False):
-        return base
+    return datasets.real_data(base, lambda: _fetch(base))
+
+
+def _fetch(base: Path) -> dict[str, int]:
     raw, workers = base / "data", datasets.default_workers()
     files: dict[str, Path] = {}
     for name, (url, corpus) in SOURCES.items():
@@ -196,8 +198,7 @@ def download(root: Path) -> Path:
     test = zip(_sgm_lines(files[NEWSTEST["en"]]), _sgm_lines(files[NEWSTEST["de"]]))
     write_tokenized(base, TEST, test, workers, clean=False)
     encode(base, workers)
-    datasets.mark_complete(base, False, size=size)
-    return base
+    return {"size": size}
 
 
 # -- synthetic data ---------------------------------------------------------------------------
@@ -284,20 +285,19 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
 
     Finished data already in the folder is kept (see :func:`datasets.ready`).
     """
-    if size < 1:
-        raise ValueError(f"wmt16: size {size} (need at least 1 sentence pair)")
     base = folder(root)
-    if datasets.ready(base, True, size):  # finished data is never replaced
-        return base
+    return datasets.synthesis(base, NAME, size, seed, unit="sentence pair",
+                              write=lambda: _write_synthetic(base, size, seed, workers))
+
+
+def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> None:
     make_lexicon(seed)  # once, before the workers fork
     test = min(3003, max(1, size // 20))
     for split, stem, count in (("train", TRAIN, size), ("test", TEST, test)):
-        tasks = [(seed, split, r) for r in datasets.chunks(count, 4 * max(1, workers))]
-        pairs = datasets.flatten(datasets.parallel(_pairs_chunk, tasks, workers))
+        pairs = datasets.flatten(datasets.map_chunks(_pairs_chunk, count, workers,
+                                                     lambda r: (seed, split, r)))
         write_tokenized(base, stem, pairs, workers, clean=split == "train")
     encode(base, workers)
-    datasets.mark_complete(base, True, size=size, seed=seed)
-    return base
 
 
 # -- loading ----------------------------------------------------------------------------------

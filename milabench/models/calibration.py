@@ -10,32 +10,19 @@ clock readings, and checks the harness's steady rate against the rate of the sam
 from __future__ import annotations
 
 import argparse
-import time
 
 from milarun.experiment import Experiment
-from milarun.results import STEADY_FROM_END, STEADY_TO_END, steady_rate
+from milarun.spin import spin
 
 
-def spin(duration: float, clock=time.perf_counter) -> float:
-    """Busy-wait for ``duration`` seconds (sleep would add scheduler jitter); returns the
-    time the spin really took."""
-    start = clock()
-    deadline = start + duration
-    now = start
-    while now < deadline:
-        now = clock()
-    return now - start
-
-
-def own_rate(durations: list[float], batch: int, slices: int,
-             slice_duration: float) -> float | None:
+def own_rate(durations: list[float], batch: int,
+             span: tuple[float, float]) -> float | None:
     """examples/s of the steps inside the steady window, from the steps' own durations.
 
-    The window is in-block time [start, stop) of a log with ``slices`` slices; a step
-    belongs to it when its midpoint, on the cumulative time of the steps, falls inside.
+    ``span`` is the window's in-block time [start, stop) (``RateLog.steady_span()``); a
+    step belongs to it when its midpoint, on the cumulative time of the steps, falls inside.
     """
-    start = max(0, slices - round(STEADY_FROM_END / slice_duration)) * slice_duration
-    stop = (slices - round(STEADY_TO_END / slice_duration)) * slice_duration
+    start, stop = span
     elapsed, steps, total = 0.0, 0, 0.0
     for duration in durations:
         middle = elapsed + duration / 2
@@ -62,8 +49,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
         with log.block(args.batch_size):
             durations.append(spin(args.step_time))
     log.finish()
-    measured = steady_rate(log.rates, log.slice_duration)
-    independent = own_rate(durations, args.batch_size, len(log.rates), log.slice_duration)
+    measured = log.steady_rate()
+    independent = own_rate(durations, args.batch_size, log.steady_span())
     if measured is not None and independent is not None:  # too short: the harness says so
         exp.metric("own_rate", independent)
         exp.metric("rate_error", measured / independent - 1.0)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from milabench import helpers
 from milabench.datasets import fake_imagenet
-from milabench.models.scaling import build_model, check_arch, logits
+from milabench.classifiers import build_model, check_arch, logits
 from milarun.experiment import BadTestArguments, Experiment
 
 MOMENTUM = 0.9

@@ -17,7 +17,7 @@ from torch import nn
 
 from milabench import helpers
 from milabench.datasets import bsds500
-from milarun.experiment import BadTestArguments, Experiment
+from milarun.experiment import Experiment
 
 
 class SubPixelCNN(nn.Module):
@@ -54,8 +54,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if not args.upscale_factor <= args.crop_size <= bsds500.SHORT:
         problems.append(f"--crop-size {args.crop_size} (from the upscale factor to "
                         f"{bsds500.SHORT}, the short side of BSDS500 images)")
-    if problems:
-        raise BadTestArguments("bad test argument: " + "; ".join(problems))
+    helpers.reject(problems)
 
 
 def main(exp: Experiment, argv: list[str]) -> None:

@@ -4,7 +4,8 @@ Launched by the gpu-progression scheme as ``python -m torch.distributed.run
 --nproc-per-node K -m milarun run milabench.models.scaling:main ...``: each rank trains the
 same network wrapped in DistributedDataParallel (nccl on GPUs, gloo on CPU slices) on its own
 fixed random batch of ``--batch-size`` images (per rank), SGD with momentum 0.9.
-``--max-count`` counts the examples of one rank. Rank 0 writes the result, with every rank's rate log as ``train_<rank>``.
+``--max-count`` counts the examples of one rank. Rank 0 writes the result, with every
+rank's rate log as ``train_<rank>``.
 
 Without torchrun it trains the plain network in one process (world size 1, no DDP).
 """
@@ -15,35 +16,10 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-import torchvision
 
 from milabench import distributed, helpers
+from milabench.classifiers import build_model, check_arch, logits
 from milarun.experiment import BadTestArguments, Experiment
-
-
-def classification_models() -> list[str]:
-    return sorted(torchvision.models.list_models(module=torchvision.models))
-
-
-def check_arch(arch: str) -> None:
-    if arch not in classification_models():
-        raise BadTestArguments(
-            f"bad test argument: --arch {arch!r} is not a torchvision classification model "
-            f"(e.g. alexnet, resnet18, resnet50, vgg16; all: {', '.join(classification_models())})"
-        )
-
-
-def build_model(arch: str, num_classes: int) -> torch.nn.Module:
-    check_arch(arch)
-    kwargs = {}
-    if arch in ("googlenet", "inception_v3"):
-        kwargs["init_weights"] = True  # silences the "default init changed" warning
-    return torchvision.models.get_model(arch, weights=None, num_classes=num_classes, **kwargs)
-
-
-def logits(output: object) -> torch.Tensor:
-    """The main head of a model's output (inception/googlenet return a named tuple)."""
-    return output if isinstance(output, torch.Tensor) else output[0]  # type: ignore[index]
 
 
 def main(exp: Experiment, argv: list[str]) -> None:

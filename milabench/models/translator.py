@@ -24,7 +24,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from milabench import helpers
 from milabench.datasets import wmt16
-from milarun.experiment import BadTestArguments, Experiment
+from milarun.experiment import Experiment
 
 INIT_RANGE = 0.1  # GNMT: every weight uniform in [-0.1, 0.1]
 
@@ -127,8 +127,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.lr <= 0 or args.clip <= 0 or args.workers < 0:
         problems.append(f"--lr {args.lr}, --clip {args.clip} (> 0), --workers {args.workers}"
                         " (>= 0)")
-    if problems:
-        raise BadTestArguments("bad test argument: " + "; ".join(problems))
+    helpers.reject(problems)
 
 
 def main(exp: Experiment, argv: list[str]) -> None:

@@ -82,8 +82,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         problems.append(f"--clip {args.clip} (> 0)")
     if args.tied and args.emsize != args.nhid:
         problems.append(f"--tied needs --emsize == --nhid (got {args.emsize}, {args.nhid})")
-    if problems:
-        raise BadTestArguments("bad test argument: " + "; ".join(problems))
+    helpers.reject(problems)
 
 
 def main(exp: Experiment, argv: list[str]) -> None:

@@ -1,0 +1,92 @@
+"""A suite run (`milarun jobs`): a profile's jobs on this machine's devices, then the report
+of what just ran, as text and as an HTML page next to the results."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from milarun import devices, isolation, launch, profile, results, runner, summary
+
+
+@dataclass(frozen=True)
+class SuiteRequest:
+    """What the operator asked for; paths are already resolved (the CLI's defaults)."""
+
+    profile: str
+    outdir: Path
+    dataroot: Path
+    names: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    repeat: int = 1
+    devices: str | None = None  # "0,1,3" or "cpu:N"; None: every GPU, else one CPU slice
+    use_cgexec: bool = True
+    verbose: bool = False
+    progress_interval: float = 10.0
+    user_args: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SuiteOutcome:
+    """The end of a suite run: its report, where it lies, and the exit code."""
+
+    outdir: Path
+    report_text: str = ""
+    page: Path | None = None
+    exit_code: int = 0
+    interrupted_by: str | None = None
+
+
+def run_suite(request: SuiteRequest, say: Callable[[str], None],
+              on_end: Callable[[launch.Instance], None] | None = None) -> SuiteOutcome:
+    """Check the request, run every selected job, and build the report of the results.
+
+    ``say`` gets the header line before anything runs; ``on_end`` each finished instance.
+    """
+    if request.repeat < 1:
+        raise runner.UsageError(f"--repeat {request.repeat}: must be at least 1")
+    prof = profile.load_profile(request.profile)
+    selected = prof.select(request.names, request.tags)
+    devs = (devices.parse_device_spec(request.devices) if request.devices is not None
+            else devices.discover_devices())
+    runner.check_outdir(request.outdir)
+    request.dataroot.mkdir(parents=True, exist_ok=True)
+    opts = launch.LaunchOptions(
+        outdir=request.outdir, dataroot=request.dataroot, user_args=request.user_args,
+        use_cgexec=request.use_cgexec,
+        hierarchies=isolation.find_hierarchies() if request.use_cgexec else {},
+        verbose=request.verbose, progress_interval=request.progress_interval,
+    )
+    say(f"{prof.name}: {len(selected)} job(s) x {request.repeat} on "
+        f"{', '.join(d.label for d in devs)} -> {request.outdir}")
+    try:
+        done = launch.run_jobs(selected, devs, request.repeat, opts, on_end=on_end)
+    except launch.JobsInterrupted as err:
+        return SuiteOutcome(request.outdir, exit_code=130, interrupted_by=str(err))
+    return _report(prof.name, selected, devs, done, request.outdir)
+
+
+def expected_tests(selected: list[profile.Job], devs: list[devices.Device]) -> set[str]:
+    """The result names the selection can produce on these devices: a gpu-progression job
+    makes ``<test>.1`` .. ``<test>.N`` for N devices, so scaling.2 is not missing on one."""
+    expected = {f"{j.fullname}.{k}" for j in selected if j.partition == "gpu-progression"
+                for k in range(1, len(devs) + 1)}
+    return expected | {j.fullname for j in selected if j.partition != "gpu-progression"}
+
+
+def _report(title: str, selected: list[profile.Job], devs: list[devices.Device],
+            done: list[launch.Instance], outdir: Path) -> SuiteOutcome:
+    from milarun import html, render, report  # pandas/matplotlib: only once jobs are done
+
+    loaded = summary.Loaded(root=outdir, results=[i.result for i in done if i.result],
+                            paths=[i.result_path or outdir / "?" for i in done if i.result])
+    summ = summary.summarize(loaded.results)
+    weights: Any = report.default_weights(list(summ))
+    if weights:  # score what was selected and could run: the rest is not "missing"
+        expected = expected_tests(selected, devs)
+        weights = (weights[0], {t: w for t, w in weights[1].items() if t in expected})
+    rep = report.build_report(summ, title=f"milarun {title}", weights=weights)
+    page = outdir / f"report.{results.utc_stamp()}.html"
+    html.write_html(page, html.to_html(rep, loaded))
+    return SuiteOutcome(outdir, render.to_text(rep), page, 1 if rep.failures else 0)
