@@ -117,10 +117,14 @@ def to_device(obj: Any, device: Any) -> Any:
 
 
 def use_dataset(exp: Experiment, folder: Any) -> None:
-    """Record in the result whether the dataset in ``folder`` was synthetic."""
+    """Record in the result the dataset the test reads from ``folder``: its name, size and
+    whether it was synthetic (the result's ``dataset`` and ``synthetic_data``)."""
     from milabench import datasets
 
-    exp.synthetic_data = datasets.is_synthetic(folder)
+    found = datasets.summary(folder, exp.dataroot)
+    if found is None:  # the loaders require finished data first; nothing to record
+        return
+    exp.use_dataset(found["name"], found["size"], found["synthetic"])
 
 
 # -- mixed precision ----------------------------------------------------------------

@@ -6,8 +6,8 @@ optional linear learning-rate decay, optional truncated back-propagation through
 memory); gymnasium vector environments; the PPO arguments with the legacy flag names.
 
 One timed block (``helpers.train``) is one whole iteration, rollout and update, and counts the
-environment steps it collected. Policies are ``model(obs, memory) -> (logits, value, memory)``
-with ``memory`` None for feed-forward ones.
+environment steps it collected (atari: its N environments, the legacy unit). Policies are
+``model(obs, memory) -> (logits, value, memory)`` with ``memory`` None for feed-forward ones.
 """
 
 from __future__ import annotations
@@ -322,12 +322,20 @@ def linear_decay(optimizer: torch.optim.Optimizer, base_lr: float, update: int,
         group["lr"] = base_lr * max(0.0, 1.0 - update / max(total, 1))
 
 
-def train(exp: Experiment, agent: PPO, args: argparse.Namespace) -> None:
+def train(exp: Experiment, agent: PPO, args: argparse.Namespace,
+          counted: int | None = None, natural: str = "agent_steps") -> None:
     """Timed PPO iterations until the run is long enough (helpers.train), with the optional
     LR decay; records the mean losses of the last update and the mean return of the last
-    100 episodes."""
-    per_iteration = agent.steps_per_iteration
-    total = LR_DECAY_ENV_STEPS // per_iteration
+    100 episodes.
+
+    Each iteration counts ``counted`` examples (the test's legacy unit) or, by default, its
+    environment steps. A test counting otherwise records how many ``natural`` units (the
+    environment steps) one counted example is, as the metric ``per_example.<natural>``.
+    """
+    steps = agent.steps_per_iteration
+    if counted is not None:
+        exp.metric(f"per_example.{natural}", steps / counted)
+    total = LR_DECAY_ENV_STEPS // steps  # the decay follows environment steps, whatever counts
     done = 0
 
     def step() -> torch.Tensor:
@@ -337,7 +345,7 @@ def train(exp: Experiment, agent: PPO, args: argparse.Namespace) -> None:
         done += 1
         return agent.iteration()
 
-    helpers.train(exp, step, per_iteration)
+    helpers.train(exp, step, counted or steps)
     for name in ("policy_loss", "value_loss", "entropy"):
         exp.metric(name, agent.stats[name].item())
     record_returns(exp, agent.episode_returns)

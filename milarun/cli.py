@@ -12,8 +12,8 @@ from typing import Any
 
 from coleo import Option, default, run_cli
 
-from milarun import (devices, isolation, launch, profile, progress, results, runner, suite,
-                     summary, sysinfo)
+from milarun import (devices, isolation, launch, profile, progress, reporting, results, runner,
+                     suite, summary, sysinfo)
 from milarun.isolation import IsolationError
 
 # Errors that are the user's to fix: one line, exit 1, no traceback.
@@ -82,16 +82,15 @@ def _no_test_args(command: str, test_args: list[str]) -> None:
         raise runner.UsageError(f"{command} takes no arguments after --")
 
 
-def _print_skipped(loaded: summary.Loaded) -> None:
+def _print_skipped(skipped: list[summary.Skipped]) -> None:
     """Files that were not results: listed with the reason, never fatal."""
-    if not loaded.skipped:
+    if not skipped:
         return
-    print(f"skipped {len(loaded.skipped)} file(s) that are not usable results:",
-          file=sys.stderr)
-    for item in loaded.skipped[:MAX_SKIPPED_SHOWN]:
+    print(f"skipped {len(skipped)} file(s) that are not usable results:", file=sys.stderr)
+    for item in skipped[:MAX_SKIPPED_SHOWN]:
         print(f"  {item.path}: {item.reason}", file=sys.stderr)
-    if len(loaded.skipped) > MAX_SKIPPED_SHOWN:
-        print(f"  ... and {len(loaded.skipped) - MAX_SKIPPED_SHOWN} more", file=sys.stderr)
+    if len(skipped) > MAX_SKIPPED_SHOWN:
+        print(f"  ... and {len(skipped) - MAX_SKIPPED_SHOWN} more", file=sys.stderr)
 
 
 class Commands:
@@ -194,7 +193,7 @@ class Commands:
         source = summary.load_source(Path(results_dir))
         if source.loaded is None:
             raise runner.UsageError(f"{results_dir}: give a results folder, not a file")
-        _print_skipped(source.loaded)
+        _print_skipped(source.loaded.skipped)
         text = json.dumps(source.summary, indent=2)
         if out:
             results.write_atomic(Path(out), source.summary)
@@ -228,42 +227,19 @@ class Commands:
         # Output format: text, json or csv
         format: Option = default("text")
 
-        from milarun import render, report  # pandas: only here
-
         _no_test_args("report", test_args)
-        if format not in render.FORMATS:
-            raise runner.UsageError(f"--format {format}: use one of {', '.join(render.FORMATS)}")
-        if fail_below is not None and compare is None:
-            raise runner.UsageError("--fail-below needs --compare BASELINE")
-        if price is not None and not price > 0:
-            raise runner.UsageError(f"--price {price}: must be a positive number of dollars")
-        if html:
-            from milarun import html as _html  # matplotlib: only for the page
-
-            _html.check_html_path(Path(html))
-        src = summary.load_source(Path(source))
-        base = summary.load_source(summary.baseline_path(compare)) if compare else None
-        chosen = (report.load_weights(weights) if weights
-                  else report.default_weights(list(src.summary)))
-        rep = report.build_report(
-            src.summary, title=title, weights=chosen,
-            compare=(str(base.path), base.summary) if base else None, price=price,
-            penalize_variance=penalize_variance, compare_gpus=compare_gpus)
-        for item in (src, base):
-            if item is not None and item.loaded is not None:
-                _print_skipped(item.loaded)
-        print(render.render(rep, format), end="")
-        if html:
-            _html.write_html(Path(html), _html.to_html(rep, src.loaded))
-            print(f"HTML report: {Path(html).resolve()}", file=sys.stderr)
-        if fail_below is not None:
-            if rep.ratio is None:
-                raise runner.UsageError("--fail-below: no score ratio (are weights and "
-                                        "baseline tests in common?)")
-            gate = report.ratio_gate(rep, fail_below)
-            if gate:
-                print(f"milarun: FAIL: {gate}", file=sys.stderr)
-                return GATE_FAILED
+        outcome = reporting.make_report(reporting.ReportRequest(
+            Path(source), weights=weights, compare=compare, compare_gpus=compare_gpus,
+            price=price, penalize_variance=penalize_variance,
+            html=Path(html) if html else None, title=title, fail_below=fail_below,
+            format=format))
+        _print_skipped(outcome.skipped)
+        print(outcome.text, end="")
+        if outcome.html:
+            print(f"HTML report: {outcome.html.resolve()}", file=sys.stderr)
+        if outcome.gate_failure:
+            print(f"milarun: FAIL: {outcome.gate_failure}", file=sys.stderr)
+            return GATE_FAILED
         return 0
 
     def dataset(test_args: list[str]) -> int:

@@ -268,6 +268,7 @@ class Experiment:
         self.metrics: dict[str, float] = {}
         self.arguments: dict[str, Any] = {}
         self.synthetic_data: bool | None = None
+        self.dataset: dict[str, Any] | None = None  # see use_dataset
         self.write_result = True
         self.max_count: int | None = None
         self._clock, self._wallclock = clock, wallclock
@@ -357,6 +358,12 @@ class Experiment:
     def metric(self, name: str, value: Any) -> None:
         """Record the latest value of a metric (a NaN makes the run a failure)."""
         self.metrics[name] = float(value)
+
+    def use_dataset(self, name: str, size: int | None, synthetic: bool) -> None:
+        """Record the dataset the test reads: the result's ``dataset`` ({"name", "size"
+        (training examples), "synthetic"}) and ``synthetic_data``."""
+        self.dataset = {"name": name, "size": size, "synthetic": synthetic}
+        self.synthetic_data = synthetic
 
     def set_efficiency(self, record: Efficiency) -> None:
         """How well the run used its device (helpers.train: FLOPs of one counted step)."""

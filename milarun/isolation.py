@@ -13,7 +13,6 @@ import os
 import posixpath
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,11 +153,26 @@ def plan_students(device_ids: list[str], cpus: list[int], mems: str, ram: int,
 
 
 # -- reading and writing cgroup files -----------------------------------------------------
-def _read(path: Path) -> str | None:
+def read_file(path: Path) -> str | None:
+    """A cgroup file's text, stripped; None when it cannot be read."""
     try:
         return path.read_text().strip()
     except OSError:
         return None
+
+
+def limit_up(mount: Path, path: str, filename: str) -> int | None:
+    """Smallest limit in ``filename`` from the group ``path`` up to the hierarchy root."""
+    limits = []
+    node = mount / path.lstrip("/")
+    while True:
+        text = read_file(node / filename)
+        if text and text.isdigit() and int(text) < 2**62:
+            limits.append(int(text))
+        if node == mount or mount not in node.parents:
+            break
+        node = node.parent
+    return min(limits) if limits else None
 
 
 def _run(cmd: list[str]) -> None:
@@ -187,8 +201,8 @@ def _create(h: Hierarchy, path: str) -> None:
             _need_tools()
             _run(["cgcreate", "-g", f"{h.controller}:{current}"])
             if h.controller == "cpuset":  # a v1 cpuset is unusable until it has cpus/mems
-                cpus = _read(h.dir(parent) / "cpuset.cpus") or ""
-                mems = _read(h.dir(parent) / "cpuset.mems") or ""
+                cpus = read_file(h.dir(parent) / "cpuset.cpus") or ""
+                mems = read_file(h.dir(parent) / "cpuset.mems") or ""
                 _run(["cgset", "-r", f"cpuset.cpus={cpus}", "-r", f"cpuset.mems={mems}",
                       current])
         else:
@@ -198,7 +212,7 @@ def _create(h: Hierarchy, path: str) -> None:
 
 def _enable_v2(h: Hierarchy, path: str) -> None:
     control = h.dir(path) / "cgroup.subtree_control"
-    enabled = (_read(control) or "").split()
+    enabled = (read_file(control) or "").split()
     if h.controller not in enabled:
         with open(control, "w") as f:
             f.write(f"+{h.controller}")
@@ -234,14 +248,14 @@ def machine_plan(device_ids: list[str], hier: dict[str, Hierarchy],
     mems = "0"
     if "cpuset" in hier:
         h = hier["cpuset"]
-        cpus = parse_cpu_list(_read(h.dir(h.own) / "cpuset.cpus") or "") or cpus
+        cpus = parse_cpu_list(read_file(h.dir(h.own) / "cpuset.cpus") or "") or cpus
         for name in ("cpuset.mems", "cpuset.mems.effective"):
-            mems = _read(h.dir(h.own) / name) or mems
+            mems = read_file(h.dir(h.own) / name) or mems
     ram = psutil.virtual_memory().total
     if "memory" in hier:
         h = hier["memory"]
         key = "memory.limit_in_bytes" if h.version == 1 else "memory.max"
-        limit = _limit_up(h.mount, h.own, key)
+        limit = limit_up(h.mount, h.own, key)
         ram = min(ram, limit) if limit else ram
     return plan_students(device_ids, cpus, mems, ram, local_cpus)
 
@@ -305,10 +319,10 @@ def check(students: list[Student], hier: dict[str, Hierarchy],
             if not d.is_dir():
                 row[ctl] = f"missing ({path})"
             elif ctl == "cpuset":
-                row[ctl] = f"{path} cpus={_read(d / 'cpuset.cpus')} mems={_read(d / 'cpuset.mems')}"
+                row[ctl] = f"{path} cpus={read_file(d / 'cpuset.cpus')} mems={read_file(d / 'cpuset.mems')}"
             else:
                 key = "memory.limit_in_bytes" if h.version == 1 else "memory.max"
-                row[ctl] = f"{path} limit={_read(d / key)}"
+                row[ctl] = f"{path} limit={read_file(d / key)}"
         rows.append(row)
     return rows
 
@@ -383,50 +397,8 @@ def oom_kills(groups: dict[str, str], hier: dict[str, Hierarchy]) -> int | None:
         return None
     h = hier["memory"]
     name = "memory.oom_control" if h.version == 1 else "memory.events"
-    for line in (_read(h.dir(path) / name) or "").splitlines():
+    for line in (read_file(h.dir(path) / name) or "").splitlines():
         key, _, value = line.partition(" ")
         if key == "oom_kill" and value.strip().isdigit():
             return int(value)
     return None
-
-
-# -- inside an instance ----------------------------------------------------------------------
-def _limit_up(mount: Path, path: str, filename: str) -> int | None:
-    """Smallest limit in ``filename`` from the group ``path`` up to the hierarchy root."""
-    limits = []
-    node = mount / path.lstrip("/")
-    while True:
-        text = _read(node / filename)
-        if text and text.isdigit() and int(text) < 2**62:
-            limits.append(int(text))
-        if node == mount or mount not in node.parents:
-            break
-        node = node.parent
-    return min(limits) if limits else None
-
-
-def memory_limit(groups: dict[str, str], root: Path = CGROUP_ROOT) -> int | None:
-    """Memory limit in force for a process in these groups (None = unlimited/unknown)."""
-    v1 = next((p for c, p in groups.items() if "memory" in c.split(",")), None)
-    if v1 is not None:
-        return _limit_up(root / "memory", v1, "memory.limit_in_bytes")
-    if "" in groups:
-        return _limit_up(root, groups[""], "memory.max")
-    return None
-
-
-def isolation_record() -> dict[str, Any]:
-    """The isolation this process really has, read from inside it."""
-    groups = own_cgroups()
-    try:
-        cpus = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = list(range(os.cpu_count() or 1))
-    torch = sys.modules.get("torch")
-    return {
-        "cgroups": groups,
-        "cpus": cpus,
-        "memory_limit": memory_limit(groups),
-        "torch_threads": torch.get_num_threads() if torch is not None else None,
-        "requested": os.environ.get("MILARUN_CGROUP") or None,
-    }

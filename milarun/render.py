@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from milarun import units
 from milarun.report import Report
 
 WIDTH = 100
@@ -213,6 +214,7 @@ def to_text(report: Report) -> str:
     if not report.scaling.empty:
         out += section("Scaling (examples/s; per rank is the scored, legacy figure)")
         out.append(scaling_text(report.scaling))
+    out += units.text_section(report)
     for measure, df in report.gpu_tables.items():
         out += section(f"GPU comparison ({measure}, fraction of the best device)")
         out.append(gpu_table(df))
@@ -267,6 +269,7 @@ def to_records(report: Report) -> dict[str, Any]:
                 for m, df in report.gpu_tables.items()},
         "quality": {t: {k: _plain(v) for k, v in row.items()}
                     for t, row in report.quality.iterrows()},
+        "natural": units.records(report.natural),
         "warnings": report.warnings,
     }
 

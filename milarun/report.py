@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from milarun import comparability, results, stats
+from milarun import comparability, results, stats, units
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 FAILURE_RATE_LIMIT = 0.01
@@ -141,6 +141,7 @@ class Report:
     price_per_score: float | None = None
     gpu_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
+    natural: pd.DataFrame = field(default_factory=pd.DataFrame)  # see milarun.units
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
 
@@ -168,7 +169,8 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
     base = {t: Perf.of(baseline.get(t)) for t in tests} if compare else {}
     # Legacy figures against legacy figures are like with like; milarun against legacy is not.
     legacy = comparability.is_legacy(baseline) and not comparability.is_legacy(summary)
-    like = {t: comparability.judge(t, legacy) for t in tests} if compare else {}
+    like = ({t: comparability.judge(t, legacy, (summary.get(t) or {}).get("dataset"))
+             for t in tests} if compare else {})
 
     report = Report(
         title=title or "Benchmark results",
@@ -193,6 +195,7 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
     if compare_gpus:
         report.gpu_tables = gpu_tables(summary)
     report.scaling = scaling_table(summary)
+    report.natural = units.natural_table(summary)
     report.quality = quality_table(summary)
     report.warnings += quality_warnings(summary)
     return report

@@ -35,7 +35,8 @@ RESULT_KEYS = (
     "name", "job_id", "dataroot", "outdir", "job", "device", "devices", "call", "success",
     "error", "hostname", "gpu", "device_count", "environ", "metrics", "timings",
     "gpu_monitor", "cpu_monitor", "milarun_version", "system", "isolation", "failure",
-    "returncode", "synthetic_data", "rerun_of", "startup", "diagnostics", "efficiency",
+    "returncode", "synthetic_data", "dataset", "rerun_of", "startup", "diagnostics",
+    "efficiency",
 )
 # How `milarun jobs` launched the instance (its --extra): null in a plain `milarun run`.
 LAUNCH_KEYS = ("suite", "repeat", "prepare", "world_size")
@@ -325,6 +326,7 @@ class ResultRecord:
     gpu_monitor: dict[str, Any] | None = None
     cpu_monitor: dict[str, Any] | None = None
     synthetic_data: bool | None = None
+    dataset: Mapping[str, Any] | None = None  # {"name", "size", "synthetic"}: data it read
     rerun_of: str | None = None
     startup: Record | None = None
     diagnostics: Mapping[str, Record] | None = None
@@ -361,6 +363,7 @@ class ResultRecord:
             "isolation": self.isolation,
             "failure": self.failure.to_dict() if self.failure else None,
             "returncode": self.returncode, "synthetic_data": self.synthetic_data,
+            "dataset": dict(self.dataset) if self.dataset is not None else None,
             "rerun_of": self.rerun_of,
             "startup": self.startup.to_dict() if self.startup else None,
             "diagnostics": _dicts(self.diagnostics),

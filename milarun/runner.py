@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from milarun import devices, diagnostics, isolation, results, sysinfo
+from milarun import confinement, devices, diagnostics, results, sysinfo
 from milarun.progress import PROGRESS_TAG
 from milarun.experiment import Experiment, BadTestArguments, RateLog
 from milarun.results import Failure, RateRecord, TimerRecord
@@ -153,10 +153,10 @@ def _test_record(function: str, argv: list[str], exp: Experiment, ended: _Ended,
         devices=visible if on_gpu else [device],
         gpu=results.gpu_name(system, visible) if on_gpu else None,
         device_count=len(visible) if on_gpu else 0,
-        environ=results.recorded_environ(os.environ), isolation=isolation.isolation_record(),
+        environ=results.recorded_environ(os.environ), isolation=confinement.isolation_record(),
         returncode=0 if failure is None else 1, metrics=exp.metrics, timings=ended.timings,
         gpu_monitor=ended.gpu_monitor, cpu_monitor=ended.cpu_monitor,
-        synthetic_data=exp.synthetic_data, rerun_of=rerun_of,
+        synthetic_data=exp.synthetic_data, dataset=exp.dataset, rerun_of=rerun_of,
         startup=diagnostics.startup(imported_at, ended.called_at, logs),
         diagnostics={log.name: diagnostics.log_record(log) for log in logs},
         efficiency=exp.efficiency, launch=extra or {}, system=system,

@@ -4,7 +4,8 @@ Keys per test follow the legacy baseline files: ``n``, ``failures``, ``total`` (
 the program time), ``train`` (stats of the steady rates), ``pergpu`` and ``peak_memory``.
 Two keys are added and ignored by legacy readers: ``rates`` (each successful run's steady
 rate, so a report can bootstrap confidence intervals from a summary file) and
-``failure_kinds`` (how many runs failed of each kind).
+``failure_kinds`` (how many runs failed of each kind); a test counted in a legacy unit also
+has ``natural`` ({unit, per_example}, see milarun.units).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milarun import results
+from milarun import results, units
 
 # Keys a summary entry must have for the report's math (the rest is informative).
 REQUIRED_ENTRY_KEYS = ("n", "failures", "train")
@@ -175,8 +176,14 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "failure_kinds": dict(sorted(kinds.items())),
             "quality": quality(good),
         }
+        read = [r["dataset"] for r in good if isinstance(r.get("dataset"), dict)]
+        if read:  # the smallest set the runs read: what decides comparability
+            out[name]["dataset"] = min(read, key=lambda d: d.get("size") or 0)
         if totals:  # scaling.k: train is the mean per rank, throughput all k ranks
             out[name]["throughput"] = stats(totals)
+        found = units.natural(good)
+        if found:  # the test counts in a legacy unit: the natural one per counted example
+            out[name]["natural"] = found
     return out
 
 

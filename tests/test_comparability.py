@@ -92,3 +92,25 @@ def test_against_a_milarun_baseline_everything_is_alike(against_legacy):
                               "--format", "json").stdout)
     assert {t["comparable"] for t in data["tests"].values()} == {"yes"}
     assert data["scores"]["not_compared"] == []
+
+
+def test_fake_imagenet_tests_are_alike_only_on_the_legacy_sized_set(tmp_path):
+    small = comparability.judge("standard.loader", True, {"name": "fake_imagenet",
+                                                           "size": 1000, "synthetic": True})
+    assert small == (comparability.APPROX, "fake ImageNet of 1,000 images (legacy: 100,000)")
+    full = {"name": "fake_imagenet", "size": 100_000, "synthetic": True}
+    assert comparability.judge("standard.loader", True, full) == (comparability.YES, None)
+    assert comparability.judge("standard.dcgan", True, full) == comparability.LEGACY["dcgan"]
+    assert comparability.judge("standard.convnet", True, None)[1].startswith(
+        "fake ImageNet of unknown size")
+    # through the summary: the smallest set the runs read decides
+    res = tmp_path / "res"
+    for i, size in enumerate([100_000, 2_000]):
+        write(res, result("standard.loader", f"0.{i}", 500.0,
+                          dataset={"name": "fake_imagenet", "size": size, "synthetic": True}))
+    base = tmp_path / "legacy.json"
+    base.write_text(json.dumps(legacy_summary({"standard.loader": 535.0})))
+    data = json.loads(milarun("report", res, "--compare", base, "--format", "json").stdout)
+    row = data["tests"]["standard.loader"]
+    assert (row["comparable"], row["comparable_note"]) == (
+        comparability.APPROX, "fake ImageNet of 2,000 images (legacy: 100,000)")

@@ -51,6 +51,9 @@ def test_synthetic_data_contract(tmp_path, name):
     assert before == digest(two) and before != digest(other)
     assert count(tmp_path / "a") == size
     assert datasets.is_synthetic(one) is True
+    # what every result that reads it records
+    assert datasets.summary(one, tmp_path / "a") == {"name": name, "size": size,
+                                                     "synthetic": True}
     # Finished data is kept: a smaller request is satisfied, a bigger one refused.
     assert module.synthesize(tmp_path / "a", size // 2, seed=9) == one
     with pytest.raises(datasets.DataMissing, match=f"already holds {size} synthetic examples"):
@@ -58,6 +61,17 @@ def test_synthetic_data_contract(tmp_path, name):
     assert digest(one) == before
     with pytest.raises(ValueError, match=f"{name}: size 0"):
         module.synthesize(tmp_path / "d", 0)
+
+
+def test_real_data_summary(tmp_path):
+    """Real data records its own size (ml20m counts users); no marker, no summary."""
+    assert datasets.summary(mnist.folder(tmp_path), tmp_path) is None
+    datasets.mark_complete(mnist.folder(tmp_path), False, size=60_000)
+    datasets.mark_complete(ml20m.folder(tmp_path), False, users=138_493, items=26_744)
+    assert datasets.summary(mnist.folder(tmp_path), tmp_path) == {
+        "name": "mnist", "size": 60_000, "synthetic": False}
+    assert datasets.summary(ml20m.folder(tmp_path), tmp_path) == {
+        "name": "ml20m", "size": 138_493, "synthetic": False}
 
 
 def test_dataset_command_makes_every_dataset(tmp_path):

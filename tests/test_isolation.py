@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_all, milarun
-from milarun import isolation
+from milarun import confinement, isolation
 from milarun.isolation import Hierarchy, Student
 
 
@@ -108,7 +108,7 @@ def test_memory_limit_is_the_smallest_up_the_tree(fake_v2):
     child = own / "student0"
     child.mkdir()
     (child / "memory.max").write_text("max\n")
-    assert isolation.memory_limit({"": "/system.slice/job/student0"}, root) == 8 * 2**30
+    assert confinement.memory_limit({"": "/system.slice/job/student0"}, root) == 8 * 2**30
 
 
 def test_hybrid_host_uses_the_hierarchy_that_owns_each_controller(tmp_path):

@@ -209,3 +209,28 @@ def test_scaling_table_per_rank_total_and_efficiency(tmp_path):
     assert two["efficiency"] == pytest.approx(81.0 / (2 * 50.0))
     text = milarun("report", res).stdout
     assert "Scaling (examples/s; per rank" in text and "81.0%" in text
+
+
+def test_natural_rate_beside_the_legacy_one(tmp_path):
+    """A test counted in its legacy unit (atari: 16 per PPO iteration of 2,048 agent steps)
+    shows its rate in the natural unit too: perf x per_example, in text and JSON."""
+    res = tmp_path / "res"
+    for i, rate in enumerate([14.0, 16.0]):
+        write(res, result("suite.atari", f"0.{i}", rate,
+                          metrics={"loss": 0.5, "per_example.agent_steps": 128.0}))
+    for i, rate in enumerate([900.0, 1100.0]):
+        write(res, result("suite.toy_lstm", f"0.{i}", rate,
+                          metrics={"loss": 0.1, "per_example.sequences": 0.97}))
+    write(res, result("suite.vae", "0.0", 50.0))
+    data = json.loads(milarun("report", res, "--format", "json").stdout)
+    atari, lstm = data["natural"]["suite.atari"], data["natural"]["suite.toy_lstm"]
+    assert data["tests"]["suite.atari"]["perf"] == pytest.approx(15.0)  # scored: legacy unit
+    assert (atari["unit"], atari["per_example"]) == ("agent_steps", 128.0)
+    assert atari["natural"] == pytest.approx(15.0 * 128.0)
+    assert lstm["natural"] == pytest.approx(1000.0 * 0.97)
+    assert "suite.vae" not in data["natural"]
+    text = milarun("report", res).stdout
+    section = text[text.index("Natural units"):]
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "1,920.00" in section and "agent_steps" in section and "128" in section
+    assert "970.00" in section and "sequences" in section and "suite.vae" not in section

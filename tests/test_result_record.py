@@ -44,6 +44,9 @@ def test_unknown_values_are_null_and_known_ones_are_filled(records):
     # The test's record of a plain `milarun run` has no launch; the harness's has one.
     for key in results.LAUNCH_KEYS + ("job", "signal", "log"):
         assert written[key] is None, key
+    # Neither read a dataset (calibration reads none; the harness cannot know).
+    assert written["dataset"] is None and harness["dataset"] is None
+    assert written["synthetic_data"] is None and harness["synthetic_data"] is None
     assert harness["suite"] == "crash" and harness["repeat"] == 0
     assert harness["prepare"] == [] and harness["job"]["experiment"] == "faulty:sigill"
     assert harness["signal"] == "SIGILL" and harness["log"].endswith(".log")

@@ -213,14 +213,29 @@ def test_async_vector_env_steps_in_other_processes():
 
 
 # -- the models -------------------------------------------------------------------------------
-@pytest.mark.parametrize("model, args", [
-    ("cart", CART_ARGS),
-    ("minigrid", MINIGRID_ARGS),
-    pytest.param("atari", ATARI_ARGS, marks=pytest.mark.skipif(
-        not has_opencv(), reason="gymnasium's AtariPreprocessing needs opencv-python-headless")),
+@pytest.mark.parametrize("model, args, per_iteration", [
+    ("cart", CART_ARGS, 500),  # --episode-length steps, as the legacy cart_pole counted
+    ("minigrid", MINIGRID_ARGS, 2 * 32),  # the frames of a rollout, as babyai's num_frames
 ])
-def test_model_trains(tmp_path, model, args):
+def test_model_trains(tmp_path, model, args, per_iteration):
     ppo = () if model == "cart" else ("policy_loss", "value_loss", "entropy")
     # No dataset at all: synthetic_data stays null.
     result = run_trained(model, None, tmp_path, args, metrics=("loss", *ppo), synthetic=None)
     assert all(math.isfinite(v) for v in result["metrics"].values()), result["metrics"]
+    train = result["timings"]["train"]
+    assert train["count"] == per_iteration * train["blocks"]  # counted in environment steps
+    assert not any(k.startswith("per_example.") for k in result["metrics"])  # natural already
+
+
+@pytest.mark.skipif(not has_opencv(),
+                    reason="gymnasium's AtariPreprocessing needs opencv-python-headless")
+def test_atari_counts_its_environments_per_iteration(tmp_path):
+    """The legacy unit: --num-processes examples per PPO iteration of num_processes x
+    num_steps agent steps; per_example.agent_steps gives the rate in agent steps."""
+    result = run_trained("atari", None, tmp_path, ATARI_ARGS,
+                         metrics=("loss", "policy_loss", "value_loss", "entropy"),
+                         synthetic=None)
+    assert all(math.isfinite(v) for v in result["metrics"].values()), result["metrics"]
+    train = result["timings"]["train"]
+    assert train["blocks"] > 0 and train["count"] == 2 * train["blocks"]  # --num-processes 2
+    assert result["metrics"]["per_example.agent_steps"] == 16.0  # --num-steps 16

@@ -137,6 +137,7 @@ def test_missing_data_through_the_cli(tmp_path):
 # -- the models through the CLI ---------------------------------------------------------------
 def test_loader(dataroot, tmp_path):
     result = run_trained("loader", dataroot, tmp_path, LOADER, metrics=("pixel_mean",))
+    assert result["dataset"] == {"name": "fake_imagenet", "size": TRAIN, "synthetic": True}
     assert "loss" not in result["metrics"]  # no model
     assert result["timings"]["train"]["count"] % 16 == 0  # whole batches of 16
 

@@ -12,7 +12,11 @@ Every dataset module (``milabench.datasets.<name>``) provides:
   :func:`require` first so a missing dataset fails at once with the command that makes it.
 
 A finished dataset folder holds a ``.milarun-dataset.json`` marker ({"synthetic", "size",
-"seed"}); :func:`is_synthetic` reads it for the result's ``synthetic_data``.
+"seed"}); :func:`is_synthetic` reads it for the result's ``synthetic_data`` and
+:func:`summary` for its ``dataset``. A synthetic set being written holds
+``.milarun-partial.json`` instead (what is being made) until the marker replaces it: an
+interrupted generation is refused by :func:`require` and completed by the next identical
+request (files are written atomically, so those already there are whole and kept).
 """
 
 from __future__ import annotations
@@ -23,11 +27,18 @@ import json
 import multiprocessing
 import os
 import shutil
+import socket
+import sys
+import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 MARKER = ".milarun-dataset.json"
+PARTIAL = ".milarun-partial.json"  # a synthetic set being written: what it will be
+PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is not a terminal
+STALE_TEMP_AGE = 3600.0  # a temporary file this old has no live writer, wherever it ran
 FETCH_TIMEOUT = 60.0  # seconds without a byte before a download gives up
 
 
@@ -53,7 +64,14 @@ def known() -> list[str]:
 
 
 def require(folder: Path, name: str, root: Path) -> Path:
-    """The dataset folder if it is complete; else DataMissing with the command to run."""
+    """The dataset folder if it is complete; else DataMissing with the command to run
+    (the one that completes an interrupted generation, when that is what is there)."""
+    started = None if (folder / MARKER).is_file() else _read(folder / PARTIAL)
+    if started is not None:
+        raise DataMissing(
+            f"dataset {name} in {folder} is incomplete (its generation was interrupted): "
+            f"complete it with `milarun dataset {name} --synthetic --size "
+            f"{started.get('size')} --seed {started.get('seed')} -d {root}`")
     if not (folder / MARKER).is_file():
         raise DataMissing(
             f"dataset {name} not found in {folder}: create it with "
@@ -64,11 +82,29 @@ def require(folder: Path, name: str, root: Path) -> Path:
 
 def marker(folder: Path) -> dict[str, Any] | None:
     """The finished dataset's marker ({"synthetic", "size", "seed", ...}), None if absent."""
+    return _read(folder / MARKER)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
     try:
-        info = json.loads((folder / MARKER).read_text())
+        info = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) else None
+
+
+def summary(folder: Path, root: Path) -> dict[str, Any] | None:
+    """The result's ``dataset`` for the finished data in ``folder``: {"name", "size" (training
+    examples, in the dataset's unit), "synthetic"}; None if nothing finished is there."""
+    info = marker(folder)
+    if info is None:
+        return None
+    # The dataset whose folder this is (markers hold no name).
+    name = next((n for n in known() if Path(resolve(n).folder(root)) == Path(folder)),
+                Path(folder).name)
+    # ml20m counts its size in users; real data whose marker holds no count says so by null.
+    size = info.get("size", info.get("users"))
+    return {"name": name, "size": size, "synthetic": bool(info.get("synthetic"))}
 
 
 def is_synthetic(folder: Path) -> bool | None:
@@ -103,17 +139,32 @@ def ready(folder: Path, synthetic: bool, size: int | None = None) -> bool:
 
 
 def synthesis(base: Path, name: str, size: int, seed: int, write: Callable[[], Any],
-              unit: str = "example", max_size: int | None = None) -> Path:
+              unit: str = "example", max_size: int | None = None,
+              params: dict[str, Any] | None = None) -> Path:
     """What every ``synthesize`` does around writing its files: check ``size``, keep
-    finished data (see :func:`ready`), call ``write()``, then mark ``base`` complete with
-    the size, the seed and the dict ``write`` returns (if any). Returns ``base``."""
+    finished data (see :func:`ready`), note what is being made (the partial marker: size,
+    seed, ``params``), call ``write()``, then mark ``base`` complete with the same and the
+    dict ``write`` returns (if any). An interrupted generation is completed by the same
+    request (``write`` keeps the whole files already there) and refused to any other.
+    Returns ``base``."""
     if size < 1 or (max_size is not None and size > max_size):
         need = f"1 to {max_size}" if max_size is not None else "at least 1"
         raise ValueError(f"{name}: size {size} (need {need} {unit}s)")
+    request = {"synthetic": True, "size": size, "seed": seed, **(params or {})}
     if ready(base, True, size):  # finished data is never replaced
+        (base / PARTIAL).unlink(missing_ok=True)  # left by a kill just after completion
         return base
+    started = _read(base / PARTIAL)
+    if started is not None and started != request:
+        raise DataMissing(
+            f"{base} holds an interrupted generation of {started.get('size')} synthetic "
+            f"examples (seed {started.get('seed')}): complete it with --size "
+            f"{started.get('size')} --seed {started.get('seed')}, or remove that folder")
+    write_new(base / PARTIAL, json.dumps(request).encode(), replace=True)
     info = write() or {}
-    mark_complete(base, True, size=size, seed=seed, **info)
+    _remove_stale_temporaries(base)
+    mark_complete(base, True, **{"size": size, "seed": seed, **(params or {}), **info})
+    (base / PARTIAL).unlink(missing_ok=True)  # a twin generator may have finished first
     return base
 
 
@@ -123,6 +174,12 @@ def real_data(base: Path, write: Callable[[], Any]) -> Path:
     the marker with the dict ``write`` returns (if any). Returns ``base``."""
     if ready(base, False):
         return base
+    started = _read(base / PARTIAL)
+    if started is not None:
+        raise DataMissing(
+            f"{base} holds an interrupted generation of {started.get('size')} synthetic "
+            "examples: not mixing the real data with it (remove that folder, or complete it "
+            f"with --synthetic --size {started.get('size')} --seed {started.get('seed')})")
     mark_complete(base, False, **(write() or {}))
     return base
 
@@ -137,12 +194,13 @@ def write_new(path: Path, data: bytes, replace: bool = False) -> bool:
     """Write a file atomically; an existing file is kept (False) unless ``replace``.
 
     Parallel generators never clobber each other's files: the content goes to a temporary
-    file named after this process, then is hard-linked (or, with replace, renamed) into place.
+    file named after this host and process, then is hard-linked (or, with replace, renamed)
+    into place; a killed writer leaves only that temporary file, never a truncated one.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and not replace:
         return False
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     try:
         if replace:
@@ -157,26 +215,116 @@ def write_new(path: Path, data: bytes, replace: bool = False) -> bool:
     return True
 
 
+def _remove_stale_temporaries(base: Path) -> None:
+    """Delete the temporary files of writers that were killed (see :func:`write_new`): those
+    of a dead process on this host, and any too old to have a live writer elsewhere."""
+    host, now = socket.gethostname(), time.time()
+    for tmp in base.rglob(".*.tmp"):
+        pid = tmp.name[:-len(".tmp")].rpartition(".")[2]  # .<name>.<host>.<pid>.tmp
+        try:
+            stale = ((tmp.name.endswith(f".{host}.{pid}.tmp") and not _alive(int(pid)))
+                     or now - tmp.stat().st_mtime > STALE_TEMP_AGE)
+        except (ValueError, OSError):  # not one of ours, or already gone
+            continue
+        if stale:
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        pass
+    return True
+
+
+@contextmanager
+def progress(title: str, total: int, unit: str) -> Iterator[Callable[[int], None]]:
+    """``advance(n)`` for ``total`` items of work: a rich progress bar when stderr is a
+    terminal, else a line every PROGRESS_EVERY seconds; a closing line with the rate."""
+    start = time.perf_counter()
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeRemainingColumn)
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn(f"{unit}s"), TimeRemainingColumn(),
+                      console=Console(stderr=True)) as bar:
+            task = bar.add_task(title, total=total)
+            yield lambda n: bar.advance(task, n)
+    else:
+        done, last = [0], [start]
+
+        def advance(n: int) -> None:
+            done[0] += n
+            now = time.perf_counter()
+            if now - last[0] >= PROGRESS_EVERY and done[0] < total:
+                last[0] = now
+                rate = done[0] / (now - start)
+                left = (total - done[0]) / rate
+                left_text = f"{left:.0f} s" if left < 120 else f"{left / 60:.0f} min"
+                print(f"{title}: {done[0]:,}/{total:,} {unit}s ({rate:,.0f}/s, about "
+                      f"{left_text} left)", file=sys.stderr, flush=True)
+        yield advance
+    elapsed = time.perf_counter() - start
+    print(f"{title}: {total:,} {unit}s in {elapsed:,.1f} s ({total / max(elapsed, 1e-9):,.0f}"
+          "/s)", file=sys.stderr, flush=True)
+
+
 def item_seed(seed: int, *keys: Any) -> int:
     """A stable per-item seed (same on every machine and Python hash seed)."""
     text = ":".join(map(str, (seed, *keys))).encode()
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "little")
 
 
-def parallel(function: Callable[[Any], Any], items: Sequence[Any], workers: int = 1) -> list:
-    """``function`` over ``items`` in ``workers`` processes (in order)."""
+def parallel(function: Callable[[Any], Any], items: Sequence[Any], workers: int = 1,
+             on_result: Callable[[Any], Any] | None = None) -> list:
+    """``function`` over ``items`` in ``workers`` processes (in order); ``on_result`` is
+    called with each result as soon as it is there (for progress)."""
     if workers <= 1 or len(items) <= 1:
-        return [function(item) for item in items]
-    with multiprocessing.get_context("fork").Pool(min(workers, len(items))) as pool:
-        return pool.map(function, items, chunksize=max(1, len(items) // (4 * workers)))
+        results = []
+        for item in items:
+            results.append(function(item))
+            if on_result is not None:
+                on_result(results[-1])
+        return results
+    with multiprocessing.get_context("fork").Pool(min(workers, len(items)),
+                                                  initializer=_die_with_parent) as pool:
+        if on_result is None:
+            return pool.map(function, items, chunksize=max(1, len(items) // (4 * workers)))
+        results = []
+        for result in pool.imap(function, items):
+            results.append(result)
+            on_result(result)
+        return results
+
+
+def _die_with_parent() -> None:
+    """A pool worker ends with the process that made it: a generator killed by SIGKILL
+    would otherwise leave its workers writing, then waiting for ever for work."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def map_chunks(function: Callable[[Any], Any], count: int, workers: int,
-               task: Callable[[range], Any] = lambda r: r) -> list:
+               task: Callable[[range], Any] = lambda r: r,
+               on_result: Callable[[Any], Any] | None = None,
+               chunk: int | None = None) -> list:
     """``function`` over ``task(r)`` for ``count`` items cut into ranges ``r``, in
     ``workers`` processes (in order). Four chunks per worker: items differ in cost, and
-    smaller chunks keep every worker busy to the end."""
-    return parallel(function, [task(r) for r in chunks(count, 4 * max(1, workers))], workers)
+    smaller chunks keep every worker busy to the end; ``chunk`` caps a chunk's items
+    (more, smaller chunks: finer progress through ``on_result``)."""
+    parts = 4 * max(1, workers)
+    if chunk is not None:
+        parts = max(parts, -(-count // chunk))
+    return parallel(function, [task(r) for r in chunks(count, parts)], workers, on_result)
 
 
 def chunks(count: int, parts: int) -> list[range]:

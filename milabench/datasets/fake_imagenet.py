@@ -1,8 +1,14 @@
 """fake ImageNet: random-noise JPEGs under ImageNet/{train,val,test}/<class>/<i>.jpeg.
 
-The legacy suite generated this data itself (torchvision FakeData: 512x512 RGB noise, 1000
-classes; 1000 train, 50 val and 50 test images), so `download` makes exactly that and
-`synthesize` makes the same layout at a chosen size (and image side, for tiny test data).
+The legacy suite generated this data itself (torchvision FakeData: 512x512 RGB noise, labels
+drawn uniformly from 1000 classes, saved by PIL at its default JPEG quality 75; 100,000
+train, 5,000 val and 5,000 test images), so `download` makes exactly that and `synthesize`
+the same layout at a chosen size (and image side, for tiny test data). Val and test hold 5%
+of the train size each, at least one image. As in the legacy data, a class folder exists
+only where an image drew that class: at the default size every class has about 100 train
+images, while a small set has fewer classes (ImageFolder counts the folders). Unlike the
+legacy writer, whose four processes each named their images 0..n/4-1 and so overwrote the
+~0.15% that drew the same class and number, every image has its own number: exactly ``size``.
 """
 
 from __future__ import annotations
@@ -14,51 +20,66 @@ from typing import Any, Callable
 from milabench import datasets
 
 NAME = "fake_imagenet"
-DEFAULT_SIZE = 1000
+DEFAULT_SIZE = 100_000  # the legacy train set (with 5,000 val and 5,000 test images)
 IMAGE_SIZE = 512
 CLASSES = 1000
+QUALITY = 75  # PIL's default, which the legacy writer used
 SPLITS = {"train": 1.0, "val": 0.05, "test": 0.05}
+CHUNK = 200  # images per task: a progress step of well under a second per worker
 
 
 def folder(root: Path) -> Path:
     return Path(root) / "ImageNet"
 
 
+def split_sizes(size: int) -> dict[str, int]:
+    """Images per split for ``size`` train images (val and test: 5%, at least 1)."""
+    return {split: max(1, round(size * share)) for split, share in SPLITS.items()}
+
+
 def _write_chunk(task: tuple[Path, str, range, int, int, int]) -> int:
+    """Write the images ``indices`` of ``split`` (those already there are whole: kept);
+    returns how many images the chunk covered."""
     import numpy as np
     from PIL import Image
 
     base, split, indices, seed, side, classes = task
-    written = 0
     for i in indices:
         rng = np.random.default_rng(datasets.item_seed(seed, split, i))
-        label = int(rng.integers(classes))
+        path = base / split / str(int(rng.integers(classes))) / f"{i}.jpeg"
+        if path.exists():  # written before an interruption (atomically: complete)
+            continue
         pixels = rng.integers(0, 256, size=(side, side, 3), dtype=np.uint8)
         buf = io.BytesIO()
-        Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
-        written += datasets.write_new(base / split / str(label) / f"{i}.jpeg", buf.getvalue())
-    return written
+        Image.fromarray(pixels).save(buf, format="JPEG", quality=QUALITY)
+        datasets.write_new(path, buf.getvalue())
+    return len(indices)
 
 
 def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int = 1,
                image_size: int = IMAGE_SIZE, classes: int = CLASSES) -> Path:
-    """``size`` train images (5% of that for val and test), deterministic for ``seed``."""
+    """``size`` train images (5% of that for val and test), deterministic for ``seed``
+    whatever ``workers``; an interrupted generation is completed by the same call."""
     base = folder(root)
     return datasets.synthesis(
         base, NAME, size, seed, unit="image",
+        params={"image_size": image_size, "classes": classes},
         write=lambda: _write_synthetic(base, size, seed, workers, image_size, classes))
 
 
 def _write_synthetic(base: Path, size: int, seed: int, workers: int, image_size: int,
-                     classes: int) -> dict[str, int]:
-    for split, share in SPLITS.items():
-        datasets.map_chunks(_write_chunk, max(1, round(size * share)), workers,
-                            lambda r: (base, split, r, seed, image_size, classes))
-    return {"image_size": image_size}
+                     classes: int) -> None:
+    counts = split_sizes(size)
+    with datasets.progress(NAME, sum(counts.values()), "image") as advance:
+        for split, count in counts.items():
+            datasets.map_chunks(_write_chunk, count, workers,
+                                lambda r: (base, split, r, seed, image_size, classes),
+                                on_result=advance, chunk=CHUNK)
 
 
 def download(root: Path) -> Path:
-    """The legacy data: 1000/50/50 images of 512x512 noise (it never came from the network)."""
+    """The legacy data: 100,000/5,000/5,000 images of 512x512 noise (it never came from the
+    network)."""
     return synthesize(root, DEFAULT_SIZE, seed=0, workers=datasets.default_workers())
 
 

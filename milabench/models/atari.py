@@ -6,9 +6,11 @@ of a life ends the episode), FIRE pressed at reset by games that need it, reward
 their sign, the last 4 frames stacked. The actor-critic is the Nature Atari CNN (conv 32x8s4,
 64x4s2, 64x3s1, dense 512) with a policy and a value head. PPO with the legacy arguments
 (16 envs x 128 steps, 4 minibatches, clip 0.1, value 0.5, entropy 0.01, lr 2.5e-4 decaying
-linearly, GAE 0.95) is ``milabench.rl``. One example is one agent step (4 emulator frames);
-each timed iteration is one rollout and its update. No dataset: the emulator makes the data
-(``synthetic_data`` stays null).
+linearly, GAE 0.95) is ``milabench.rl``. Each timed iteration is one rollout and its update,
+and counts --num-processes examples, as the legacy test did (its ``batch_size =
+num_processes``, "we compute steps/sec"), so the 2020 baselines compare directly; the metric
+``per_example.agent_steps`` (= --num-steps) gives the rate in agent steps (4 emulator frames
+each). No dataset: the emulator makes the data (``synthetic_data`` stays null).
 """
 
 from __future__ import annotations
@@ -95,7 +97,6 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--algo", default="ppo", choices=["ppo"], help="legacy flag: PPO only")
     rl.add_ppo_arguments(parser, num_processes=16, num_steps=128, lr=2.5e-4, eps=1e-5,
                          clip_param=0.1, use_gae=False, use_linear_lr_decay=False)
-    # 130,000 steps = the legacy ~63 updates of 16 x 128 steps.
     args = exp.parse_args(parser, argv)
     config = rl.PPOConfig.from_args(args, minibatches=4)
     gymnasium.register_envs(ale_py)
@@ -110,5 +111,5 @@ def main(exp: Experiment, argv: list[str]) -> None:
     model = NatureCNN(envs.single_action_space.n).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, eps=args.eps)
     agent = rl.PPO(envs, model, optimizer, config, args.num_steps, device, args.seed)
-    rl.train(exp, agent, args)
+    rl.train(exp, agent, args, counted=args.num_processes)
 

@@ -1,0 +1,68 @@
+"""`milarun report`: a results folder or summary, with weights, a baseline, a price and an
+HTML page, turned into the rendered report and the CI gate's verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from milarun import runner, summary
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    source: Path
+    weights: str | None = None
+    compare: str | None = None  # shipped name (standard/v100), summary file or results folder
+    compare_gpus: bool = False
+    price: float | None = None
+    penalize_variance: bool = False
+    html: Path | None = None
+    title: str | None = None
+    fail_below: float | None = None
+    format: str = "text"
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    text: str  # the report in the asked format
+    skipped: list[summary.Skipped] = field(default_factory=list)  # files that were not results
+    html: Path | None = None
+    gate_failure: str | None = None  # why --fail-below failed, if it did
+
+
+def make_report(request: ReportRequest) -> ReportOutcome:
+    """Check the request, load both sides, build and render the report (and its page)."""
+    from milarun import render, report  # pandas: only here
+
+    if request.format not in render.FORMATS:
+        raise runner.UsageError(
+            f"--format {request.format}: use one of {', '.join(render.FORMATS)}")
+    if request.fail_below is not None and request.compare is None:
+        raise runner.UsageError("--fail-below needs --compare BASELINE")
+    if request.price is not None and not request.price > 0:
+        raise runner.UsageError(f"--price {request.price}: must be a positive number of dollars")
+    if request.html:
+        from milarun import html  # matplotlib: only for the page
+
+        html.check_html_path(request.html)  # before any work: never overwrite a foreign file
+    src = summary.load_source(request.source)
+    base = (summary.load_source(summary.baseline_path(request.compare))
+            if request.compare else None)
+    weights = (report.load_weights(request.weights) if request.weights
+               else report.default_weights(list(src.summary)))
+    rep = report.build_report(
+        src.summary, title=request.title, weights=weights,
+        compare=(str(base.path), base.summary) if base else None, price=request.price,
+        penalize_variance=request.penalize_variance, compare_gpus=request.compare_gpus)
+    skipped = [s for item in (src, base) if item is not None and item.loaded is not None
+               for s in item.loaded.skipped]
+    if request.html:
+        html.write_html(request.html, html.to_html(rep, src.loaded))
+    gate = None
+    if request.fail_below is not None:
+        if rep.ratio is None:
+            raise runner.UsageError("--fail-below: no score ratio (are weights and "
+                                    "baseline tests in common?)")
+        gate = report.ratio_gate(rep, request.fail_below)
+    return ReportOutcome(render.render(rep, request.format), skipped, request.html, gate)

@@ -1,0 +1,85 @@
+"""Natural units beside the legacy ones (DESIGN section 5, "Units").
+
+A test scored in its legacy unit (atari: --num-processes examples per PPO iteration;
+toy_lstm: all --samples waves per step, 3 of them held out) records how many natural units
+one counted example is, as the metric ``per_example.<unit>`` (atari: ``agent_steps``,
+toy_lstm: ``sequences``). The summary keeps it per test as ``natural``; the report shows the
+rate in that unit (perf x per example) beside the scored one. No torch here: reports are
+made on machines without it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from milarun.report import Report
+
+PREFIX = "per_example."
+COLUMNS = ("unit", "perf", "per_example", "natural")
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def natural(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``{unit, per_example}`` of a test's successful runs (the mean, should they differ);
+    None when they record no ``per_example.*`` metric."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        metrics = run.get("metrics")
+        for name, value in (metrics if isinstance(metrics, dict) else {}).items():
+            number = _positive(value)
+            if isinstance(name, str) and name.startswith(PREFIX) and number is not None:
+                values[name[len(PREFIX):]].append(number)
+    if not values:
+        return None
+    unit = min(values)  # a test records one natural unit; the choice is only made stable
+    return {"unit": unit, "per_example": math.fsum(values[unit]) / len(values[unit])}
+
+
+def natural_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Per test with a ``natural`` entry: its unit, the scored perf (legacy unit), how many
+    natural units one example is, and the natural rate = perf x per_example."""
+    import pandas as pd  # here: the summary side (run by `milarun jobs`) needs no pandas
+
+    rows = {}
+    for test, entry in summary.items():
+        found = entry.get("natural") if isinstance(entry, dict) else None
+        per = _positive(found.get("per_example")) if isinstance(found, dict) else None
+        perf = _positive((entry.get("train") or {}).get("mean")) if per else None
+        if per is None or perf is None:
+            continue  # no natural unit, or no successful run to convert
+        rows[test] = {"unit": str(found["unit"]), "perf": perf, "per_example": per,
+                      "natural": perf * per}
+    if not rows:
+        return pd.DataFrame()
+    return pd.DataFrame.from_dict(rows, orient="index", columns=list(COLUMNS)).sort_index()
+
+
+def text_section(report: Report) -> list[str]:
+    """The "Natural units" block of the text report (nothing when no test has one)."""
+    if report.natural.empty:
+        return []
+    from milarun import render  # here: render imports report, which imports this module
+
+    rows = {render._short(str(test)): {
+        "perf": render._num(r["perf"]), "per example": render._num(r["per_example"], ",.4g"),
+        "natural/s": render._num(r["natural"]), "unit": r["unit"],
+    } for test, r in report.natural.iterrows()}
+    title = "Natural units (perf: the scored, legacy unit; natural/s = perf x per example)"
+    return render.section(title) + [render._frame(rows)]
+
+
+def records(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """The table as plain data (the JSON report's ``natural``)."""
+    return {str(test): {"unit": r["unit"], "perf": float(r["perf"]),
+                        "per_example": float(r["per_example"]), "natural": float(r["natural"])}
+            for test, r in table.iterrows()}
