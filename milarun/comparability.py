@@ -41,6 +41,7 @@ LEGACY: dict[str, tuple[str, str | None]] = {
     "recom": (NO, "negatives drawn on the GPU (legacy: CPU dataset, 8 workers)"),
 }
 NOT_IN_LEGACY = (NO, "not in the 2020 suite")
+NOT_IN_BASELINE = (NO, "not in the baseline")
 
 
 def is_legacy(baseline: dict[str, dict[str, Any]]) -> bool:

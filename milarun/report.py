@@ -170,7 +170,8 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
     # Legacy figures against legacy figures are like with like; milarun against legacy is not.
     legacy = comparability.is_legacy(baseline) and not comparability.is_legacy(summary)
     like = ({t: comparability.judge(t, legacy, (summary.get(t) or {}).get("dataset"))
-             for t in tests} if compare else {})
+             if t in baseline else comparability.NOT_IN_BASELINE for t in tests}
+            if compare else {})
 
     report = Report(
         title=title or "Benchmark results",

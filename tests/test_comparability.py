@@ -114,3 +114,13 @@ def test_fake_imagenet_tests_are_alike_only_on_the_legacy_sized_set(tmp_path):
     row = data["tests"]["standard.loader"]
     assert (row["comparable"], row["comparable_note"]) == (
         comparability.APPROX, "fake ImageNet of 2,000 images (legacy: 100,000)")
+
+
+def test_a_test_the_baseline_lacks_is_not_like_with_like(against_legacy):
+    res, base, weights = against_legacy
+    legacy = json.loads(base.read_text())
+    del legacy["standard.vae"]
+    base.write_text(json.dumps(legacy))
+    data = json.loads(milarun("report", res, "--compare", base, "--format", "json").stdout)
+    vae = data["tests"]["standard.vae"]
+    assert (vae["comparable"], vae["comparable_note"]) == comparability.NOT_IN_BASELINE
