@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from milarun import devices as devmod
-from milarun import isolation, results, sysinfo
+from milarun import harness_record, isolation, results, watchdog
 from milarun.devices import Device
 from milarun.profile import Job
 from milarun.progress import ProgressBoard
 
 GRACE_PERIOD = 10.0
 POLL_INTERVAL = 0.1
-LOG_TAIL_LINES = 50
-CRASH_SIGNALS = {signal.SIGILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT}
+# Stop every instance and record it 'interrupted' (SIGHUP: the ssh session closed).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 log = logging.getLogger(__name__)
 
 
@@ -39,7 +39,12 @@ class LaunchError(RuntimeError):
 
 
 class JobsInterrupted(Exception):
-    """SIGINT/SIGTERM reached ``milarun jobs``; every child was stopped and recorded."""
+    """SIGINT/SIGTERM/SIGHUP reached ``milarun jobs``; every child was stopped and recorded.
+    Its argument is the signal's name."""
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + signal.Signals[self.args[0]].value
 
 
 @dataclass
@@ -60,6 +65,8 @@ class Instance:
     interrupted: bool = False
     result_path: Path | None = None
     result: dict[str, Any] = field(default_factory=dict)
+    stamp: str = ""  # of its result file's name, chosen here and given to the instance
+    stopped_by: str | None = None  # why the supervisor stopped it (a signal, an error)
     fullname: str | None = None  # result name when it is not the job's (scaling: .<k>)
 
     @property
@@ -220,33 +227,55 @@ class Supervisor:
         self.stop_requested = signal.Signals(signum).name
 
     def run_group(self, instances: list[Instance]) -> None:
-        """Run instances side by side until each has ended and has a result on disk."""
-        previous = {s: signal.signal(s, self._request_stop)
-                    for s in (signal.SIGINT, signal.SIGTERM)}
+        """Run instances side by side until each has ended and has a result on disk.
+
+        A stop signal stops and records them all (JobsInterrupted). So does any error of
+        the supervisor itself (stdout closed by ``| head``, a bug), which is then raised
+        again: no instance outlives this call unsupervised or unrecorded.
+        """
+        previous = {s: signal.signal(s, self._request_stop) for s in STOP_SIGNALS}
         try:
-            for inst in instances:
-                if self.stop_requested:
-                    break
-                self._start(inst)
-            running = [i for i in instances if i.process is not None]
-            while running:
-                if self.stop_requested:
-                    self._stop_all(running)
-                now = time.monotonic()
-                for inst in running:
-                    self._enforce_deadline(inst, now)
-                    if inst.process.poll() is not None:
-                        self._finish(inst)
-                running = [i for i in running if not i.result]
-                self.board.update(running)
-                if running:
-                    time.sleep(POLL_INTERVAL)
+            self._supervise(instances)
+        except BaseException as err:
+            self._abandon(instances, f"an error in milarun jobs ({type(err).__name__})")
+            raise
         finally:
             self.board.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if self.stop_requested:
             raise JobsInterrupted(self.stop_requested)
+
+    def _supervise(self, instances: list[Instance]) -> None:
+        for inst in instances:
+            if self.stop_requested:
+                break
+            self._start(inst)
+        watchdog.test_fault("started")
+        running = [i for i in instances if i.process is not None]
+        while running:
+            if self.stop_requested:
+                self._stop_all(running, f"{self.stop_requested} to milarun jobs")
+            now = time.monotonic()
+            for inst in running:
+                self._enforce_deadline(inst, now)
+                if inst.process.poll() is not None:
+                    self._finish(inst)
+            running = [i for i in running if not i.result]
+            self.board.update(running)
+            if running:
+                time.sleep(POLL_INTERVAL)
+
+    def _abandon(self, instances: list[Instance], reason: str) -> None:
+        """After an error of the supervisor: stop and record every instance still running.
+        Raises nothing: the error that got here is the one the caller must see."""
+        running = [i for i in instances if i.process is not None and not i.result]
+        self._stop_all(running, reason)
+        for inst in running:
+            try:
+                self._finish(inst)
+            except Exception as err:  # e.g. the closed stdout again: the record is written
+                log.debug("while recording %s: %s", inst.tag, err)
 
     def _start(self, inst: Instance) -> None:
         inst.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -259,13 +288,21 @@ class Supervisor:
                 preexec = lambda: isolation.join_v2(procs)  # noqa: E731
             inst.oom_before = isolation.oom_kills(inst.placement.groups,
                                                   self.opts.hierarchies)
+        # The kernel kills the instance if this process dies, however it dies.
+        preexec = watchdog.die_with_parent(os.getpid(), then=preexec)
         with open(inst.log_path, "ab") as log:
             log.write(f"$ {' '.join(command)}\n".encode())
             log.flush()
             inst.started = time.monotonic()
             inst.wall_started = time.time()
+            inst.stamp = results.utc_stamp(inst.wall_started)
             # An adaptive run (--min-slices/--ci-target) stops extending before max_duration.
-            env = {**inst.env, "MILARUN_DEADLINE": f"{inst.wall_started + 0.9 * inst.job.max_duration:.3f}"}
+            # The stamp: the instance writes exactly the file _finish reads. The pid: its
+            # ranks (torchrun) end themselves when this process is gone.
+            deadline = inst.wall_started + 0.9 * inst.job.max_duration
+            env = {**inst.env, "MILARUN_DEADLINE": f"{deadline:.3f}",
+                   watchdog.RESULT_STAMP_ENV: inst.stamp,
+                   watchdog.SUPERVISOR_ENV: str(os.getpid())}
             inst.process = subprocess.Popen(
                 command, env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec,
@@ -297,10 +334,11 @@ class Supervisor:
             inst.killed = True
             self._signal_group(inst, signal.SIGKILL)
 
-    def _stop_all(self, running: list[Instance]) -> None:
+    def _stop_all(self, running: list[Instance], reason: str) -> None:
         for inst in running:
             if not inst.interrupted:
                 inst.interrupted = True
+                inst.stopped_by = reason
                 self._signal_group(inst, signal.SIGTERM)
         deadline = time.monotonic() + self.opts.grace
         while time.monotonic() < deadline and any(i.process.poll() is None for i in running):
@@ -315,8 +353,8 @@ class Supervisor:
         self.board.read([inst])  # the last lines of its output (no redraw of the table)
         # Reap whatever the test left behind in its group (loader workers, ...).
         self._signal_group(inst, signal.SIGKILL)
-        found = results.find_instance_results(
-            self.opts.outdir, inst.name, inst.job_id, since=inst.wall_started - 1)
+        found = [path for path in watchdog.result_paths(
+            self.opts.outdir, inst.name, inst.job_id, inst.stamp) if path.exists()]
         if found:
             inst.result_path = found[-1]
             try:
@@ -325,69 +363,10 @@ class Supervisor:
                 inst.result = {"success": False, "failure": {"kind": "crash",
                                                              "message": str(err)}}
         else:
-            inst.result = harness_failure(inst, self.opts, self._oom_killed(inst))
-            stamp = results.utc_stamp(inst.wall_started)
-            inst.result_path = results.write_result(self.opts.outdir, inst.result, stamp)
+            inst.result = harness_record.harness_failure(inst, self.opts,
+                                                         self._oom_killed(inst))
+            inst.result_path = results.write_result(self.opts.outdir, inst.result, inst.stamp)
         self.on_end(inst)
-
-
-def failure_kind(inst: Instance, oom: bool = False) -> tuple[str, str]:
-    """Why an instance ended without writing its own result."""
-    code = inst.process.returncode
-    if oom:
-        limit = inst.placement.groups.get("memory") if inst.placement else None
-        return "oom", f"killed by the OOM killer of its memory cgroup ({limit})"
-    if inst.interrupted:
-        return "interrupted", "stopped by SIGINT/SIGTERM to milarun jobs"
-    if inst.alarm_sent is not None:
-        return "timeout", f"ran past max_duration={inst.job.max_duration:g}s and was killed"
-    if code is not None and code < 0:
-        sig = signal.Signals(-code)
-        if sig in CRASH_SIGNALS:
-            return "crash", f"died of {sig.name}"
-        return "killed", f"killed by {sig.name}"
-    return "crash", f"exited with code {code} without writing a result"
-
-
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
-                    ) -> dict[str, Any]:
-    """The FAIL result the harness writes for an instance that wrote none."""
-    kind, message = failure_kind(inst, oom)
-    code = inst.process.returncode
-    labels = [d.label for d in inst.devices]
-    words = inst.command
-    # What the instance was launched with (job, suite, repeat, prepare, world_size): the
-    # --extra its own record would have carried.
-    launched = json.loads(words[words.index("--extra") + 1]) if "--extra" in words else {}
-    system = sysinfo.system_record()
-    visible = [x for x in inst.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if x]
-    on_gpu = inst.devices[0].kind == devmod.GPU_KIND
-    return results.ResultRecord(
-        name=inst.name, job_id=inst.job_id, dataroot=str(opts.dataroot),
-        outdir=str(opts.outdir),
-        call=results.Call(inst.job.experiment, inst.job.argv() + list(opts.user_args)),
-        failure=results.Failure(kind, message), error=log_tail(inst.log_path),
-        device=labels[0], devices=labels,
-        gpu=results.gpu_name(system, visible) if on_gpu else None,
-        device_count=sum(d.kind == devmod.GPU_KIND for d in inst.devices),
-        environ=results.recorded_environ(inst.env),
-        isolation={"requested": inst.placement.spec if inst.placement else None,
-                   "groups": inst.placement.groups if inst.placement else None},
-        returncode=code, signal=signal.Signals(-code).name if code and code < 0 else None,
-        log=str(inst.log_path), written_by="harness", system=system,
-        launch={**launched, "job": inst.job.definition, "suite": inst.job.suite},
-    ).to_dict()
 
 
 def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOptions,

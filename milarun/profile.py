@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from milarun import results
+
 PROFILE_DIR = Path(__file__).parent / "profiles"
 PARTITION_TYPES = ("per-gpu", "gpu-progression", "normal")
 JOB_KEYS = {
@@ -107,7 +109,11 @@ def find_profile(spec: str) -> Path:
 
 def load_profile(spec: str) -> Profile:
     path = find_profile(spec)
+    deep = False
     try:
+        if path.stat().st_size > results.MAX_FILE_BYTES:
+            raise ProfileError(f"profile {path}: larger than "
+                               f"{results.MAX_FILE_BYTES // 2**20} MiB; not a profile")
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ProfileError(
@@ -115,6 +121,11 @@ def load_profile(spec: str) -> Profile:
         )
     except (OSError, UnicodeDecodeError) as err:
         raise ProfileError(f"profile {path}: cannot read it ({err})")
+    except RecursionError:
+        deep = True
+    if deep or results.too_deep(data, results.MAX_DEPTH):
+        raise ProfileError(f"profile {path}: JSON nested deeper than {results.MAX_DEPTH} "
+                           "levels; not a profile")
     if not isinstance(data, dict):
         raise ProfileError(f"profile {path}: must be an object of job name -> definition")
     defaults = data.get("*", {})
@@ -124,11 +135,23 @@ def load_profile(spec: str) -> Profile:
     for name, definition in data.items():
         if name == "*":
             continue
+        _check_name(path, suite, name)
         _check_keys(path, name, definition)
         jobs[name] = _make_job(path, suite, name, _merge(defaults, definition))
     if not jobs:
         raise ProfileError(f"profile {path}: defines no job")
     return Profile(suite, path, jobs)
+
+
+def _check_name(path: Path, suite: str, name: str) -> None:
+    """Job names become file names (``<suite>.<name>[.<k>].J<id>...``): safe and bounded."""
+    try:
+        results.safe_name(suite, "profile file name")
+        results.safe_name(name, "job name")
+        # room for a gpu-progression step's ``.<k>``
+        results.safe_name(f"{suite}.{name}", "test name", results.MAX_NAME - 8)
+    except results.InputError as err:
+        raise ProfileError(f"profile {path}, job {name[:60]!r}: {err}; rename it")
 
 
 def _check_keys(path: Path, name: str, definition: Any) -> None:

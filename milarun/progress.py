@@ -10,6 +10,7 @@ instance at a fixed interval. With ``verbose`` it also streams the instances' ou
 from __future__ import annotations
 
 import json
+import math
 import logging
 import sys
 import time
@@ -68,6 +69,24 @@ def _state(inst: Any, latest: dict[str, Any], waits: list[float]) -> str:
     if not latest.get("rate"):
         return "warmup"  # no slice measured yet
     return "finishing" if waits and max(waits) <= 0 else "measuring"
+
+
+def parse_progress(text: str) -> dict[str, Any] | None:
+    """A progress line's fields, or None: a test prints these lines, so a malformed one, a
+    wrong type or a non-finite number must never reach the supervisor's arithmetic."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    clean: dict[str, Any] = {}
+    for key in ("count", "max_count", "slices", "min_slices", "rate", "in_block"):
+        value = data.get(key)
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value) and value >= 0)
+        clean[key] = value if ok else None
+    return clean
 
 
 class ProgressBoard:
@@ -149,10 +168,7 @@ class ProgressBoard:
         *lines, watch.partial = text.split("\n")
         for line in lines:
             if line.startswith(PROGRESS_TAG):
-                try:
-                    watch.latest = json.loads(line[len(PROGRESS_TAG):])
-                except json.JSONDecodeError:
-                    pass
+                watch.latest = parse_progress(line[len(PROGRESS_TAG):]) or watch.latest
             elif self.verbose:
                 self.say(f"[{inst.name} J{inst.job_id}] {line}")
 

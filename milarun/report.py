@@ -7,7 +7,6 @@ CSV, HTML) lives in milarun.render and milarun.html.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,13 +32,10 @@ def load_weights(spec: str) -> tuple[str, dict[str, float]]:
     path = Path(spec)
     if not path.exists() and (WEIGHTS_DIR / f"{spec}.json").exists():
         path = WEIGHTS_DIR / f"{spec}.json"
-    if not path.is_file():
+    if not path.exists():
         shipped = ", ".join(sorted(p.stem for p in WEIGHTS_DIR.glob("*.json")))
         raise WeightsError(f"--weights {spec}: no such file or shipped weights ({shipped})")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise WeightsError(f"{path}: not valid JSON (line {err.lineno}, column {err.colno})")
+    data = results.read_json(path, WeightsError)
     if not isinstance(data, dict) or not data:
         raise WeightsError(f"{path}: expected an object of test -> weight")
     weights = {}
@@ -47,8 +43,9 @@ def load_weights(spec: str) -> tuple[str, dict[str, float]]:
         if isinstance(value, dict):
             value = value.get("weight")
         if (not isinstance(value, (int, float)) or isinstance(value, bool)
-                or not math.isfinite(value) or value < 0):
-            raise WeightsError(f"{path}: test {test!r}: weight {value!r} is not a number >= 0")
+                or not 0 <= value <= results.MAX_WEIGHT):
+            raise WeightsError(f"{path}: test {test!r}: weight {value!r} is not a number "
+                               f"from 0 to {results.MAX_WEIGHT:g}")
         weights[test] = float(value)
     return str(path), weights
 

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import socket
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,98 @@ class InputError(ValueError):
 
 class ResultError(InputError):
     """A file that is not a readable milarun result."""
+
+
+# A name that becomes a path component (test name, job id): letters, digits and ._-, not
+# starting with a dot, short enough that ``<name>.J<id>.FAIL.<stamp>.json`` (and the
+# temporary file written before it) fits the 255 bytes of a file name.
+MAX_NAME = 100
+_SAFE_NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def safe_name(value: Any, what: str, limit: int = MAX_NAME) -> str:
+    """``value`` when it is a safe, bounded path component; else an InputError naming it."""
+    shown = repr(value) if not isinstance(value, str) or len(value) <= 60 \
+        else repr(value[:60]) + f"... ({len(value)} characters)"
+    if not isinstance(value, str) or not _SAFE_NAME_RE.fullmatch(value):
+        raise InputError(f"{what} {shown} is not a safe name: use letters, digits and ._- "
+                         "only, not starting with a dot")
+    if len(value) > limit:
+        raise InputError(f"{what} {shown} is too long: at most {limit} characters")
+    return value
+
+
+# Files a reader accepts: regular files (a FIFO or device would block or never end) of
+# at most this size.
+MAX_FILE_BYTES = 64 * 2**20
+
+
+def read_json(path: Path, error: type[InputError] = InputError,
+              limit: int = MAX_FILE_BYTES, check_depth: bool = True) -> Any:
+    """The JSON in ``path``, read with a bound; ``error`` with the reason when unusable:
+    not a regular file, larger than ``limit``, not UTF-8, not JSON, nested too deep
+    (``check_depth=False``: only beyond what the parser allows, e.g. for results, whose
+    readers check the depth of the fields they pass on: see result_problem)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    except OSError as err:
+        raise error(f"{path}: cannot read ({err.strerror})")
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{path}: not a regular file")
+        if info.st_size > limit:
+            raise error(f"{path}: larger than {limit // 2**20} MiB "
+                        f"({info.st_size / 2**20:.0f} MiB)")
+        try:  # the size it has now, then what it may have grown by, up to the limit
+            raw = f.read(info.st_size + 1)
+            if len(raw) > info.st_size:
+                raw += f.read(limit + 1 - len(raw)) or b""
+        except OSError as err:
+            raise error(f"{path}: cannot read ({err.strerror})")
+    if len(raw) > limit:
+        raise error(f"{path}: larger than {limit // 2**20} MiB")
+    deep = f"{path}: JSON nested deeper than {MAX_DEPTH} levels"
+    try:
+        data = orjson.loads(raw)  # ~4x faster than json on rate series; reports read 10k files
+    except orjson.JSONDecodeError as first:
+        if "depth" in str(first):
+            raise error(deep)
+        try:  # the stdlib also accepts NaN/Infinity, which hand-edited files may hold
+            data = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise error(f"{path}: not UTF-8 text")
+        except RecursionError:
+            raise error(deep)
+        except json.JSONDecodeError as err:
+            raise error(f"{path}: not valid JSON (line {err.lineno}, column {err.colno})")
+    if check_depth and too_deep(data, MAX_DEPTH):
+        raise error(deep)
+    return data
+
+
+# A rate above this (examples/s) is not a measurement: beyond any machine, and its square
+# (a variance) would overflow a float. Such a run counts as failed; a baseline is refused.
+MAX_RATE = 1e15
+
+# Weights above this are not weights but a way to overflow the score (1e308 -> nan).
+MAX_WEIGHT = 1e6
+
+MAX_DEPTH = 64  # a result nests ~6 levels; code that walks a value recursively must not fail
+
+
+def too_deep(data: Any, limit: int) -> bool:
+    level, containers = 0, [data] if isinstance(data, (dict, list)) else []
+    while containers:
+        level += 1
+        if level > limit:
+            return True
+        inner: list[Any] = []
+        for item in containers:
+            values = item.values() if isinstance(item, dict) else item
+            inner += [v for v in values if isinstance(v, (dict, list))]
+        containers = inner
+    return False
 
 
 _NAME_RE = re.compile(
@@ -150,23 +243,100 @@ def write_result(outdir: Path, result: dict[str, Any], stamp: str,
 
 def load_result(path: Path) -> dict[str, Any]:
     """Load one result file; raises ResultError with the reason if it is not one."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as err:
-        raise ResultError(f"{path}: cannot read ({err.strerror})")
-    try:
-        data = orjson.loads(raw)  # ~4x faster than json on rate series; reports read 10k files
-    except orjson.JSONDecodeError:
-        try:  # the stdlib also accepts NaN/Infinity, which hand-edited files may hold
-            data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            where = (f" (line {err.lineno}, column {err.colno})"
-                     if isinstance(err, json.JSONDecodeError) else "")
-            raise ResultError(f"{path}: not valid JSON{where}")
+    # The depth of a whole result is not checked here: walking every rate and monitor
+    # sample would double the time of a 10k-file report; result_problem checks the rest.
+    data = read_json(path, ResultError, check_depth=False)
     if not isinstance(data, dict) or "name" not in data or "success" not in data:
         raise ResultError(f"{path}: not a milarun result (no 'name'/'success' keys)")
     return data
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _objects(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+
+
+def _opt(check: Any) -> Any:
+    return lambda v: v is None or check(v)
+
+
+# The type of every result field a reader computes with: a hand-edited or foreign file
+# with another type is skipped with the field's name, never a traceback.
+_FIELD_TYPES: dict[str, tuple[str, Any]] = {
+    "job_id": ("a string", _opt(lambda v: isinstance(v, (str, int)) and not isinstance(v, bool))),
+    "device": ("a string", _opt(lambda v: isinstance(v, str))),
+    "devices": ("a list", _opt(lambda v: isinstance(v, list))),
+    "error": ("a string", _opt(lambda v: isinstance(v, str))),
+    "metrics": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "timings": ("an object of objects", _opt(_objects)),
+    "failure": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "gpu_monitor": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "cpu_monitor": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "isolation": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "system": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "dataset": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "startup": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "efficiency": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "diagnostics": ("an object of objects", _opt(_objects)),
+    "environ": ("an object", _opt(lambda v: isinstance(v, dict))),
+}
+
+
+# Measurement series: their values are read field by field (typed here or where read),
+# never passed on whole, so their depth does not matter and is not walked.
+_BULKY_FIELDS = frozenset({"timings", "gpu_monitor", "cpu_monitor", "metrics"})
+_RATE_TYPES = {int, float, type(None)}
+
+
+def result_problem(data: dict[str, Any]) -> str | None:
+    """Why a loaded result cannot be used (a field of the wrong type), or None."""
+    if not isinstance(data["name"], str) or not data["name"]:
+        return "'name' is not a test name"
+    if not isinstance(data["success"], bool):
+        return "'success' is not true/false"
+    for key, (kind, ok) in _FIELD_TYPES.items():
+        if not ok(data.get(key)):
+            return f"'{key}' is not {kind}"
+    for key, value in data.items():
+        if key not in _BULKY_FIELDS and too_deep(value, MAX_DEPTH - 1):
+            return f"'{key}' is nested deeper than {MAX_DEPTH} levels"
+    for timer, record in (data.get("timings") or {}).items():
+        rates = record.get("rates")
+        if rates is not None and not (isinstance(rates, list)
+                                      and set(map(type, rates)) <= _RATE_TYPES):
+            return f"'timings.{timer}.rates' is not a list of numbers"
+        for key in ("slice", "duration", "time"):
+            value = record.get(key)
+            if value is not None and not (is_number(value) and math.isfinite(value)
+                                          and value >= 0):
+                return f"'timings.{timer}.{key}' is not a number >= 0"
+        if record.get("slice") == 0:
+            return f"'timings.{timer}.slice' is 0"
+    failure = data.get("failure") or {}
+    if not isinstance(failure.get("kind"), (str, type(None))) \
+            or not isinstance(failure.get("message"), (str, type(None))):
+        return "'failure' kind/message are not strings"
+    for name in ("gpu_monitor", "cpu_monitor"):
+        samples = (data.get(name) or {}).get("samples")
+        if samples is not None and not isinstance(samples, list):
+            return f"'{name}.samples' is not a list"  # its items are typed where read
+    for timer, diag in (data.get("diagnostics") or {}).items():
+        flags = diag.get("flags")
+        if flags is not None and not (isinstance(flags, list)
+                                      and all(isinstance(f, str) for f in flags)):
+            return f"'diagnostics.{timer}.flags' is not a list of strings"
+    dataset = data.get("dataset") or {}
+    if not _opt(lambda v: is_number(v) and math.isfinite(v))(dataset.get("size")):
+        return "'dataset.size' is not a number"
+    iso = data.get("isolation") or {}
+    if not isinstance(iso.get("cgroups"), (dict, type(None))) \
+            or not isinstance(iso.get("cpus"), (list, type(None))) \
+            or not all(isinstance(c, int) for c in iso.get("cpus") or []):
+        return "'isolation' cgroups/cpus are not an object/a list of CPU numbers"
+    return None
 
 
 def find_results(root: Path) -> Iterator[Path]:

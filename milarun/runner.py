@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from milarun import confinement, devices, diagnostics, results, sysinfo
+from milarun import confinement, devices, diagnostics, results, sysinfo, watchdog
 from milarun.progress import PROGRESS_TAG
 from milarun.experiment import Experiment, BadTestArguments, RateLog
 from milarun.results import Failure, RateRecord, TimerRecord
@@ -55,10 +55,12 @@ def _raise_on(exc: type[BaseException]) -> Callable[[int, Any], None]:
 
 
 def _check_measurement(exp: Experiment) -> Failure | None:
-    """A run whose metrics hold a NaN, or whose rates are too few to measure, failed."""
-    nans = [k for k, v in exp.metrics.items() if isinstance(v, float) and math.isnan(v)]
-    if nans:
-        return Failure("nan", f"NaN in metrics: {', '.join(nans)}")
+    """A run whose metrics hold a NaN or an infinity (a diverged loss is no success), or
+    whose rates are too few to measure, failed."""
+    bad = [k for k, v in exp.metrics.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        return Failure("nan", "non-finite metrics: " + ", ".join(
+            f"{k}={exp.metrics[k]}" for k in bad))
     logs = exp.rate_logs()
     for log in logs:
         usable = len(results.steady_window(log.rates, log.slice_duration))
@@ -183,9 +185,12 @@ def run_test(
     """
     outdir = Path(outdir)
     _check_extra(extra)
+    watchdog.watch_parent()  # under `jobs`: never outlive the supervisor
     fn = resolve_function(function)
     imported_at = time.time()  # the test module (and torch) are imported by now
-    stamp = results.utc_stamp()
+    # Under `jobs` the supervisor chose the stamp, so it reads exactly this run's file and
+    # never another run's of the same name and job id.
+    stamp = os.environ.get(watchdog.RESULT_STAMP_ENV) or results.utc_stamp()
     exp = Experiment(name, job_id=job_id, outdir=outdir, dataroot=dataroot, stamp=stamp,
                      on_progress=progress_printer())
     ended = _call(fn, exp, argv, monitor_interval)
@@ -246,8 +251,11 @@ def plan_run(function: str, test_args: list[str], out: str | Path, dataroot: Pat
         outdir = outfile.parent
         if outfile.exists():
             raise UsageError(f"-o {out}: file exists; results are never overwritten")
+    name = results.safe_name(experiment_name, "--experiment-name") if experiment_name \
+        else function.split(":")[0].rsplit(".", 1)[-1]
+    results.safe_name(name, "test name")
+    results.safe_name(job_id, "--job-id")
     check_outdir(outdir)
-    name = experiment_name or function.split(":")[0].rsplit(".", 1)[-1]
     return RunCall(function, list(test_args), name, job_id, outdir, dataroot,
                     dict(extra or {}), outfile=outfile)
 
@@ -260,25 +268,62 @@ def plan_rerun(result_file: str | Path, out: str | Path | None, test_args: list[
 
     The original's recorded environment is applied to this process here, before the test
     is imported: CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS and the like are only read when
-    torch loads. Not its MILARUN_DEADLINE: that was the original job's, long past by now,
-    and would stop the rerun at its first slice.
+    torch loads. Not the supervisor's own variables of that job (RERUN_DROPPED_ENV): its
+    MILARUN_DEADLINE, long past by now, would stop the rerun at its first slice; its pid
+    (long dead: the watchdog would end the rerun at once); its result stamp (the
+    original's file name); its MILARUN_CGROUP (a student group this process is not in).
     """
     original = results.load_result(Path(result_file))
+    problem = results.result_problem(original)
+    if problem:
+        raise UsageError(f"{result_file}: {problem}; fix the file")
     call = original.get("call") or {}
-    if not call.get("function"):
+    if not isinstance(call, dict) or not isinstance(call.get("function"), str) \
+            or not call["function"]:
         raise UsageError(f"{result_file}: no call.function to re-run")
+    argv = call.get("argv") or []
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise UsageError(f"{result_file}: call.argv is not a list of strings; fix the file")
+    name = results.safe_name(original["name"], f"{result_file}: name")
+    job_id = original.get("job_id", "0")
+    if isinstance(job_id, int) and not isinstance(job_id, bool):
+        job_id = str(job_id)
+    results.safe_name(job_id, f"{result_file}: job_id")
+    dataroot_saved = original.get("dataroot")
+    if dataroot_saved is not None and not isinstance(dataroot_saved, str):
+        raise UsageError(f"{result_file}: dataroot {dataroot_saved!r} is not a path")
+    extra = {k: original[k] for k in ("job", "suite") if original.get(k) is not None}
+    environ = _saved_environ(result_file, original.get("environ"))
     outdir = Path(out) if out else Path(result_file).parent
     check_outdir(outdir)
-    environ = dict(original.get("environ") or {})
-    environ.pop(diagnostics.DEADLINE_ENV, None)
     os.environ.update(environ)
     return RunCall(
-        call["function"], list(call.get("argv") or []) + list(test_args), original["name"],
-        str(original.get("job_id", "0")), outdir,
-        Path(original.get("dataroot") or dataroot),
-        {k: original[k] for k in ("job", "suite") if original.get(k) is not None},
+        call["function"], list(argv) + list(test_args), name, job_id, outdir,
+        Path(dataroot_saved or dataroot), extra,
         rerun_of=str(Path(result_file).resolve()),
     )
+
+
+# The supervisor's variables of one job, not restored by a rerun (see plan_rerun).
+RERUN_DROPPED_ENV = (diagnostics.DEADLINE_ENV, watchdog.SUPERVISOR_ENV,
+                     watchdog.RESULT_STAMP_ENV, "MILARUN_CGROUP")
+
+
+def _saved_environ(result_file: str | Path, environ: Any) -> dict[str, str]:
+    """A result's recorded environment as a rerun restores it; a hand-edited one that is
+    not {NAME: "value"} is refused with the variable's name."""
+    if environ is None:
+        return {}
+    if not isinstance(environ, dict):
+        raise UsageError(f"{result_file}: environ is not an object of NAME -> \"value\"")
+    for key, value in environ.items():
+        if not key or "=" in key or "\0" in key:
+            raise UsageError(f"{result_file}: environ name {key[:60]!r} is not a variable "
+                             "name; remove it")
+        if not isinstance(value, str) or "\0" in value:
+            raise UsageError(f"{result_file}: environ {key}={str(value)[:60]!r} is not a "
+                             "string; quote it or remove it")
+    return {k: v for k, v in environ.items() if k not in RERUN_DROPPED_ENV}
 
 
 def check_outdir(outdir: Path) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from milarun import devices, isolation, launch, profile, results, runner, summary
+from milarun import devices, isolation, launch, profile, results, runner, summary, watchdog
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,18 @@ def run_suite(request: SuiteRequest, say: Callable[[str], None],
             else devices.discover_devices())
     runner.check_outdir(request.outdir)
     request.dataroot.mkdir(parents=True, exist_ok=True)
+    # One live `jobs` per folder: two would write the same names side by side.
+    try:
+        with watchdog.hold_outdir(request.outdir):
+            return _run_held(request, prof, selected, devs, say, on_end)
+    except watchdog.OutdirBusy as err:
+        raise runner.UsageError(str(err)) from None
+
+
+def _run_held(request: SuiteRequest, prof: profile.Profile, selected: list[profile.Job],
+              devs: list[devices.Device], say: Callable[[str], None],
+              on_end: Callable[[launch.Instance], None] | None) -> SuiteOutcome:
+    """run_suite's work once the output folder is this process's."""
     opts = launch.LaunchOptions(
         outdir=request.outdir, dataroot=request.dataroot, user_args=request.user_args,
         use_cgexec=request.use_cgexec,
@@ -63,7 +75,7 @@ def run_suite(request: SuiteRequest, say: Callable[[str], None],
     try:
         done = launch.run_jobs(selected, devs, request.repeat, opts, on_end=on_end)
     except launch.JobsInterrupted as err:
-        return SuiteOutcome(request.outdir, exit_code=130, interrupted_by=str(err))
+        return SuiteOutcome(request.outdir, exit_code=err.exit_code, interrupted_by=str(err))
     return _report(prof.name, selected, devs, done, request.outdir)
 
 

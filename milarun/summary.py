@@ -11,7 +11,6 @@ has ``natural`` ({unit, per_example}, see milarun.units).
 from __future__ import annotations
 
 import gc
-import json
 import math
 import os
 from collections import Counter, defaultdict
@@ -58,8 +57,8 @@ def _timer_rate(record: dict[str, Any]) -> float | None:
     if not isinstance(record, dict):
         return None
     rate = results.steady_rate(record.get("rates") or [], record.get("slice", 0.5))
-    # NaN, zero or negative rates are not measurements: the run counts as failed.
-    return rate if rate is not None and math.isfinite(rate) and rate > 0 else None
+    # NaN, zero, negative or absurd rates are not measurements: the run counts as failed.
+    return rate if rate is not None and 0 < rate <= results.MAX_RATE else None
 
 
 def rank_rates(result: dict[str, Any], timer: str = "train") -> list[float | None] | None:
@@ -188,7 +187,7 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _mean_of(values: list[Any]) -> float | None:
-    numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    numbers = [float(v) for v in values if _finite(v) and abs(v) <= 1e300]  # fsum overflows
     return math.fsum(numbers) / len(numbers) if numbers else None
 
 
@@ -198,7 +197,7 @@ def quality(runs: list[dict[str, Any]]) -> dict[str, Any]:
     diags = [(r.get("diagnostics") or {}).get("train") or {} for r in runs]
     starts = [r.get("startup") or {} for r in runs]
     effs = [r.get("efficiency") or {} for r in runs]
-    drifts = [d["drift"] for d in diags if isinstance(d.get("drift"), (int, float))]
+    drifts = [d["drift"] for d in diags if _finite(d.get("drift"))]
     flagged: Counter[str] = Counter(f for d in diags for f in d.get("flags") or [])
     return {
         "slices": _mean_of([d.get("slices") for d in diags]),
@@ -216,13 +215,16 @@ def quality(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _peak_memory(result: dict[str, Any]) -> float | None:
     """Largest memory use seen by the monitors, in MiB (GPU memory when there is one)."""
+    # Samples are typed here, where they are read (results.result_problem checks the lists).
     gpu = (result.get("gpu_monitor") or {}).get("samples") or []
-    used = [g["memory"][0] for s in gpu for g in (s.get("gpus") or {}).values()
-            if g.get("memory")]
+    used = [m[0] for s in gpu if isinstance(s, dict) and isinstance(s.get("gpus"), dict)
+            for g in s["gpus"].values()
+            if isinstance(g, dict) and isinstance(m := g.get("memory"), list) and m
+            and _finite(m[0])]
     if used:
         return max(used)
     cpu = (result.get("cpu_monitor") or {}).get("samples") or []
-    rss = [s["rss_mb"] for s in cpu if "rss_mb" in s]
+    rss = [s["rss_mb"] for s in cpu if isinstance(s, dict) and _finite(s.get("rss_mb"))]
     return max(rss) if rss else None
 
 
@@ -264,10 +266,9 @@ def _walk(root: Path, loaded: Loaded) -> None:
 
 
 def _invalid_result(data: dict[str, Any]) -> str | None:
-    if not isinstance(data["name"], str) or not data["name"]:
-        return "'name' is not a test name"
-    if not isinstance(data["success"], bool):
-        return "'success' is not true/false"
+    problem = results.result_problem(data)
+    if problem:
+        return problem
     if data["success"] and not isinstance(data.get("timings"), dict):
         return "successful result without 'timings' (partial file?)"
     return None
@@ -297,18 +298,88 @@ def check_summary(data: Any, source: str) -> dict[str, dict[str, Any]]:
         for key in REQUIRED_STATS_KEYS:
             if key not in train:
                 raise SummaryError(f"{source}: test {test!r} has no key 'train.{key}'; {hint}")
+        problem = _entry_problem(entry)
+        if problem:
+            raise SummaryError(f"{source}: test {test!r}: {problem}; fix the file or {hint}")
     return data
 
 
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _finite(value: Any) -> bool:
+    return results.is_number(value) and math.isfinite(value)
+
+
+def _bounded(value: Any) -> bool:
+    return _finite(value) and abs(value) <= results.MAX_RATE
+
+
+def _stats_problem(where: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return f"'{where}' is not a stats object"
+    if value.get("n") is not None and not _count(value["n"]):
+        return f"'{where}.n' is {value['n']!r}, not a count"
+    for key in ("min", "max", "mean", "std"):
+        if value.get(key) is not None and not _bounded(value[key]):
+            return (f"'{where}.{key}' is {value[key]!r}, not a number of at most "
+                    f"{results.MAX_RATE:g}")
+    if value.get("std") is not None and value["std"] < 0:
+        return f"'{where}.std' is negative"
+    return None
+
+
+def _entry_problem(entry: dict[str, Any]) -> str | None:
+    """Type of every number a report computes with (counts, stats, rates)."""
+    for key in ("n", "failures"):
+        if not _count(entry[key]):
+            return f"'{key}' is {entry[key]!r}, not a count"
+    if entry["failures"] > entry["n"]:
+        return f"'failures' ({entry['failures']}) is more than 'n' ({entry['n']})"
+    for key in ("train", "total", "throughput"):
+        problem = _stats_problem(key, entry.get(key))
+        if problem:
+            return problem
+    pergpu = entry.get("pergpu")
+    if pergpu is not None and not isinstance(pergpu, dict):
+        return "'pergpu' is not an object of device -> stats"
+    for device, value in (pergpu or {}).items():
+        problem = _stats_problem(f"pergpu.{device}", value)
+        if problem:
+            return problem
+    rates = entry.get("rates")
+    if rates is not None and not (isinstance(rates, list) and all(_bounded(r) for r in rates)):
+        return f"'rates' is not a list of numbers of at most {results.MAX_RATE:g}"
+    if entry.get("peak_memory") is not None and not _finite(entry["peak_memory"]):
+        return f"'peak_memory' is {entry['peak_memory']!r}, not a finite number"
+    for key in ("dataset", "natural", "quality", "failure_kinds"):
+        if entry.get(key) is not None and not isinstance(entry[key], dict):
+            return f"'{key}' is not an object"
+    return _quality_problem(entry.get("quality") or {})
+
+
+def _quality_problem(quality: dict[str, Any]) -> str | None:
+    """The quality block's numbers (the report tabulates and formats them)."""
+    startup = quality.get("startup")
+    if startup is not None and not isinstance(startup, dict):
+        return "'quality.startup' is not an object"
+    flagged = quality.get("flagged")
+    if flagged is not None and not (isinstance(flagged, dict)
+                                    and all(_count(v) for v in flagged.values())):
+        return "'quality.flagged' is not an object of counts"
+    numbers = [(f"quality.{k}", v) for k, v in quality.items() if k not in (
+        "startup", "flagged")] + [(f"quality.startup.{k}", v) for k, v in (startup or {}).items()]
+    for where, value in numbers:
+        if value is not None and not _finite(value):
+            return f"'{where}' is {value!r}, not a finite number"
+    return None
+
+
 def load_summary_file(path: Path) -> dict[str, dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as err:
-        raise SummaryError(f"{path}: not valid JSON (line {err.lineno}, column {err.colno})")
-    except OSError as err:
-        raise SummaryError(f"{path}: cannot read ({err.strerror})")
-    return check_summary(data, str(path))
+    return check_summary(results.read_json(path, SummaryError), str(path))
 
 
 @dataclass

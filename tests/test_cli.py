@@ -151,6 +151,7 @@ def test_failing_test_writes_a_fail_result_and_exits_nonzero(tmp_path):
 
 @pytest.mark.parametrize("function, kind", [
     ("faulty:nan_metric", "nan"),
+    ("faulty:inf_metric", "nan"),  # a diverged loss is not a success either
     ("faulty:too_short", "too-short"),
 ])
 def test_bad_measurements_are_failures(tmp_path, function, kind):

@@ -107,3 +107,23 @@ def test_warnings_go_to_stderr_as_one_plain_line():
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
     assert done.stderr == "milarun: warning: prepare command of x failed\n"
+
+
+def test_hostile_progress_lines_never_reach_the_arithmetic():
+    from milarun.progress import parse_progress
+
+    for text in ("{", "[1, 2]", "null", "[" * 100_000):
+        assert parse_progress(text) is None
+    fields = parse_progress('{"rate": "fast", "count": -1, "slices": Infinity, "min_slices": 8}')
+    assert fields["rate"] is None and fields["count"] is None and fields["slices"] is None
+    assert fields["min_slices"] == 8
+
+
+def test_a_test_printing_hostile_progress_lines_is_supervised_to_the_end(tmp_path):
+    from conftest import milarun
+
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps({"h": {"experiment": "faulty:hostile_progress"}}))
+    done = milarun("jobs", prof, "--devices", "cpu:1", "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "done   p.h J0.0 cpu:0" in done.stdout

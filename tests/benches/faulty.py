@@ -26,6 +26,19 @@ def nan_metric(exp, argv):
     exp.metric("loss", float("nan"))
 
 
+def inf_metric(exp, argv):
+    _spin_steps(exp, argv)
+    exp.metric("loss", float("inf"))
+
+
+def hostile_progress(exp, argv):
+    """Prints progress lines a supervisor must survive, then trains normally."""
+    for line in ('{', '[1, 2]', '{"rate": "fast", "count": -1}', '{"rate": Infinity}',
+                 '[' * 100_000, '{"rate": 1e309, "slices": "x"}'):
+        print(f"MILARUN_PROGRESS {line}", flush=True)
+    _spin_steps(exp, argv)
+
+
 def too_short(exp, argv):
     _spin_steps(exp, ["--max-count", "20", "--min-slices", "1"])
 
@@ -63,3 +76,8 @@ def killed_on_first_slice(exp, argv):
         time.sleep(1)
         os.kill(os.getpid(), signal.SIGKILL)
     _spin_steps(exp, [])
+
+
+def steps(exp, argv):
+    """Trains normally for as many slices as argv asks (bounded by --min-slices)."""
+    _spin_steps(exp, argv)

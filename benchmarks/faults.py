@@ -1,0 +1,188 @@
+"""The operator's fault campaign: real signals, hostile tests, names and files, a full disk.
+
+Each scenario runs the real `milarun` CLI in subprocesses and says whether milarun survived
+it (no traceback, the documented outcome, no process left behind) and how many runs were
+lost (an instance that ran but left no result). Prints one line per scenario and the totals.
+
+    sudo uv run python benchmarks/faults.py        # root: the full-disk scenario mounts a tmpfs
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests' / 'benches'}{os.pathsep}{ROOT}"}
+SPIN = {"experiment": "faulty:killed_on_first_slice"}  # cpu:1 trains; cpu:0 is killed
+SLOW = {"experiment": "milabench.models.calibration:main", "arguments": {"--min-slices": 40}}
+
+
+def milarun(*args: object, **kw: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "milarun", *map(str, args)], env=ENV,
+                          capture_output=True, text=True, timeout=300, **kw)  # type: ignore
+
+
+def start(*args: object) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "milarun", *map(str, args)], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def profile(folder: Path, **jobs: dict) -> Path:
+    path = folder / "p.json"
+    path.write_text(json.dumps({"*": {"max_duration": 60}, **jobs}))
+    return path
+
+
+def leftovers(marker: str) -> list[psutil.Process]:
+    """Processes still running whose command line names this scenario's folder."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(marker in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def results_in(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in folder.glob("*.json")]
+
+
+def clean(done: subprocess.CompletedProcess) -> bool:
+    return "Traceback" not in done.stderr and "Traceback" not in done.stdout
+
+
+# -- scenarios: each returns (survived, runs lost, detail) ---------------------------------
+def supervisor_killed(tmp: Path, sig: int) -> tuple[bool, int, str]:
+    out = tmp / "out"
+    proc = start("jobs", profile(tmp, slow=SLOW), "--devices", "cpu:2", "-o", out)
+    time.sleep(8)  # both instances are measuring
+    os.kill(proc.pid, sig)
+    proc.wait(timeout=60)
+    time.sleep(5)
+    left = leftovers(str(out))
+    for p in left:
+        p.kill()
+    records = results_in(out)
+    lost = 0 if sig == signal.SIGKILL else max(0, 2 - len(records))
+    kinds = sorted((r.get("failure") or {}).get("kind") or "ok" for r in records)
+    return not left and (sig == signal.SIGKILL or len(records) == 2), lost, (
+        f"exit {proc.returncode}, {len(left)} process(es) left, records {kinds}")
+
+
+def piped_into_head(tmp: Path) -> tuple[bool, int, str]:
+    out = tmp / "out"
+    cmd = (f"{sys.executable} -m milarun jobs {profile(tmp, slow=SLOW)} --devices cpu:2 "
+           f"-o {out} | head -1")
+    subprocess.run(["bash", "-c", cmd], env=ENV, capture_output=True, timeout=300)
+    time.sleep(5)
+    left = leftovers(str(out))
+    for p in left:
+        p.kill()
+    return not left, 0, f"{len(left)} process(es) left"
+
+
+def hostile_test_output(tmp: Path) -> tuple[bool, int, str]:
+    out = tmp / "out"
+    done = milarun("jobs", profile(tmp, h={"experiment": "faulty:hostile_progress"},
+                                   inf={"experiment": "faulty:inf_metric"}),
+                   "--devices", "cpu:1", "-o", out)
+    kinds = {r["name"]: (r.get("failure") or {}).get("kind") for r in results_in(out)}
+    ok = clean(done) and kinds == {"p.h": None, "p.inf": "nan"}
+    return ok, max(0, 2 - len(kinds)), f"exit {done.returncode}, {kinds}"
+
+
+def two_runs_one_folder(tmp: Path) -> tuple[bool, int, str]:
+    out = tmp / "out"
+    first = start("jobs", profile(tmp, slow=SLOW), "--devices", "cpu:1", "-o", out)
+    time.sleep(4)
+    second = milarun("jobs", profile(tmp, slow=SLOW), "--devices", "cpu:1", "-o", out)
+    first.wait(timeout=300)
+    mine = results_in(out)
+    ok = second.returncode != 0 and clean(second) and len(mine) == 1 and first.returncode == 0
+    return ok, max(0, 1 - len(mine)), (f"second exit {second.returncode}: "
+                                       f"{second.stderr.strip()[-120:]!r}; {len(mine)} result(s)")
+
+
+def hostile_name(tmp: Path) -> tuple[bool, int, str]:
+    done = milarun("jobs", profile(tmp, **{"../escape": SLOW}), "--devices", "cpu:1",
+                   "-o", tmp / "out")
+    escaped = list(tmp.glob("escape*")) + list((tmp / "out").parent.glob("*escape*"))
+    one_line = len(done.stderr.strip().splitlines()) == 1
+    return done.returncode != 0 and clean(done) and one_line and not escaped, 0, (
+        f"exit {done.returncode}: {done.stderr.strip()[-120:]!r}")
+
+
+def hostile_files(tmp: Path) -> tuple[bool, int, str]:
+    res = tmp / "res"
+    done = milarun("run", "faulty:nan_metric", "-o", res)  # one real (failed) result
+    os.mkfifo(res / "fifo.json")
+    (res / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    good = json.loads(next(res.glob("*.FAIL.*.json")).read_text())
+    good.update(success=True, timings={"train": {"rates": "fast"}})
+    (res / "typed.J0.0.20260101-000000-000000.json").write_text(json.dumps(good))
+    weights = tmp / "w.json"
+    weights.write_text(json.dumps({"nan_metric": 1e308}))
+    try:
+        report = milarun("report", res, timeout=60)
+        weighted = milarun("report", res, "--weights", weights, timeout=60)
+    except subprocess.TimeoutExpired:
+        return False, 0, "report hung"
+    ok = clean(report) and clean(weighted) and "nan" not in weighted.stdout.split("Score")[-1][:40]
+    return ok, 0, f"report exit {report.returncode}, weighted exit {weighted.returncode}"
+
+
+def full_disk(tmp: Path) -> tuple[bool, int, str]:
+    if os.geteuid() != 0:
+        return True, 0, "skipped: needs root to mount a tmpfs"
+    disk = tmp / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", disk], check=True)
+    try:
+        (disk / "filler").write_bytes(b"\0" * 60_000)
+        done = milarun("run", "milabench.models.calibration:main", "-o", disk / "out", "--",
+                       "--min-slices", "5")
+        temps = [p.name for p in disk.rglob("*tmp*")]
+        ok = done.returncode != 0 and clean(done) and not temps
+        return ok, 0, (f"exit {done.returncode}, temp files {temps}: "
+                       f"{(done.stderr.strip().splitlines() or [''])[-1][:100]!r}")
+    finally:
+        subprocess.run(["umount", disk])
+
+
+SCENARIOS: dict[str, Callable[[Path], tuple[bool, int, str]]] = {
+    "supervisor SIGKILL": lambda t: supervisor_killed(t, signal.SIGKILL),
+    "supervisor SIGHUP": lambda t: supervisor_killed(t, signal.SIGHUP),
+    "supervisor SIGTERM": lambda t: supervisor_killed(t, signal.SIGTERM),
+    "jobs | head -1": piped_into_head,
+    "hostile test output": hostile_test_output,
+    "two runs, one folder": two_runs_one_folder,
+    "hostile job name": hostile_name,
+    "hostile files": hostile_files,
+    "full disk": full_disk,
+}
+
+
+def main() -> None:
+    tried = survived = lost = 0
+    for name, scenario in SCENARIOS.items():
+        with tempfile.TemporaryDirectory(prefix="milarun-fault-") as tmp:
+            ok, runs_lost, detail = scenario(Path(tmp))
+        tried, survived, lost = tried + 1, survived + ok, lost + runs_lost
+        print(f"{'SURVIVED' if ok else 'FAILED  '}  {name:22s} lost {runs_lost}  {detail}",
+              flush=True)
+    print(f"\ntried {tried}, survived {survived}, runs lost {lost}")
+    sys.exit(0 if survived == tried and lost == 0 else 1)
+
+
+if __name__ == "__main__":
+    main()
