@@ -27,9 +27,9 @@ SPIN = {"experiment": "faulty:killed_on_first_slice"}  # cpu:1 trains; cpu:0 is 
 SLOW = {"experiment": "milabench.models.calibration:main", "arguments": {"--min-slices": 40}}
 
 
-def milarun(*args: object, **kw: object) -> subprocess.CompletedProcess:
+def milarun(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "milarun", *map(str, args)], env=ENV,
-                          capture_output=True, text=True, timeout=300, **kw)  # type: ignore
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def start(*args: object) -> subprocess.Popen:
@@ -148,7 +148,13 @@ def full_disk(tmp: Path) -> tuple[bool, int, str]:
     disk.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", disk], check=True)
     try:
-        (disk / "filler").write_bytes(b"\0" * 60_000)
+        try:  # fill it to the last byte
+            with open(disk / "filler", "wb") as f:
+                while True:
+                    f.write(b"\0" * 1024)
+                    f.flush()
+        except OSError:
+            pass
         done = milarun("run", "milabench.models.calibration:main", "-o", disk / "out", "--",
                        "--min-slices", "5")
         temps = [p.name for p in disk.rglob("*tmp*")]

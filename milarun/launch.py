@@ -365,7 +365,11 @@ class Supervisor:
         else:
             inst.result = harness_record.harness_failure(inst, self.opts,
                                                          self._oom_killed(inst))
-            inst.result_path = results.write_result(self.opts.outdir, inst.result, inst.stamp)
+            try:
+                inst.result_path = results.write_result(self.opts.outdir, inst.result,
+                                                        inst.stamp)
+            except results.WriteError as err:  # the report still counts it, from memory
+                log.error("%s; what happened is in %s", err, inst.log_path)
         self.on_end(inst)
 
 

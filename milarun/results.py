@@ -61,6 +61,10 @@ class InputError(ValueError):
     """A file or value given by the user that cannot be used (one-line error, exit 1)."""
 
 
+class WriteError(InputError):
+    """A file that could not be written (full disk, permissions): said in one line."""
+
+
 class ResultError(InputError):
     """A file that is not a readable milarun result."""
 
@@ -219,14 +223,21 @@ def write_atomic(path: Path, data: dict[str, Any]) -> Path:
     path = Path(path)
     text = json.dumps(_clean(data), indent=2, default=_json_default)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
     try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as err:  # a full disk, a read-only folder: one line, no temp file left
+        raise WriteError(f"{path}: cannot write ({err.strerror or err})") from None
     finally:
-        os.unlink(tmp)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
     return path
 
 
@@ -263,25 +274,30 @@ def _opt(check: Any) -> Any:
     return lambda v: v is None or check(v)
 
 
+def _of(kind: type) -> Any:
+    """null or an instance of ``kind``."""
+    return _opt(lambda v: isinstance(v, kind))
+
+
 # The type of every result field a reader computes with: a hand-edited or foreign file
 # with another type is skipped with the field's name, never a traceback.
 _FIELD_TYPES: dict[str, tuple[str, Any]] = {
     "job_id": ("a string", _opt(lambda v: isinstance(v, (str, int)) and not isinstance(v, bool))),
-    "device": ("a string", _opt(lambda v: isinstance(v, str))),
-    "devices": ("a list", _opt(lambda v: isinstance(v, list))),
-    "error": ("a string", _opt(lambda v: isinstance(v, str))),
-    "metrics": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "device": ("a string", _of(str)),
+    "devices": ("a list", _of(list)),
+    "error": ("a string", _of(str)),
+    "metrics": ("an object", _of(dict)),
     "timings": ("an object of objects", _opt(_objects)),
-    "failure": ("an object", _opt(lambda v: isinstance(v, dict))),
-    "gpu_monitor": ("an object", _opt(lambda v: isinstance(v, dict))),
-    "cpu_monitor": ("an object", _opt(lambda v: isinstance(v, dict))),
-    "isolation": ("an object", _opt(lambda v: isinstance(v, dict))),
-    "system": ("an object", _opt(lambda v: isinstance(v, dict))),
-    "dataset": ("an object", _opt(lambda v: isinstance(v, dict))),
-    "startup": ("an object", _opt(lambda v: isinstance(v, dict))),
-    "efficiency": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "failure": ("an object", _of(dict)),
+    "gpu_monitor": ("an object", _of(dict)),
+    "cpu_monitor": ("an object", _of(dict)),
+    "isolation": ("an object", _of(dict)),
+    "system": ("an object", _of(dict)),
+    "dataset": ("an object", _of(dict)),
+    "startup": ("an object", _of(dict)),
+    "efficiency": ("an object", _of(dict)),
     "diagnostics": ("an object of objects", _opt(_objects)),
-    "environ": ("an object", _opt(lambda v: isinstance(v, dict))),
+    "environ": ("an object", _of(dict)),
 }
 
 

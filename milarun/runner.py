@@ -204,10 +204,21 @@ def run_test(
                   file=sys.stderr)
         return result, None
     try:
-        path = results.write_result(outdir, result, stamp, outfile)
-    except FileExistsError:  # never overwrite, never lose the run: use the DESIGN name
-        path = results.write_result(outdir, result, stamp)
+        try:
+            path = results.write_result(outdir, result, stamp, outfile)
+        except FileExistsError:  # never overwrite, never lose the run: use the DESIGN name
+            path = results.write_result(outdir, result, stamp)
+    except results.WriteError as err:
+        # The measurement must survive the disk: the whole record goes to this process's
+        # output (the instance's log under `milarun jobs`), then the one-line error.
+        print(f"{UNWRITTEN_TAG} {json.dumps(result, default=str)}", flush=True)
+        raise results.WriteError(f"{err}; the result is printed in full on the line "
+                                 f"starting with {UNWRITTEN_TAG} above (or in the "
+                                 "instance's log)") from None
     return result, path
+
+
+UNWRITTEN_TAG = "MILARUN_UNWRITTEN_RESULT"
 
 
 def _check_extra(extra: dict[str, Any] | None) -> None:

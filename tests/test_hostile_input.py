@@ -286,3 +286,36 @@ def test_a_huge_profile_is_not_read(tmp_path):
     done = milarun("jobs", prof, "-o", tmp_path / "out")
     line = one_line_error(done)
     assert str(prof) in line and "larger than 64 MiB" in line
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real 64 KiB tmpfs filled to the last byte (root only), unmounted afterwards."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", disk], check=True)
+    try:
+        with open(disk / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 1024)
+                f.flush()
+    except OSError:
+        pass
+    yield disk
+    subprocess.run(["umount", disk], check=True)
+
+
+def test_a_full_disk_loses_no_measurement_and_leaves_no_temp_file(full_disk):
+    done = milarun("run", "milabench.models.calibration:main", "-o", full_disk / "out",
+                   "--", "--min-slices", "5")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "cannot write" in line and "MILARUN_UNWRITTEN_RESULT" in line
+    printed = [l for l in done.stdout.splitlines() if l.startswith("MILARUN_UNWRITTEN_RESULT")]
+    result = json.loads(printed[0].split(" ", 1)[1])
+    assert result["success"] is True and len(result["timings"]["train"]["rates"]) >= 5
+    assert not [p for p in full_disk.rglob("*") if p.name.endswith(".tmp")]
