@@ -16,7 +16,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Protocol
+from typing import Any, Mapping, Protocol
 
 import orjson
 
@@ -353,28 +353,6 @@ def result_problem(data: dict[str, Any]) -> str | None:
             or not all(isinstance(c, int) for c in iso.get("cpus") or []):
         return "'isolation' cgroups/cpus are not an object/a list of CPU numbers"
     return None
-
-
-def find_results(root: Path) -> Iterator[Path]:
-    """Result files below ``root``, by file name, in a stable order."""
-    for path in sorted(Path(root).rglob("*.json")):
-        if parse_filename(path.name):
-            yield path
-
-
-def find_instance_results(outdir: Path, name: str, job_id: str, since: float) -> list[Path]:
-    """Result files of one instance (name + job id) written at or after ``since``."""
-    found = []
-    for path in Path(outdir).glob(f"{glob_escape(name)}.J{glob_escape(job_id)}.*json"):
-        info = parse_filename(path.name)
-        if info and info["name"] == name and info["job_id"] == job_id:
-            if path.stat().st_mtime >= since:
-                found.append(path)
-    return sorted(found)
-
-
-def glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def steady_window(rates: list[float], slice_duration: float = 0.5) -> list[float]:

@@ -78,7 +78,7 @@ def run_rate(result: dict[str, Any], timer: str = "train") -> float | None:
 
     A distributed result (``train_<rank>`` timers) is the mean of its ranks' rates, as the
     legacy suite counted scaling.k (every rank one sample of the same test); the total
-    over the ranks is :func:`run_throughput`.
+    over the ranks is this mean times the number of ranks (the summary's ``throughput``).
     """
     if result.get("success") is not True or _has_nan_metric(result):
         return None
@@ -87,13 +87,6 @@ def run_rate(result: dict[str, Any], timer: str = "train") -> float | None:
         return None if any(r is None for r in ranks) else math.fsum(ranks) / len(ranks)
     timings = result.get("timings") or {}
     return _timer_rate(timings.get(timer) or {}) if isinstance(timings, dict) else None
-
-
-def run_throughput(result: dict[str, Any], timer: str = "train") -> float | None:
-    """Examples/s of all the ranks of a run together (its rate when it has one process)."""
-    rate = run_rate(result, timer)
-    ranks = rank_rates(result, timer)
-    return rate * len(ranks) if rate is not None and ranks is not None else rate
 
 
 def _has_nan_metric(result: dict[str, Any]) -> bool:
@@ -152,8 +145,9 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 kinds[failure_kind(run)] += 1
                 continue
             rates.append(rate)
-            if rank_rates(run) is not None:
-                totals.append(run_throughput(run))  # type: ignore[arg-type]
+            ranks = rank_rates(run)
+            if ranks is not None:  # the rate is the mean of the ranks: total = mean x k
+                totals.append(rate * len(ranks))
             good.append(run)
             program = _program_time(run)
             if program is not None:
