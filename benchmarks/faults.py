@@ -21,6 +21,9 @@ from typing import Callable
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from fullfs import full_tmpfs  # noqa: E402  (shared with the tests)
+
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests' / 'benches'}{os.pathsep}{ROOT}"}
 SPIN = {"experiment": "faulty:killed_on_first_slice"}  # cpu:1 trains; cpu:0 is killed
@@ -144,25 +147,13 @@ def hostile_files(tmp: Path) -> tuple[bool, int, str]:
 def full_disk(tmp: Path) -> tuple[bool, int, str]:
     if os.geteuid() != 0:
         return True, 0, "skipped: needs root to mount a tmpfs"
-    disk = tmp / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", disk], check=True)
-    try:
-        try:  # fill it to the last byte
-            with open(disk / "filler", "wb") as f:
-                while True:
-                    f.write(b"\0" * 1024)
-                    f.flush()
-        except OSError:
-            pass
+    with full_tmpfs(tmp / "disk") as disk:
         done = milarun("run", "milabench.models.calibration:main", "-o", disk / "out", "--",
                        "--min-slices", "5")
         temps = [p.name for p in disk.rglob("*tmp*")]
-        ok = done.returncode != 0 and clean(done) and not temps
-        return ok, 0, (f"exit {done.returncode}, temp files {temps}: "
-                       f"{(done.stderr.strip().splitlines() or [''])[-1][:100]!r}")
-    finally:
-        subprocess.run(["umount", disk])
+    ok = done.returncode != 0 and clean(done) and not temps
+    return ok, 0, (f"exit {done.returncode}, temp files {temps}: "
+                   f"{(done.stderr.strip().splitlines() or [''])[-1][:100]!r}")
 
 
 SCENARIOS: dict[str, Callable[[Path], tuple[bool, int, str]]] = {

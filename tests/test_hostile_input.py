@@ -10,6 +10,7 @@ import os
 import pytest
 
 from conftest import milarun
+from fullfs import full_tmpfs
 from resultfactory import result, write
 
 
@@ -291,22 +292,10 @@ def test_a_huge_profile_is_not_read(tmp_path):
 @pytest.fixture
 def full_disk(tmp_path):
     """A real 64 KiB tmpfs filled to the last byte (root only), unmounted afterwards."""
-    import subprocess
-
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", disk], check=True)
-    try:
-        with open(disk / "filler", "wb") as f:
-            while True:
-                f.write(b"\0" * 1024)
-                f.flush()
-    except OSError:
-        pass
-    yield disk
-    subprocess.run(["umount", disk], check=True)
+    with full_tmpfs(tmp_path / "disk") as disk:
+        yield disk
 
 
 def test_a_full_disk_loses_no_measurement_and_leaves_no_temp_file(full_disk):

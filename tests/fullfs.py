@@ -1,0 +1,27 @@
+"""A real full disk for tests and benchmarks/faults.py: a small tmpfs filled to its last byte."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def full_tmpfs(folder: Path, size: str = "64k") -> Iterator[Path]:
+    """Mount a ``size`` tmpfs on ``folder`` (created; needs root), fill it until writing fails
+    with ENOSPC, yield it, and unmount it whatever happened."""
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", folder], check=True)
+    try:
+        try:
+            with open(folder / "filler", "wb") as f:
+                while True:
+                    f.write(b"\0" * 1024)
+                    f.flush()
+        except OSError:
+            pass
+        yield folder
+    finally:
+        subprocess.run(["umount", folder], check=True)
