@@ -150,12 +150,17 @@ def _label(func: Any, args: tuple[Any, ...]) -> str:
 
 def count_step(step: Callable[[], Any]) -> dict[str, Any]:
     """Run ``step()`` once under FlopCounterMode: total FLOPs and FLOPs per precision."""
+    import inspect
     from collections import Counter
 
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode
 
-    counter = FlopCounterMode(display=False, skip_unsupported=True)
+    # torch < 2.12 has no skip_unsupported (it always skipped ops without a formula).
+    options = {"display": False}
+    if "skip_unsupported" in inspect.signature(FlopCounterMode.__init__).parameters:
+        options["skip_unsupported"] = True
+    counter = FlopCounterMode(**options)
     by_precision: Counter[str] = Counter()
 
     class PrecisionMode(TorchDispatchMode):

@@ -63,6 +63,10 @@ class RateLog:
     A block that crosses a slice boundary is split over the slices it covers in proportion
     to time, so every closed slice holds exactly ``slice_duration`` seconds of work. The
     unfinished last slice is kept as a partial slice when the log is finished.
+
+    The first ``warmup_blocks`` blocks are counted (examples, in-block time) but not sliced:
+    a first step holds lazy CUDA init, cudnn autotuning and allocator growth (12 s for
+    resnet101 on an H100, 33 s for SSD), which as slices would fill the steady window.
     """
 
     def __init__(
@@ -73,8 +77,11 @@ class RateLog:
         clock: Callable[[], float] = time.perf_counter,
         sync: Callable[[], None] = lambda: None,
         wallclock: Callable[[], float] = time.time,
+        warmup_blocks: int = 1,
     ):
         self.name = name
+        self.warmup_blocks = warmup_blocks
+        self.warmup_time = 0.0  # in-block time of the warm-up blocks
         self.max_count = max_count
         self.slice_duration = slice_duration
         self.clock = clock
@@ -130,11 +137,13 @@ class RateLog:
     def _close_block(self, start: float, count: int) -> None:
         """Account for a block that started at ``start`` and ended without an exception."""
         end = self.clock()
+        warmup = self.blocks < self.warmup_blocks
         closes_slice = self._slice_time + (end - start) >= self.slice_duration - _EPS
         # Only the block that crosses max_count syncs (an extended run goes on past it).
         reaches_max = (self.max_count is not None
                        and self.count < self.max_count <= self.count + count)
-        if closes_slice or reaches_max:
+        # A warm-up block syncs so its queued work does not spill into the first slice.
+        if warmup or closes_slice or reaches_max:
             # Wait for the queued device work so the closed slice holds its true time.
             self.sync()
             self.syncs += 1
@@ -143,7 +152,13 @@ class RateLog:
         else:
             self._unsynced = True
         closed = len(self.rates)
-        self._add(end - start, count)
+        if warmup:
+            self.blocks += 1
+            self.count += count
+            self.in_block += end - start
+            self.warmup_time += end - start
+        else:
+            self._add(end - start, count)
         self.last_end = end
         if self.first_block is None:
             self.first_block = end - start
@@ -197,7 +212,8 @@ class RateLog:
                     if self.first_start is not None and self.last_end is not None else 0.0)
         return RateRecord(self.wall_start, duration, self.in_block, self.count,
                           self.max_count, self.blocks, self.syncs, self.slice_duration,
-                          self.last_slice, tuple(self.rates))
+                          self.last_slice, tuple(self.rates),
+                          min(self.blocks, self.warmup_blocks), self.warmup_time)
 
     def steady_rate(self) -> float | None:
         """The run's rate: the mean of the steady window (None when too short)."""
@@ -205,11 +221,12 @@ class RateLog:
 
     def steady_span(self) -> tuple[float, float]:
         """The in-block time [start, stop) that the steady window covers, so a test can time
-        the same steps itself; empty (start == stop) when there is no window."""
+        the same steps itself (warm-up blocks included); empty (start == stop) when there is
+        no window."""
         n, width = len(self.rates), self.slice_duration
         start = max(0, n - round(results.STEADY_FROM_END / width)) * width
         stop = (n - round(results.STEADY_TO_END / width)) * width
-        return start, max(start, stop)
+        return self.warmup_time + start, self.warmup_time + max(start, stop)
 
 
 class Timer:

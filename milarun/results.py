@@ -385,6 +385,8 @@ class RateRecord:
     slice: float
     last_slice: float | None  # length of the partial last slice, None when there is none
     rates: tuple[float, ...]
+    warmup_blocks: int = 0  # first blocks counted but not sliced (lazy init, autotuning)
+    warmup_time: float = 0.0  # their in-block time
 
     @property
     def overhead(self) -> float:
@@ -395,7 +397,8 @@ class RateRecord:
         return {"type": "rate", "start": self.start, "duration": self.duration,
                 "in_block": self.in_block, "overhead": self.overhead, "count": self.count,
                 "max_count": self.max_count, "blocks": self.blocks, "syncs": self.syncs,
-                "slice": self.slice, "last_slice": self.last_slice, "rates": list(self.rates)}
+                "slice": self.slice, "last_slice": self.last_slice, "rates": list(self.rates),
+                "warmup_blocks": self.warmup_blocks, "warmup_time": self.warmup_time}
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ class FakeClock:
 
 def test_extension_keeps_measuring_until_min_slices():
     clock = FakeClock()
-    log = RateLog(max_count=100, clock=clock, wallclock=clock)
+    log = RateLog(max_count=100, clock=clock, wallclock=clock, warmup_blocks=0)
     log.length_rule = RunLength(min_slices=8, deadline=4e9)  # far in the future
     steps = 0
     while not log.done:
@@ -116,7 +116,7 @@ def test_a_run_ends_by_slices_whatever_one_step_takes(step):
     """No --max-count: the run stops once it has 12 slices (a window of 10), as soon as it
     may, whether a step takes 20 us or 3 s."""
     clock = FakeClock()
-    log = RateLog(clock=clock, wallclock=clock)
+    log = RateLog(clock=clock, wallclock=clock, warmup_blocks=0)
     log.length_rule = RunLength(min_slices=12, deadline=4e9)
     while not log.done:
         with log.block(10):
@@ -133,7 +133,7 @@ def test_the_steps_own_timing_agrees_with_the_harness_on_a_busy_machine():
     rate far from the nominal one, and the harness's slices still match the steps' own
     durations over the steady window."""
     clock = FakeClock()
-    log = RateLog(clock=clock, wallclock=clock)
+    log = RateLog(clock=clock, wallclock=clock, warmup_blocks=0)
     log.length_rule = RunLength(min_slices=30, deadline=4e9)
     rng = random.Random(0)
     durations = []

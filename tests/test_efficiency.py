@@ -49,6 +49,19 @@ def test_counted_step_is_forward_plus_backward():
     assert counted["unsupported"] == []
 
 
+def test_counts_with_a_torch_whose_counter_has_no_skip_unsupported(monkeypatch):
+    # torch 2.11 (the GPU machines' image): FlopCounterMode(skip_unsupported=...) raised
+    # TypeError and every result on the H100 lost its FLOP count.
+    from torch.utils import flop_counter
+
+    class OlderCounter(flop_counter.FlopCounterMode):
+        def __init__(self, mods=None, depth=2, display=True, custom_mapping=None):
+            super().__init__(mods, depth, display, custom_mapping)
+
+    monkeypatch.setattr(flop_counter, "FlopCounterMode", OlderCounter)
+    assert efficiency.count_step(two_layer_step())["flops"] == HAND_COUNT
+
+
 def test_autocast_precision_is_detected():
     counted = efficiency.count_step(two_layer_step(autocast=True))
     assert counted["flops"] == HAND_COUNT

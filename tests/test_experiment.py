@@ -36,9 +36,12 @@ class SyncRecorder:
         self.clock.advance(self.cost)
 
 
-def make_log(clock: FakeClock, sync=None, max_count=None, slice_duration=0.5) -> RateLog:
+def make_log(clock: FakeClock, sync=None, max_count=None, slice_duration=0.5,
+             warmup_blocks=0) -> RateLog:
+    # Exact-slice tests slice every block; the warm-up tests below ask for one.
     return RateLog("train", max_count=max_count, slice_duration=slice_duration,
-                   clock=clock, sync=sync or (lambda: None), wallclock=lambda: 1000.0)
+                   clock=clock, sync=sync or (lambda: None), wallclock=lambda: 1000.0,
+                   warmup_blocks=warmup_blocks)
 
 
 def run_blocks(log: RateLog, clock: FakeClock, blocks: list[tuple[float, int]],
@@ -146,7 +149,8 @@ def test_overhead_is_time_outside_blocks():
     # the one serialisation: the legacy keys of a timings entry, in order
     expected = {"type": "rate", "start": 1000.0, "duration": 1.375, "in_block": 1.0,
                 "overhead": 0.375, "count": 4, "max_count": None, "blocks": 4, "syncs": 2,
-                "slice": 0.5, "last_slice": None, "rates": [4.0, 4.0]}
+                "slice": 0.5, "last_slice": None, "rates": [4.0, 4.0],
+                    "warmup_blocks": 0, "warmup_time": 0.0}
     assert list(record.to_dict().items()) == list(expected.items())
 
 
@@ -177,17 +181,18 @@ def test_experiment_timers_metrics_and_side_dir(tmp_path):
         clock.advance(0.5)
     with exp.time("data"):
         clock.advance(0.25)
-    log = exp.rate_log("train", max_count=2)
-    with log.block(2):
-        clock.advance(0.5)
+    log = exp.rate_log("train", max_count=4)
+    for _ in range(2):  # a warm-up block, then one slice
+        with log.block(2):
+            clock.advance(0.5)
     exp.metric("loss", 0.5)
     exp.metric("loss", 0.25)  # last value wins
     timings = exp.finish()
     assert timings["data"].duration == 0.75 and timings["data"].entries == 2
     assert timings["data"].to_dict() == {"type": "timer", "start": 5.0, "duration": 0.75,
                                          "entries": 2}
-    assert timings["program"].duration == 1.25
-    assert timings["train"].rates == (4.0,)
+    assert timings["program"].duration == 1.75
+    assert timings["train"].rates == (4.0,) and timings["train"].warmup_blocks == 1
     assert exp.metrics == {"loss": 0.25}
     side = exp.side_dir
     assert side.is_dir() and side.name == "t.J1.2.S.files"
@@ -237,3 +242,35 @@ def test_steady_span_is_the_time_of_the_steady_window(slices, span):
     window = log.rates[round(start / 0.5):round(stop / 0.5)]
     assert window == results.steady_window(log.rates)
     assert log.steady_rate() == (20.0 if slices >= 5 else None)
+
+
+def test_a_long_first_step_is_warm_up_not_slices():
+    # An H100 resnet101: a 12 s first step (cudnn autotuning), then 0.05 s steps of 64.
+    # Sliced, the first step alone filled 24 slices at 5 ex/s and ended the run.
+    clock = FakeClock()
+    sync = SyncRecorder(clock)
+    log = make_log(clock, sync, warmup_blocks=1)
+    run_blocks(log, clock, [(12.0, 64)] + [(0.05, 64)] * 40)  # 2 s after the warm-up
+    log.finish()
+    assert log.rates == pytest.approx([1280.0] * 4)
+    assert log.count == 41 * 64 and log.blocks == 41
+    assert log.in_block == pytest.approx(14.0) and log.warmup_time == pytest.approx(12.0)
+    record = log.record()
+    assert (record.warmup_blocks, record.warmup_time) == (1, pytest.approx(12.0))
+    assert sync.calls >= 1 + 4  # the warm-up block syncs, then each closed slice
+
+
+def test_the_warm_up_block_syncs_so_its_queued_work_stays_out_of_the_slices():
+    clock = FakeClock()
+    sync = SyncRecorder(clock, cost=0.5)  # the first step queued 0.5 s of device work
+    log = make_log(clock, sync, warmup_blocks=1)
+    run_blocks(log, clock, [(0.01, 10)])
+    assert log.warmup_time == pytest.approx(0.51) and log.rates == []
+
+
+def test_steady_span_starts_after_the_warm_up():
+    clock = FakeClock()
+    log = make_log(clock, warmup_blocks=1)
+    run_blocks(log, clock, [(3.0, 1)] + [(0.5, 1)] * 24)
+    log.finish()
+    assert log.steady_span() == (3.0 + 2.0, 3.0 + 11.0)  # slices 4..21 of 24, after 3 s

@@ -42,6 +42,9 @@ def test_every_job_accepts_its_arguments(name, tmp_path):
         if name == "quick":
             assert exp.max_count is None, f"{job.fullname}: a --max-count tuned to a machine"
             assert exp.min_slices - 2 >= 8, job.fullname
+        elif name == "gpu-check":  # one full steady window, no legacy minimum work
+            assert exp.max_count is None, job.fullname
+            assert exp.min_slices >= 22, job.fullname
         else:
             assert exp.max_count is not None, f"{job.fullname}: no legacy --max-count"
             assert exp.min_slices >= 40, job.fullname
@@ -72,3 +75,20 @@ def test_standard_weights_follow_the_legacy_rule():
         else:
             assert entry["weight"] == 8, test
     assert {f"standard.scaling.{k}" for k in range(1, 9)} <= set(weights)
+
+
+def test_the_gpu_check_runs_the_standard_tests_as_the_standard_suite_does():
+    """gpu-check is standard with only its length changed: same tests, same arguments."""
+    standard, check = load_profile("standard").jobs, load_profile("gpu-check").jobs
+    assert list(check) == list(standard)
+    for name, job in check.items():
+        expected = {k: v for k, v in standard[name].arguments.items()
+                    if k not in ("--max-count", "--min-slices")}
+        got = {k: v for k, v in job.arguments.items() if k != "--min-slices"}
+        assert got == expected, name
+        assert (job.experiment, job.partition) == (standard[name].experiment,
+                                                   standard[name].partition)
+    assert {k: v["weight"] for k, v in json.loads(
+        (WEIGHTS_DIR / "gpu-check.json").read_text()).items()} == {
+        k.replace("standard.", "gpu-check.", 1): v["weight"] for k, v in json.loads(
+            (WEIGHTS_DIR / "standard.json").read_text()).items()}
