@@ -80,8 +80,9 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor,
 def vector_env(make_one: Callable[[], Any], count: int, asynchronous: bool = False) -> Any:
     """``count`` copies of ``make_one()`` stepped together, reset in the step that ends them.
 
-    Synchronous by default: every environment steps in this process, so the run uses only the
-    CPUs of its slice's one training process; ``asynchronous`` runs one process each.
+    ``asynchronous``: one worker process per environment, all stepping at once, observations
+    returned through shared memory (the legacy tests' subprocess vector envs); else every
+    environment steps in turn in this process.
     """
     kind = gymnasium.vector.AsyncVectorEnv if asynchronous else gymnasium.vector.SyncVectorEnv
     return kind([make_one] * count, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
@@ -118,10 +119,13 @@ def add_ppo_arguments(parser: argparse.ArgumentParser, **defaults: Any) -> None:
     group.add_argument("--batch-size", type=helpers.positive_int, default=None,
                        help="frames per minibatch")
     add("--use-linear-lr-decay", action="store_true",
-        help="learning rate decays linearly to 0 over the --max-count steps")
+        help="learning rate decays linearly to 0 over 10M environment steps (the "
+             "reference script's --num-env-steps)")
     add("--async", dest="asynchronous", action="store_true",
-        help="one process per environment (AsyncVectorEnv) instead of stepping them in turn")
-    parser.set_defaults(**defaults)
+        help="one process per environment (AsyncVectorEnv, the default)")
+    add("--sync", dest="asynchronous", action="store_false",
+        help="step every environment in turn in this process instead (not the legacy load)")
+    parser.set_defaults(asynchronous=True, **defaults)
 
 
 @dataclasses.dataclass
@@ -137,6 +141,9 @@ class PPOConfig:
     minibatches: int = 4
     max_grad_norm: float = 0.5
     recurrence: int = 1
+    reward_scale: float = 1.0  # babyai trains on 20 x the reward (the returns stay unscaled)
+    # pytorch-a2c-ppo-acktr halves the squared value error, babyai does not
+    value_factor: float = 0.5
     # pytorch-a2c-ppo-acktr normalises the advantages of each rollout, torch-ac does not
     # (with sparse rewards the normalised noise of an untrained critic would drive the policy).
     normalise_advantages: bool = True
@@ -171,17 +178,23 @@ class PPOConfig:
 
 
 # -- PPO ------------------------------------------------------------------------------------
+# observe(observations of the vector env, the ``done`` flags of the step that gave them or None
+# after the first reset) -> the model's (N, ...) input on the device; default: as a tensor.
+Observe = Callable[[Any, "np.ndarray | None"], torch.Tensor]
+
+
 class PPO:
     """Collects rollouts from a vector environment with ``model`` and updates it with PPO."""
 
     def __init__(self, envs: Any, model: nn.Module, optimizer: torch.optim.Optimizer,
                  config: PPOConfig, steps: int, device: torch.device, seed: int,
-                 memory_size: int = 0):
+                 memory_size: int = 0, observe: Observe | None = None):
         self.envs, self.model, self.optimizer, self.config = envs, model, optimizer, config
         self.device = device
-        self.storage = self._storage(steps, envs.num_envs, memory_size)
+        self.observe = observe or (lambda obs, done: self._tensor(obs))
         obs, _ = envs.reset(seed=seed)  # environment i gets seed + i
-        self.obs = self._tensor(obs)
+        self.obs = self.observe(obs, None)
+        self.storage = self._storage(steps, envs.num_envs, memory_size)
         self.mask = torch.zeros(envs.num_envs, device=device)  # every env starts an episode
         self.memory = (torch.zeros(envs.num_envs, memory_size, device=device)
                        if memory_size else None)
@@ -195,9 +208,8 @@ class PPO:
         def zeros(*shape: int, dtype: Any = torch.float32) -> torch.Tensor:
             return torch.zeros(steps, envs, *shape, dtype=dtype, device=self.device)
 
-        space = self.envs.single_observation_space
         return SimpleNamespace(
-            obs=zeros(*space.shape, dtype=torch.from_numpy(np.zeros(0, space.dtype)).dtype),
+            obs=zeros(*self.obs.shape[1:], dtype=self.obs.dtype),
             actions=zeros(dtype=torch.long), log_probs=zeros(), values=zeros(),
             rewards=zeros(), dones=zeros(), masks=zeros(),
             memories=zeros(memory_size) if memory_size else None)
@@ -230,9 +242,9 @@ class PPO:
                 action, dist.log_prob(action), value)
             obs, reward, terminated, truncated, _ = self.envs.step(action.cpu().numpy())
             done = np.logical_or(terminated, truncated)
-            store.rewards[t] = self._tensor(reward.astype(np.float32))
+            store.rewards[t] = self._tensor((reward * self.config.reward_scale).astype(np.float32))
             store.dones[t] = self._tensor(done.astype(np.float32))
-            self.obs, self.mask = self._tensor(obs), 1.0 - store.dones[t]
+            self.obs, self.mask = self.observe(obs, done), 1.0 - store.dones[t]
             self.running_return += reward
             self.episode_returns.extend(self.running_return[done].tolist())
             self.running_return[done] = 0.0
@@ -287,7 +299,8 @@ class PPO:
                 memory = memory * masks[index, None]
             obs, actions, *rest = (x[index] for x in data)
             logits, value, memory = self.model(obs, memory)
-            for k, v in ppo_losses(logits, value, actions, *rest, cfg.clip).items():
+            for k, v in ppo_losses(logits, value, actions, *rest, cfg.clip,
+                                   cfg.value_factor).items():
                 parts[k] = parts[k] + v / cfg.recurrence
         parts["loss"] = (parts["policy_loss"] + cfg.value_coef * parts["value_loss"]
                          - cfg.entropy_coef * parts["entropy"])
@@ -297,14 +310,15 @@ class PPO:
 def ppo_losses(logits: torch.Tensor, value: torch.Tensor, actions: torch.Tensor,
                old_log_probs: torch.Tensor, old_values: torch.Tensor,
                advantages: torch.Tensor, returns: torch.Tensor,
-               clip: float) -> dict[str, torch.Tensor]:
-    """Clipped surrogate (to minimise), clipped value loss and the policy's mean entropy."""
+               clip: float, value_factor: float = 0.5) -> dict[str, torch.Tensor]:
+    """Clipped surrogate (to minimise), clipped value loss (``value_factor`` x the larger
+    squared error) and the policy's mean entropy."""
     dist = Categorical(logits=logits)
     ratio = torch.exp(dist.log_prob(actions) - old_log_probs)
     surrogate = torch.min(ratio * advantages,
                           ratio.clamp(1.0 - clip, 1.0 + clip) * advantages)
     clipped_value = old_values + (value - old_values).clamp(-clip, clip)
-    value_loss = 0.5 * torch.max((value - returns) ** 2, (clipped_value - returns) ** 2)
+    value_loss = value_factor * torch.max((value - returns) ** 2, (clipped_value - returns) ** 2)
     return {"policy_loss": -surrogate.mean(), "value_loss": value_loss.mean(),
             "entropy": dist.entropy().mean()}
 

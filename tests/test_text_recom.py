@@ -22,8 +22,8 @@ ML_USERS = 60
 WLM_ARGS = ["--emsize", "32", "--nhid", "32", "--batch-size", "8", "--bptt", "20"]
 WLM_FP32_ARGS = [*WLM_ARGS, "--min-slices", "6"]
 WLM_FP16_ARGS = [*WLM_ARGS, "--precision", "fp16", "--min-slices", "6"]
-# The legacy NeuMF (256-256-128-64, 64 factors).
-RECOM_ARGS = ["--batch-size", "512", "--min-slices", "6"]
+# The legacy NeuMF (256-256-128-64, 64 factors), its triples read by 2 loader workers.
+RECOM_ARGS = ["--batch-size", "512", "--workers", "2", "--min-slices", "6"]
 
 
 @pytest.fixture(scope="module")
@@ -199,8 +199,61 @@ def test_ml20m_download_converts_the_archive(tmp_path, monkeypatch):
     assert ml20m.train_set(tmp_path / "real").nb_users == 12
 
 
+def test_training_triples_are_the_legacy_dataset(dataroot):
+    """Each positive then 4 negatives of its user, never one of the user's positives."""
+    import numpy as np
+
+    data = ml20m.train_set(dataroot)
+    triples = ml20m.TrainingTriples(data, negatives=4)
+    assert len(triples) == 5 * len(data)
+    users, items = data.users.tolist(), data.items.tolist()
+    known = set(zip(users, items))
+    for k in range(0, len(data), 7):
+        (user, item, label), *negatives = (triples[5 * k + j] for j in range(5))
+        assert (user, item) == (users[k], items[k])
+        assert label.dtype == np.float32 and label.tolist() == [1]  # as the legacy's
+        for u, i, label in negatives:
+            assert u == user and label.tolist() == [0] and (u, i) not in known
+            assert 0 <= i < data.nb_items
+
+
+def test_training_triples_through_the_loader(dataroot):
+    """A whole pass: every positive once with 4 negatives of its user; the same batches
+    again for a seed and a worker count (a new draw at each pass, another with a new seed)."""
+    import torch
+
+    from milabench import helpers
+
+    full = ml20m.train_set(dataroot)
+    data = ml20m.Ratings(full.users[:800], full.items[:800], full.nb_users, full.nb_items)
+    triples = ml20m.TrainingTriples(data, negatives=4)
+    known = set(zip(data.users.tolist(), data.items.tolist()))
+
+    def passes(workers: int, seed: int, count: int = 1) -> list[list[torch.Tensor]]:
+        order = ml20m.ShuffledBatches(len(triples), len(data), seed)  # 5 batches a pass
+        loader = helpers.data_loader(triples, len(data), workers, seed=seed,
+                                     batch_sampler=order)
+        return [[torch.cat(x) for x in zip(*loader)] for _ in range(count)]
+
+    first, second = passes(2, seed=0, count=2)
+    users, items, labels = first
+    assert users.dtype == items.dtype == torch.int64 and labels.dtype == torch.float32
+    labels = labels.view(-1)  # (batch, 1) as the legacy's
+    pairs = list(zip(users.tolist(), items.tolist()))
+    assert sorted(p for p, y in zip(pairs, labels.tolist()) if y == 1) == sorted(known)
+    assert all(p not in known for p, y in zip(pairs, labels.tolist()) if y == 0)
+    per_user = torch.bincount(users, minlength=data.nb_users)
+    positives = torch.bincount(users[labels == 1], minlength=data.nb_users)
+    assert torch.equal(per_user, 5 * positives)
+    assert not torch.equal(first[1], second[1])  # new negatives at each pass
+    again = passes(2, seed=0)[0]
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not torch.equal(passes(2, seed=1)[0][1], items)
+
+
 # -- the models' parts, in process ------------------------------------------------------------
 def test_triple_sampler(dataroot):
+    """``--sampler gpu``: the labels are the truth, one positive slot in five."""
     import torch
 
     from milabench.models.recom import TripleSampler

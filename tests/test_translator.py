@@ -86,10 +86,22 @@ def test_tokenizer_follows_gnmt_conventions(dataroot):
 
 
 def test_tokenize_like_moses():
-    assert wmt16.tokenize("He said: \"don't\", paid 1,500.50 (in 2014)... & more", "en") == (
-        "He said : &quot; don &apos;t &quot; , paid 1,500.50 ( in 2014 ) ... &amp; more")
-    assert wmt16.tokenize("  Er  sagt: 'nein' - 3,5 Mio. ", "de") == (
-        "Er sagt : &apos; nein &apos; - 3,5 Mio .")
+    """``tokenizer.perl -l en`` / ``-l de`` as the legacy wmt16.sh ran it: punctuation split
+    off, numbers kept whole, English contractions split right, German apostrophes split on
+    both sides, non-breaking prefixes kept except as the last word, XML escapes."""
+    for line, lang, moses in [
+        ('He said: "don\'t", paid 1,500.50 (in 2014)... & more', "en",
+         "He said : &quot; don &apos;t &quot; , paid 1,500.50 ( in 2014 ) ... &amp; more"),
+        ("It's the boys' toys, isn't it? Mr. Smith paid $3.50.", "en",
+         "It &apos;s the boys &apos; toys , isn &apos;t it ? Mr. Smith paid $ 3.50 ."),
+        ("Wait for the U.S. So it goes...", "en", "Wait for the U.S. So it goes ..."),
+        ("  Er  sagt: 'nein' - 3,5 Mio. ", "de", "Er sagt : &apos; nein &apos; - 3,5 Mio ."),
+        ("Am 3. Mai ging's los: 1.500,5 Euro, d.h. viel!", "de",
+         "Am 3. Mai ging &apos; s los : 1.500,5 Euro , d.h. viel !"),
+        ("Der Preis [ca. 5 <10> | 6] stieg.", "de",
+         "Der Preis &#91; ca. 5 &lt; 10 &gt; &#124; 6 &#93; stieg ."),
+    ]:
+        assert wmt16.tokenize(line, lang) == moses
 
 
 def test_clean_filter_like_the_legacy_scripts():
@@ -152,6 +164,41 @@ def test_collate_pads_and_sorts_by_source_length(dataroot):
         assert (src[n:, b] == wmt16.PAD).all() and (tgt[len(original[1]):, b] == wmt16.PAD).all()
 
 
+# -- the batches ------------------------------------------------------------------------------
+def test_bucketing_sampler_follows_the_legacy_rule():
+    """A permutation cut into shards of 80 batches, each sorted by length, batches shuffled."""
+    from milabench.models.translator import BucketingSampler
+
+    lengths = torch.randint(6, 100, (1003,))
+    sampler = BucketingSampler(lengths, 4, seed=3)
+    batches = list(sampler)
+    assert len(batches) == len(sampler) == 250 and {len(b) for b in batches} == {4}
+    order = torch.randperm(1003, generator=torch.Generator().manual_seed(3))[:1000]
+    shards = [set(shard.tolist()) for shard in order.split(80 * 4)]  # 320, 320, 320, 40
+    where = [next(k for k, shard in enumerate(shards) if set(b) <= shard) for b in batches]
+    assert sorted(where) != where  # the batches are shuffled across shards
+    for k, shard in enumerate(shards):
+        runs = sorted(([int(lengths[i]) for i in b] for b, w in zip(batches, where) if w == k))
+        assert sum(len(r) for r in runs) == len(shard)
+        assert all(max(a) <= min(b) for a, b in zip(runs, runs[1:]))  # sorted, then cut
+    assert list(sampler) != batches  # a new order at each pass
+
+
+def test_bucketing_pads_less_than_random_batches(dataroot):
+    from milabench.models.translator import BucketingSampler
+
+    data = wmt16.train_set(dataroot)
+    sizes = [(len(s), len(t)) for s, t in (data[i] for i in range(len(data)))]
+    assert data.lengths.tolist() == [s + t for s, t in sizes]
+
+    def padding(bucket: bool) -> int:  # PAD tokens in a pass, both sides
+        batches = list(BucketingSampler(data.lengths, 16, seed=0, bucket=bucket))
+        return sum(max(sizes[i][k] for i in b) * len(b) - sum(sizes[i][k] for i in b)
+                   for b in batches for k in (0, 1))
+
+    assert padding(True) < 0.5 * padding(False)
+
+
 # -- the model --------------------------------------------------------------------------------
 def test_padding_does_not_change_a_translation(dataroot):
     """Packed encoder + attention mask: a pair's logits are the same alone or in a batch."""
@@ -172,7 +219,7 @@ def test_padding_does_not_change_a_translation(dataroot):
 
 def test_translator_trains_on_synthetic_data(tmp_path, dataroot):
     result = run_trained("translator", dataroot, tmp_path, TRANSLATOR_ARGS)
-    assert result["metrics"]["loss"] > 0
+    assert result["metrics"]["loss"] > 0 and result["call"]["arguments"]["bucketing"]
     assert result["timings"]["train"]["count"] % 16 == 0  # whole batches of 16 pairs
 
 

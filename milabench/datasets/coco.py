@@ -161,9 +161,13 @@ class CocoDetection:
     x1, y1, x2, y2 pixels of the resized image, "labels": Int64Tensor[N] in 1..80}.
     Crowd and degenerate boxes are dropped; images left without a box are skipped.
     ``flip`` mirrors half of the images at random (the usual training augmentation).
+    ``transform``, when given, replaces the resize and flip: it is called with the RGB PIL
+    picture, its boxes as x1, y1, x2, y2 fractions of the picture and its labels, and
+    returns the item (the ssd test's MLPerf augmentation and target encoding).
     """
 
-    def __init__(self, base: Path, split: str, image_size: int = 300, flip: bool = True):
+    def __init__(self, base: Path, split: str, image_size: int = 300, flip: bool = True,
+                 transform: Any = None):
         import numpy as np
 
         document = json.loads(annotation_file(base, split).read_text())
@@ -180,6 +184,7 @@ class CocoDetection:
         self.folder = base / split
         self.image_size = image_size
         self.flip = flip
+        self.transform = transform
         # Compact per-image records (the parsed JSON is dropped: workers share these).
         self.items = [
             (im["file_name"], np.array([im["width"], im["height"]] * 2, dtype=np.float32),
@@ -199,11 +204,15 @@ class CocoDetection:
         file_name, wh, xyxy, labels = self.items[index]
         size = self.image_size
         with Image.open(self.folder / file_name) as picture:  # some COCO images are grey
-            picture = picture.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
+            picture = picture.convert("RGB")
+        boxes = torch.minimum(torch.from_numpy(xyxy).clamp(min=0), torch.from_numpy(wh))
+        if self.transform is not None:
+            return self.transform(picture, boxes / torch.from_numpy(wh),
+                                  torch.from_numpy(labels))
+        picture = picture.resize((size, size), Image.Resampling.BILINEAR)
         image = torch.from_numpy(np.array(picture)).permute(2, 0, 1).contiguous()
         # Boxes from the annotation's image size to the square output.
-        boxes = torch.from_numpy(xyxy).clamp(min=0)
-        boxes = torch.minimum(boxes, torch.from_numpy(wh)) * (size / torch.from_numpy(wh))
+        boxes = boxes * (size / torch.from_numpy(wh))
         if self.flip and torch.rand(()) < 0.5:
             image = image.flip(-1)
             boxes = torch.stack([size - boxes[:, 2], boxes[:, 1],
@@ -217,6 +226,12 @@ def detection_train_set(root: Path, image_size: int = 300) -> CocoDetection:
     """The train2017 split, resized to ``image_size`` squares, random horizontal flips."""
     base = datasets.require(folder(root), NAME, Path(root))
     return CocoDetection(base, "train2017", image_size, flip=True)
+
+
+def transformed_train_set(root: Path, transform: Any) -> CocoDetection:
+    """The train2017 split, each item made by ``transform`` (see CocoDetection)."""
+    base = datasets.require(folder(root), NAME, Path(root))
+    return CocoDetection(base, "train2017", transform=transform)
 
 
 def detection_val_set(root: Path, image_size: int = 300) -> CocoDetection:

@@ -19,7 +19,9 @@ data's, items drawn with power-law popularity, non-contiguous movie ids, half-st
 timestamps in 1995-2015) and converts it with the same :func:`convert`.
 
 Loading: :func:`train_set` gives the training positives as tensors and the number of users
-and items; negatives for training are drawn by the model at each step.
+and items; :class:`TrainingTriples` turns them into the legacy NCF training set, each
+positive followed by negatives drawn on the CPU as its items are read (in DataLoader
+workers), and :class:`ShuffledBatches` reads it in a new random order at each pass.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import io
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from milabench import datasets
 
@@ -240,3 +242,71 @@ def evaluation_set(root: Path) -> tuple[Any, Any]:
     base = datasets.require(folder(root), NAME, Path(root))
     negatives = np.loadtxt(base / TEST_NEGATIVES, dtype=np.int64, delimiter="\t", ndmin=2)
     return _read_pairs(base / TEST_RATINGS), negatives
+
+
+class TrainingTriples:
+    """The legacy NCF training set (a map-style torch Dataset): ``(1 + negatives) x
+    positives`` (user, item, label) triples, the positive ``k`` at index ``k * (1 +
+    negatives)`` followed by its negative slots; labels are float32 arrays of one value.
+
+    A negative slot takes its positive's user and an item drawn uniformly, redrawn while it
+    is one of that user's training positives (so its label 0 is always true), each time the
+    slot is read: a new negative at every pass, drawn one item at a time with torch's
+    generator, as the legacy loader did in its workers (the DataLoader seeds each worker
+    from its own seed and the worker id: a run is deterministic for a seed and a worker
+    count). The positives are looked up in a sorted array (legacy: a scipy dok_matrix, a
+    dict of several GB for ML-20M).
+    """
+
+    def __init__(self, data: Ratings, negatives: int):
+        import numpy as np
+
+        # numpy, not tensors or lists: a scalar read is cheap and forked workers share the
+        # pages (no reference counts written into them).
+        self.users, self.items = data.users.numpy(), data.items.numpy()
+        self.nb_users, self.nb_items = data.nb_users, data.nb_items
+        self.slots = 1 + negatives
+        self.known = np.unique(self.users * self.nb_items + self.items)  # sorted keys
+
+    def __len__(self) -> int:
+        return len(self.users) * self.slots
+
+    def is_positive(self, user: int, item: int) -> bool:
+        key = user * self.nb_items + item
+        spot = int(self.known.searchsorted(key))
+        return spot < len(self.known) and int(self.known[spot]) == key
+
+    def __getitem__(self, index: int) -> tuple[int, int, Any]:
+        import numpy as np
+        import torch
+
+        positive, slot = divmod(index, self.slots)
+        user = int(self.users[positive])
+        if slot == 0:
+            return user, int(self.items[positive]), np.ones(1, dtype=np.float32)
+        item = int(torch.randint(self.nb_items, (1,)).item())
+        while self.is_positive(user, item):
+            item = int(torch.randint(self.nb_items, (1,)).item())
+        return user, item, np.zeros(1, dtype=np.float32)
+
+
+class ShuffledBatches:
+    """Batches of ``batch_size`` indices of a new random permutation of ``size`` at each
+    pass (full batches only), for a DataLoader's ``batch_sampler``: what ``shuffle=True``
+    reads, without its list of one Python int per triple (~4 GB for ML-20M's 100M)."""
+
+    def __init__(self, size: int, batch_size: int, seed: int = 0):
+        import torch
+
+        self.size, self.batch_size = size, batch_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        return self.size // self.batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        import torch
+
+        order = torch.randperm(self.size, generator=self.generator)
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            yield order[start:start + self.batch_size].tolist()

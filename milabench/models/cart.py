@@ -1,14 +1,21 @@
-"""cart: REINFORCE on gymnasium's CartPole-v1, as in the PyTorch reinforcement-learning example.
+"""cart: REINFORCE on gymnasium's CartPole-v0, as in the PyTorch reinforcement-learning example.
 
-A policy MLP 4-128-2 (ReLU, dropout 0.6 like the example) samples one action per step; one
-iteration plays whole episodes from a fresh reset until ``--episode-length`` (500, the
-CartPole-v1 limit, as the legacy run) steps were taken, the last episode cut there, then makes
+A policy MLP 4-128-2 (ReLU, no dropout, as the legacy test) samples one action per step; one
+iteration plays episodes from a fresh reset (CartPole-v0 ends them at 200 steps) until
+``--episode-length`` (500, as the legacy run) steps were taken, the last episode cut there,
+then makes
 one Adam step on the REINFORCE loss: -sum(log pi(a_t|s_t) * G_t) with the discounted returns
 G_t of each episode, normalised over the iteration. One example is one environment step.
 
 It always runs on the CPU, like the legacy ``--no-cuda``: a 4-128-2 network on one state at a
 time is dominated by the environment and Python, and a GPU would only add a transfer per step.
-No dataset (``synthetic_data`` stays null).
+On a GPU slot its rate log syncs the CPU (a no-op): the slot's GPU is never initialised.
+No dataset (``synthetic_data`` stays null). One torch thread, as the legacy CPU run.
+
+Legacy counterpart: milarun/models/cart_pole.py (mila-ao-2020-2), whose ``action.item()``
+each environment step is the same host read as here. Left: gymnasium's CartPole-v0 (legacy:
+gym's); the legacy returns ran on across episode ends within an iteration (here they restart
+at each end, as the example meant): the same work.
 """
 
 from __future__ import annotations
@@ -63,11 +70,11 @@ def play(env: gymnasium.Env, policy: Policy, steps: int
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--env-name", "--env", dest="env_name", default="CartPole-v1",
+    parser.add_argument("--env-name", "--env", dest="env_name", default="CartPole-v0",
                         help="a gymnasium id with a vector state and discrete actions")
     parser.add_argument("--gamma", type=float, default=0.99, help="discount factor")
     parser.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate")
-    parser.add_argument("--dropout", type=float, default=0.6)
+    parser.add_argument("--dropout", type=float, default=0.0, help="legacy: none")
     parser.add_argument("--episode-length", type=helpers.positive_int, default=500,
                         help="environment steps per update")
     parser.add_argument("--no-render", action="store_true", help="legacy flag (never renders)")
@@ -78,8 +85,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     if args.env_name not in gymnasium.registry:
         raise BadTestArguments(f"bad test argument: --env-name {args.env_name} is not a "
                                "registered gymnasium environment")
-    helpers.setup(exp, args)
-    device = torch.device("cpu")  # see the module docstring
+    device = helpers.setup(exp, args, torch.device("cpu"))  # see the module docstring
+    torch.set_num_threads(1)  # the legacy init_torch's default for a CPU run
     exp.synthetic_data = None  # no dataset: the simulator generates the states
 
     env = gymnasium.make(args.env_name)

@@ -5,6 +5,11 @@ and 5gb profiles pass resnet50), randomly initialised, cross-entropy, SGD with l
 momentum 0.9 and weight decay 1e-4, on train JPEGs with RandomResizedCrop + flip +
 normalise. ``convnet_fp16`` is the same module with ``--precision`` (autocast and, for fp16,
 a GradScaler); the standard profile passes ``auto``. One example is one image.
+
+Legacy counterpart: milarun/models/convnet/conv_simple.py (mila-ao-2020-2), with its
+``loss.item()`` each step (a host sync, part of the measured work). Left: torch.autocast +
+GradScaler for fp16 (legacy: apex's FP16 optimizer); on Ampere and later GPUs the fp32
+convolutions may run as TF32 (PyTorch's default; recorded in ``efficiency.settings``).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         images, labels = helpers.to_device(next(batches), device)
         with precision.autocast():
             loss = F.cross_entropy(logits(model(images)), labels)
+        loss.item()  # as legacy it.log(loss=loss.item()): a host sync per step
         optimizer.zero_grad(set_to_none=True)
         precision.backward(loss, optimizer)
         return loss.detach()

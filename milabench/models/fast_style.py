@@ -11,6 +11,10 @@ Differences from the example, so that nothing is downloaded: the VGG16 feature e
 is torchvision's vgg16(weights=None), RANDOMLY initialised (frozen), not the ImageNet
 weights, and the style image is a deterministic colour pattern of stripes and checks drawn
 at ``--style-size``. The compute per step is the same. One example is one image.
+
+Legacy counterpart: milarun/models/neural_style/neural_style.py (mila-ao-2020-2), with its
+``loss.item()`` each step (a host sync, part of the measured work). Left: the random VGG16
+and the drawn style image above.
 """
 
 from __future__ import annotations
@@ -150,6 +154,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
             for f, g in zip(feats_y, style_grams))
         loss = content + style
         loss.backward()
+        loss.item()  # as legacy it.log(loss=loss.item()): a host sync per step
         optimizer.step()
         parts.update(content_loss=content.detach(), style_loss=style.detach())
         return loss.detach()

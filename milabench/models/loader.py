@@ -4,6 +4,8 @@ Reads fake ImageNet train JPEGs through a DataLoader with the training augmentat
 (RandomResizedCrop + flip + normalise); each step takes the next batch, copies it to the
 device and waits for the copy. One example is one image, so the rate is the images/s that
 the CPUs (decoding and augmenting in ``--workers`` processes) can feed to one device.
+
+Legacy counterpart: milarun/models/loader.py (mila-ao-2020-2). Left: nothing known.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """recom: Neural Collaborative Filtering (NeuMF, the MLPerf 0.5 recommendation model) on ML-20M.
 
+Legacy counterpart: ``milarun/models/recommendation/ncf.py`` (+ ``neumf.py``, and the data
+set ``milarun/datasets/ml20m/dataset.py``) at mila-ao-2020-2.
+
 NeuMF joins a generalised matrix factorisation branch (user and item embeddings of
 ``--factors`` dims, multiplied element-wise) and an MLP branch (user and item embeddings of
 half the first ``--layers`` size each, concatenated, then Linear+ReLU layers
@@ -7,15 +10,23 @@ half the first ``--layers`` size each, concatenated, then Linear+ReLU layers
 BCEWithLogits and Adam (lr 5e-4, betas 0.9/0.999, eps 1e-8), initialised as the reference
 (embeddings N(0, 0.01), Glorot-uniform MLP, LeCun-uniform output layer).
 
-Examples, as in the legacy data loader: the training set is the training positives each
-followed by ``--negatives`` negative slots, (1 + negatives) x positives (user, item, label)
-triples in all, read in a random order that is redrawn at each pass. One example is one
-triple; a step trains ``--batch-size`` of them, so about batch / (1 + negatives) positives
-(409.6 for 2048 with 4 negatives) and the rest negatives. A negative slot takes the user of
-its positive and an item drawn uniformly, redrawn (up to 3 draws in all) while it is one of
-that user's training positives; the label says whether the final pair is a training
-positive, so no label is wrong. All of this runs on the device inside the step, without a
-sync (the legacy loader drew negatives in Python, in DataLoader workers).
+Examples, as in the legacy data loader (``ml20m.TrainingTriples``): the training positives
+each followed by ``--negatives`` (4) negative slots, (1 + negatives) x positives (user,
+item, label) triples, read in a new random order at each pass by ``--workers`` DataLoader
+processes (pinned memory on CUDA). A negative slot's item is drawn on the CPU, one torch
+draw at a time, uniformly among the items that are not one of its user's training
+positives, when the slot is read. One example is one triple; a step trains
+``--batch-size`` of them, its batch loaded inside the timed block, and reads the loss
+(``loss.item()``) as the legacy loop did every step: a host sync, part of the measured
+workload.
+
+``--sampler gpu`` (in no shipped profile) draws the triples on the device inside the step
+instead, without a loader (a negative is drawn at most 3 times; its label then says
+whether the pair is a training positive): a different, lighter workload.
+
+Differences left: a user's positives are looked up in a sorted array (legacy: a scipy
+dok_matrix); the batches come from a permutation of the triples read in chunks (the legacy
+``shuffle=True`` listed all 100M indices first) and only full batches are read.
 """
 
 from __future__ import annotations
@@ -63,7 +74,9 @@ class NeuMF(nn.Module):
 
 
 class TripleSampler:
-    """(user, item, label) batches over the training positives and their negative slots."""
+    """``--sampler gpu``: (user, item, label) batches over the training positives and their
+    negative slots, drawn on the device (a negative slot's item is redrawn up to DRAWS times
+    in all while it is a training positive; its label says whether the final pair is)."""
 
     def __init__(self, data: ml20m.Ratings, negatives: int, device: torch.device):
         self.users = data.users.to(device)
@@ -120,9 +133,10 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("-l", "--lr", type=float, default=5e-4, help="Adam learning rate")
     parser.add_argument("-n", "--negatives", type=int, default=4,
                         help="negative triples per training positive")
-    parser.add_argument("--workers", type=int, default=0,
-                        help="accepted for the legacy profiles; unused (the batches are "
-                             "sampled on the device)")
+    parser.add_argument("--sampler", choices=("cpu", "gpu"), default="cpu",
+                        help="cpu: the legacy dataset in DataLoader workers; gpu: triples "
+                             "drawn on the device inside the step (not the legacy workload)")
+    helpers.add_data_arguments(parser)
     args = exp.parse_args(parser, argv)
     layers = parse_layers(args.layers)
     if args.negatives < 0 or args.lr <= 0 or args.workers < 0:
@@ -132,22 +146,37 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     data = ml20m.train_set(exp.dataroot)
     helpers.use_dataset(exp, ml20m.folder(exp.dataroot))
-    sampler = TripleSampler(data, args.negatives, device)
-    if sampler.total < args.batch_size:
+    triples = len(data) * (1 + args.negatives)
+    if triples < args.batch_size:
         raise BadTestArguments(
             f"bad test argument: --batch-size {args.batch_size} is more than the "
-            f"{sampler.total} training triples of this data")
+            f"{triples} training triples of this data")
+    if args.sampler == "gpu":
+        sampler = TripleSampler(data, args.negatives, device)
+
+        def load() -> tuple[torch.Tensor, ...]:
+            return sampler.batch(args.batch_size)
+    else:
+        dataset = ml20m.TrainingTriples(data, args.negatives)
+        order = ml20m.ShuffledBatches(len(dataset), args.batch_size, seed=args.seed)
+        batches = helpers.endless(helpers.data_loader(
+            dataset, args.batch_size, args.workers, seed=args.seed, batch_sampler=order))
+
+        def load() -> tuple[torch.Tensor, ...]:
+            users, items, labels = helpers.to_device(next(batches), device)
+            return users, items, labels.view(-1)  # the legacy's (batch, 1) labels
 
     model = NeuMF(data.nb_users, data.nb_items, args.factors, layers).to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
 
-    def step() -> torch.Tensor:
-        users, items, labels = sampler.batch(args.batch_size)
+    def step() -> float:
+        users, items, labels = load()
         loss = F.binary_cross_entropy_with_logits(model(users, items), labels)
+        value = loss.item()  # the legacy loop's per-step read (a sync)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        return loss.detach()
+        return value
 
     helpers.train(exp, step, args.batch_size)

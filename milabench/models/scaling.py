@@ -10,6 +10,9 @@ fixed batch make the network memorise noise and the loss went to NaN within 12 s
 rank's rate log as ``train_<rank>``.
 
 Without torchrun it trains the plain network in one process (world size 1, no DDP).
+
+Legacy counterpart: milarun/models/scaling/micro_bench.py (mila-ao-2020-2), which had no
+per-step sync either. Left: torchrun + DDP launch (legacy: its own multi-process launcher).
 """
 
 from __future__ import annotations

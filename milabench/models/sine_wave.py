@@ -5,6 +5,12 @@ As the legacy test: --samples waves are made (--batch-size B: B + 3), the first 
 (its ``it.set_count(samples)``), so the 2020 baselines compare directly; the metric
 ``per_example.sequences`` (= trained / samples, 0.97 with the default 100) gives the rate in
 sequences trained on.
+
+Legacy counterpart: milarun/models/sine_wave.py (mila-ao-2020-2): the same two LSTMCells,
+MSE, SGD lr 0.01 and a ``loss.item()`` each step (a host sync, part of the measured work).
+float32 (its default ``--dtype``). Left: the legacy step went through
+``optimizer.step(closure)``; here forward and backward run before a plain ``step()`` (the
+same work).
 """
 
 from __future__ import annotations
@@ -73,12 +79,13 @@ def main(exp: Experiment, argv: list[str]) -> None:
     inputs, targets = waves[:, :-1], waves[:, 1:]
     exp.metric("per_example.sequences", waves.shape[0] / args.samples)
     model = Sequence(args.hidden).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)  # as legacy
 
     def step() -> torch.Tensor:
         loss = F.mse_loss(model(inputs), targets)
         optimizer.zero_grad()
         loss.backward()
+        loss.item()  # as legacy it.log(loss=loss.item()): a host sync per step
         optimizer.step()
         return loss.detach()
 

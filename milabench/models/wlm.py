@@ -12,6 +12,10 @@ One example is one column's bptt-long sequence: a step trains ``--batch-size`` e
 ``wlmfp16`` is the same module with ``--precision`` (autocast and, for fp16, a GradScaler,
 with gradients unscaled before clipping); the standard profile passes ``auto``. Under
 mixed precision the vocabulary is padded to a multiple of 8, as the legacy fp16 run did.
+
+Legacy counterparts: milarun/models/wlm/main.py and main_fp16_optimizer.py (mila-ao-2020-2),
+with their ``loss.item()`` each step (a host sync, part of the measured work). Left:
+torch.autocast + GradScaler for fp16 (legacy: apex's FP16 optimizer).
 """
 
 from __future__ import annotations
@@ -138,6 +142,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
             loss = F.cross_entropy(logits, targets)
         state["hidden"] = hidden
         precision.backward(loss, optimizer, clip_norm=args.clip)
+        loss.item()  # as legacy it.log(loss=loss.item()): a host sync per step
         return loss.detach()
 
     helpers.train(exp, step, args.batch_size)
