@@ -22,7 +22,8 @@ from typing import Callable
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from fullfs import full_tmpfs  # noqa: E402  (shared with the tests)
+from fullfs import fill_up, full_tmpfs  # noqa: E402  (shared with the tests)
+from milarun import manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests' / 'benches'}{os.pathsep}{ROOT}"}
@@ -78,8 +79,10 @@ def supervisor_killed(tmp: Path, sig: int) -> tuple[bool, int, str]:
     records = results_in(out)
     lost = 0 if sig == signal.SIGKILL else max(0, 2 - len(records))
     kinds = sorted((r.get("failure") or {}).get("kind") or "ok" for r in records)
-    return not left and (sig == signal.SIGKILL or len(records) == 2), lost, (
-        f"exit {proc.returncode}, {len(left)} process(es) left, records {kinds}")
+    cut = manifest.cut_short(out)  # the folder says the run was cut short, and why
+    return (not left and (sig == signal.SIGKILL or len(records) == 2) and len(cut) == 1,
+            lost, f"exit {proc.returncode}, {len(left)} process(es) left, records {kinds}, "
+                  f"manifest: {cut[0].reason if cut else 'not cut short?'}")
 
 
 def piped_into_head(tmp: Path) -> tuple[bool, int, str]:
@@ -145,15 +148,67 @@ def hostile_files(tmp: Path) -> tuple[bool, int, str]:
 
 
 def full_disk(tmp: Path) -> tuple[bool, int, str]:
+    """Full before the start: `jobs` stops at its write check, nothing runs; and `summary
+    -o` / `report --html` onto it are one-line errors."""
     if os.geteuid() != 0:
         return True, 0, "skipped: needs root to mount a tmpfs"
+    res = tmp / "res"
+    milarun("run", "milabench.models.calibration:main", "-o", res, "--", "--min-slices", "5")
     with full_tmpfs(tmp / "disk") as disk:
-        done = milarun("run", "milabench.models.calibration:main", "-o", disk / "out", "--",
-                       "--min-slices", "5")
+        runs = [milarun("jobs", profile(tmp, slow=SLOW), "--devices", "cpu:1", "-o",
+                        disk / "out"),
+                milarun("summary", res, "-o", disk / "s.json"),
+                milarun("report", res, "--html", disk / "r.html")]
         temps = [p.name for p in disk.rglob("*tmp*")]
-    ok = done.returncode != 0 and clean(done) and not temps
-    return ok, 0, (f"exit {done.returncode}, temp files {temps}: "
-                   f"{(done.stderr.strip().splitlines() or [''])[-1][:100]!r}")
+        logs = list(disk.rglob("*.log"))
+    ok = all(d.returncode != 0 and clean(d) and len(d.stderr.strip().splitlines()) == 1
+             for d in runs) and not temps and not logs
+    return ok, 0, (f"exits {[d.returncode for d in runs]}, temp files {temps}: "
+                   f"{(runs[0].stderr.strip().splitlines() or [''])[-1][:80]!r}")
+
+
+def disk_fills_during_a_run(tmp: Path) -> tuple[bool, int, str]:
+    """The disk fills while the test measures: the finished measurement is printed whole
+    (MILARUN_UNWRITTEN_RESULT), the error is one line, no temp file survives."""
+    if os.geteuid() != 0:
+        return True, 0, "skipped: needs root to mount a tmpfs"
+    with full_tmpfs(tmp / "disk", size="2m", fill=False) as disk:
+        proc = start("run", "milabench.models.calibration:main", "-o", disk / "out", "--",
+                     "--min-slices", "8")
+        for line in proc.stdout:
+            if line.startswith("MILARUN_PROGRESS"):
+                fill_up(disk)
+                break
+        stdout, stderr = proc.communicate(timeout=120)
+        temps = [p.name for p in disk.rglob("*tmp*")]
+    kept = any(line.startswith("MILARUN_UNWRITTEN_RESULT") for line in stdout.splitlines())
+    ok = proc.returncode != 0 and "Traceback" not in stderr and not temps
+    return ok and kept, 0 if kept else 1, (
+        f"exit {proc.returncode}, measurement printed: {kept}, temp files {temps}")
+
+
+def log_without_end(tmp: Path) -> tuple[bool, int, str]:
+    """A test that prints without end: its log stops at the cap, the run is a FAIL."""
+    env = {**ENV, "MILARUN_LOG_LIMIT_MB": "4"}
+    done = subprocess.run([sys.executable, "-m", "milarun", "jobs",
+                           profile(tmp, chatty={"experiment": "faulty:chatty"}),
+                           "--devices", "cpu:1", "-o", tmp / "out"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    sizes = [p.stat().st_size for p in (tmp / "out" / "logs").glob("*.log")]
+    records = results_in(tmp / "out")
+    ok = (clean(done) and sizes and max(sizes) <= 4 * 2**20 and len(records) == 1
+          and not records[0]["success"])
+    return ok, max(0, 1 - len(records)), f"exit {done.returncode}, log bytes {sizes}"
+
+
+def uncreatable_data_root(tmp: Path) -> tuple[bool, int, str]:
+    (tmp / "file").write_text("")
+    runs = [milarun("jobs", profile(tmp, slow=SLOW), "--devices", "cpu:1", "-o", tmp / "o",
+                    "-d", tmp / "file" / "data"),
+            milarun("dataset", "mnist", "--synthetic", "-d", tmp / "file" / "data")]
+    ok = all(d.returncode != 0 and clean(d) and len(d.stderr.strip().splitlines()) == 1
+             for d in runs)
+    return ok, 0, f"exits {[d.returncode for d in runs]}: {runs[0].stderr.strip()[:80]!r}"
 
 
 SCENARIOS: dict[str, Callable[[Path], tuple[bool, int, str]]] = {
@@ -166,6 +221,9 @@ SCENARIOS: dict[str, Callable[[Path], tuple[bool, int, str]]] = {
     "hostile job name": hostile_name,
     "hostile files": hostile_files,
     "full disk": full_disk,
+    "disk fills during a run": disk_fills_during_a_run,
+    "log without end": log_without_end,
+    "uncreatable data root": uncreatable_data_root,
 }
 
 

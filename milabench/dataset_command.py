@@ -25,7 +25,11 @@ def make(specs: list[str], root: Path, synthetic: bool = False, size: int | None
         raise Refused(f"--size {size}: must be at least 1")
     if size is not None and not synthetic:
         raise Refused("--size only applies to --synthetic data")
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise Refused(f"data folder '{root}' cannot be created ({err.strerror or err}); "
+                      "pass -d with a folder you can write")
     for spec in specs:
         try:
             module = datasets.resolve(spec)
@@ -37,5 +41,7 @@ def make(specs: list[str], root: Path, synthetic: bool = False, size: int | None
         except datasets.DataMissing as err:
             raise Refused(str(err))
         except OSError as err:  # network or disk: say which dataset and what to do
-            raise Refused(f"{spec}: {err}; check the network (or use --synthetic)")
+            hint = (f"check the free space and permissions of {root}" if synthetic
+                    else "check the network and the free space (or use --synthetic)")
+            raise Refused(f"{spec}: {err}; {hint}")
         yield f"{spec}: {datasets.describe(folder)} in {folder}"

@@ -19,17 +19,26 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def setup(exp: Experiment, args: Any) -> Any:
-    """Seed the generators and return the instance's torch device."""
+def setup(exp: Experiment, args: Any, device: Any = None) -> Any:
+    """Seed the generators and return the instance's torch device, or ``device`` for a test
+    that trains there whatever its slot (cart: the CPU), so its rate log syncs that device
+    and never creates a CUDA context on the slot's GPU."""
     seed_everything(args.seed)
+    if device is not None:
+        exp.use_device(device)
     return exp.device
 
 
-def train(exp: Experiment, step: Callable[[], Any], batch_size: int,
-          metric: str = "loss", count_flops: bool | None = None) -> Any:
+def train(exp: Experiment, step: Callable[..., Any], batch_size: int,
+          metric: str = "loss", count_flops: bool | None = None,
+          fetch: Callable[[], Any] | None = None) -> Any:
     """Run ``step()`` (one iteration of ``batch_size`` examples) until the run has measured
     enough: ``--max-count`` examples if given, and ``--min-slices`` slices (RateLog.done;
     under torchrun every rank stops after the same step).
+
+    With ``fetch``, each step is ``step(fetch())``, ``fetch`` called outside the timed block
+    (a test whose legacy loop loaded its batch untimed: translator); without it, a step
+    loads its own batch inside the block, as the legacy ``dataloop`` did.
 
     Each call is one timed block of the ``train`` rate log; the value of the last step is
     recorded as ``metric`` once the loop ends (reading it earlier would sync the device).
@@ -42,13 +51,15 @@ def train(exp: Experiment, step: Callable[[], Any], batch_size: int,
     value = None
     with exp.time("train_loop"):
         while not stop(log):
+            batch = () if fetch is None else (fetch(),)
             with log.block(batch_size):
-                value = step()
+                value = step(*batch)
     log.finish()
     last = [value]
+    counted = step if fetch is None else (lambda: step(fetch()))
     # The counted step trains once more; metrics the test records after this function
     # describe that step, so the loss recorded here comes from it too.
-    exp.set_efficiency(efficiency.measure(exp, step, batch_size, log, count_flops,
+    exp.set_efficiency(efficiency.measure(exp, counted, batch_size, log, count_flops,
                                           keep=lambda v: last.__setitem__(0, v)))
     value = last[0]
     if value is not None:
@@ -81,22 +92,26 @@ def add_data_arguments(parser: Any, workers: int | None = None) -> None:
     """--workers (DataLoader processes) for tests that read files."""
     parser.add_argument("--workers", type=int,
                         default=default_workers() if workers is None else workers,
-                        help="DataLoader worker processes (default: the instance's CPUs - 1)")
+                        help="DataLoader worker processes (default: "
+                             + ("the instance's CPUs - 1)" if workers is None else f"{workers})"))
 
 
 def data_loader(dataset: Any, batch_size: int, workers: int, shuffle: bool = True,
-                collate_fn: Any = None, seed: int = 0) -> Any:
-    """A DataLoader with full batches only, seeded shuffling, pinned memory on GPUs."""
+                collate_fn: Any = None, seed: int = 0, batch_sampler: Any = None) -> Any:
+    """A DataLoader with full batches only, seeded shuffling, pinned memory on GPUs
+    (``batch_sampler``: the test's own batches of indices instead; ``seed`` still seeds
+    the workers)."""
     import torch
 
     if len(dataset) < batch_size:
         raise ValueError(f"dataset has {len(dataset)} examples, fewer than one batch of "
                          f"{batch_size}: make a bigger one (milarun dataset ... --size)")
     generator = torch.Generator().manual_seed(seed)
+    batching = ({"batch_sampler": batch_sampler} if batch_sampler is not None else
+                {"batch_size": batch_size, "shuffle": shuffle, "drop_last": True})
     return torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers,
-        drop_last=True, collate_fn=collate_fn, generator=generator,
-        pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0)
+        dataset, num_workers=workers, collate_fn=collate_fn, generator=generator,
+        pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0, **batching)
 
 
 def endless(loader: Any) -> Any:

@@ -12,8 +12,8 @@ from typing import Any
 
 from coleo import Option, default, run_cli
 
-from milarun import (devices, isolation, launch, profile, progress, reporting, results, runner,
-                     suite, summary, sysinfo)
+from milarun import (devices, doctor, isolation, launch, profile, progress, reporting, results,
+                     runner, suite, summary, sysinfo)
 from milarun.isolation import IsolationError
 
 # Errors that are the user's to fix: one line, exit 1, no traceback.
@@ -139,7 +139,9 @@ class Commands:
             return outcome.exit_code
         print()
         print(outcome.report_text, end="")
-        print(f"\nresults: {outcome.outdir.resolve()}\nreport:  {outcome.page.resolve()}")
+        print(f"\nresults: {outcome.outdir.resolve()}")
+        if outcome.page is not None:
+            print(f"report:  {outcome.page.resolve()}")
         return outcome.exit_code
 
     def run(test_args: list[str]) -> int:
@@ -216,6 +218,8 @@ class Commands:
         compare_gpus: Option & bool = default(False)
         # Machine price in dollars: adds price and price/score
         price: Option & float = default(None)
+        # Electricity price in $/kWh: adds the energy cost of a million examples per test
+        power_cost: Option & float = default(None)
         # Subtract one standard deviation from each perf before scoring
         penalize_variance: Option & bool = default(False)
         # Also write the HTML report to this file
@@ -230,7 +234,7 @@ class Commands:
         _no_test_args("report", test_args)
         outcome = reporting.make_report(reporting.ReportRequest(
             Path(source), weights=weights, compare=compare, compare_gpus=compare_gpus,
-            price=price, penalize_variance=penalize_variance,
+            price=price, power_cost=power_cost, penalize_variance=penalize_variance,
             html=Path(html) if html else None, title=title, fail_below=fail_below,
             format=format))
         _print_skipped(outcome.skipped)
@@ -297,6 +301,30 @@ class Commands:
         for row in isolation.check(students, hier):
             print("  ".join(f"{k}={v}" for k, v in row.items()))
         return 0
+
+    def doctor(test_args: list[str]) -> int:
+        """Check this machine before a run: GPUs, drivers, cgroups, a profile's data, disk."""
+        # Also check the data of this profile (quick, standard, ... or a JSON file)
+        # [options: --profile]
+        # [metavar: NAME]
+        profile_spec: Option & str = default(None)
+        # Devices, as for jobs: GPU ids (0,1,3) or cpu:N (default: every GPU, else cpu:1)
+        # [options: --devices]
+        # [metavar: SPEC]
+        devices_spec: Option & str = default(None)
+        # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
+        # [alias: -d]
+        dataroot: Option = default(None)
+
+        _no_test_args("doctor", test_args)
+        request = doctor.Request(Path(dataroot) if dataroot else default_dataroot(),
+                                 profile=profile_spec, devices=devices_spec)
+        checks = []
+        for check in doctor.run_checks(request, doctor.Machine.here()):
+            checks.append(check)
+            print(doctor.render(check), flush=True)
+        print(doctor.summary(checks))
+        return doctor.exit_code(checks)
 
     def sysinfo(test_args: list[str]) -> int:
         """Print the system record that every result embeds."""

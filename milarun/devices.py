@@ -1,9 +1,10 @@
 """Devices: discovery (no torch import), per-instance device, sync and monitors.
 
-The ``jobs`` process discovers GPUs through NVML (honouring ``CUDA_VISIBLE_DEVICES``) or
-takes ``--devices``; each instance learns its device from ``MILARUN_DEVICE`` and
-``CUDA_VISIBLE_DEVICES``. Monitors sample in a background thread and record "no samples"
-with the reason when there is nothing to sample.
+The ``jobs`` process discovers GPUs through NVML (honouring ``CUDA_VISIBLE_DEVICES``), never
+falling back to the CPU where the machine shows GPUs NVML cannot see, or takes ``--devices``
+(ids: NVML's, in PCI bus order, or UUIDs; milarun.gpuids resolves them); each instance learns
+its device from ``MILARUN_DEVICE`` and ``CUDA_VISIBLE_DEVICES``. Monitors sample in a
+background thread and record "no samples" with the reason when there is nothing to sample.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
+
+from milarun import gpuprobe
 
 CPU_KIND = "cpu"
 GPU_KIND = "cuda"
@@ -24,13 +27,19 @@ class DeviceSpecError(ValueError):
     pass
 
 
+class GPUDiscoveryError(DeviceSpecError):
+    """The machine shows GPUs that NVML cannot see: never a silent CPU run."""
+
+
 @dataclass(frozen=True)
 class Device:
     """One benchmark slot: a GPU (by its id) or a CPU slice (by its index)."""
 
     kind: str  # "cuda" (CUDA or ROCm GPU) or "cpu" (a CPU slice)
-    id: str  # GPU id as CUDA_VISIBLE_DEVICES names it, or the slice index
+    id: str  # GPU id as the operator names it (NVML index or UUID), or the slice index
     slices: int = 1  # CPU slices in the whole set (for the thread budget)
+    uuid: str | None = None  # NVML's UUID of the GPU, what CUDA is given (gpuids)
+    pci_bus_id: str | None = None  # NVML's, for the result
 
     @property
     def label(self) -> str:
@@ -70,8 +79,8 @@ def load_nvml() -> tuple[Any, str | None]:
     return pynvml, None
 
 
-def _visible_ids() -> list[str] | None:
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+def _visible_ids(environ: Mapping[str, str] | None = None) -> list[str] | None:
+    env = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
     if env is None:
         return None
     return [x.strip() for x in env.split(",") if x.strip()]
@@ -101,31 +110,46 @@ def gpu_local_cpus(ids: list[str], nvml: Any = None) -> dict[str, list[int]]:
     return out
 
 
-def discover_devices(nvml: Any = None) -> list[Device]:
-    """GPUs NVML sees (restricted by ``CUDA_VISIBLE_DEVICES``); else one CPU slice."""
+def discover_devices(nvml: Any = None,
+                     probe: Callable[[], gpuprobe.TorchGPUs] = gpuprobe.torch_gpus
+                     ) -> list[Device]:
+    """GPUs NVML sees (restricted by ``CUDA_VISIBLE_DEVICES``); one CPU slice on a machine
+    without GPUs or where ``CUDA_VISIBLE_DEVICES=""`` hides them. GPUDiscoveryError where
+    NVML fails or sees none but the machine shows GPUs (gpuprobe.unseen_gpus)."""
+    failure = None
     if nvml is None:
-        nvml, _ = load_nvml()
+        nvml, failure = load_nvml()
     count = 0
     if nvml is not None:
         try:
             count = nvml.nvmlDeviceGetCount()
-        except Exception:
-            count = 0
+        except Exception as err:
+            failure = f"NVML failed: {err}"
+    visible = _visible_ids()
+    if visible == []:  # the operator hid every GPU
+        return [Device(CPU_KIND, "0", 1)]
     if count:
-        visible = _visible_ids()
-        ids = visible if visible is not None else [str(i) for i in range(count)]
-        if ids:
-            return [Device(GPU_KIND, i) for i in ids]
+        return [Device(GPU_KIND, i) for i in visible or [str(i) for i in range(count)]]
+    problem = gpuprobe.unseen_gpus(failure, probe)
+    if problem:
+        raise GPUDiscoveryError(problem)
     return [Device(CPU_KIND, "0", 1)]
 
 
 def instance_environ(devices: list[Device], cpu_count: int | None = None) -> dict[str, str]:
     """Environment variables that give one instance its device(s)."""
     if devices[0].kind == GPU_KIND:
-        return {
-            "CUDA_VISIBLE_DEVICES": ",".join(d.id for d in devices),
-            "MILARUN_DEVICE": GPU_KIND,
+        # CUDA gets each GPU by NVML's UUID, so it opens the GPU NVML (the monitor, the CPU
+        # affinity) names, whatever its own order; an unresolved index is read in PCI bus
+        # order, NVML's. MILARUN_DEVICE keeps the ids as the operator named them.
+        env = {
+            "CUDA_VISIBLE_DEVICES": ",".join(d.uuid or d.id for d in devices),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "MILARUN_DEVICE": ",".join(d.label for d in devices),
         }
+        if any(d.pci_bus_id for d in devices):
+            env[BUS_IDS_ENV] = ",".join(d.pci_bus_id or "" for d in devices)
+        return env
     # A CPU slice hides every GPU and gets its share, as threads, of the CPUs this process
     # may use (a Slurm job or container may hold fewer than the machine has).
     cores = cpu_count or len(os.sched_getaffinity(0)) or 1
@@ -143,13 +167,35 @@ def instance_environ(devices: list[Device], cpu_count: int | None = None) -> dic
     return env
 
 
+BUS_IDS_ENV = "MILARUN_PCI_BUS_IDS"  # NVML's PCI bus id of each GPU, for the result
+# Set by torchrun for its ranks. Left over in the operator's shell they would make an
+# instance launched on its own believe it is one rank of a distributed job.
+RANK_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                            "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",
+                            "MASTER_ADDR", "MASTER_PORT"})
+
+
+def launch_environ(devices: list[Device],
+                   environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of an instance on ``devices``: this process's (``environ``),
+    without torchrun's rank variables (torchrun sets its own for its ranks), plus
+    instance_environ."""
+    base = os.environ if environ is None else environ
+    kept = {k: v for k, v in base.items()
+            if k not in RANK_VARIABLES and not k.startswith("TORCHELASTIC_")}
+    return {**kept, **instance_environ(devices)}
+
+
 # -- inside a benchmark process ------------------------------------------------------
-def instance_device_label() -> str:
+def instance_device_label(environ: Mapping[str, str] | None = None) -> str:
     """``cuda:<id>`` or ``cpu:<i>`` naming this instance's device for the result."""
-    spec = os.environ.get("MILARUN_DEVICE")
+    env = os.environ if environ is None else environ
+    spec = env.get("MILARUN_DEVICE")
     if spec and spec.startswith(CPU_KIND):
         return spec
-    visible = _visible_ids()
+    if spec and spec.startswith(GPU_KIND + ":"):
+        return spec.split(",")[0]  # the first of the labels `jobs` gave
+    visible = _visible_ids(env)
     if spec == GPU_KIND or (spec is None and visible):
         return f"cuda:{visible[0]}" if visible else "cuda:0"
     if spec is None and visible is None and _gpu_available():
@@ -260,9 +306,14 @@ class Monitor:
 
 def gpu_monitor(nvml: Any = None, ids: list[str] | None = None,
                 interval: float = 1.0) -> Monitor:
-    """NVML monitor of this instance's own GPUs: load, memory, temperature, power."""
+    """NVML monitor of this instance's own GPUs: load, memory, temperature, power, energy
+    counter, SM clock and clock-event reasons, with the readings' wall-clock ``time``."""
     if ids is None:
-        ids = _visible_ids() if instance_device_label().startswith(GPU_KIND) else []
+        label = instance_device_label()
+        # A plain `milarun run` on a GPU machine (no CUDA_VISIBLE_DEVICES) uses, and so
+        # monitors, the GPU its label names.
+        ids = (_visible_ids() or [label.split(":", 1)[1]]) if label.startswith(GPU_KIND) \
+            else []
     if not ids:
         return Monitor(dict, interval, unavailable="no GPU assigned to this instance")
     reason = None
@@ -275,8 +326,19 @@ def gpu_monitor(nvml: Any = None, ids: list[str] | None = None,
     except Exception as err:
         return Monitor(dict, interval, unavailable=f"NVML cannot open GPU {ids}: {err}")
 
+    # Looked up once, not per sample: pynvml >= 12 names it "ClocksEvent", older "Throttle".
+    reasons = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+               or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+    sm_clock = getattr(nvml, "NVML_CLOCK_SM", 1)
+    # The energy counter costs 4 ms of CPU per reading on an H100 (the GIL released): read
+    # only where the result is written, not on a torchrun rank other than 0.
+    energy = None if os.environ.get("RANK", "0") != "0" else \
+        getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
+
     def probe() -> dict[str, Any]:
         out = {}
+        # Wall clock of the readings, so milarun.energy can place them in the steady window.
+        now = time.time()
         for gid, h in handles.items():
             # Each reading on its own: many GPUs do not support some (power, temperature).
             reading = {
@@ -284,11 +346,16 @@ def gpu_monitor(nvml: Any = None, ids: list[str] | None = None,
                 "memory": _nvml_read(lambda: _memory_mib(nvml.nvmlDeviceGetMemoryInfo(h))),
                 "temperature": _nvml_read(lambda: nvml.nvmlDeviceGetTemperature(h, 0)),
                 "power": _nvml_read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),  # W
+                # J since the driver loaded (NVML counts mJ): energy over a window
+                "energy": _nvml_read(lambda: energy(h) / 1000.0) if energy else None,
+                "sm_clock": _nvml_read(lambda: nvml.nvmlDeviceGetClockInfo(h, sm_clock)),  # MHz
+                # bitmask of why clocks are below max (power cap, thermal, ...)
+                "clock_events": _nvml_read(lambda: int(reasons(h))) if reasons else None,
             }
             if all(v is None for v in reading.values()):
                 raise RuntimeError(f"NVML gave no reading for GPU {gid}")
             out[gid] = reading
-        return {"gpus": out}
+        return {"gpus": out, "time": now}
 
     return Monitor(probe, interval)
 

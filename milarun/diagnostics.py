@@ -75,14 +75,16 @@ class Diagnostics:
     cv: float | None = None
     drift: float | None = None  # last third of the window over its first third, minus 1
     warmup: float | None = None  # seconds of in-block time before the steady band
-    flags: tuple[str, ...] = ()  # "few-slices", "drift"
+    flags: tuple[str, ...] = ()  # "few-slices", "drift", "throttle"
     extension: RunLengthRecord | None = None
+    throttle: Any = None  # milarun.energy.Throttle: window slices the GPU ran throttled
 
     def to_dict(self) -> dict[str, Any]:
         return {"slices": self.slices, "window_slices": self.window_slices, "cv": self.cv,
                 "drift": self.drift, "warmup": self.warmup, "ci95": self.ci95,
                 "flags": list(self.flags),
-                "extension": self.extension.to_dict() if self.extension else None}
+                "extension": self.extension.to_dict() if self.extension else None,
+                "throttle": self.throttle.to_dict() if self.throttle else None}
 
 
 def _warmup(rates: Sequence[float], mean: float, cv: float, slice_duration: float

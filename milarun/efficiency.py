@@ -16,6 +16,7 @@ No torch import at module level: ``milarun report`` must work on a machine witho
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -178,8 +179,10 @@ def count_step(step: Callable[[], Any]) -> dict[str, Any]:
 
     with PrecisionMode(), counter:
         value = step()
+    # torch < 2.12 does not list the ops it could not count: None, unknown.
+    listed = getattr(counter, "get_unsupported_ops", None)
     return {"flops": int(counter.get_total_flops()), "by_precision": dict(by_precision),
-            "unsupported": sorted(counter.get_unsupported_ops()), "value": value}
+            "unsupported": sorted(listed()) if listed is not None else None, "value": value}
 
 
 def device_name(device: Any) -> str:
@@ -204,6 +207,9 @@ class Efficiency:
     peak_flops: float | None = None
     percent_of_peak: float | None = None
     note: str | None = None
+    # The float32 settings in force after the run (precision_settings): whether "fp32"
+    # convolutions and matmuls may have run as TF32, and cudnn's autotuning.
+    settings: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"flops_per_example": self.flops_per_example,
@@ -211,7 +217,7 @@ class Efficiency:
                 "flops_by_precision": self.flops_by_precision,
                 "achieved_flops": self.achieved_flops, "device_name": self.device_name,
                 "peak_flops": self.peak_flops, "percent_of_peak": self.percent_of_peak,
-                "note": self.note}
+                "note": self.note, "settings": self.settings}
 
 
 def build_record(count: dict[str, Any], batch_size: int, steady_rate: float | None,
@@ -245,17 +251,35 @@ def measure(exp: Any, step: Callable[[], Any], batch_size: int, log: Any,
     environments. Never raises an Exception: a step the counter cannot run only loses
     its FLOP count (KeyboardInterrupt and the harness's signals still go through).
     """
+    settings = precision_settings()
     if not enabled():
-        return Efficiency(note=f"disabled by {ENV_FLAG}={os.environ.get(ENV_FLAG)}")
+        return Efficiency(note=f"disabled by {ENV_FLAG}={os.environ.get(ENV_FLAG)}",
+                          settings=settings)
     if count is False or (count is None and steps_environments(step)):
         return Efficiency(note="not counted: the step plays environments, whose simulator "
-                               "FLOPs the counter cannot see")
+                               "FLOPs the counter cannot see", settings=settings)
     try:
         counted = count_step(step)
         exp.sync()  # a device error of the counted step surfaces here, not later
         value = counted.pop("value")
         if keep is not None:  # the counted step is the last one: its value is the final one
             keep(value)
-        return build_record(counted, batch_size, log.steady_rate(), device_name(exp.device))
+        record = build_record(counted, batch_size, log.steady_rate(), device_name(exp.device))
+        return dataclasses.replace(record, settings=settings)
     except Exception as err:
-        return Efficiency(note=f"FLOP counting failed: {type(err).__name__}: {err}"[:500])
+        return Efficiency(note=f"FLOP counting failed: {type(err).__name__}: {err}"[:500],
+                          settings=settings)
+
+
+def precision_settings() -> dict[str, Any]:
+    """torch's float32 and cuDNN settings as the test left them. PyTorch's defaults let
+    cuDNN run "fp32" convolutions as TF32 on Ampere and later while matmuls stay fp32
+    (the 2020 V100 figures had no TF32 at all): a result says which applied."""
+    import torch
+
+    cudnn = torch.backends.cudnn
+    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_cudnn": bool(cudnn.allow_tf32),
+            "cudnn_benchmark": bool(cudnn.benchmark),
+            "cudnn_deterministic": bool(cudnn.deterministic)}

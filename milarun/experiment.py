@@ -96,6 +96,9 @@ class RateLog:
         self.last_end: float | None = None
         self.wall_start: float | None = None
         self.last_slice: float | None = None
+        # Wall clock at which each slice closed: maps the steady window onto the GPU
+        # monitor's samples (milarun.energy: energy and throttling over the window).
+        self.slice_ends: list[float] = []
         self.finished = False
         self._slice_time = 0.0
         self._slice_count = 0.0
@@ -159,6 +162,8 @@ class RateLog:
             self.warmup_time += end - start
         else:
             self._add(end - start, count)
+            if len(self.rates) > closed:
+                self._stamp_slices(len(self.rates) - closed)
         self.last_end = end
         if self.first_block is None:
             self.first_block = end - start
@@ -186,6 +191,14 @@ class RateLog:
             self._slice_time += remaining
             self._slice_count += count * remaining / elapsed
 
+    def _stamp_slices(self, new: int) -> None:
+        """Wall-clock ends of the ``new`` slices the block that just ended closed: its last
+        ``_slice_time`` seconds are in the open slice, and a block runs without a gap, so
+        the slices before the last one closed a slice duration apart."""
+        last = self.wallclock() - self._slice_time
+        width = self.slice_duration
+        self.slice_ends.extend(last - (new - 1 - i) * width for i in range(new))
+
     def finish(self) -> None:
         """Synchronise once more and close the partial last slice."""
         if self.finished:
@@ -203,6 +216,7 @@ class RateLog:
             self._unsynced = False
         if self._slice_time > _EPS:
             self.rates.append(self._slice_count / self._slice_time)
+            self.slice_ends.append(self.wallclock() - (self.clock() - self.last_end))
             self.last_slice = self._slice_time
             self._slice_time = 0.0
             self._slice_count = 0.0
@@ -213,7 +227,8 @@ class RateLog:
         return RateRecord(self.wall_start, duration, self.in_block, self.count,
                           self.max_count, self.blocks, self.syncs, self.slice_duration,
                           self.last_slice, tuple(self.rates),
-                          min(self.blocks, self.warmup_blocks), self.warmup_time)
+                          min(self.blocks, self.warmup_blocks), self.warmup_time,
+                          tuple(self.slice_ends))
 
     def steady_rate(self) -> float | None:
         """The run's rate: the mean of the steady window (None when too short)."""
@@ -336,6 +351,11 @@ class Experiment:
 
             self._device = devices.torch_device()
         return self._device
+
+    def use_device(self, device: Any) -> None:
+        """The test trains on ``device`` whatever its slot (cart: the CPU on a GPU slot):
+        rate logs made after this sync it, and the slot's GPU is never initialised."""
+        self._device, self._sync = device, None
 
     def sync(self) -> None:
         """Wait for the device's queued work."""

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # NVIDIA's per-GPU nodes (not nvidiactl / nvidia-uvm) and AMD's compute node.
 _DEVICE_FILE = re.compile(r"nvidia\d+|kfd")
@@ -64,8 +64,10 @@ class TorchGPUs:
         return len(self.devices)
 
 
-def device_files(dev: Path | str = "/dev") -> list[str]:
+def device_files(dev: Path | str | None = None) -> list[str]:
     """GPU device nodes present (``/dev/nvidia0``, ``/dev/kfd``, ...), sorted."""
+    if dev is None:
+        dev = os.environ.get("MILARUN_DEV_DIR", "/dev")  # tests: a folder of fake nodes
     try:
         names = os.listdir(dev)
     except OSError:
@@ -93,3 +95,29 @@ def torch_gpus(python: str | None = None, timeout: float = 120.0,
             return TorchGPUs(tuple(data.get("devices") or ()), versions)
     tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
     return TorchGPUs(error=f"torch probe failed (exit {done.returncode}): {tail[:300]}")
+
+
+def unseen_gpus(nvml_failure: str | None,
+                probe: Callable[[], TorchGPUs] = torch_gpus) -> str | None:
+    """The one-line error for a machine that shows GPUs where NVML showed none (it failed
+    with ``nvml_failure``, or counted 0): what was seen and the fix; None on a CPU machine.
+
+    torch is asked (a child interpreter, ~2 s) only when NVML failed and there are no
+    device files: NVML counting 0 GPUs on a machine without device files is a CPU machine.
+    """
+    files = device_files()
+    count = probe().count if not files and nvml_failure is not None else 0
+    if files:
+        seen = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
+        seen += " exists" if len(files) == 1 else " exist"
+    elif count:
+        seen = f"torch sees {count} GPU{'s' if count > 1 else ''}"
+    else:
+        return None
+    if files and all(f.endswith("/kfd") for f in files):
+        fix = "name the AMD GPUs, which NVML cannot see, with --devices 0,1,..."
+    else:
+        fix = ("install the NVIDIA driver's libnvidia-ml and the nvidia-ml-py matching the "
+               "driver (nvidia-smi must list the GPUs)")
+    return (f"{seen}, but {nvml_failure or 'NVML sees no GPU'}; {fix}, or pass "
+            "--devices cpu:N to benchmark the CPU on purpose")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from milarun import devices as devmod
 from milarun import results, sysinfo
+from milarun.gpuids import instance_gpus
 
 if TYPE_CHECKING:  # launch imports this module: the types only, for the annotations
     from milarun.launch import Instance, LaunchOptions
@@ -60,7 +61,7 @@ def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
     # --extra its own record would have carried.
     launched = json.loads(words[words.index("--extra") + 1]) if "--extra" in words else {}
     system = sysinfo.system_record()
-    visible = [x for x in inst.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if x]
+    gpus = instance_gpus(inst.env)
     on_gpu = inst.devices[0].kind == devmod.GPU_KIND
     return results.ResultRecord(
         name=inst.name, job_id=inst.job_id, dataroot=str(opts.dataroot),
@@ -68,12 +69,12 @@ def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
         call=results.Call(inst.job.experiment, inst.job.argv() + list(opts.user_args)),
         failure=results.Failure(kind, message), error=log_tail(inst.log_path),
         device=labels[0], devices=labels,
-        gpu=results.gpu_name(system, visible) if on_gpu else None,
+        gpu=results.gpu_name(system, [g.id for g in gpus]) if on_gpu else None,
         device_count=sum(d.kind == devmod.GPU_KIND for d in inst.devices),
         environ=results.recorded_environ(inst.env),
         isolation={"requested": inst.placement.spec if inst.placement else None,
                    "groups": inst.placement.groups if inst.placement else None},
         returncode=code, signal=signal.Signals(-code).name if code and code < 0 else None,
-        log=str(inst.log_path), written_by="harness", system=system,
+        log=str(inst.log_path), written_by="harness", system=system, gpu_identity=gpus,
         launch={**launched, "job": inst.job.definition, "suite": inst.job.suite},
     ).to_dict()

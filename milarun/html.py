@@ -14,7 +14,7 @@ import matplotlib
 from markupsafe import Markup
 from matplotlib.figure import Figure
 
-from milarun import isolation, render, results, summary
+from milarun import isolation, render, report_energy, results, summary
 from milarun.report import Report
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -174,6 +174,7 @@ def _environment() -> jinja2.Environment:
     env.filters["count"] = render.count
     env.filters["ratio_class"] = ratio_class
     env.filters["gpu_class"] = gpu_class
+    env.filters["sig"] = report_energy.sig
     return env
 
 
@@ -220,9 +221,9 @@ def write_html(path: Path, text: str) -> Path:
     """Write the page atomically; only an older milarun report is ever replaced."""
     path = Path(path)
     check_html_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise results.WriteError(f"{path.parent}: cannot create ({err.strerror or err})")
+    return results.write_text_atomic(path, text, replace=True)
 

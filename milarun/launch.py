@@ -148,7 +148,7 @@ def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchO
             "--master-port", str(free_port()),
             *_run_command(job, name, str(repeat), extra, opts),
         ]
-        env = {**os.environ, **devmod.instance_environ(group)}
+        env = devmod.launch_environ(group)  # without the operator's leftover rank variables
         if group[0].kind == devmod.CPU_KIND and "OMP_NUM_THREADS" not in os.environ:
             # each rank gets one slice's share of the cores, not the whole group's
             env["OMP_NUM_THREADS"] = devmod.instance_environ(group[:1])["OMP_NUM_THREADS"]
@@ -168,7 +168,7 @@ def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOpt
         extra = {"job": job.definition, "suite": job.suite, "repeat": repeat,
                  "prepare": prepared or []}
         command = [sys.executable, *_run_command(job, job.fullname, job_id, extra, opts)]
-        env = {**os.environ, **devmod.instance_environ(group)}
+        env = devmod.launch_environ(group)  # without the operator's leftover rank variables
         place = _placement(job, group[0], opts)
         if place is not None:
             env["MILARUN_CGROUP"] = place.spec
@@ -215,11 +215,13 @@ class Supervisor:
     """Starts instances, enforces deadlines, stops everything on SIGINT/SIGTERM."""
 
     def __init__(self, opts: LaunchOptions,
-                 on_end: Callable[[Instance], None] | None = None):
+                 on_end: Callable[[Instance], None] | None = None,
+                 on_recorded: Callable[[Instance], None] | None = None):
         self.opts = opts
         self.board = ProgressBoard(opts.out, opts.progress_interval, opts.verbose)
         # by default the board prints each ended instance's done/FAIL line
         self.on_end = on_end or self.board.finished
+        self.on_recorded = on_recorded  # the run manifest's entry, before the line
         self.stop_requested: str | None = None
         self.warned: set[str] = set()
 
@@ -370,14 +372,17 @@ class Supervisor:
                                                         inst.stamp)
             except results.WriteError as err:  # the report still counts it, from memory
                 log.error("%s; what happened is in %s", err, inst.log_path)
+        if self.on_recorded is not None:
+            self.on_recorded(inst)
         self.on_end(inst)
 
 
 def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOptions,
-             on_end: Callable[[Instance], None] | None = None) -> list[Instance]:
+             on_end: Callable[[Instance], None] | None = None,
+             on_recorded: Callable[[Instance], None] | None = None) -> list[Instance]:
     """All jobs once, then again ``repeat`` times; each job's instances run side by side."""
     check_jobs(jobs, devices, opts)
-    supervisor = Supervisor(opts, on_end)
+    supervisor = Supervisor(opts, on_end, on_recorded)
     done: list[Instance] = []
     for r in range(repeat):
         for job in jobs:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from milarun import units
+from milarun import report_energy, units
 from milarun.report import Report
 
 WIDTH = 100
@@ -65,6 +65,8 @@ def performance_table(report: Report) -> str:
             "perf": _num(row["perf"]), "ci95": _ci(row),
             "std%": _num(row["std%"], ".1f"), "perf_adj": _num(row["perf_adj"]),
         })
+        if report_energy.COLUMN in row:  # only where some test measured its energy
+            cells["perf/W"] = report_energy.sig(row[report_energy.COLUMN])
         rows[_short(str(test))] = cells
     return _frame(rows)
 
@@ -172,6 +174,7 @@ def score_lines(report: Report) -> list[str]:
         lines.append(("Price ($)", f"{report.price:12,.2f}"))
         rpp = report.price_per_score
         lines.append(("RPP (Price / Score)", f"{rpp:12,.4g}" if rpp else f"{'-':>12}"))
+    lines += report_energy.score_lines(report)
     width = max(len(k) for k, _ in lines) + 2
     # Long lists (missing tests) wrap under their value so the block fits WIDTH columns.
     return [textwrap.fill(f"{k + ':':{width}} {v}", WIDTH, subsequent_indent=" " * (width + 15),
@@ -211,6 +214,7 @@ def to_text(report: Report) -> str:
     if not report.quality.empty:
         out += section("Measurement quality (mean of runs; times in seconds)")
         out.append(quality_table(report))
+    out += report_energy.text_section(report)
     if not report.scaling.empty:
         out += section("Scaling (examples/s; per rank is the scored, legacy figure)")
         out.append(scaling_text(report.scaling))
@@ -244,7 +248,7 @@ def to_records(report: Report) -> dict[str, Any]:
     """The report as plain data (the JSON output)."""
     table = report.table.replace({np.nan: None}) if not report.table.empty else report.table
     tests = {t: {k: _plain(v) for k, v in row.items()} for t, row in table.iterrows()}
-    return {
+    data = {
         "title": report.title,
         "weights": report.weights_source,
         "baseline": report.baseline_source,
@@ -272,6 +276,8 @@ def to_records(report: Report) -> dict[str, Any]:
         "natural": units.records(report.natural),
         "warnings": report.warnings,
     }
+    report_energy.add_records(data, report)
+    return data
 
 
 def _plain(value: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from milarun import comparability, results, stats, units
+from milarun import comparability, report_energy, results, stats, units
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 FAILURE_RATE_LIMIT = 0.01
@@ -141,6 +141,11 @@ class Report:
     natural: pd.DataFrame = field(default_factory=pd.DataFrame)  # see milarun.units
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
+    # GPU energy (milarun.report_energy): per test, the perf/W score, --power-cost
+    energy: pd.DataFrame = field(default_factory=pd.DataFrame)
+    energy_score: float | None = None
+    energy_coverage: float | None = None
+    power_cost: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -155,8 +160,9 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
                  weights: tuple[str, dict[str, float]] | None = None,
                  compare: tuple[str, dict[str, dict[str, Any]]] | None = None,
                  price: float | None = None, penalize_variance: bool = False,
-                 compare_gpus: bool = False) -> Report:
-    """The report of a summary, optionally weighted, against a baseline, with a price."""
+                 compare_gpus: bool = False, power_cost: float | None = None) -> Report:
+    """The report of a summary, optionally weighted, against a baseline, with a price and
+    a power cost ($/kWh)."""
     weight_map = weights[1] if weights else {}
     baseline = compare[1] if compare else {}
     weighted = [t for t, w in weight_map.items() if w > 0]
@@ -196,6 +202,7 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
     report.natural = units.natural_table(summary)
     report.quality = quality_table(summary)
     report.warnings += quality_warnings(summary)
+    report_energy.add_energy(report, summary, weight_map if weights else None, power_cost)
     return report
 
 

@@ -3,10 +3,11 @@ HTML page, turned into the rendered report and the CI gate's verdict."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from milarun import runner, summary
+from milarun import manifest, runner, summary
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,7 @@ class ReportRequest:
     compare: str | None = None  # shipped name (standard/v100), summary file or results folder
     compare_gpus: bool = False
     price: float | None = None
+    power_cost: float | None = None  # $/kWh: the energy cost of a million examples
     penalize_variance: bool = False
     html: Path | None = None
     title: str | None = None
@@ -42,6 +44,9 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         raise runner.UsageError("--fail-below needs --compare BASELINE")
     if request.price is not None and not request.price > 0:
         raise runner.UsageError(f"--price {request.price}: must be a positive number of dollars")
+    if request.power_cost is not None and not 0 < request.power_cost < math.inf:
+        raise runner.UsageError(f"--power-cost {request.power_cost}: must be a positive "
+                                "number of dollars per kWh")
     if request.html:
         from milarun import html  # matplotlib: only for the page
 
@@ -54,7 +59,12 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     rep = report.build_report(
         src.summary, title=request.title, weights=weights,
         compare=(str(base.path), base.summary) if base else None, price=request.price,
-        penalize_variance=request.penalize_variance, compare_gpus=request.compare_gpus)
+        penalize_variance=request.penalize_variance, compare_gpus=request.compare_gpus,
+        power_cost=request.power_cost)
+    if src.loaded is not None:  # a results folder: a run cut short says what it never did
+        rep.warnings += [f"{cut.describe()}: no result for "
+                         f"{', '.join(cut.without_result) or 'none of its tests'}"
+                         for cut in manifest.cut_short(request.source)]
     skipped = [s for item in (src, base) if item is not None and item.loaded is not None
                for s in item.loaded.skipped]
     if request.html:

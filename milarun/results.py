@@ -37,7 +37,7 @@ RESULT_KEYS = (
     "error", "hostname", "gpu", "device_count", "environ", "metrics", "timings",
     "gpu_monitor", "cpu_monitor", "milarun_version", "system", "isolation", "failure",
     "returncode", "synthetic_data", "dataset", "rerun_of", "startup", "diagnostics",
-    "efficiency",
+    "efficiency", "energy", "gpu_identity",
 )
 # How `milarun jobs` launched the instance (its --extra): null in a plain `milarun run`.
 LAUNCH_KEYS = ("suite", "repeat", "prepare", "world_size")
@@ -214,21 +214,29 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def write_atomic(path: Path, data: dict[str, Any]) -> Path:
-    """Write JSON to ``path`` atomically; never replaces an existing file.
+def write_atomic(path: Path, data: dict[str, Any], replace: bool = False) -> Path:
+    """Write JSON to ``path`` atomically; never replaces an existing file unless asked
+    (a file that is updated in place: the run manifest). See write_text_atomic."""
+    return write_text_atomic(path, json.dumps(_clean(data), indent=2, default=_json_default),
+                             replace)
 
-    The content goes to a temporary file in the same folder, is flushed to disk, then
-    hard-linked to its final name (which fails rather than overwrite).
-    """
+
+def write_text_atomic(path: Path, text: str, replace: bool = False) -> Path:
+    """Write ``text`` to ``path`` atomically: to a temporary file in the same folder,
+    flushed to disk, then hard-linked to its final name (which fails rather than
+    overwrite) or, with ``replace``, renamed over it. Any OSError is a one-line WriteError
+    and no temporary file survives."""
     path = Path(path)
-    text = json.dumps(_clean(data), indent=2, default=_json_default)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.link(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
     except FileExistsError:
         raise
     except OSError as err:  # a full disk, a read-only folder: one line, no temp file left
@@ -296,6 +304,8 @@ _FIELD_TYPES: dict[str, tuple[str, Any]] = {
     "dataset": ("an object", _of(dict)),
     "startup": ("an object", _of(dict)),
     "efficiency": ("an object", _of(dict)),
+    "energy": ("an object", _of(dict)),
+    "gpu_identity": ("a list", _of(list)),
     "diagnostics": ("an object of objects", _opt(_objects)),
     "environ": ("an object", _of(dict)),
 }
@@ -355,11 +365,17 @@ def result_problem(data: dict[str, Any]) -> str | None:
     return None
 
 
-def steady_window(rates: list[float], slice_duration: float = 0.5) -> list[float]:
-    """The slices from 10 s before the end to 1 s before the end (``rates[-20:-2]``)."""
+def steady_slices(count: int, slice_duration: float = 0.5) -> range:
+    """The indices of the steady window among ``count`` slices (``range(count)[-20:-2]``)."""
     start = round(STEADY_FROM_END / slice_duration)
     stop = round(STEADY_TO_END / slice_duration)
-    return list(rates[-start:-stop]) if len(rates) > stop else []
+    return range(max(0, count - start), count - stop) if count > stop else range(0)
+
+
+def steady_window(rates: list[float], slice_duration: float = 0.5) -> list[float]:
+    """The slices from 10 s before the end to 1 s before the end (``rates[-20:-2]``)."""
+    window = steady_slices(len(rates), slice_duration)
+    return list(rates[window.start:window.stop])
 
 
 def steady_rate(rates: list[float], slice_duration: float = 0.5) -> float | None:
@@ -387,6 +403,7 @@ class RateRecord:
     rates: tuple[float, ...]
     warmup_blocks: int = 0  # first blocks counted but not sliced (lazy init, autotuning)
     warmup_time: float = 0.0  # their in-block time
+    slice_ends: tuple[float, ...] = ()  # wall clock at which each slice closed
 
     @property
     def overhead(self) -> float:
@@ -398,7 +415,8 @@ class RateRecord:
                 "in_block": self.in_block, "overhead": self.overhead, "count": self.count,
                 "max_count": self.max_count, "blocks": self.blocks, "syncs": self.syncs,
                 "slice": self.slice, "last_slice": self.last_slice, "rates": list(self.rates),
-                "warmup_blocks": self.warmup_blocks, "warmup_time": self.warmup_time}
+                "warmup_blocks": self.warmup_blocks, "warmup_time": self.warmup_time,
+                "slice_ends": list(self.slice_ends)}
 
 
 @dataclass(frozen=True)
@@ -498,6 +516,10 @@ class ResultRecord:
     startup: Record | None = None
     diagnostics: Mapping[str, Record] | None = None
     efficiency: Record | None = None
+    energy: Record | None = None  # milarun.energy.Energy: over the steady window
+    # Each GPU of the instance: the id the operator named, NVML's UUID and PCI bus id
+    # (milarun.gpuids.GpuIdentity); empty (null in the file) on a CPU slice.
+    gpu_identity: tuple[Record, ...] = ()
     launch: Mapping[str, Any] = field(default_factory=dict)
     signal: str | None = None
     log: str | None = None
@@ -535,6 +557,8 @@ class ResultRecord:
             "startup": self.startup.to_dict() if self.startup else None,
             "diagnostics": _dicts(self.diagnostics),
             "efficiency": self.efficiency.to_dict() if self.efficiency else None,
+            "energy": self.energy.to_dict() if self.energy else None,
+            "gpu_identity": [g.to_dict() for g in self.gpu_identity] or None,
             "signal": self.signal, "log": self.log, "finished_at": self.finished_at,
             **{key: None for key in LAUNCH_KEYS},
             **{k: v for k, v in self.launch.items() if k != "job"},

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from milarun import confinement, devices, diagnostics, results, sysinfo, watchdog
+from milarun import confinement, devices, diagnostics, energy, results, sysinfo, watchdog
+from milarun.gpuids import instance_gpus
 from milarun.progress import PROGRESS_TAG
 from milarun.experiment import Experiment, BadTestArguments, RateLog
 from milarun.results import Failure, RateRecord, TimerRecord
@@ -133,6 +134,8 @@ def _call(fn: Callable[..., Any], exp: Experiment, argv: list[str],
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         timings = exp.finish()
+        if gpu_mon.unavailable is None:
+            gpu_mon.sample()  # a reading after the run, so the samples bracket its window
         gpu_record, cpu_record = gpu_mon.stop(), cpu_mon.stop()
     return _Ended(called_at, failure, error, timings, gpu_record, cpu_record)
 
@@ -143,25 +146,33 @@ def _test_record(function: str, argv: list[str], exp: Experiment, ended: _Ended,
     """The record of a test that ran in this process."""
     failure = ended.failure or _check_measurement(exp)
     error = ended.error if ended.error is not None else (failure.message if failure else None)
-    visible = [x for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x]
+    gpus = instance_gpus()
+    ids = [g.id for g in gpus]  # as the operator named them (CUDA got their UUIDs)
     device = devices.instance_device_label()
     on_gpu = device.startswith("cuda")
     system = sysinfo.system_record()
     logs: list[RateLog] = exp.rate_logs()
+    # The monitor keys each GPU by its CUDA_VISIBLE_DEVICES entry (a UUID under `jobs`):
+    # energy and throttle records name it as the operator did.
+    labels = {g.uuid or g.id: f"cuda:{g.id}" for g in gpus}
     return results.ResultRecord(
         name=exp.name, job_id=exp.job_id, dataroot=str(exp.dataroot),
         outdir=str(exp.outdir), call=results.Call(function, list(argv), exp.arguments),
         failure=failure, error=error, device=device,
-        devices=visible if on_gpu else [device],
-        gpu=results.gpu_name(system, visible) if on_gpu else None,
-        device_count=len(visible) if on_gpu else 0,
+        devices=ids if on_gpu else [device],
+        gpu=results.gpu_name(system, ids) if on_gpu else None,
+        device_count=len(ids) if on_gpu else 0, gpu_identity=gpus,
         environ=results.recorded_environ(os.environ), isolation=confinement.isolation_record(),
         returncode=0 if failure is None else 1, metrics=exp.metrics, timings=ended.timings,
         gpu_monitor=ended.gpu_monitor, cpu_monitor=ended.cpu_monitor,
         synthetic_data=exp.synthetic_data, dataset=exp.dataset, rerun_of=rerun_of,
         startup=diagnostics.startup(imported_at, ended.called_at, logs),
-        diagnostics={log.name: diagnostics.log_record(log) for log in logs},
+        diagnostics={log.name: energy.with_throttle(diagnostics.log_record(log),
+                                                    ended.timings.get(log.name),
+                                                    ended.gpu_monitor, labels)
+                     for log in logs},
         efficiency=exp.efficiency, launch=extra or {}, system=system,
+        energy=energy.energy_record(device, ended.timings, ended.gpu_monitor, labels),
     )
 
 
@@ -337,18 +348,38 @@ def _saved_environ(result_file: str | Path, environ: Any) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in RERUN_DROPPED_ENV}
 
 
+def check_dataroot(dataroot: Path) -> None:
+    """The data folder exists or can be created (a test reads its data from there)."""
+    try:
+        Path(dataroot).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"data folder '{dataroot}' cannot be created "
+                         f"({err.strerror or err}); pass -d with a folder you can write")
+
+
+WRITE_CHECK_BYTES = 256 * 1024  # about one result with its rate series and monitor samples
+
+
 def check_outdir(outdir: Path) -> None:
     """Fail early, before running anything, when results could not be written."""
+    probe = Path(outdir) / f".milarun-write-test-{os.getpid()}"
     try:
         Path(outdir).mkdir(parents=True, exist_ok=True)
-        probe = Path(outdir) / f".milarun-write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        # Real bytes, flushed: an empty file is created even on a full disk.
+        with open(probe, "wb") as f:
+            f.write(b"\0" * WRITE_CHECK_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as err:
         raise UsageError(
             f"output folder '{outdir}' is not writable ({err.strerror}); pass -o with a "
-            "folder you can write"
+            "folder you can write, with room for the results"
         )
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
 
 
 def exit_code(result: dict[str, Any]) -> int:

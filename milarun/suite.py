@@ -3,11 +3,16 @@ of what just ran, as text and as an HTML page next to the results."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from milarun import devices, isolation, launch, profile, results, runner, summary, watchdog
+from milarun import (devices, isolation, launch, manifest, profile, results, runner, summary,
+                     watchdog)
+from milarun.gpuids import resolve_gpus
+
+log = logging.getLogger("milarun")
 
 
 @dataclass(frozen=True)
@@ -48,10 +53,10 @@ def run_suite(request: SuiteRequest, say: Callable[[str], None],
         raise runner.UsageError(f"--repeat {request.repeat}: must be at least 1")
     prof = profile.load_profile(request.profile)
     selected = prof.select(request.names, request.tags)
-    devs = (devices.parse_device_spec(request.devices) if request.devices is not None
-            else devices.discover_devices())
+    devs = resolve_gpus(devices.parse_device_spec(request.devices)
+                        if request.devices is not None else devices.discover_devices())
     runner.check_outdir(request.outdir)
-    request.dataroot.mkdir(parents=True, exist_ok=True)
+    runner.check_dataroot(request.dataroot)
     # One live `jobs` per folder: two would write the same names side by side.
     try:
         with watchdog.hold_outdir(request.outdir):
@@ -70,12 +75,26 @@ def _run_held(request: SuiteRequest, prof: profile.Profile, selected: list[profi
         hierarchies=isolation.find_hierarchies() if request.use_cgexec else {},
         verbose=request.verbose, progress_interval=request.progress_interval,
     )
+    record = manifest.RunManifest.start(
+        request.outdir, prof.name, sorted(expected_tests(selected, devs)), request.repeat,
+        [d.label for d in devs])
     say(f"{prof.name}: {len(selected)} job(s) x {request.repeat} on "
         f"{', '.join(d.label for d in devs)} -> {request.outdir}")
+
+    def recorded(instance: launch.Instance) -> None:
+        record.instance_ended(instance.name, instance.job_id, instance.result_path,
+                              bool(instance.result.get("success")))
+
     try:
-        done = launch.run_jobs(selected, devs, request.repeat, opts, on_end=on_end)
+        done = launch.run_jobs(selected, devs, request.repeat, opts, on_end=on_end,
+                               on_recorded=recorded)
     except launch.JobsInterrupted as err:
+        record.finish("interrupted", str(err))
         return SuiteOutcome(request.outdir, exit_code=err.exit_code, interrupted_by=str(err))
+    except BaseException as err:
+        record.finish("failed", f"{type(err).__name__}: {err}")
+        raise
+    record.finish("complete")
     return _report(prof.name, selected, devs, done, request.outdir)
 
 
@@ -99,6 +118,10 @@ def _report(title: str, selected: list[profile.Job], devs: list[devices.Device],
         expected = expected_tests(selected, devs)
         weights = (weights[0], {t: w for t, w in weights[1].items() if t in expected})
     rep = report.build_report(summ, title=f"milarun {title}", weights=weights)
-    page = outdir / f"report.{results.utc_stamp()}.html"
-    html.write_html(page, html.to_html(rep, loaded))
+    page: Path | None = outdir / f"report.{results.utc_stamp()}.html"
+    try:
+        html.write_html(page, html.to_html(rep, loaded))
+    except results.WriteError as err:  # the results are written: the text report still shows
+        log.warning("%s; `milarun report %s --html FILE` writes it elsewhere", err, outdir)
+        page = None
     return SuiteOutcome(outdir, render.to_text(rep), page, 1 if rep.failures else 0)

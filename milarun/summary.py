@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milarun import results, units
+from milarun import energy, results, units
 
 # Keys a summary entry must have for the report's math (the rest is informative).
 REQUIRED_ENTRY_KEYS = ("n", "failures", "train")
@@ -168,6 +168,7 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "rates": rates,
             "failure_kinds": dict(sorted(kinds.items())),
             "quality": quality(good),
+            **energy.summary_entries(good),  # "energy" and "throttle", where measured
         }
         read = [r["dataset"] for r in good if isinstance(r.get("dataset"), dict)]
         if read:  # the smallest set the runs read: what decides comparability
@@ -349,10 +350,10 @@ def _entry_problem(entry: dict[str, Any]) -> str | None:
         return f"'rates' is not a list of numbers of at most {results.MAX_RATE:g}"
     if entry.get("peak_memory") is not None and not _finite(entry["peak_memory"]):
         return f"'peak_memory' is {entry['peak_memory']!r}, not a finite number"
-    for key in ("dataset", "natural", "quality", "failure_kinds"):
+    for key in ("dataset", "natural", "quality", "failure_kinds", "energy", "throttle"):
         if entry.get(key) is not None and not isinstance(entry[key], dict):
             return f"'{key}' is not an object"
-    return _quality_problem(entry.get("quality") or {})
+    return _quality_problem(entry.get("quality") or {}) or energy.entry_problem(entry)
 
 
 def _quality_problem(quality: dict[str, Any]) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import resource
 import signal
 import threading
 import time
@@ -50,10 +51,16 @@ def die_with_parent(supervisor: int, then: Callable[[], None] | None = None
     # deadlock when another thread of the parent held the loader's lock.
     # Not Linux: no prctl; the instance's watch_parent is then the only guard.
     prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    file_limit = log_limit()
 
     def preexec() -> None:
         if prctl is not None:
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # No file of the instance (its log first of all) may grow past the cap: a test that
+        # prints without end fails ("File too large") instead of filling the disk.
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft == resource.RLIM_INFINITY or soft > file_limit:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, hard))
         # The race: the supervisor may have died between fork and prctl; then nobody will
         # send the signal, and this child is already an orphan.
         if os.getppid() != supervisor:
@@ -62,6 +69,19 @@ def die_with_parent(supervisor: int, then: Callable[[], None] | None = None
             then()
 
     return preexec
+
+
+LOG_LIMIT_ENV = "MILARUN_LOG_LIMIT_MB"
+DEFAULT_LOG_LIMIT_MB = 1024
+
+
+def log_limit() -> int:
+    """Bytes an instance's files (its log) may reach: $MILARUN_LOG_LIMIT_MB, else 1 GiB."""
+    try:
+        megabytes = float(os.environ.get(LOG_LIMIT_ENV, DEFAULT_LOG_LIMIT_MB))
+    except ValueError:
+        megabytes = DEFAULT_LOG_LIMIT_MB
+    return int(max(1.0, megabytes) * 2**20)
 
 
 def _parent_gone(first_parent: int, supervisor: int) -> bool:
@@ -115,6 +135,21 @@ def test_fault(where: str) -> None:
         raise RuntimeError(f"test fault in the supervisor ({where})")
 
 
+def outdir_busy(outdir: Path) -> bool:
+    """True while a live `jobs` holds ``outdir``'s lock (a shared try-lock fails)."""
+    try:
+        fd = os.open(Path(outdir) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def hold_outdir(outdir: Path) -> Iterator[Path]:
     """Hold ``<outdir>/.milarun.lock`` for the block; OutdirBusy when a live process holds
@@ -122,7 +157,10 @@ def hold_outdir(outdir: Path) -> Iterator[Path]:
     a stale lock; the file descriptor is not inherited by the instances (Python opens files
     non-inheritable), so an orphaned instance cannot keep it either."""
     path = Path(outdir) / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise results.WriteError(f"{path}: cannot write ({err.strerror or err})") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -130,8 +168,11 @@ def hold_outdir(outdir: Path) -> Iterator[Path]:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             raise OutdirBusy(f"output folder '{outdir}' is in use by another milarun jobs "
                              f"(pid {holder}); wait for it or pass another -o")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as err:
+            raise results.WriteError(f"{path}: cannot write ({err.strerror or err})") from None
         yield path
     finally:
         os.close(fd)  # releases the lock; the file stays (removing it would race)

@@ -10,10 +10,13 @@ cd "$(dirname "$0")/.."
 OUT=gpu-check-results
 DATA=${MILARUN_DATAROOT:-$HOME/.local/share/milarun/gpu-check-data}
 JOBS_OPTIONS=()
+DOCTOR_OPTIONS=()  # the devices jobs ran on, so doctor checks their cgroups and health
 while [ $# -gt 0 ]; do
     case "$1" in
         -o) OUT=$2; shift 2 ;;
         -d) DATA=$2; shift 2 ;;
+        --devices) JOBS_OPTIONS+=("$1" "$2"); DOCTOR_OPTIONS+=("$1" "$2"); shift 2 ;;
+        --devices=*) JOBS_OPTIONS+=("$1"); DOCTOR_OPTIONS+=("$1"); shift ;;
         *) JOBS_OPTIONS+=("$1"); shift ;;
     esac
 done
@@ -48,7 +51,8 @@ status=$?
 
 if "${MILARUN[@]}" doctor --help >/dev/null 2>&1; then
     step "doctor"
-    "${MILARUN[@]}" doctor --profile gpu-check -d "$DATA" | tee "$OUT/doctor.txt"
+    "${MILARUN[@]}" doctor --profile gpu-check -d "$DATA" "${DOCTOR_OPTIONS[@]}" \
+        | tee "$OUT/doctor.txt"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 

@@ -12,15 +12,26 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHES = Path(__file__).resolve().parent / "benches"
 
 
+def _cli_env(env: dict[str, str] | None) -> dict[str, str]:
+    full_env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}", **(env or {})}
+    full_env.pop("OMP_NUM_THREADS", None)
+    return full_env
+
+
 def milarun(*args: str, cwd: Path | None = None, timeout: float = 600,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run the real ``milarun`` CLI in a subprocess."""
-    full_env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}", **(env or {})}
-    full_env.pop("OMP_NUM_THREADS", None)
     return subprocess.run(
         [sys.executable, "-m", "milarun", *map(str, args)], cwd=cwd or ROOT,
-        capture_output=True, text=True, timeout=timeout, env=full_env,
+        capture_output=True, text=True, timeout=timeout, env=_cli_env(env),
     )
+
+
+def milarun_process(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The real ``milarun`` CLI started in a subprocess, its output piped (text)."""
+    return subprocess.Popen([sys.executable, "-m", "milarun", *map(str, args)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_cli_env(env))
 
 
 def load_all(folder: Path) -> dict[str, dict]:

@@ -9,19 +9,26 @@ from typing import Iterator
 
 
 @contextlib.contextmanager
-def full_tmpfs(folder: Path, size: str = "64k") -> Iterator[Path]:
+def full_tmpfs(folder: Path, size: str = "64k", fill: bool = True) -> Iterator[Path]:
     """Mount a ``size`` tmpfs on ``folder`` (created; needs root), fill it until writing fails
-    with ENOSPC, yield it, and unmount it whatever happened."""
+    with ENOSPC (unless ``fill`` is false: then call fill_up when the test wants it full),
+    yield it, and unmount it whatever happened."""
     folder.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", folder], check=True)
     try:
-        try:
-            with open(folder / "filler", "wb") as f:
-                while True:
-                    f.write(b"\0" * 1024)
-                    f.flush()
-        except OSError:
-            pass
+        if fill:
+            fill_up(folder)
         yield folder
     finally:
         subprocess.run(["umount", folder], check=True)
+
+
+def fill_up(folder: Path) -> None:
+    """Write into ``folder`` until the disk is full (ENOSPC)."""
+    try:
+        with open(folder / "filler", "ab") as f:
+            while True:
+                f.write(b"\0" * 1024)
+                f.flush()
+    except OSError:
+        pass

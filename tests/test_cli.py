@@ -30,7 +30,7 @@ def one_line_error(done) -> str:
 def test_jobs_quick_writes_one_result_per_test_and_device(quick_run):
     done, out = quick_run
     assert done.returncode == 0, done.stdout + done.stderr
-    names = sorted(p.name for p in out.glob("*.json"))
+    names = sorted(p.name for p in out.glob("quick.*.json"))
     for test in QUICK_TESTS:
         for device in ("0", "1"):
             matching = [n for n in names if n.startswith(f"quick.{test}.J0.{device}.")]
@@ -41,6 +41,14 @@ def test_jobs_quick_writes_one_result_per_test_and_device(quick_run):
         matching = [n for n in names if n.startswith(f"quick.scaling.{k}.J0.")]
         assert len(matching) == 1 and ".FAIL." not in matching[0], names
     assert len(names) == 8
+    # The run manifest: what was planned, every instance's result, and a complete end.
+    (path,) = out.glob(".milarun-run.*.manifest")
+    run = json.loads(path.read_text())
+    assert run["status"] == "complete" and run["finished_at"] >= run["started_at"]
+    assert run["planned"] == sorted([f"quick.{t}" for t in QUICK_TESTS]
+                                    + ["quick.scaling.1", "quick.scaling.2"])
+    assert sorted(e["result"] for e in run["ended"]) == names
+    assert all(e["success"] for e in run["ended"])
     assert str(out.resolve()) in done.stdout  # says where the results are
     for test in QUICK_TESTS:
         assert f"quick.{test}" in done.stdout

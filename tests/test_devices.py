@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from milarun import devices, sysinfo
+from milarun import devices, gpuprobe, sysinfo
 from milarun.devices import (
     CPU_KIND,
     GPU_KIND,
@@ -69,6 +69,13 @@ class FakeNVML:
                 return ("handle", i)
         raise RuntimeError(f"no GPU with UUID {uuid}")
 
+    def nvmlDeviceGetUUID(self, handle):
+        return self.gpus[self._index(handle)]["uuid"]
+
+    def nvmlDeviceGetPciInfo(self, handle):  # pynvml's busId is bytes (a char array)
+        bus = self.gpus[self._index(handle)].get("pci_bus_id", "00000000:00:00.0")
+        return SimpleNamespace(busId=bus.encode())
+
     def _index(self, handle) -> int:
         assert handle[0] == "handle"
         self.read.append(handle[1])
@@ -107,7 +114,8 @@ def two_gpus() -> list[dict]:
 @pytest.fixture
 def clean_env(monkeypatch):
     for var in ("CUDA_VISIBLE_DEVICES", "MILARUN_DEVICE", "OMP_NUM_THREADS", "LOCAL_RANK",
-                "OMP_WAIT_POLICY"):
+                "OMP_WAIT_POLICY", "CUDA_DEVICE_ORDER", "MILARUN_PCI_BUS_IDS",
+                "MILARUN_DEV_DIR"):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
@@ -189,7 +197,9 @@ def test_discover_count_error_falls_back_to_cpu(clean_env):
         raise RuntimeError("NVML_ERROR_UNKNOWN")
 
     fake.nvmlDeviceGetCount = broken
-    assert discover_devices(nvml=fake) == [Device(CPU_KIND, "0", 1)]
+    clean_env.setenv("MILARUN_DEV_DIR", "/nonexistent")  # no device file, and torch:
+    assert discover_devices(nvml=fake, probe=lambda: gpuprobe.TorchGPUs()) == \
+        [Device(CPU_KIND, "0", 1)]  # sees none: a CPU machine
 
 
 def test_discover_without_nvml_on_this_machine(clean_env):
@@ -199,6 +209,113 @@ def test_discover_without_nvml_on_this_machine(clean_env):
         pytest.skip("this machine has a working NVML")
     assert reason
     assert discover_devices() == [Device(CPU_KIND, "0", 1)]
+
+
+# -- a GPU machine whose NVML is broken never runs silently on its CPU --------------------
+def dev_dir(env: pytest.MonkeyPatch, folder, *names: str) -> None:
+    """MILARUN_DEV_DIR: a folder holding these (empty) device files."""
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        (folder / name).touch()
+    env.setenv("MILARUN_DEV_DIR", str(folder))
+
+
+def torch_sees(count: int, asked: list | None = None):
+    """A torch probe (gpuprobe.torch_gpus) that sees ``count`` GPUs and notes each call."""
+    from milarun.gpuprobe import TorchGPUs
+
+    def probe():
+        if asked is not None:
+            asked.append(1)
+        return TorchGPUs(tuple({"index": i} for i in range(count)))
+
+    return probe
+
+
+def broken_count() -> FakeNVML:
+    fake = FakeNVML(two_gpus())
+
+    def broken():
+        raise RuntimeError("NVML_ERROR_LIB_RM_VERSION_MISMATCH")
+
+    fake.nvmlDeviceGetCount = broken
+    return fake
+
+
+def test_device_file_and_failing_nvml_is_an_error_not_a_cpu_run(clean_env, tmp_path):
+    dev_dir(clean_env, tmp_path / "dev", "nvidia0", "nvidiactl", "nvidia-uvm")
+    asked: list = []
+    with pytest.raises(devices.GPUDiscoveryError) as info:
+        discover_devices(nvml=broken_count(), probe=torch_sees(0, asked))
+    message = str(info.value)
+    assert f"{tmp_path / 'dev' / 'nvidia0'} exists, but NVML failed: " \
+           "NVML_ERROR_LIB_RM_VERSION_MISMATCH" in message
+    assert "nvidiactl" not in message  # only the per-GPU nodes are evidence
+    assert "libnvidia-ml" in message and "--devices cpu:N" in message
+    assert "\n" not in message
+    assert asked == []  # the device file is enough: torch is not asked
+    assert isinstance(info.value, DeviceSpecError)  # the CLI's one-line errors
+
+
+def test_device_files_but_nvml_sees_no_gpu(clean_env, tmp_path):
+    dev_dir(clean_env, tmp_path / "dev", "nvidia1", "nvidia0")
+    with pytest.raises(devices.GPUDiscoveryError,
+                       match=r"nvidia0, .*nvidia1 exist, but NVML sees no GPU; install"):
+        discover_devices(nvml=FakeNVML([]), probe=torch_sees(0))
+
+
+def test_amd_device_file_says_to_name_the_gpus(clean_env, tmp_path):
+    dev_dir(clean_env, tmp_path / "dev", "kfd")
+    with pytest.raises(devices.GPUDiscoveryError, match=r"kfd exists.*--devices 0,1"):
+        discover_devices(nvml=broken_count(), probe=torch_sees(0))
+
+
+def test_failing_nvml_without_device_files_asks_torch(clean_env, tmp_path):
+    dev_dir(clean_env, tmp_path / "empty")
+    with pytest.raises(devices.GPUDiscoveryError,
+                       match=r"^torch sees 1 GPU, but NVML failed: NVML_ERROR_LIB_RM"):
+        discover_devices(nvml=broken_count(), probe=torch_sees(1))
+    asked: list = []
+    assert discover_devices(nvml=broken_count(), probe=torch_sees(0, asked)) == \
+        [Device(CPU_KIND, "0", 1)]  # a CPU machine: one CPU slice, as before
+    assert asked == [1]
+
+
+def test_nvml_that_works_never_asks_torch(clean_env, tmp_path):
+    dev_dir(clean_env, tmp_path / "empty")
+    asked: list = []
+    assert discover_devices(nvml=FakeNVML([]), probe=torch_sees(2, asked)) == \
+        [Device(CPU_KIND, "0", 1)]  # NVML works and counts 0, no device file: a CPU box
+    assert [d.id for d in discover_devices(nvml=FakeNVML(two_gpus()),
+                                           probe=torch_sees(2, asked))] == ["0", "1"]
+    assert asked == []
+
+
+def test_gpus_hidden_on_purpose_run_on_the_cpu(clean_env, tmp_path):
+    dev_dir(clean_env, tmp_path / "dev", "nvidia0")
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert discover_devices(nvml=broken_count(), probe=torch_sees(1)) == \
+        [Device(CPU_KIND, "0", 1)]
+
+
+def test_jobs_refuses_a_gpu_machine_without_nvml(tmp_path):
+    """The real CLI on a machine that shows /dev/nvidia0 while NVML fails: one line, exit 1,
+    nothing run."""
+    from conftest import milarun
+
+    nvml, _ = devices.load_nvml()
+    if nvml is not None:
+        pytest.skip("this machine has a working NVML")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").touch()
+    done = milarun("jobs", "quick", "--name", "calibration", "-o", tmp_path / "out",
+                   env={"MILARUN_DEV_DIR": str(tmp_path / "dev")})
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("milarun: error: "), done.stderr
+    assert f"{tmp_path / 'dev' / 'nvidia0'} exists, but NVML" in lines[0]
+    assert "--devices cpu:N" in lines[0]
+    assert not list((tmp_path / "out").glob("*.json"))
 
 
 # -- gpu_monitor ---------------------------------------------------------------------------
@@ -341,9 +458,15 @@ def test_system_record_nvml_failure_is_a_note():
 # -- instance_environ ----------------------------------------------------------------------
 def test_instance_environ_gpu(clean_env):
     env = instance_environ([Device(GPU_KIND, "3")])
-    assert env["CUDA_VISIBLE_DEVICES"] == "3"
-    assert env["MILARUN_DEVICE"] == GPU_KIND
-    assert "OMP_NUM_THREADS" not in env
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"  # not resolved to a UUID: read in PCI order
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env["MILARUN_DEVICE"] == "cuda:3"
+    assert "OMP_NUM_THREADS" not in env and "MILARUN_PCI_BUS_IDS" not in env
+    resolved = Device(GPU_KIND, "3", uuid="GPU-cccc-3333", pci_bus_id="00000000:41:00.0")
+    env = instance_environ([resolved])
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-cccc-3333"  # CUDA opens it by UUID
+    assert env["MILARUN_DEVICE"] == "cuda:3"  # the id as the operator named it
+    assert env["MILARUN_PCI_BUS_IDS"] == "00000000:41:00.0"
 
 
 def test_instance_environ_several_gpus(clean_env):

@@ -21,7 +21,8 @@ def test_flat_series():
     assert d.cv == 0 and d.drift == 0 and d.warmup == 0
     assert d.ci95 == 0 and d.flags == ()
     assert d.to_dict() == {"slices": 30, "window_slices": 18, "cv": 0, "drift": 0,
-                           "warmup": 0, "ci95": 0, "flags": [], "extension": None}
+                           "warmup": 0, "ci95": 0, "flags": [], "extension": None,
+                           "throttle": None}
 
 
 def test_ramp_then_flat_has_a_warmup():

@@ -51,15 +51,31 @@ def test_counted_step_is_forward_plus_backward():
 
 def test_counts_with_a_torch_whose_counter_has_no_skip_unsupported(monkeypatch):
     # torch 2.11 (the GPU machines' image): FlopCounterMode(skip_unsupported=...) raised
-    # TypeError and every result on the H100 lost its FLOP count.
+    # TypeError, then get_unsupported_ops was missing: every H100 result lost its FLOPs.
     from torch.utils import flop_counter
 
-    class OlderCounter(flop_counter.FlopCounterMode):
+    real = flop_counter.FlopCounterMode
+
+    class OlderCounter:
+        """Only what torch 2.11's counter has (read off an H100 machine's torch)."""
+
         def __init__(self, mods=None, depth=2, display=True, custom_mapping=None):
-            super().__init__(mods, depth, display, custom_mapping)
+            self._real = real(display=display)
+            self.flop_registry = self._real.flop_registry
+
+        def get_total_flops(self):
+            return self._real.get_total_flops()
+
+        def __enter__(self):
+            self._real.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            return self._real.__exit__(*exc)
 
     monkeypatch.setattr(flop_counter, "FlopCounterMode", OlderCounter)
-    assert efficiency.count_step(two_layer_step())["flops"] == HAND_COUNT
+    counted = efficiency.count_step(two_layer_step())
+    assert counted["flops"] == HAND_COUNT and counted["unsupported"] is None
 
 
 def test_autocast_precision_is_detected():
@@ -87,6 +103,28 @@ def test_measure_builds_the_record_on_cpu():
     assert record.device_name == "cpu"
     assert record.peak_flops is None and record.percent_of_peak is None
     assert "no published fp32 peak" in record.note
+    assert record.to_dict()["settings"] == {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        "tf32_cudnn": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic}
+
+
+def test_the_settings_are_those_the_test_left_in_force(monkeypatch):
+    # A test that turns on TF32 matmuls or cudnn autotuning is recorded as such, also
+    # when FLOP counting is off.
+    monkeypatch.setenv(efficiency.ENV_FLAG, "0")
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        record = efficiency.measure(cpu_experiment(), two_layer_step(), BATCH, fake_log(1.0))
+    finally:
+        torch.set_float32_matmul_precision(previous)
+    assert record.flops_per_step is None
+    assert record.settings["float32_matmul_precision"] == "high"
+    assert record.settings["tf32_matmul"] is True and record.settings["cudnn_benchmark"]
 
 
 def test_measure_on_a_known_gpu_gives_percent_of_peak():
@@ -98,7 +136,7 @@ def test_measure_on_a_known_gpu_gives_percent_of_peak():
     assert record.note is None
     assert list(record.to_dict()) == [
         "flops_per_example", "flops_per_step", "precision", "flops_by_precision",
-        "achieved_flops", "device_name", "peak_flops", "percent_of_peak", "note"]
+        "achieved_flops", "device_name", "peak_flops", "percent_of_peak", "note", "settings"]
 
 
 def test_disabled_by_environment(monkeypatch):

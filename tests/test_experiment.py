@@ -150,7 +150,8 @@ def test_overhead_is_time_outside_blocks():
     expected = {"type": "rate", "start": 1000.0, "duration": 1.375, "in_block": 1.0,
                 "overhead": 0.375, "count": 4, "max_count": None, "blocks": 4, "syncs": 2,
                 "slice": 0.5, "last_slice": None, "rates": [4.0, 4.0],
-                    "warmup_blocks": 0, "warmup_time": 0.0}
+                    "warmup_blocks": 0, "warmup_time": 0.0,
+                    "slice_ends": [1000.0, 1000.0]}  # when each slice closed: a still wall clock
     assert list(record.to_dict().items()) == list(expected.items())
 
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from conftest import BENCHES, ROOT, load_all, milarun
-from milarun import results
+from milarun import manifest, results
 
 SLEEPY = {"experiment": "faulty:sleepy", "max_duration": 120}
 
@@ -75,13 +75,17 @@ def assert_none_left(processes: list[psutil.Process], within: float = 5.0) -> No
 def test_sigkill_of_jobs_kills_every_instance(tmp_path):
     """SIGKILL (OOM killer, scheduler) cannot be caught: the kernel's parent-death signal
     takes the instances with it, none runs on to write a result nobody supervised."""
-    prof = write_profile(tmp_path / "long.json", wait=SLEEPY)
+    prof = write_profile(tmp_path / "long.json", wait=SLEEPY, after=SLEEPY)
     proc = start_jobs(prof, tmp_path / "out")
     children = running_instances(proc)
     proc.kill()
     proc.communicate(timeout=30)
     assert_none_left(children)
     assert not list((tmp_path / "out").glob("*.json"))
+    # The run manifest says it was cut short and which tests never recorded an end.
+    (cut,) = manifest.cut_short(tmp_path / "out")
+    assert cut.status == "running" and "killed?" in cut.describe()
+    assert cut.without_result == ("long.after", "long.wait")
 
 
 def test_sigkill_reaches_an_instance_behind_a_forking_prefix(tmp_path):
@@ -100,8 +104,8 @@ def test_sigkill_reaches_an_instance_behind_a_forking_prefix(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
 def test_sighup_or_sigterm_stops_and_records_every_instance(tmp_path, sig):
     """The ssh session closed (SIGHUP), the scheduler asks to stop (SIGTERM): like Ctrl-C,
-    every instance stopped and recorded, exit 128+signal."""
-    prof = write_profile(tmp_path / "long.json", wait=SLEEPY)
+    every instance stopped and recorded, exit 128+signal; the report names what never ran."""
+    prof = write_profile(tmp_path / "long.json", wait=SLEEPY, after=SLEEPY)
     proc = start_jobs(prof, tmp_path / "out")
     children = running_instances(proc)
     proc.send_signal(sig)
@@ -109,6 +113,11 @@ def test_sighup_or_sigterm_stops_and_records_every_instance(tmp_path, sig):
     assert proc.returncode == 128 + sig, stderr
     assert "Traceback" not in stderr and sig.name in stderr
     assert_none_left(children)
+    (cut,) = manifest.cut_short(tmp_path / "out")
+    assert cut.status == "interrupted" and sig.name in cut.reason
+    assert cut.without_result == ("long.after",)
+    shown = milarun("report", tmp_path / "out")
+    assert "was cut short" in shown.stdout and "no result for long.after" in shown.stdout
     found = load_all(tmp_path / "out")
     assert len(found) == 2
     for name, result in found.items():
@@ -176,3 +185,18 @@ def test_second_jobs_into_a_held_folder_is_refused(tmp_path):
     own = [r for r in load_all(out).values() if "metrics" in r]
     assert len(own) == 2 and all(r["success"] for r in own)
     assert "FAIL" not in stdout.split("\n\n")[0]  # the done lines: each instance passed
+
+
+def test_a_log_that_grows_without_end_is_capped(tmp_path):
+    """A test printing without end stops at the log cap (here 1 MiB) with a FAIL record,
+    instead of filling the disk."""
+    prof = write_profile(tmp_path / "p.json", chatty={"experiment": "faulty:chatty"})
+    proc = start_jobs(prof, tmp_path / "out", env={"MILARUN_LOG_LIMIT_MB": "1"})
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr
+    logs = list((tmp_path / "out" / "logs").glob("*.log"))
+    assert len(logs) == 2 and all(log.stat().st_size <= 2**20 for log in logs)
+    found = load_all(tmp_path / "out")
+    assert len(found) == 2
+    for result in found.values():
+        assert not result["success"] and "File too large" in result["error"]

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 
 import pytest
 
-from conftest import milarun
-from fullfs import full_tmpfs
+from conftest import milarun, milarun_process
+from fullfs import fill_up, full_tmpfs
 from resultfactory import result, write
 
 
@@ -298,13 +299,60 @@ def full_disk(tmp_path):
         yield disk
 
 
-def test_a_full_disk_loses_no_measurement_and_leaves_no_temp_file(full_disk):
-    done = milarun("run", "milabench.models.calibration:main", "-o", full_disk / "out",
-                   "--", "--min-slices", "5")
+def test_a_full_disk_loses_no_measurement_and_leaves_no_temp_file(tmp_path):
+    """The disk fills while the test runs (the start-up write check passed): the finished
+    measurement is printed whole, the error is one line, no temporary file survives."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    with full_tmpfs(tmp_path / "disk", size="2m", fill=False) as full_disk:
+        proc = milarun_process("run", "milabench.models.calibration:main",
+                               "-o", full_disk / "out", "--", "--min-slices", "5")
+        for line in proc.stdout:  # the run is measuring: now the disk fills up
+            if line.startswith("MILARUN_PROGRESS"):
+                fill_up(full_disk)
+                break
+        stdout, stderr = proc.communicate(timeout=120)
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+        assert not [p for p in full_disk.rglob("*") if p.name.endswith(".tmp")]
     assert done.returncode == 1 and "Traceback" not in done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert "cannot write" in line and "MILARUN_UNWRITTEN_RESULT" in line
     printed = [l for l in done.stdout.splitlines() if l.startswith("MILARUN_UNWRITTEN_RESULT")]
     result = json.loads(printed[0].split(" ", 1)[1])
     assert result["success"] is True and len(result["timings"]["train"]["rates"]) >= 5
+
+
+def test_jobs_on_a_full_disk_stops_before_anything_runs(full_disk):
+    """The run manifest is the start-up write check: a real file, written before the first
+    job; on a full disk `jobs` ends there, in one line, and starts no instance."""
+    done = milarun("jobs", "quick", "--name", "polynome", "--devices", "cpu:1",
+                   "-o", full_disk / "out", "-d", full_disk / "data")
+    line = one_line_error(done)
+    assert "not writable" in line and "room for the results" in line
+    assert not (full_disk / "out" / "logs").exists()
     assert not [p for p in full_disk.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_summary_and_html_report_on_a_full_disk_are_one_line_errors(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    folder = tmp_path / "res"
+    write(folder, result("t.a", "0", 100.0))
+    with full_tmpfs(tmp_path / "disk") as disk:
+        for words in (["summary", folder, "-o", disk / "s.json"],
+                      ["report", folder, "--html", disk / "r.html"]):
+            line = one_line_error(milarun(*words))
+            assert "cannot write" in line and str(disk) in line
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no temp file
+
+
+@pytest.mark.parametrize("command", [["dataset", "mnist", "--synthetic"],
+                                     ["jobs", "quick", "--name", "polynome",
+                                      "--devices", "cpu:1"]])
+def test_an_uncreatable_data_root_is_a_one_line_error(tmp_path, command):
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where a folder would go
+    line = one_line_error(milarun(*command, "-o", tmp_path / "out", "-d", blocker / "data")
+                          if command[0] == "jobs" else
+                          milarun(*command, "-d", blocker / "data"))
+    assert "data folder" in line and str(blocker / "data") in line and "pass -d" in line

@@ -63,6 +63,45 @@ def known() -> list[str]:
     return sorted(p.stem for p in here.glob("*.py") if not p.stem.startswith("_"))
 
 
+# The datasets each test reads, by its experiment module: `milarun doctor --profile` checks a
+# profile's data from this table without importing a model (tests/test_doctor.py keeps it
+# equal to what each model imports from milabench.datasets).
+READ_BY = {
+    "milabench.models.vae": ("mnist",),
+    "milabench.models.reso": ("bsds500",),
+    "milabench.models.loader": ("fake_imagenet",),
+    "milabench.models.convnet": ("fake_imagenet",),
+    "milabench.models.dcgan": ("fake_imagenet",),
+    "milabench.models.fast_style": ("fake_imagenet",),
+    "milabench.models.ssd": ("coco",),
+    "milabench.models.wlm": ("wiki2",),
+    "milabench.models.recom": ("ml20m",),
+    "milabench.models.translator": ("wmt16",),
+}
+
+# Bytes on disk, approximately: (the real data as `download` leaves it, one synthetic example
+# with its share of val/test). Real: the legacy archives' published sizes, extracted (COCO
+# 2017 train+val images and annotations ~20 GB; MovieLens-20M plus the NCF files ~2 GB; WMT16
+# archives, corpora and BPE files ~6 GB); fake ImageNet is generated at 176 kB an image (17.6
+# GB). Per synthetic example: measured with `milarun dataset NAME --synthetic` at the quick
+# profile's sizes.
+DISK_BYTES = {
+    "mnist": (67e6, 1e3),
+    "bsds500": (150e6, 50e3),
+    "coco": (20e9, 82e3),
+    "fake_imagenet": (17.6e9, 176e3),
+    "wiki2": (13e6, 6.0),
+    "wmt16": (6e9, 900.0),
+    "ml20m": (2e9, 8e3),
+}
+
+
+def disk_bytes(name: str, synthetic_size: int | None = None) -> float:
+    """About how many bytes ``name`` takes: the real data, or ``synthetic_size`` examples."""
+    real, per_example = DISK_BYTES[name]
+    return real if synthetic_size is None else per_example * synthetic_size
+
+
 def require(folder: Path, name: str, root: Path) -> Path:
     """The dataset folder if it is complete; else DataMissing with the command to run
     (the one that completes an interrupted generation, when that is what is there)."""

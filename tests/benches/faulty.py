@@ -81,3 +81,10 @@ def killed_on_first_slice(exp, argv):
 def steps(exp, argv):
     """Trains normally for as many slices as argv asks (bounded by --min-slices)."""
     _spin_steps(exp, argv)
+
+
+def chatty(exp, argv):
+    """Prints without end (a runaway debug print): only a log cap stops it."""
+    line = "x" * 1023
+    while True:
+        print(line)
