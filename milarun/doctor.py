@@ -242,9 +242,11 @@ def data_checks(prof: profile.Profile, root: Path) -> tuple[list[Check], dict[st
             missing[need.name] = ds.disk_bytes(need.name, need.size)
             if (folder / ds.PARTIAL).exists():  # the message says how to complete it
                 checks.append(Check(f"data {need.name}", FAIL, f"incomplete; {who}", str(err)))
-            elif need.command:
+            elif need.command:  # the profile's prepare step makes it: not a problem
                 words = need.command + ([] if "-d" in need.command else ["-d", str(root)])
-                checks.append(Check(f"data {need.name}", FAIL, f"not in {folder}; {who}",
+                checks.append(Check(f"data {need.name}", INFO,
+                                    f"not in {folder} yet; `jobs {prof.name}` makes it first; "
+                                    f"{who}",
                                     f"`milarun dataset {shlex.join(words)}` (what `jobs "
                                     f"{prof.name}` runs first)"))
             else:

@@ -92,7 +92,7 @@ class Window:
 
 
 def steady_window(record: Any) -> Window | None:
-    """The wall-clock steady window of a rate record (results.RateRecord); None when it has
+    """The wall-clock steady window of a rate record (records.RateRecord); None when it has
     no window or no slice times."""
     ends, rates, width = record.slice_ends, record.rates, record.slice
     if len(ends) != len(rates):

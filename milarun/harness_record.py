@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from milarun import devices as devmod
-from milarun import results, sysinfo
+from milarun import records, sysinfo
 from milarun.gpuids import instance_gpus
 
 if TYPE_CHECKING:  # launch imports this module: the types only, for the annotations
@@ -63,15 +63,15 @@ def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
     system = sysinfo.system_record()
     gpus = instance_gpus(inst.env)
     on_gpu = inst.devices[0].kind == devmod.GPU_KIND
-    return results.ResultRecord(
+    return records.ResultRecord(
         name=inst.name, job_id=inst.job_id, dataroot=str(opts.dataroot),
         outdir=str(opts.outdir),
-        call=results.Call(inst.job.experiment, inst.job.argv() + list(opts.user_args)),
-        failure=results.Failure(kind, message), error=log_tail(inst.log_path),
+        call=records.Call(inst.job.experiment, inst.job.argv() + list(opts.user_args)),
+        failure=records.Failure(kind, message), error=log_tail(inst.log_path),
         device=labels[0], devices=labels,
-        gpu=results.gpu_name(system, [g.id for g in gpus]) if on_gpu else None,
+        gpu=records.gpu_name(system, [g.id for g in gpus]) if on_gpu else None,
         device_count=sum(d.kind == devmod.GPU_KIND for d in inst.devices),
-        environ=results.recorded_environ(inst.env),
+        environ=records.recorded_environ(inst.env),
         isolation={"requested": inst.placement.spec if inst.placement else None,
                    "groups": inst.placement.groups if inst.placement else None},
         returncode=code, signal=signal.Signals(-code).name if code and code < 0 else None,

@@ -25,7 +25,7 @@ from rich.table import Table
 from milarun import summary
 
 PROGRESS_TAG = "MILARUN_PROGRESS"
-SLICE_SECONDS = 0.5  # in-block seconds per slice (experiment.SLICE_DURATION, not imported:
+SLICE_SECONDS = 0.5  # in-block seconds per slice (ratelog.SLICE_DURATION, not imported:
 #                     the supervisor never imports the measurement side)
 LIVE_REFRESH = 0.5  # seconds between redraws of the live table (progress comes at most 1/s)
 COLUMNS = ("test", "device", "rate", "slices", "count", "ETA", "time", "state")

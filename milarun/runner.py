@@ -14,11 +14,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from milarun import confinement, devices, diagnostics, energy, results, sysinfo, watchdog
+from milarun import (confinement, devices, diagnostics, energy, records, results, sysinfo,
+                     watchdog)
 from milarun.gpuids import instance_gpus
 from milarun.progress import PROGRESS_TAG
 from milarun.experiment import Experiment, BadTestArguments, RateLog
-from milarun.results import Failure, RateRecord, TimerRecord
+from milarun.records import Failure, RateRecord, TimerRecord
 
 
 class UsageError(RuntimeError):
@@ -142,7 +143,7 @@ def _call(fn: Callable[..., Any], exp: Experiment, argv: list[str],
 
 def _test_record(function: str, argv: list[str], exp: Experiment, ended: _Ended,
                  imported_at: float, extra: dict[str, Any] | None,
-                 rerun_of: str | None) -> results.ResultRecord:
+                 rerun_of: str | None) -> records.ResultRecord:
     """The record of a test that ran in this process."""
     failure = ended.failure or _check_measurement(exp)
     error = ended.error if ended.error is not None else (failure.message if failure else None)
@@ -155,14 +156,14 @@ def _test_record(function: str, argv: list[str], exp: Experiment, ended: _Ended,
     # The monitor keys each GPU by its CUDA_VISIBLE_DEVICES entry (a UUID under `jobs`):
     # energy and throttle records name it as the operator did.
     labels = {g.uuid or g.id: f"cuda:{g.id}" for g in gpus}
-    return results.ResultRecord(
+    return records.ResultRecord(
         name=exp.name, job_id=exp.job_id, dataroot=str(exp.dataroot),
-        outdir=str(exp.outdir), call=results.Call(function, list(argv), exp.arguments),
+        outdir=str(exp.outdir), call=records.Call(function, list(argv), exp.arguments),
         failure=failure, error=error, device=device,
         devices=ids if on_gpu else [device],
-        gpu=results.gpu_name(system, ids) if on_gpu else None,
+        gpu=records.gpu_name(system, ids) if on_gpu else None,
         device_count=len(ids) if on_gpu else 0, gpu_identity=gpus,
-        environ=results.recorded_environ(os.environ), isolation=confinement.isolation_record(),
+        environ=records.recorded_environ(os.environ), isolation=confinement.isolation_record(),
         returncode=0 if failure is None else 1, metrics=exp.metrics, timings=ended.timings,
         gpu_monitor=ended.gpu_monitor, cpu_monitor=ended.cpu_monitor,
         synthetic_data=exp.synthetic_data, dataset=exp.dataset, rerun_of=rerun_of,
@@ -192,7 +193,7 @@ def run_test(
 
     Every outcome is written: exceptions, NaN metrics, too-short runs, SIGTERM and the
     supervisor's timeout signal all give a FAIL result. ``extra``: the launch's fields
-    (job, suite, repeat, ...; see results.ResultRecord.launch).
+    (job, suite, repeat, ...; see records.ResultRecord.launch).
     """
     outdir = Path(outdir)
     _check_extra(extra)

@@ -4,6 +4,7 @@ of what just ran, as text and as an HTML page next to the results."""
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -55,6 +56,11 @@ def run_suite(request: SuiteRequest, say: Callable[[str], None],
     selected = prof.select(request.names, request.tags)
     devs = resolve_gpus(devices.parse_device_spec(request.devices)
                         if request.devices is not None else devices.discover_devices())
+    cpus = len(os.sched_getaffinity(0))
+    if devs[0].kind == devices.CPU_KIND and len(devs) > cpus:
+        log.warning("--devices cpu:%d asks for more slices than the %d CPU(s) this process "
+                    "may use: the slices will share CPUs and each rate will be lower",
+                    len(devs), cpus)
     runner.check_outdir(request.outdir)
     runner.check_dataroot(request.dataroot)
     # One live `jobs` per folder: two would write the same names side by side.

@@ -17,7 +17,7 @@ from test_devices import FakeNVML
 from milarun import devices, energy, results, runner
 from milarun.diagnostics import steady_state
 from milarun.experiment import RateLog
-from milarun.results import RateRecord
+from milarun.records import RateRecord
 
 POWER_CAP, HW_SLOWDOWN, THERMAL, IDLE, SYNC_BOOST = 4, 8, 32, 1, 16
 

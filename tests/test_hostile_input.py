@@ -356,3 +356,12 @@ def test_an_uncreatable_data_root_is_a_one_line_error(tmp_path, command):
                           if command[0] == "jobs" else
                           milarun(*command, "-d", blocker / "data"))
     assert "data folder" in line and str(blocker / "data") in line and "pass -d" in line
+
+
+def test_more_cpu_slices_than_cpus_is_said(tmp_path):
+    slices = len(os.sched_getaffinity(0)) + 1
+    (tmp_path / "file").write_text("")  # an output "folder" that is a file: stops right after
+    done = milarun("jobs", "quick", "--name", "calibration", "--devices", f"cpu:{slices}",
+                   "-o", tmp_path / "file", "-d", tmp_path / "data")
+    assert f"--devices cpu:{slices} asks for more slices than" in done.stderr
+    assert done.returncode != 0 and "not writable" in done.stderr

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import load_all, milarun
 from milarun import results
+from milarun.records import ENV_PREFIXES, Call, ResultRecord
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +57,16 @@ def test_unknown_values_are_null_and_known_ones_are_filled(records):
     # Both keep the same subset of the environment (the instance's, for the harness).
     assert harness["environ"]["CUDA_VISIBLE_DEVICES"] == ""
     assert harness["environ"]["MILARUN_DEVICE"] == "cpu:0"
-    assert all(k.startswith(results.ENV_PREFIXES) for k in {**harness["environ"],
-                                                             **written["environ"]})
+    assert all(k.startswith(ENV_PREFIXES) for k in {**harness["environ"],
+                                                     **written["environ"]})
     for record in (written, harness):
         assert record["system"]["cpu"]["count"] >= 1 and record["finished_at"] > 0
 
 
 def test_a_launch_cannot_overwrite_a_result_field():
     with pytest.raises(ValueError, match="'success'"):
-        results.ResultRecord(
-            name="t", job_id="0", dataroot=".", outdir=".", call=results.Call("m:f", []),
+        ResultRecord(
+            name="t", job_id="0", dataroot=".", outdir=".", call=Call("m:f", []),
             failure=None, error=None, device="cpu:0", devices=["cpu:0"], gpu=None,
             device_count=0, environ={}, isolation=None, returncode=0,
             launch={"success": False}, system={})
