@@ -321,7 +321,7 @@ def test_extra_that_would_overwrite_a_harness_field_is_refused_before_running(tm
 
 def test_jobs_scores_only_what_could_run(tmp_path):
     """On one device a gpu-progression job makes only scaling.1: scaling.2 is not missing."""
-    done = milarun("jobs", "quick", "--name", "polynome", "scaling", "--devices", "cpu:1",
+    done = milarun("jobs", "quick", "--name", "scaling", "--devices", "cpu:1",
                    "-o", tmp_path, "--", "--min-slices", "5")
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"Score: +[0-9,.]+  \(coverage 100%\)", done.stdout), done.stdout

@@ -11,6 +11,12 @@ the loss is SmoothL1 + cross-entropy with 3:1 hard-negative mining.
 ``--image-size`` is the input resolution (300 = SSD300); other sizes keep the layers, whose
 maps then shrink or grow (and with them the anchor count), down to 257, the smallest input
 the extra layers reduce to a 1x1 map.
+
+Legacy counterpart: milarun/models/ssd/ (train.py, ssd300.py, utils.py) and
+milarun/datasets/coco/ at mila-ao-2020-2, with its ``loss.item()`` each step (a host sync,
+part of the measured work), SGD lr 1e-3 momentum 0.9 weight decay 5e-4 and 4 loader
+workers. Left: random weights; crowd and degenerate boxes dropped at load (a zero-width box
+gave the legacy an infinite loss); the crop and flip draw from torch's generator.
 """
 
 from __future__ import annotations
