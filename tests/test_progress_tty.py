@@ -52,7 +52,7 @@ def test_jobs_shows_a_live_row_per_instance_on_a_terminal(tmp_path):
     command = shlex.join([
         sys.executable, "-m", "milarun", "jobs", "quick", "--name", "polynome", "sine_wave",
         "--devices", "cpu:2", "-o", str(tmp_path / "out"), "-d", str(tmp_path / "data"),
-        "--", "--min-slices", "6"])
+        "--", "--min-slices", "8"])
     # keep the pane after the run so its last screen can be read
     script = f"{command}; echo {EXIT_MARK}$?; sleep 600"
     socket = str(tmp_path / f"tmux-{uuid.uuid4().hex[:8]}.sock")
