@@ -34,6 +34,18 @@ def milarun_process(*args: str, env: dict[str, str] | None = None) -> subprocess
                             env=_cli_env(env))
 
 
+QUICK_TESTS = ("calibration", "polynome", "sine_wave")  # per-device tests of quick.json
+
+
+def one_line_error(done: subprocess.CompletedProcess) -> str:
+    """The one line a bad input gets on stderr (no traceback, a non-zero exit)."""
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
 def load_all(folder: Path) -> dict[str, dict]:
     return {p.name: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
 

@@ -10,17 +10,9 @@ import subprocess
 
 import pytest
 
-from conftest import milarun, milarun_process
+from conftest import milarun, milarun_process, one_line_error
 from fullfs import fill_up, full_tmpfs
 from resultfactory import result, write
-
-
-def one_line_error(done) -> str:
-    assert done.returncode != 0, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    return lines[0]
 
 
 def no_json_below(folder, but=()) -> bool:
