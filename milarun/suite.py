@@ -81,9 +81,9 @@ def _run_held(request: SuiteRequest, prof: profile.Profile, selected: list[profi
         hierarchies=isolation.find_hierarchies() if request.use_cgexec else {},
         verbose=request.verbose, progress_interval=request.progress_interval,
     )
-    record = manifest.RunManifest.start(
-        request.outdir, prof.name, sorted(expected_tests(selected, devs)), request.repeat,
-        [d.label for d in devs])
+    expected = expected_tests(selected, devs)
+    record = manifest.RunManifest.start(request.outdir, prof.name, sorted(expected),
+                                        request.repeat, [d.label for d in devs])
     say(f"{prof.name}: {len(selected)} job(s) x {request.repeat} on "
         f"{', '.join(d.label for d in devs)} -> {request.outdir}")
 
@@ -101,7 +101,7 @@ def _run_held(request: SuiteRequest, prof: profile.Profile, selected: list[profi
         record.finish("failed", f"{type(err).__name__}: {err}")
         raise
     record.finish("complete")
-    return _report(prof.name, selected, devs, done, request.outdir)
+    return _report(prof.name, expected, done, request.outdir)
 
 
 def expected_tests(selected: list[profile.Job], devs: list[devices.Device]) -> set[str]:
@@ -112,8 +112,8 @@ def expected_tests(selected: list[profile.Job], devs: list[devices.Device]) -> s
     return expected | {j.fullname for j in selected if j.partition != "gpu-progression"}
 
 
-def _report(title: str, selected: list[profile.Job], devs: list[devices.Device],
-            done: list[launch.Instance], outdir: Path) -> SuiteOutcome:
+def _report(title: str, expected: set[str], done: list[launch.Instance],
+            outdir: Path) -> SuiteOutcome:
     from milarun import html, render, report  # pandas/matplotlib: only once jobs are done
 
     loaded = summary.Loaded(root=outdir, results=[i.result for i in done if i.result],
@@ -121,7 +121,6 @@ def _report(title: str, selected: list[profile.Job], devs: list[devices.Device],
     summ = summary.summarize(loaded.results)
     weights: Any = report.default_weights(list(summ))
     if weights:  # score what was selected and could run: the rest is not "missing"
-        expected = expected_tests(selected, devs)
         weights = (weights[0], {t: w for t, w in weights[1].items() if t in expected})
     rep = report.build_report(summ, title=f"milarun {title}", weights=weights)
     page: Path | None = outdir / f"report.{results.utc_stamp()}.html"
