@@ -119,13 +119,9 @@ def _series(samples: Sequence[Any], gid: str, key: str) -> list[tuple[float, flo
             continue
         when, reading = sample.get("time"), sample["gpus"].get(gid)
         value = reading.get(key) if isinstance(reading, dict) else None
-        if _finite(when) and _finite(value):
+        if results.is_finite(when) and results.is_finite(value):
             out.append((float(when), float(value)))
     return sorted(out)
-
-
-def _finite(value: Any) -> bool:
-    return results.is_number(value) and math.isfinite(value)
 
 
 def value_at(series: list[tuple[float, float]], when: float) -> float | None:
@@ -231,7 +227,7 @@ def throttle_record(record: Any, monitor: Mapping[str, Any] | None,
     window = steady_window(record) if hasattr(record, "slice_ends") else None
     samples = (monitor or {}).get("samples") or []
     interval = (monitor or {}).get("interval")
-    interval = float(interval) if _finite(interval) and interval > 0 else 1.0
+    interval = float(interval) if results.is_finite(interval) and interval > 0 else 1.0
     if window is None:
         return None
     flagged: set[int] = set()
@@ -284,7 +280,7 @@ def summary_entries(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 and _positive(e.get("examples_per_joule"))]
     if measured:
         out["energy"] = {"n": len(measured), **{
-            k: _mean([float(e[k]) for e in measured if _finite(e.get(k))])
+            k: _mean([float(e[k]) for e in measured if results.is_finite(e.get(k))])
             for k in ENERGY_KEYS},
             "method": ",".join(sorted({str(e.get("method")) for e in measured}))}
     windows: Counter[str] = Counter()
@@ -307,7 +303,7 @@ def summary_entries(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _positive(value: Any) -> bool:
-    return _finite(value) and value > 0
+    return results.is_finite(value) and value > 0
 
 
 def _count(value: Any) -> bool:

@@ -263,6 +263,11 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_finite(value: Any) -> bool:
+    """A number (not a bool) that is neither NaN nor infinite."""
+    return is_number(value) and math.isfinite(value)
+
+
 def _objects(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
 

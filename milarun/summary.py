@@ -182,7 +182,8 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _mean_of(values: list[Any]) -> float | None:
-    numbers = [float(v) for v in values if _finite(v) and abs(v) <= 1e300]  # fsum overflows
+    # fsum overflows past 1e300
+    numbers = [float(v) for v in values if results.is_finite(v) and abs(v) <= 1e300]
     return math.fsum(numbers) / len(numbers) if numbers else None
 
 
@@ -192,7 +193,7 @@ def quality(runs: list[dict[str, Any]]) -> dict[str, Any]:
     diags = [(r.get("diagnostics") or {}).get("train") or {} for r in runs]
     starts = [r.get("startup") or {} for r in runs]
     effs = [r.get("efficiency") or {} for r in runs]
-    drifts = [d["drift"] for d in diags if _finite(d.get("drift"))]
+    drifts = [d["drift"] for d in diags if results.is_finite(d.get("drift"))]
     flagged: Counter[str] = Counter(f for d in diags for f in d.get("flags") or [])
     return {
         "slices": _mean_of([d.get("slices") for d in diags]),
@@ -215,11 +216,11 @@ def _peak_memory(result: dict[str, Any]) -> float | None:
     used = [m[0] for s in gpu if isinstance(s, dict) and isinstance(s.get("gpus"), dict)
             for g in s["gpus"].values()
             if isinstance(g, dict) and isinstance(m := g.get("memory"), list) and m
-            and _finite(m[0])]
+            and results.is_finite(m[0])]
     if used:
         return max(used)
     cpu = (result.get("cpu_monitor") or {}).get("samples") or []
-    rss = [s["rss_mb"] for s in cpu if isinstance(s, dict) and _finite(s.get("rss_mb"))]
+    rss = [s["rss_mb"] for s in cpu if isinstance(s, dict) and results.is_finite(s.get("rss_mb"))]
     return max(rss) if rss else None
 
 
@@ -303,12 +304,8 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _finite(value: Any) -> bool:
-    return results.is_number(value) and math.isfinite(value)
-
-
 def _bounded(value: Any) -> bool:
-    return _finite(value) and abs(value) <= results.MAX_RATE
+    return results.is_finite(value) and abs(value) <= results.MAX_RATE
 
 
 def _stats_problem(where: str, value: Any) -> str | None:
@@ -348,7 +345,7 @@ def _entry_problem(entry: dict[str, Any]) -> str | None:
     rates = entry.get("rates")
     if rates is not None and not (isinstance(rates, list) and all(_bounded(r) for r in rates)):
         return f"'rates' is not a list of numbers of at most {results.MAX_RATE:g}"
-    if entry.get("peak_memory") is not None and not _finite(entry["peak_memory"]):
+    if entry.get("peak_memory") is not None and not results.is_finite(entry["peak_memory"]):
         return f"'peak_memory' is {entry['peak_memory']!r}, not a finite number"
     for key in ("dataset", "natural", "quality", "failure_kinds", "energy", "throttle"):
         if entry.get(key) is not None and not isinstance(entry[key], dict):
@@ -368,7 +365,7 @@ def _quality_problem(quality: dict[str, Any]) -> str | None:
     numbers = [(f"quality.{k}", v) for k, v in quality.items() if k not in (
         "startup", "flagged")] + [(f"quality.startup.{k}", v) for k, v in (startup or {}).items()]
     for where, value in numbers:
-        if value is not None and not _finite(value):
+        if value is not None and not results.is_finite(value):
             return f"'{where}' is {value!r}, not a finite number"
     return None
 
