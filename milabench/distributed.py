@@ -128,11 +128,12 @@ def gather_rate_logs(exp: Experiment, name: str = "train") -> list[dict[str, Any
 
     rank, world = dist.get_rank(), dist.get_world_size()
     gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, record)
+    dist.all_gather_object(gathered, (record, exp.rank_place(rank)))
     exp.write_result = rank == 0
     if rank == 0:
-        exp.add_timings({f"{name}_{r}": rec for r, rec in enumerate(gathered)})
-    return [rec.to_dict() for rec in gathered]
+        exp.add_timings({f"{name}_{r}": rec for r, (rec, _) in enumerate(gathered)})
+        exp.set_ranks([place for _, place in gathered])
+    return [rec.to_dict() for rec, _ in gathered]
 
 
 def shutdown() -> None:

@@ -121,17 +121,29 @@ class Commands:
         # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
         # [alias: -d]
         dataroot: Option = default(None)
-        # Output folder (default: $MILARUN_OUTROOT/results-<date>, then ./results/<date>)
+        # Output folder (default: $MILARUN_OUTROOT/results-<date>, then ./results/<date>);
+        # a Slurm task writes in its <out>/nodes/<node>
         # [alias: -o]
         out: Option = default(None)
+        # Multi-node scaling: this node is one of K running the gpu-progression jobs as one
+        # torchrun job (needs --master)
+        nnodes: Option & int = default(None)
+        # Multi-node scaling: the head node (node rank 0) as ADDR:PORT
+        master: Option & str = default(None)
+        # Multi-node scaling: this node's rank (default: $SLURM_NODEID under srun)
+        node_rank: Option & int = default(None)
 
+        if (nnodes is None) != (master is None):
+            raise runner.UsageError("--nnodes and --master go together (a multi-node run)")
         outcome = suite.run_suite(
             suite.SuiteRequest(
                 profile=profile_spec, outdir=Path(out) if out else default_outdir(),
                 dataroot=Path(dataroot) if dataroot else default_dataroot(),
                 names=_split_names(name), tags=_split_names(tags), repeat=repeat,
                 devices=devices_spec, use_cgexec=not no_cgexec, verbose=verbose,
-                user_args=test_args),
+                user_args=test_args,
+                rendezvous=(launch.Rendezvous.parse(nnodes, master, node_rank)
+                            if nnodes is not None else None)),
             say=lambda line: print(line, flush=True))
         if outcome.interrupted_by:
             print(f"interrupted by {outcome.interrupted_by}: every instance stopped; "

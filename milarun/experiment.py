@@ -9,6 +9,8 @@ not serialise the device queue on every step.
 from __future__ import annotations
 
 import argparse
+import os
+import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from milarun.diagnostics import DEFAULT_MIN_SLICES, RunLength
 from milarun.ratelog import SLICE_DURATION, RateLog
 from milarun.records import RateRecord, TimerRecord
+from milarun.slurmenv import node_name
 
 if TYPE_CHECKING:
     from milarun.efficiency import Efficiency
@@ -93,6 +96,7 @@ class Experiment:
         self._on_progress = on_progress  # called after a block that closed slices
         self._extra_timings: dict[str, RateRecord] = {}
         self._efficiency: Efficiency | None = None
+        self.ranks: list[dict[str, Any]] = []  # a distributed run's, see set_ranks
         self.time("program").__enter__()
 
     # -- arguments -----------------------------------------------------------------
@@ -198,6 +202,18 @@ class Experiment:
         if clashing:
             raise ValueError(f"timing {clashing[0]!r} is one of this experiment's own")
         self._extra_timings.update(records)
+
+    def rank_place(self, rank: int) -> dict[str, Any]:
+        """Where this process runs as ``rank``: {rank, node, host, device}."""
+        local = int(os.environ.get("LOCAL_RANK") or 0)
+        labels = (os.environ.get("MILARUN_DEVICE") or "").split(",")
+        device = labels[local] if local < len(labels) and labels[local] else str(self._device)
+        return {"rank": rank, "node": node_name(), "host": socket.gethostname(),
+                "device": device}
+
+    def set_ranks(self, places: list[dict[str, Any]]) -> None:
+        """Every rank's place (rank_place), gathered by rank 0: the result's ``ranks``."""
+        self.ranks = list(places)
 
     @property
     def extra_timings(self) -> dict[str, RateRecord]:

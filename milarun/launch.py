@@ -8,34 +8,25 @@ a result file gets a FAIL result written here, with the failure kind and its log
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, Callable
 
-from milarun import devices as devmod
 from milarun import harness_record, isolation, results, watchdog
 from milarun.devices import Device
+from milarun.plan import (GRACE_PERIOD, Instance, LaunchError, LaunchOptions,  # noqa: F401
+                          Rendezvous, check_jobs, exec_prefix, free_port, plan_instances,
+                          plan_progression, run_prepare)
 from milarun.profile import Job
 from milarun.progress import ProgressBoard
 
-GRACE_PERIOD = 10.0
 POLL_INTERVAL = 0.1
 # Stop every instance and record it 'interrupted' (SIGHUP: the ssh session closed).
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 log = logging.getLogger(__name__)
-
-
-class LaunchError(RuntimeError):
-    pass
 
 
 class JobsInterrupted(Exception):
@@ -45,170 +36,6 @@ class JobsInterrupted(Exception):
     @property
     def exit_code(self) -> int:
         return 128 + signal.Signals[self.args[0]].value
-
-
-@dataclass
-class Instance:
-    job: Job
-    job_id: str
-    devices: list[Device]
-    command: list[str]
-    env: dict[str, str]
-    log_path: Path
-    process: subprocess.Popen | None = None
-    started: float = 0.0
-    wall_started: float = 0.0
-    placement: isolation.Placement | None = None
-    oom_before: int | None = None
-    alarm_sent: float | None = None
-    killed: bool = False
-    interrupted: bool = False
-    result_path: Path | None = None
-    result: dict[str, Any] = field(default_factory=dict)
-    stamp: str = ""  # of its result file's name, chosen here and given to the instance
-    stopped_by: str | None = None  # why the supervisor stopped it (a signal, an error)
-    fullname: str | None = None  # result name when it is not the job's (scaling: .<k>)
-
-    @property
-    def name(self) -> str:
-        return self.fullname or self.job.fullname
-
-    @property
-    def tag(self) -> str:
-        return f"{self.name} J{self.job_id} {','.join(d.label for d in self.devices)}"
-
-
-@dataclass
-class LaunchOptions:
-    outdir: Path
-    dataroot: Path
-    user_args: list[str] = field(default_factory=list)
-    use_cgexec: bool = True
-    grace: float = GRACE_PERIOD
-    out: TextIO = sys.stdout
-    hierarchies: dict[str, isolation.Hierarchy] = field(default_factory=dict)
-    verbose: bool = False  # stream every instance's output
-    progress_interval: float = 10.0
-    unisolated_warned: set[str] = field(default_factory=set)
-    prepare_warned: set[str] = field(default_factory=set)
-
-
-def check_jobs(jobs: list[Job], devices: list[Device], opts: LaunchOptions) -> None:
-    """Refuse up front what cannot run, before any job starts."""
-    for job in jobs:
-        if job.partition == "gpu-progression":
-            continue  # k ranks span k students: runs without per-student groups
-        for device in devices:
-            _placement(job, device, opts)
-
-
-def _placement(job: Job, device: Device, opts: LaunchOptions) -> isolation.Placement | None:
-    """The student groups of an instance, or None when the job runs without them."""
-    if not job.cgroup or not opts.use_cgexec:
-        return None
-    try:
-        return isolation.placement(job.cgroup, device.id, opts.hierarchies)
-    except isolation.IsolationError as err:
-        if not job.cgroup_optional:
-            raise isolation.IsolationError(f"job {job.fullname}: {err}")
-        if job.fullname not in opts.unisolated_warned:
-            opts.unisolated_warned.add(job.fullname)
-            log.warning("%s runs WITHOUT student isolation: %s", job.fullname, err)
-        return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run_command(job: Job, name: str, job_id: str, extra: dict[str, Any],
-                 opts: LaunchOptions) -> list[str]:
-    """The ``milarun run`` words of one instance (profile args first, the user's last)."""
-    return [
-        "-m", "milarun", "run", job.experiment, "--experiment-name", name,
-        "--job-id", job_id, "-o", str(opts.outdir), "-d", str(opts.dataroot),
-        "--extra", json.dumps(extra), "--", *job.argv(), *opts.user_args,
-    ]
-
-
-def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions,
-                     prepared: list[dict[str, Any]] | None = None) -> list[list[Instance]]:
-    """gpu-progression: for k = 1..N, one torchrun job of k ranks named <suite>.<test>.<k>."""
-    rounds = []
-    for k in range(1, len(devices) + 1):
-        group = devices[:k]
-        name = f"{job.fullname}.{k}"
-        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat, "world_size": k,
-                 "prepare": prepared or []}
-        command = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-            "--nproc-per-node", str(k), "--master-addr", "127.0.0.1",
-            "--master-port", str(free_port()),
-            *_run_command(job, name, str(repeat), extra, opts),
-        ]
-        env = devmod.launch_environ(group)  # without the operator's leftover rank variables
-        if group[0].kind == devmod.CPU_KIND and "OMP_NUM_THREADS" not in os.environ:
-            # each rank gets one slice's share of the cores, not the whole group's
-            env["OMP_NUM_THREADS"] = devmod.instance_environ(group[:1])["OMP_NUM_THREADS"]
-        log_path = opts.outdir / "logs" / f"{name}.J{repeat}.log"
-        inst = Instance(job, str(repeat), group, command, env, log_path, fullname=name)
-        rounds.append([inst])
-    return rounds
-
-
-def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions,
-                   prepared: list[dict[str, Any]] | None = None) -> list[Instance]:
-    """per-gpu: one instance per device; normal: one instance on every device."""
-    groups = [[d] for d in devices] if job.partition == "per-gpu" else [devices]
-    instances = []
-    for group in groups:
-        job_id = f"{repeat}.{group[0].id}" if job.partition == "per-gpu" else str(repeat)
-        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat,
-                 "prepare": prepared or []}
-        command = [sys.executable, *_run_command(job, job.fullname, job_id, extra, opts)]
-        env = devmod.launch_environ(group)  # without the operator's leftover rank variables
-        place = _placement(job, group[0], opts)
-        if place is not None:
-            env["MILARUN_CGROUP"] = place.spec
-        log_path = opts.outdir / "logs" / f"{job.fullname}.J{job_id}.log"
-        instances.append(Instance(job, job_id, group, command, env, log_path, placement=place))
-    return instances
-
-
-def _exec_prefix(job: Job, warned: set[str]) -> list[str]:
-    if not job.exec_prefix:
-        return []
-    if shutil.which(job.exec_prefix[0]):
-        return list(job.exec_prefix)
-    if job.exec_prefix[0] not in warned:
-        warned.add(job.exec_prefix[0])
-        log.warning("exec_prefix '%s' is not installed; running without it",
-                    job.exec_prefix[0])
-    return []
-
-
-def _prepare(job: Job, opts: LaunchOptions) -> list[dict[str, Any]]:
-    """Run the job's prepare commands; a failure is a warning (once per command).
-
-    Returns what ran and how it ended, for the results (e.g. caches not dropped because
-    dropping them needs root: no setuid helper is ever used for it).
-    """
-    outcomes = []
-    for command in job.prepare:
-        # The command sees the run's data folder and this Python (e.g. to synthesise data:
-        # "$MILARUN_PYTHON" -m milarun dataset mnist --synthetic).
-        env = {**os.environ, "MILARUN_DATAROOT": str(opts.dataroot),
-               "MILARUN_PYTHON": sys.executable}
-        done = subprocess.run(command, shell=True, capture_output=True, text=True, env=env)
-        outcomes.append({"command": command, "returncode": done.returncode})
-        if done.returncode != 0 and command not in opts.prepare_warned:
-            opts.prepare_warned.add(command)
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-            log.warning("prepare command of %s failed (exit %d, continuing): %s: %s",
-                        job.fullname, done.returncode, command, tail[0])
-    return outcomes
 
 
 class Supervisor:
@@ -281,7 +108,7 @@ class Supervisor:
 
     def _start(self, inst: Instance) -> None:
         inst.log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = _exec_prefix(inst.job, self.warned) + inst.command
+        command = exec_prefix(inst.job, self.warned) + inst.command
         preexec = None
         if inst.placement is not None:
             command = inst.placement.prefix + command
@@ -364,6 +191,12 @@ class Supervisor:
             except ValueError as err:
                 inst.result = {"success": False, "failure": {"kind": "crash",
                                                              "message": str(err)}}
+        elif inst.recorded_on_head and inst.process.returncode == 0:
+            # its ranks ended well: rank 0, on the head node, wrote the run's result
+            inst.result = {"success": True, "recorded_on_head": True}
+            self.board.say(f"done   {inst.tag}: its ranks ended well; rank 0, on the head "
+                           "node, writes the result")
+            return
         else:
             inst.result = harness_record.harness_failure(inst, self.opts,
                                                          self._oom_killed(inst))
@@ -386,7 +219,7 @@ def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOp
     done: list[Instance] = []
     for r in range(repeat):
         for job in jobs:
-            prepared = _prepare(job, opts)
+            prepared = run_prepare(job, opts)
             rounds = (plan_progression(job, r, devices, opts, prepared)
                       if job.partition == "gpu-progression"
                       else [plan_instances(job, r, devices, opts, prepared)])
@@ -394,5 +227,6 @@ def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOp
                 try:
                     supervisor.run_group(instances)
                 finally:
-                    done += [i for i in instances if i.result]
+                    done += [i for i in instances if i.result and not
+                             i.result.get("recorded_on_head")]
     return done

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
-from milarun import sysinfo
+from milarun import slurmenv, sysinfo
 from milarun.results import LAUNCH_KEYS, OWN_KEYS, WRITTEN_BY
 
 # Environment variables worth recording (and restoring on rerun); never the whole
@@ -153,6 +153,11 @@ class ResultRecord:
     # (milarun.gpuids.GpuIdentity); empty (null in the file) on a CPU slice.
     gpu_identity: tuple[Record, ...] = ()
     launch: Mapping[str, Any] = field(default_factory=dict)
+    # Where it ran: the Slurm node (else the host) and the Slurm job and step, if any;
+    # a distributed run: every rank's {rank, node, host, device}.
+    node: str = field(default_factory=slurmenv.node_name)
+    slurm: Mapping[str, Any] | None = field(default_factory=slurmenv.slurm_block)
+    ranks: tuple[Mapping[str, Any], ...] = ()
     signal: str | None = None
     log: str | None = None
     written_by: str | None = None
@@ -191,6 +196,8 @@ class ResultRecord:
             "efficiency": self.efficiency.to_dict() if self.efficiency else None,
             "energy": self.energy.to_dict() if self.energy else None,
             "gpu_identity": [g.to_dict() for g in self.gpu_identity] or None,
+            "node": self.node, "slurm": dict(self.slurm) if self.slurm else None,
+            "ranks": [dict(r) for r in self.ranks] or None,
             "signal": self.signal, "log": self.log, "finished_at": self.finished_at,
             **{key: None for key in LAUNCH_KEYS},
             **{k: v for k, v in self.launch.items() if k != "job"},

@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from milarun import comparability, report_energy, results, stats, units
+from milarun import comparability, report_energy, report_nodes, results, stats, units
+
+if TYPE_CHECKING:
+    from milarun.report_nodes import NodeReport
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 FAILURE_RATE_LIMIT = 0.01
@@ -146,6 +149,7 @@ class Report:
     energy_score: float | None = None
     energy_coverage: float | None = None
     power_cost: float | None = None
+    nodes: NodeReport | None = None  # per node (milarun.report_nodes): --compare-nodes, fleets
 
     @property
     def passed(self) -> bool:
@@ -357,22 +361,30 @@ def _compare_score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
 
 
 def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """Distributed tests (``<suite>.<test>.<k>``): ranks, mean per rank (the scored, legacy
-    figure), total over the ranks, and efficiency = total / (k x the same test at k = 1)."""
-    rows = {}
+    """Distributed tests (``<suite>.<test>.<k>``, k ranks): [nodes], mean per rank (the
+    scored, legacy figure), total over the ranks, and efficiency = total / ((k / k0) x the
+    total at k0), k0 the smallest k of that test (k = 1 when present; scaling.8 for 1x8)."""
+    found = {}
     for test, entry in summary.items():
         total = (entry.get("throughput") or {}).get("mean")
         prefix, _, k = test.rpartition(".")
-        if total is None or not k.isdigit():
-            continue
-        one = ((summary.get(f"{prefix}.1") or {}).get("throughput") or {}).get("mean")
-        rows[test] = {"k": int(k), "per_rank": (entry.get("train") or {}).get("mean"),
+        if total is not None and k.isdigit() and int(k) > 0:
+            found[test] = (prefix, int(k), total, entry)
+    base = {p: min((k, t) for q, k, t, _ in found.values() if q == p)
+            for p, *_ in found.values()}
+    rows = {}
+    for test, (prefix, k, total, entry) in found.items():
+        k0, total0 = base[prefix]
+        rows[test] = {"k": k, "per_rank": (entry.get("train") or {}).get("mean"),
                       "total": total,
-                      "efficiency": total / (int(k) * one) if one else math.nan}
+                      "efficiency": total / (k / k0 * total0) if total0 else math.nan}
+        if entry.get("nodes") is not None:
+            rows[test]["nodes"] = entry["nodes"]
     if not rows:
         return pd.DataFrame()
     df = pd.DataFrame.from_dict(rows, orient="index").sort_values("k", kind="stable")
-    return df.astype({"per_rank": float, "total": float, "efficiency": float})
+    return df.astype({c: float for c in ("per_rank", "total", "efficiency", "nodes")
+                      if c in df.columns})
 
 
 def gpu_tables(summary: dict[str, dict[str, Any]]) -> dict[str, pd.DataFrame]:
@@ -389,13 +401,8 @@ def gpu_tables(summary: dict[str, dict[str, Any]]) -> dict[str, pd.DataFrame]:
                 rows[test] = {d: v / best for d, v in values.items()}
         if rows:
             df = pd.DataFrame.from_dict(rows, orient="index")
-            tables[measure] = df[sorted(df.columns, key=_device_order)].sort_index()
+            tables[measure] = df[sorted(df.columns, key=report_nodes.device_order)].sort_index()
     return tables
-
-
-def _device_order(label: str) -> tuple[str, int, str]:
-    kind, _, index = str(label).rpartition(":")
-    return (kind, int(index), "") if index.isdigit() else (str(label), -1, "")
 
 
 def ratio_gate(report: Report, threshold: float) -> str | None:

@@ -32,7 +32,7 @@ RESULT_KEYS = (
     "error", "hostname", "gpu", "device_count", "environ", "metrics", "timings",
     "gpu_monitor", "cpu_monitor", "milarun_version", "system", "isolation", "failure",
     "returncode", "synthetic_data", "dataset", "rerun_of", "startup", "diagnostics",
-    "efficiency", "energy", "gpu_identity",
+    "efficiency", "energy", "gpu_identity", "node", "slurm", "ranks",
 )
 # How `milarun jobs` launched the instance (its --extra): null in a plain `milarun run`.
 LAUNCH_KEYS = ("suite", "repeat", "prepare", "world_size")

@@ -172,7 +172,7 @@ def _test_record(function: str, argv: list[str], exp: Experiment, ended: _Ended,
                                                     ended.timings.get(log.name),
                                                     ended.gpu_monitor, labels)
                      for log in logs},
-        efficiency=exp.efficiency, launch=extra or {}, system=system,
+        efficiency=exp.efficiency, launch=extra or {}, system=system, ranks=tuple(exp.ranks),
         energy=energy.energy_record(device, ended.timings, ended.gpu_monitor, labels),
     )
 

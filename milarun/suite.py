@@ -3,14 +3,15 @@ of what just ran, as text and as an HTML page next to the results."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from milarun import (devices, isolation, launch, manifest, profile, results, runner, summary,
-                     watchdog)
+from milarun import (devices, isolation, launch, manifest, profile, results, runner, slurmenv,
+                     summary, watchdog)
 from milarun.gpuids import resolve_gpus
 
 log = logging.getLogger("milarun")
@@ -31,6 +32,7 @@ class SuiteRequest:
     verbose: bool = False
     progress_interval: float = 10.0
     user_args: list[str] = field(default_factory=list)
+    rendezvous: launch.Rendezvous | None = None  # this node's part of a multi-node run
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,11 @@ def run_suite(request: SuiteRequest, say: Callable[[str], None],
     """
     if request.repeat < 1:
         raise runner.UsageError(f"--repeat {request.repeat}: must be at least 1")
+    extra_task = slurmenv.extra_task_on_node()
+    if extra_task:
+        raise runner.UsageError(extra_task)
+    # A Slurm task writes <out>/nodes/<node>: one folder serves the whole allocation.
+    request = dataclasses.replace(request, outdir=slurmenv.node_outdir(request.outdir))
     prof = profile.load_profile(request.profile)
     selected = prof.select(request.names, request.tags)
     devs = resolve_gpus(devices.parse_device_spec(request.devices)
@@ -80,8 +87,9 @@ def _run_held(request: SuiteRequest, prof: profile.Profile, selected: list[profi
         use_cgexec=request.use_cgexec,
         hierarchies=isolation.find_hierarchies() if request.use_cgexec else {},
         verbose=request.verbose, progress_interval=request.progress_interval,
+        rendezvous=request.rendezvous,
     )
-    expected = expected_tests(selected, devs)
+    expected = expected_tests(selected, devs, request.rendezvous)
     record = manifest.RunManifest.start(request.outdir, prof.name, sorted(expected),
                                         request.repeat, [d.label for d in devs])
     say(f"{prof.name}: {len(selected)} job(s) x {request.repeat} on "
@@ -101,14 +109,23 @@ def _run_held(request: SuiteRequest, prof: profile.Profile, selected: list[profi
         record.finish("failed", f"{type(err).__name__}: {err}")
         raise
     record.finish("complete")
+    rdzv = request.rendezvous
+    if rdzv is not None and rdzv.node_rank > 0 and not done:
+        return SuiteOutcome(request.outdir, report_text=(
+            f"node rank {rdzv.node_rank} of {rdzv.nnodes}: its ranks ended well; rank 0 on "
+            f"the head node ({rdzv.master_addr}) writes the results\n"))
     return _report(prof.name, expected, done, request.outdir)
 
 
-def expected_tests(selected: list[profile.Job], devs: list[devices.Device]) -> set[str]:
+def expected_tests(selected: list[profile.Job], devs: list[devices.Device],
+                   rendezvous: launch.Rendezvous | None = None) -> set[str]:
     """The result names the selection can produce on these devices: a gpu-progression job
-    makes ``<test>.1`` .. ``<test>.N`` for N devices, so scaling.2 is not missing on one."""
+    makes ``<test>.1`` .. ``<test>.N`` for N devices, so scaling.2 is not missing on one;
+    on K nodes (a rendezvous), the one ``<test>.<K x N>``."""
+    sizes = ([rendezvous.nnodes * len(devs)] if rendezvous
+             else range(1, len(devs) + 1))
     expected = {f"{j.fullname}.{k}" for j in selected if j.partition == "gpu-progression"
-                for k in range(1, len(devs) + 1)}
+                for k in sizes}
     return expected | {j.fullname for j in selected if j.partition != "gpu-progression"}
 
 

@@ -113,7 +113,26 @@ def _program_time(result: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _device_key(result: dict[str, Any]) -> str | None:
+def result_node(result: dict[str, Any]) -> str:
+    """The node a result ran on: ``node``, else (older results) the Slurm block's node,
+    else the host name."""
+    slurm = result.get("slurm")
+    for value in (result.get("node"), slurm.get("node") if isinstance(slurm, dict) else None,
+                  result.get("hostname")):
+        if isinstance(value, str) and value:
+            return value
+    return "?"
+
+
+def rank_nodes(result: dict[str, Any]) -> int | None:
+    """How many distinct nodes a distributed result's ``ranks`` ran on (None: no ranks)."""
+    ranks = result.get("ranks")
+    if not isinstance(ranks, list):
+        return None
+    return len({str(r.get("node")) for r in ranks if isinstance(r, dict)}) or None
+
+
+def device_key(result: dict[str, Any]) -> str | None:
     """The device a single-device run used; None for multi-device (scaling) runs."""
     devices = result.get("devices")
     if isinstance(devices, list) and len(devices) > 1:
@@ -125,10 +144,14 @@ def _device_key(result: dict[str, Any]) -> str | None:
 
 
 def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Group results by test name; a test whose runs all failed keeps null stats."""
+    """Group results by test name; a test whose runs all failed keeps null stats.
+
+    ``pergpu`` keys are the devices (``cpu:0``, ``0``), or ``<node>/<device>`` when the
+    results span more than one node (two nodes' ``cpu:0`` are two devices)."""
     by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in loaded:
         by_name[str(result["name"])].append(result)
+    many_nodes = len({result_node(r) for r in loaded}) > 1
     out = {}
     for name in sorted(by_name):
         runs = by_name[name]
@@ -152,9 +175,9 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             program = _program_time(run)
             if program is not None:
                 programs.append(program)
-            device = _device_key(run)
+            device = device_key(run)
             if device is not None:
-                pergpu[device].append(rate)
+                pergpu[f"{result_node(run)}/{device}" if many_nodes else device].append(rate)
             peak = _peak_memory(run)
             if peak is not None:
                 peaks.append(peak)
@@ -175,6 +198,9 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             out[name]["dataset"] = min(read, key=lambda d: d.get("size") or 0)
         if totals:  # scaling.k: train is the mean per rank, throughput all k ranks
             out[name]["throughput"] = stats(totals)
+        spans = [n for n in map(rank_nodes, runs) if n]
+        if spans:  # a distributed test: on how many nodes its ranks ran
+            out[name]["nodes"] = max(spans)
         found = units.natural(good)
         if found:  # the test counts in a legacy unit: the natural one per counted example
             out[name]["natural"] = found
@@ -326,8 +352,8 @@ def _stats_problem(where: str, value: Any) -> str | None:
 
 def _entry_problem(entry: dict[str, Any]) -> str | None:
     """Type of every number a report computes with (counts, stats, rates)."""
-    for key in ("n", "failures"):
-        if not _count(entry[key]):
+    for key in ("n", "failures", "nodes"):
+        if (key != "nodes" or entry.get(key) is not None) and not _count(entry[key]):
             return f"'{key}' is {entry[key]!r}, not a count"
     if entry["failures"] > entry["n"]:
         return f"'failures' ({entry['failures']}) is more than 'n' ({entry['n']})"
