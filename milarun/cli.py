@@ -13,13 +13,14 @@ from typing import Any
 from coleo import Option, default, run_cli
 
 from milarun import (devices, doctor, isolation, launch, profile, progress, reporting, results,
-                     runner, suite, summary, sysinfo)
+                     runner, slurm, suite, summary, sysinfo)
+from milarun.cli_slurm import SlurmCommands
 from milarun.isolation import IsolationError
 
 # Errors that are the user's to fix: one line, exit 1, no traceback.
 USER_ERRORS = (
     profile.ProfileError, devices.DeviceSpecError, runner.UsageError, launch.LaunchError,
-    IsolationError, results.InputError,
+    IsolationError, results.InputError, slurm.SlurmError,
 )
 # Exit code of `report --fail-below` when the score ratio is under the threshold.
 GATE_FAILED = 3
@@ -228,6 +229,8 @@ class Commands:
         compare: Option = default(None)
         # Show each device's rate as a fraction of the best device
         compare_gpus: Option & bool = default(False)
+        # Per-node scores, node x device matrix, flags on a significantly slow node or device
+        compare_nodes: Option & bool = default(False)
         # Machine price in dollars: adds price and price/score
         price: Option & float = default(None)
         # Electricity price in $/kWh: adds the energy cost of a million examples per test
@@ -246,9 +249,9 @@ class Commands:
         _no_test_args("report", test_args)
         outcome = reporting.make_report(reporting.ReportRequest(
             Path(source), weights=weights, compare=compare, compare_gpus=compare_gpus,
-            price=price, power_cost=power_cost, penalize_variance=penalize_variance,
-            html=Path(html) if html else None, title=title, fail_below=fail_below,
-            format=format))
+            compare_nodes=compare_nodes, price=price, power_cost=power_cost,
+            penalize_variance=penalize_variance, html=Path(html) if html else None,
+            title=title, fail_below=fail_below, format=format))
         _print_skipped(outcome.skipped)
         print(outcome.text, end="")
         if outcome.html:
@@ -337,6 +340,8 @@ class Commands:
             print(doctor.render(check), flush=True)
         print(doctor.summary(checks))
         return doctor.exit_code(checks)
+
+    slurm = SlurmCommands
 
     def sysinfo(test_args: list[str]) -> int:
         """Print the system record that every result embeds."""

@@ -14,7 +14,8 @@ import matplotlib
 from markupsafe import Markup
 from matplotlib.figure import Figure
 
-from milarun import isolation, render, report_energy, results, summary
+from milarun import (isolation, render, render_nodes, report_energy, report_nodes, results,
+                     summary)
 from milarun.report import Report
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -24,9 +25,9 @@ MAX_LINES = 32
 ERROR_TAIL_LINES = 30
 
 
-def ratio_class(value: float) -> str:
+def ratio_class(value: float | None) -> str:
     """Colour rule for perf ratios: >=1.1 good, >=0.9 ok, >=0.75 warn, else bad."""
-    if not math.isfinite(value):
+    if value is None or not math.isfinite(value):
         return ""
     return "good" if value >= 1.1 else "ok" if value >= 0.9 else "warn" if value >= 0.75 else "bad"
 
@@ -60,13 +61,20 @@ def _svg(fig: Figure) -> Markup:
     return Markup(text[text.index("<svg"):])
 
 
-def rate_chart(runs: list[dict[str, Any]]) -> tuple[Markup, str] | None:
+def _device(result: dict[str, Any], many_nodes: bool) -> str:
+    """The device, as ``node/device`` when the results span nodes (as summary's pergpu)."""
+    device = str(result.get("device"))
+    return f"{summary.result_node(result)}/{device}" if many_nodes else device
+
+
+def rate_chart(runs: list[dict[str, Any]],
+               many_nodes: bool = False) -> tuple[Markup, str] | None:
     """examples/s over time for one test: a line per instance, coloured by device."""
     by_device: dict[str, list[tuple[list[float], float]]] = defaultdict(list)
     for run in runs:
         series = _series(run)
         if series:
-            by_device[str(run.get("device"))].append(series)
+            by_device[_device(run, many_nodes)].append(series)
     if not by_device:
         return None
     count = sum(len(v) for v in by_device.values())
@@ -103,7 +111,7 @@ def _band(ax: Any, items: list[tuple[list[float], float]], colour: Any, label: s
     ax.plot(xs, [c[len(c) // 2] for c in columns], color=colour, linewidth=1, label=label)
 
 
-def _failures(loaded: summary.Loaded | None) -> list[dict[str, Any]]:
+def _failures(loaded: summary.Loaded | None, many_nodes: bool) -> list[dict[str, Any]]:
     rows = []
     for result, path in zip(loaded.results, loaded.paths) if loaded else ():
         if summary.run_rate(result) is not None:
@@ -112,7 +120,7 @@ def _failures(loaded: summary.Loaded | None) -> list[dict[str, Any]]:
         error = str(result.get("error") or failure.get("message") or "")
         rows.append({
             "test": result.get("name"), "job_id": result.get("job_id"),
-            "device": result.get("device"), "kind": summary.failure_kind(result),
+            "device": _device(result, many_nodes), "kind": summary.failure_kind(result),
             "message": failure.get("message") or "", "file": path.name,
             "tail": "\n".join(error.splitlines()[-ERROR_TAIL_LINES:]),
         })
@@ -124,7 +132,7 @@ def _cpus(cpus: Iterable[int] | None) -> str:
     return isolation.cpu_list(sorted(set(cpus or []))) or "-"
 
 
-def _isolation(results_: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _isolation(results_: list[dict[str, Any]], many_nodes: bool) -> list[dict[str, Any]]:
     """The isolation each instance got, one row per distinct setting with its run count."""
     counts: Counter[tuple[str, ...]] = Counter()
     for result in results_:
@@ -132,7 +140,7 @@ def _isolation(results_: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups = iso.get("cgroups") or {}
         limit = iso.get("memory_limit")
         key = (
-            str(result.get("device")), _cpus(iso.get("cpus")),
+            _device(result, many_nodes), _cpus(iso.get("cpus")),
             f"{limit / 2**30:.1f} GiB" if isinstance(limit, (int, float)) else "none",
             str(groups.get("cpuset", "-")), str(groups.get("memory", "-")),
             str(iso.get("torch_threads", "-")),
@@ -175,6 +183,7 @@ def _environment() -> jinja2.Environment:
     env.filters["ratio_class"] = ratio_class
     env.filters["gpu_class"] = gpu_class
     env.filters["sig"] = report_energy.sig
+    env.filters["flag_text"] = render_nodes.flag_text
     return env
 
 
@@ -184,17 +193,21 @@ def to_html(report: Report, loaded: summary.Loaded | None = None) -> str:
     for result in loaded.results if loaded else ():
         by_test[str(result["name"])].append(result)
     charts = []
+    many_nodes = report_nodes.spans_nodes(loaded.results if loaded else [])
     for test in sorted(by_test):
-        chart = rate_chart(by_test[test])
+        chart = rate_chart(by_test[test], many_nodes)
         if chart:
             charts.append({"test": test, "svg": chart[0], "note": chart[1]})
     all_results = loaded.results if loaded else []
     return _environment().get_template("report.html.j2").render(
         report=report, rows=_rows(report), columns=list(report.table.columns),
         score_lines=render.score_lines(report), charts=charts,
-        failures=_failures(loaded), isolation=_isolation(all_results),
+        failures=_failures(loaded, many_nodes), isolation=_isolation(all_results, many_nodes),
         systems=_systems(all_results), skipped=loaded.skipped if loaded else [],
         source=str(loaded.root) if loaded else None,
+        # the per-node section: --compare-nodes, or results from more than one node
+        nodes=report.nodes or report_nodes.section(report, loaded),
+        explain_flags=render_nodes.explain(),
     )
 
 

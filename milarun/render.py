@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from milarun import report_energy, units
+from milarun import render_nodes, report_energy, units
 from milarun.report import Report
 
 WIDTH = 100
@@ -48,9 +48,9 @@ def _ci(row: pd.Series) -> str:
     return f"{100 * (low / perf - 1):+.1f}/{100 * (high / perf - 1):+.1f}%"
 
 
-def _frame(rows: dict[str, dict[str, str]]) -> str:
+def _frame(rows: dict[str, dict[str, str]], index: str = "test") -> str:
     df = pd.DataFrame.from_dict(rows, orient="index")
-    df.index.name = "test"
+    df.index.name = index
     return df.to_string(justify="right", line_width=WIDTH)
 
 
@@ -92,10 +92,14 @@ def comparability_notes(report: Report) -> list[str]:
 
 
 def scaling_text(df: pd.DataFrame) -> str:
-    rows = {_short(str(test)): {"k": count(r["k"]), "per rank": _num(r["per_rank"]),
-                                "total": _num(r["total"]),
-                                "efficiency": _num(r["efficiency"], ".1%")}
-            for test, r in df.iterrows()}
+    rows = {}
+    for test, r in df.iterrows():
+        cells = {"k": count(r["k"])}
+        if "nodes" in df.columns:  # multi-node runs: on how many nodes
+            cells["nodes"] = count(r["nodes"])
+        rows[_short(str(test))] = {**cells, "per rank": _num(r["per_rank"]),
+                                   "total": _num(r["total"]),
+                                   "efficiency": _num(r["efficiency"], ".1%")}
     return _frame(rows)
 
 
@@ -222,6 +226,7 @@ def to_text(report: Report) -> str:
     for measure, df in report.gpu_tables.items():
         out += section(f"GPU comparison ({measure}, fraction of the best device)")
         out.append(gpu_table(df))
+    out += render_nodes.text_section(report)
     if report.warnings:
         out += section("Warnings")
         out += [textwrap.fill(w, WIDTH, initial_indent="- ", subsequent_indent="  ",
@@ -234,10 +239,11 @@ def to_json(report: Report) -> str:
 
 
 def to_csv(report: Report) -> str:
-    """The per-test table, one row per test, every numeric column unrounded."""
+    """The per-test table, one row per test, every numeric column unrounded (with
+    --compare-nodes, then the per-node blocks: milarun.render_nodes.csv_blocks)."""
     buf = io.StringIO()
     report.table.to_csv(buf, float_format="%.10g")
-    return buf.getvalue()
+    return buf.getvalue() + render_nodes.csv_blocks(report.nodes)
 
 
 def render(report: Report, fmt: str) -> str:
@@ -274,6 +280,7 @@ def to_records(report: Report) -> dict[str, Any]:
         "quality": {t: {k: _plain(v) for k, v in row.items()}
                     for t, row in report.quality.iterrows()},
         "natural": units.records(report.natural),
+        "nodes": render_nodes.records(report.nodes),
         "warnings": report.warnings,
     }
     report_energy.add_records(data, report)

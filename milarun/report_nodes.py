@@ -143,10 +143,10 @@ def _runs(loaded: Iterable[dict[str, Any]]) -> list[_Run]:
 
 
 def _geomean(values: dict[str, float], weights: dict[str, float]) -> float | None:
-    total = sum(weights[t] for t in values)
-    if not values or not total:
-        return None
-    return math.exp(sum(weights[t] * math.log(v) for t, v in values.items()) / total)
+    """The main report's weighted geometric mean (weights here are all positive)."""
+    from milarun.report import _weighted_score  # report imports this module
+
+    return _weighted_score(values, weights) if values else None
 
 
 def _means(runs: list[_Run], weights: dict[str, float]) -> dict[str, float]:
@@ -173,7 +173,8 @@ def slower_p(mine: dict[str, list[float]], others: dict[str, list[float]]) -> fl
     from scipy import stats  # only when flags are asked for
 
     pvalues = []
-    with warnings.catch_warnings():  # identical slices: a NaN statistic, skipped below
+    # Identical slices give a NaN statistic (skipped), a p-value of 0 a log(0): no warnings.
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for test in sorted(set(mine) & set(others)):
             if len(mine[test]) >= 2 and len(others[test]) >= 2:
@@ -181,9 +182,9 @@ def slower_p(mine: dict[str, list[float]], others: dict[str, list[float]]) -> fl
                                     alternative="less").pvalue
                 if math.isfinite(p):
                     pvalues.append(float(p))
-    if not pvalues:
-        return None
-    return float(stats.combine_pvalues(pvalues, method="fisher").pvalue)
+        if not pvalues:
+            return None
+        return float(stats.combine_pvalues(pvalues, method="fisher").pvalue)
 
 
 def _sibling_ratio(value: float | None, others: list[float | None]) -> float | None:
@@ -204,8 +205,8 @@ def _judge(unit: str, kind: str, value: float | None, others: list[float | None]
         return p, None
     tests = len(set(slices) & set(siblings))
     return p, Flag(unit, ratio, p, (
-        f"{kind} {unit} is significantly slower than its siblings: {ratio:.2f}x their median "
-        f"(one-sided Welch tests over {tests} test(s), Fisher p={p:.2g})"))
+        f"{kind} {unit} is significantly slower than the other {kind}s: {ratio:.2f}x their "
+        f"median (one-sided Welch tests over {tests} test(s), Fisher p={p:.2g})"))
 
 
 def compare_nodes(loaded: list[dict[str, Any]], weights: dict[str, float] | None = None, *,

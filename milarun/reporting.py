@@ -16,6 +16,7 @@ class ReportRequest:
     weights: str | None = None
     compare: str | None = None  # shipped name (standard/v100), summary file or results folder
     compare_gpus: bool = False
+    compare_nodes: bool = False  # per-node scores, node x device matrix, slow-node flags
     price: float | None = None
     power_cost: float | None = None  # $/kWh: the energy cost of a million examples
     penalize_variance: bool = False
@@ -35,7 +36,7 @@ class ReportOutcome:
 
 def make_report(request: ReportRequest) -> ReportOutcome:
     """Check the request, load both sides, build and render the report (and its page)."""
-    from milarun import render, report  # pandas: only here
+    from milarun import render, report, report_nodes  # pandas: only here
 
     if request.format not in render.FORMATS:
         raise runner.UsageError(
@@ -52,6 +53,9 @@ def make_report(request: ReportRequest) -> ReportOutcome:
 
         html.check_html_path(request.html)  # before any work: never overwrite a foreign file
     src = summary.load_source(request.source)
+    if request.compare_nodes and src.loaded is None:
+        raise runner.UsageError(f"--compare-nodes: {request.source} is a summary file, which "
+                                "keeps no node; pass the results folder")
     base = (summary.load_source(summary.baseline_path(request.compare))
             if request.compare else None)
     weights = (report.load_weights(request.weights) if request.weights
@@ -61,6 +65,8 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         compare=(str(base.path), base.summary) if base else None, price=request.price,
         penalize_variance=request.penalize_variance, compare_gpus=request.compare_gpus,
         power_cost=request.power_cost)
+    rep.nodes = report_nodes.section(rep, src.loaded, test=request.compare_nodes)
+    rep.warnings += rep.nodes.warnings() if rep.nodes else []
     if src.loaded is not None:  # a results folder: a run cut short says what it never did
         rep.warnings += [f"{cut.describe()}: no result for "
                          f"{', '.join(cut.without_result) or 'none of its tests'}"

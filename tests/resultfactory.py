@@ -39,8 +39,9 @@ def rate_series(steady: float, slices: int = 24, noise: float = 0.0, warmup: int
 def result(name: str, job_id: str, steady: float | None, *, device: str = "cpu:0",
            failure: dict[str, str] | None = None, metrics: dict[str, Any] | None = None,
            rates: list[float] | None = None, ranks: list[float] | None = None,
-           program: float = 30.0, **extra: Any) -> dict[str, Any]:
-    """One result dict; ``steady=None`` with a failure makes a failed run."""
+           program: float = 30.0, node: str | None = None, **extra: Any) -> dict[str, Any]:
+    """One result dict; ``steady=None`` with a failure makes a failed run; ``node``: the
+    result's ``node`` and host name (without it, no ``node`` key and host node1)."""
     success = failure is None
     timings: dict[str, Any] = {"program": {"type": "timer", "duration": program, "entries": 1}}
     if ranks is not None:
@@ -62,6 +63,8 @@ def result(name: str, job_id: str, steady: float | None, *, device: str = "cpu:0
                       "cpus": [0, 1], "memory_limit": 8 * 2**30, "torch_threads": 2},
         "failure": failure, "returncode": 0 if success else 1,
     }
+    if node is not None:
+        data.update(node=node, hostname=node)
     data.update(extra)
     return data
 

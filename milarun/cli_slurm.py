@@ -1,0 +1,209 @@
+"""`milarun slurm ...` (coleo): parse, call milarun.slurm / slurm_follow, print."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from coleo import Option, default
+
+from milarun import reporting, runner, slurm, slurm_follow, summary
+
+# Exit code when a job or a node failed (the report is still printed).
+JOBS_FAILED = 1
+
+
+def _node_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(word) for word in text.split(",") if word.strip())
+    except ValueError:
+        raise runner.UsageError(f"--nodes {text}: give node counts such as 1,2,4,8") from None
+    if not counts:
+        raise runner.UsageError("--nodes: give node counts such as 1,2,4,8")
+    return counts
+
+
+def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    try:
+        states = slurm_follow.follow(out, submission, say)
+    except KeyboardInterrupt:
+        print(f"stopped following; the job(s) go on: scancel {' '.join(submission.job_ids)} "
+              f"stops them, `milarun slurm wait {out}` follows them again", file=sys.stderr)
+        return 130
+    outcome = reporting.make_report(reporting.ReportRequest(out))
+    print()
+    print(outcome.text, end="")
+    print(f"\nresults: {out.resolve()}")
+    failed = [f"job {s.job_id} {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "")
+              for s in states.values() if not s.ok]
+    failed_runs = sum(entry.get("failures") or 0
+                      for entry in summary.load_source(out).summary.values())
+    if failed_runs:
+        failed.append(f"{failed_runs} failed run(s)")
+    if failed:
+        print(f"milarun: FAIL: {', '.join(failed)}", file=sys.stderr)
+    return JOBS_FAILED if failed else 0
+
+
+def _submit(request: slurm.SlurmRequest, dry_run: bool, wait: bool) -> int:
+    submitted = slurm.submit(request, dry_run=dry_run)
+    if dry_run:
+        print(submitted.text, end="")
+        for command in submitted.commands:
+            print(f"# then: {' '.join(command)}", file=sys.stderr)
+        return 0
+    for line in slurm.describe(submitted):
+        print(line, flush=True)
+    if not wait:
+        print(f"follow it with: milarun slurm wait {request.outdir}")
+        return 0
+    found = slurm.load_submissions(request.outdir, submitted.job_ids[0])
+    return _follow_and_report(request.outdir, found[-1][1])
+
+
+class SlurmCommands:
+    """Run the suite on many nodes through Slurm (fleet), or multi-node scaling."""
+
+    def fleet(test_args: list[str]) -> int:
+        """Run a profile on every node of a Slurm allocation; one folder per node."""
+        # Profile name (quick, standard, ...) or path to a profile JSON file
+        # [positional]
+        # [metavar: PROFILE]
+        profile_spec: Option
+        # Number of nodes (one job of N nodes, all loaded at once)
+        nodes: Option & int = default(None)
+        # These nodes (Slurm's syntax: node[1-4],gpu7)
+        nodelist: Option & str = default(None)
+        # One exclusive job per node: a broken node fails only its own job
+        each_node: Option & bool = default(False)
+        # Slurm partition
+        partition: Option & str = default(None)
+        # GPUs per node (sbatch --gpus-per-node)
+        gpus_per_node: Option & int = default(None)
+        # Time limit of the job (sbatch --time)
+        time: Option & str = default(None)
+        # A further sbatch argument, e.g. --sbatch-arg=--account=lab (repeatable)
+        # [action: append]
+        sbatch_arg: Option = default([])
+        # Only print the batch script
+        dry_run: Option & bool = default(False)
+        # Follow the job until it ends, then print the report
+        wait: Option & bool = default(False)
+        # Only these jobs (space or comma separated)
+        # [nargs: +]
+        name: Option = default([])
+        # Only jobs with one of these tags
+        # [nargs: +]
+        tags: Option = default([])
+        # Run the whole selection this many times
+        repeat: Option & int = default(1)
+        # Devices of each node, as for jobs (default: the node's GPUs, else cpu:1)
+        # [options: --devices]
+        # [metavar: SPEC]
+        devices_spec: Option & str = default(None)
+        # Run without the profile's cgroup isolation
+        no_cgexec: Option & bool = default(False)
+        # Data folder on the nodes (default: each node's own default)
+        # [alias: -d]
+        dataroot: Option = default(None)
+        # Output folder, on a file system every node shares
+        # [alias: -o]
+        out: Option = default(None)
+
+        from milarun.cli import _split_names, default_outdir
+
+        request = slurm.SlurmRequest(
+            kind="fleet", profile=profile_spec, outdir=Path(out) if out else default_outdir(),
+            dataroot=Path(dataroot).resolve() if dataroot else None, nodes=nodes,
+            nodelist=nodelist, each_node=each_node, partition=partition,
+            gpus_per_node=gpus_per_node, time=time, sbatch_args=tuple(sbatch_arg),
+            names=tuple(_split_names(name)), tags=tuple(_split_names(tags)), repeat=repeat,
+            devices=devices_spec, use_cgexec=not no_cgexec, user_args=tuple(test_args))
+        return _submit(request, dry_run, wait)
+
+    def scaling(test_args: list[str]) -> int:
+        """Multi-node DDP scaling: one allocation, one srun step + torchrun per node count."""
+        # Profile name (quick, standard, ...) or path to a profile JSON file
+        # [positional]
+        # [metavar: PROFILE]
+        profile_spec: Option
+        # Node counts, e.g. 1,2,4,8 (one allocation of the largest)
+        nodes: Option & str = default(None)
+        # GPUs per node (sbatch --gpus-per-node; ranks per node)
+        gpus_per_node: Option & int = default(None)
+        # Slurm partition
+        partition: Option & str = default(None)
+        # Time limit of the job (sbatch --time)
+        time: Option & str = default(None)
+        # A further sbatch argument, e.g. --sbatch-arg=--account=lab (repeatable)
+        # [action: append]
+        sbatch_arg: Option = default([])
+        # Only print the batch script
+        dry_run: Option & bool = default(False)
+        # Follow the job until it ends, then print the report
+        wait: Option & bool = default(False)
+        # The scaling job(s) of the profile (default: every gpu-progression job)
+        # [nargs: +]
+        name: Option = default([])
+        # Run the whole selection this many times
+        repeat: Option & int = default(1)
+        # Devices of each node: GPU ids or cpu:N (N ranks on CPU slices, gloo)
+        # [options: --devices]
+        # [metavar: SPEC]
+        devices_spec: Option & str = default(None)
+        # Data folder on the nodes (default: each node's own default)
+        # [alias: -d]
+        dataroot: Option = default(None)
+        # Output folder, on a file system every node shares
+        # [alias: -o]
+        out: Option = default(None)
+
+        from milarun.cli import _split_names, default_outdir
+
+        if nodes is None:
+            raise runner.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
+        request = slurm.SlurmRequest(
+            kind="scaling", profile=profile_spec,
+            outdir=Path(out) if out else default_outdir(),
+            dataroot=Path(dataroot).resolve() if dataroot else None,
+            node_counts=_node_counts(nodes), partition=partition, gpus_per_node=gpus_per_node,
+            time=time, sbatch_args=tuple(sbatch_arg), names=tuple(_split_names(name)),
+            tags=() if name else ("scaling",), repeat=repeat, devices=devices_spec,
+            user_args=tuple(test_args))
+        return _submit(request, dry_run, wait)
+
+    def wait(test_args: list[str]) -> int:
+        """Follow the Slurm jobs submitted into a results folder, then print its report."""
+        # The results folder given to slurm fleet/scaling -o
+        # [positional]
+        out: Option
+
+        if test_args:
+            raise runner.UsageError("slurm wait takes no arguments after --")
+        found = slurm.load_submissions(Path(out))
+        if not found:
+            raise runner.UsageError(f"{out}: no Slurm submission recorded in "
+                                    f"{Path(out) / slurm.SLURM_FOLDER}")
+        return _follow_and_report(Path(out), found[-1][1])
+
+    def check(test_args: list[str]) -> int:
+        """Record a FAIL for each expected result a node of a job did not write."""
+        # The results folder of the job
+        # [positional]
+        out: Option
+        # The Slurm job id (default: $SLURM_JOB_ID)
+        job: Option & str = default(None)
+
+        job_id = job or os.environ.get("SLURM_JOB_ID")
+        if not job_id:
+            raise runner.UsageError("slurm check: give --job ID (or run it inside the job)")
+        # Inside the job its node list is in the environment; after it, Slurm's record.
+        inside = os.environ.get("SLURM_JOB_ID") == job_id
+        nodelist = os.environ.get("SLURM_JOB_NODELIST") if inside else None
+        nodes = slurm.expand_nodelist(nodelist) if nodelist else None
+        written = slurm_follow.check(Path(out), job_id, nodes)
+        for path in written:
+            print(f"FAIL recorded for a missing result: {path}")
+        return JOBS_FAILED if written else 0

@@ -1,0 +1,98 @@
+"""The per-node section of a report (milarun.report_nodes) as text, plain data and CSV; the
+HTML page renders the same records in templates/report.html.j2."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from milarun.report import Report
+    from milarun.report_nodes import NodeReport
+
+NODES_TITLE = "Per node (score: weighted geometric mean of the node's mean rates)"
+MATRIX_TITLE = "Node x device (geometric mean of rate / the test's median device; 1.00 = typical)"
+
+
+def flag_text(flagged: bool, p_value: float | None) -> str:
+    if p_value is None:
+        return "-"
+    return f"{'SLOWER' if flagged else 'ok'} (p={p_value:.2g})"
+
+
+def cell_text(nodes: NodeReport, node: str, device: str) -> str:
+    cell = nodes.cell(node, device)
+    if cell is None or cell.value is None:
+        return "-"
+    return f"{cell.value:.2f}" + ("*" if cell.flagged else "")
+
+
+def text_section(report: Report) -> list[str]:
+    """The "Per node" and "Node x device" blocks (nothing without a per-node section)."""
+    nodes = report.nodes
+    if nodes is None:
+        return []
+    from milarun import render  # here: render imports this module
+
+    rows = {}
+    for row in nodes.nodes:
+        cells = {"runs": str(row.runs), "fail": str(row.failures), "score": render._num(row.score),
+                 "coverage": render._num(row.coverage, ".0%"),
+                 "ratio to median": render._num(row.ratio, ".3f")}
+        if nodes.tested:
+            cells["flag"] = flag_text(row.flagged, row.p_value)
+        rows[render._short(row.node)] = cells
+    out = render.section(NODES_TITLE) + [render._frame(rows, "node")]
+    if nodes.cells:
+        matrix = {render._short(row.node): {d: cell_text(nodes, row.node, d)
+                                            for d in nodes.devices} for row in nodes.nodes}
+        out += render.section(MATRIX_TITLE) + [render._frame(matrix, "node")]
+        if nodes.tested:
+            out.append(textwrap.fill(f"* significantly slower than its siblings ({explain()})",
+                                     render.WIDTH, subsequent_indent="  "))
+    return out
+
+
+def explain() -> str:
+    from milarun.report_nodes import ALPHA, MARGIN
+
+    return (f"below {MARGIN:.2f}x their median and p < {ALPHA:g}: one-sided Welch tests of "
+            "the steady-window slices, combined over tests with Fisher's method")
+
+
+def records(nodes: NodeReport | None) -> dict[str, Any] | None:
+    """The per-node section as plain data (the JSON output)."""
+    if nodes is None:
+        return None
+    return {
+        "tested": nodes.tested,
+        "nodes": {r.node: {k: v for k, v in dataclasses.asdict(r).items() if k != "node"}
+                  for r in nodes.nodes},
+        "devices": list(nodes.devices),
+        "matrix": {r.node: {c.device: {"runs": c.runs, "value": c.value, "p_value": c.p_value,
+                                       "flagged": c.flagged}
+                            for c in nodes.cells if c.node == r.node} for r in nodes.nodes},
+        "flags": [dataclasses.asdict(f) for f in nodes.flags],
+    }
+
+
+def csv_blocks(nodes: NodeReport | None) -> str:
+    """With --compare-nodes, after the per-test table and a blank line each: the per-node
+    table, then the node x device matrix (as many rows as nodes)."""
+    if nodes is None or not nodes.tested:
+        return ""
+    import pandas as pd
+
+    buf = io.StringIO()
+    buf.write("\n")
+    pd.DataFrame([dataclasses.asdict(r) for r in nodes.nodes]).set_index("node").to_csv(
+        buf, float_format="%.10g")
+    buf.write("\n")
+    matrix = {r.node: {d: getattr(nodes.cell(r.node, d), "value", None) for d in nodes.devices}
+              for r in nodes.nodes}
+    df = pd.DataFrame.from_dict(matrix, orient="index", columns=list(nodes.devices))
+    df.index.name = "node"
+    df.to_csv(buf, float_format="%.10g")
+    return buf.getvalue()

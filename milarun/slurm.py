@@ -1,0 +1,305 @@
+"""`milarun slurm fleet|scaling`: the suite on many nodes through Slurm's own tools.
+
+Slurm allocates and launches, torchrun does the rendezvous, and on every node the usual
+supervisor (`milarun jobs`) runs unchanged. This module writes the batch script into
+``<out>/slurm/`` (readable and editable: an admin may submit it again by hand), submits it
+with sbatch and records what it submitted (``<out>/slurm/<kind>.<stamp>.json``) for
+``slurm wait`` and ``slurm check`` (milarun.slurm_follow).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from milarun import devices, profile, results, runner, slurmenv, suite, sysinfo
+
+SLURM_FOLDER = "slurm"
+DEV_CLUSTER_CONF = "milarun-slurm-dev/slurm.conf"  # scripts/slurm-dev-cluster.sh's
+NODELIST_RE = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
+TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+
+
+class SlurmError(results.InputError):
+    """Slurm refused or is missing (one-line error, exit 1)."""
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """What `milarun slurm fleet|scaling` was asked for (paths already resolved)."""
+
+    kind: str  # "fleet" or "scaling"
+    profile: str
+    outdir: Path
+    dataroot: Path | None = None  # None: each node's own default
+    nodes: int | None = None
+    nodelist: str | None = None
+    node_counts: tuple[int, ...] = ()  # scaling: 1,2,4,8
+    each_node: bool = False
+    partition: str | None = None
+    gpus_per_node: int | None = None
+    time: str | None = None
+    sbatch_args: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    repeat: int = 1
+    devices: str | None = None
+    use_cgexec: bool = True
+    user_args: tuple[str, ...] = ()
+
+
+@dataclass
+class Submission:
+    """The record of a submission: what ``slurm wait`` follows and ``slurm check`` checks."""
+
+    kind: str
+    profile: str
+    script: str
+    expected: list[str]  # result names each node (fleet) or the head (scaling) must record
+    functions: dict[str, str] = field(default_factory=dict)  # result name -> test function
+    job_ids: list[str] = field(default_factory=list)
+    nodelists: list[str | None] = field(default_factory=list)  # per job, as requested
+    submitted_at: float = 0.0
+
+    def save(self, folder: Path, stamp: str) -> Path:
+        return results.write_atomic(folder / f"{self.kind}.{stamp}.json", asdict(self))
+
+
+def slurm_environ() -> dict[str, str]:
+    """This environment, pointed at scripts/slurm-dev-cluster.sh's cluster when no other
+    Slurm configuration is set (SLURM_CONF unset and /etc/slurm/slurm.conf absent)."""
+    env = dict(os.environ)
+    if "SLURM_CONF" not in env and not Path("/etc/slurm/slurm.conf").exists():
+        dev = Path(os.environ.get("MILARUN_SLURM_DEV")
+                   or Path(os.environ.get("TMPDIR") or "/tmp") / "milarun-slurm-dev")
+        if (dev / "slurm.conf").exists():
+            env["SLURM_CONF"] = str(dev / "slurm.conf")
+    return env
+
+
+def slurm_command(words: list[str], what: str) -> str:
+    """Run a Slurm client command; its output, or SlurmError with Slurm's own message."""
+    try:
+        done = subprocess.run(words, capture_output=True, text=True, env=slurm_environ(),
+                              timeout=60)
+    except FileNotFoundError:
+        raise SlurmError(f"{words[0]} not found: run this on a Slurm login node (or start "
+                         "scripts/slurm-dev-cluster.sh up)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{words[0]} did not answer in 60 s ({what})") from None
+    if done.returncode != 0:
+        message = (done.stderr or done.stdout).strip().splitlines()
+        raise SlurmError(f"{what}: {words[0]} failed: {message[-1] if message else done.returncode}")
+    return done.stdout
+
+
+def _check(request: SlurmRequest) -> None:
+    if request.nodes is not None and request.nodelist:
+        raise runner.UsageError("give --nodes N or --nodelist LIST, not both")
+    if request.nodes is not None and request.nodes < 1:
+        raise runner.UsageError(f"--nodes {request.nodes}: must be at least 1")
+    if request.nodelist and not NODELIST_RE.match(request.nodelist):
+        raise runner.UsageError(f"--nodelist {request.nodelist!r}: give Slurm node names "
+                                "such as node[1-4],gpu7")
+    if request.gpus_per_node is not None and request.gpus_per_node < 1:
+        raise runner.UsageError(f"--gpus-per-node {request.gpus_per_node}: must be at least 1")
+    if request.time is not None and not TIME_RE.match(request.time):
+        raise runner.UsageError(f"--time {request.time!r}: use Slurm's forms, e.g. 90, "
+                                "2:00:00 or 1-00:00:00")
+    if request.repeat < 1:
+        raise runner.UsageError(f"--repeat {request.repeat}: must be at least 1")
+    if request.kind == "scaling":
+        if request.nodelist or request.each_node:
+            raise runner.UsageError("slurm scaling takes --nodes 1,2,4,... (one allocation of "
+                                    "the largest count), not --nodelist or --each-node")
+        if not request.node_counts or min(request.node_counts) < 1:
+            raise runner.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
+    elif request.nodes is None and not request.nodelist:
+        raise runner.UsageError("slurm fleet: give --nodes N or --nodelist LIST")
+
+
+def _per_node_devices(request: SlurmRequest) -> list[devices.Device]:
+    """The devices each node will run (for the names its results take)."""
+    if request.devices is not None:
+        return devices.parse_device_spec(request.devices)
+    count = request.gpus_per_node or 1
+    kind = devices.GPU_KIND if request.gpus_per_node else devices.CPU_KIND
+    return [devices.Device(kind, str(i), count) for i in range(count)]
+
+
+def expected_results(request: SlurmRequest, selected: list[profile.Job]) -> dict[str, str]:
+    """Fleet: the names each node records; scaling: the names the head node records; each
+    with its test function."""
+    devs = _per_node_devices(request)
+    if request.kind == "fleet":
+        names = suite.expected_tests(selected, devs)
+        return {name: job.experiment for name in sorted(names) for job in selected
+                if name == job.fullname or name.rpartition(".")[0] == job.fullname}
+    return {f"{j.fullname}.{k * len(devs)}": j.experiment for j in selected
+            if j.partition == "gpu-progression" for k in sorted(set(request.node_counts))}
+
+
+def _jobs_words(request: SlurmRequest, python: str) -> tuple[str, str]:
+    """The `milarun jobs` command each node runs, and its ` -- test args` tail."""
+    words = [python, "-m", "milarun", "jobs", request.profile]
+    if request.names:
+        words += ["--name", *request.names]
+    if request.tags:
+        words += ["--tags", *request.tags]
+    if request.repeat != 1:
+        words += ["--repeat", str(request.repeat)]
+    if request.devices is not None:
+        words += ["--devices", request.devices]
+    if not request.use_cgexec:
+        words.append("--no-cgexec")
+    words += ["-o", str(request.outdir.resolve())]
+    if request.dataroot is not None:
+        words += ["-d", str(request.dataroot)]
+    tail = " -- " + shlex.join(request.user_args) if request.user_args else ""
+    return shlex.join(words), tail
+
+
+def _sbatch_lines(request: SlurmRequest, out: Path) -> list[str]:
+    lines = []
+    if request.kind == "scaling":
+        lines.append(f"--nodes={max(request.node_counts)}")
+    elif not request.each_node:  # --each-node: sbatch --nodelist=<node> per submission
+        lines.append(f"--nodelist={request.nodelist}" if request.nodelist
+                     else f"--nodes={request.nodes}")
+    lines += ["--ntasks-per-node=1", "--exclusive", f"--output={out}/%x.%j.out"]
+    if request.partition:
+        lines.append(f"--partition={request.partition}")
+    if request.gpus_per_node:
+        lines.append(f"--gpus-per-node={request.gpus_per_node}")
+    if request.time:
+        lines.append(f"--time={request.time}")
+    return lines + [shlex.quote(arg) for arg in request.sbatch_args]
+
+
+def render_script(request: SlurmRequest, script_path: Path, python: str = sys.executable,
+                  cwd: Path | None = None) -> str:
+    """The batch script's text."""
+    out = request.outdir.resolve()
+    jobs, tail = _jobs_words(request, shlex.quote(python))
+    where = (f"nodes {request.nodelist}" if request.nodelist
+             else f"{request.nodes} node(s)" if request.nodes
+             else "node counts " + ",".join(map(str, request.node_counts)))
+    summary = (f"profile {request.profile} on {where}"
+               + (", one job per node" if request.each_node else ""))
+    template = jinja2.Environment(
+        loader=jinja2.PackageLoader("milarun", "templates"), trim_blocks=True,
+        lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+    ).get_template("slurm.sbatch.j2")
+    return template.render(
+        kind=request.kind, summary=summary, version=sysinfo.milarun_version(),
+        written=_dt.datetime.now().isoformat(timespec="seconds"), script_path=script_path,
+        out=out, out_q=shlex.quote(str(out)), job_name=f"milarun-{request.kind}",
+        sbatch=_sbatch_lines(request, out / SLURM_FOLDER),
+        cwd=shlex.quote(str((cwd or Path.cwd()).resolve())), python=shlex.quote(python),
+        jobs=jobs + tail if request.kind == "fleet" else jobs, tail=tail,
+        node_counts=sorted(set(request.node_counts)),
+    ).rstrip("\n") + "\n"
+
+
+def each_node_list(request: SlurmRequest) -> list[str]:
+    """--each-node: the nodes to submit one job to (the list, or N nodes sinfo shows up)."""
+    if request.nodelist:
+        return expand_nodelist(request.nodelist)
+    words = ["sinfo", "-h", "-N", "-t", "idle,mixed,allocated,completing", "-o", "%N"]
+    if request.partition:
+        words += ["-p", request.partition]
+    up = sorted(set(slurm_command(words, "listing the nodes").split()))
+    if len(up) < (request.nodes or 0):
+        raise SlurmError(f"--each-node --nodes {request.nodes}: only {len(up)} node(s) are "
+                         f"up ({', '.join(up) or 'none'}); give --nodelist")
+    return up[: request.nodes]
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """node[1-3],gpu7 -> node1 node2 node3 gpu7, by Slurm itself."""
+    return slurm_command(["scontrol", "show", "hostnames", nodelist],
+                         f"expanding {nodelist}").split()
+
+
+@dataclass(frozen=True)
+class Submitted:
+    script: Path
+    text: str
+    job_ids: list[str]
+    record: Path | None
+    commands: list[list[str]]
+
+
+def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
+    """Write the script into <out>/slurm/ and submit it (dry_run: only render it)."""
+    _check(request)
+    prof = profile.load_profile(request.profile)
+    selected = prof.select(list(request.names), list(request.tags))
+    folder = request.outdir / SLURM_FOLDER
+    stamp = results.utc_stamp()
+    script = folder / f"{request.kind}.{stamp}.sbatch"
+    text = render_script(request, script)
+    nodes = each_node_list(request) if request.each_node else [None]
+    commands = [["sbatch", "--parsable"] + ([f"--nodelist={n}", f"--job-name=milarun-fleet-{n}"]
+                                            if n else []) + [str(script)] for n in nodes]
+    if dry_run:
+        return Submitted(script, text, [], None, commands)
+    runner.check_outdir(request.outdir)
+    folder.mkdir(parents=True, exist_ok=True)
+    results.write_text_atomic(script, text)
+    script.chmod(0o755)
+    expected = expected_results(request, selected)
+    if not expected:
+        raise runner.UsageError(f"slurm {request.kind}: the selection of {prof.name} has no "
+                                "job to run" + (" (scaling needs a gpu-progression job)"
+                                                if request.kind == "scaling" else ""))
+    record = Submission(request.kind, prof.name, str(script), sorted(expected), expected,
+                        nodelists=[n or request.nodelist for n in nodes])
+    for command in commands:
+        answer = slurm_command(command, f"submitting {script}")
+        record.job_ids.append(answer.strip().split(";")[0])
+    record.submitted_at = _dt.datetime.now().timestamp()
+    path = record.save(folder, stamp)
+    return Submitted(script, text, record.job_ids, path, commands)
+
+
+def load_submissions(outdir: Path, job: str | None = None) -> list[tuple[Path, Submission]]:
+    """The submissions recorded in <out>/slurm/ (those of one job id when given)."""
+    found = []
+    for path in sorted((outdir / SLURM_FOLDER).glob("*.json")):
+        try:
+            data = results.read_json(path)
+            record = Submission(**data)
+        except (results.InputError, TypeError):
+            continue
+        if job is None or job in record.job_ids:
+            found.append((path, record))
+    return found
+
+
+def in_allocation_hint() -> str | None:
+    """Inside an allocation `milarun jobs` under srun is the way (the submitted script
+    does just that); a new sbatch from within a job is refused by most sites."""
+    if slurmenv.on_node() or os.environ.get("SLURM_JOB_ID"):
+        return ("you are inside Slurm job " + os.environ.get("SLURM_JOB_ID", "?")
+                + ": `srun --ntasks-per-node=1 milarun jobs PROFILE -o OUT` runs the suite "
+                "on each node of it")
+    return None
+
+
+def describe(submitted: Submitted) -> list[str]:
+    """The lines that say what was submitted."""
+    lines = [f"batch script: {submitted.script}"]
+    for job, command in zip(submitted.job_ids, submitted.commands):
+        node = next((w.split("=", 1)[1] for w in command if w.startswith("--nodelist=")), None)
+        lines.append(f"submitted job {job}" + (f" (node {node})" if node else ""))
+    return lines
