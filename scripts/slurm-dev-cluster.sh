@@ -77,7 +77,7 @@ AccountingStorageType=accounting_storage/none
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
-KillWait=5
+KillWait=15
 MinJobAge=300
 EOF
     for i in $(seq 1 "$NODES"); do

@@ -88,3 +88,15 @@ def chatty(exp, argv):
     line = "x" * 1023
     while True:
         print(line)
+
+
+def kills_its_supervisor_on(exp, argv):
+    """On the Slurm node named by ``--node``, kills the `milarun jobs` that supervises it
+    (as the OOM killer or a node fault would: nothing on that node records anything);
+    elsewhere, spins like a healthy test."""
+    node = argv[argv.index("--node") + 1]
+    rest = [a for i, a in enumerate(argv) if a != "--node" and argv[i - 1:i] != ["--node"]]
+    if os.environ.get("SLURMD_NODENAME") == node:
+        os.kill(int(os.environ["MILARUN_SUPERVISOR_PID"]), signal.SIGKILL)
+        time.sleep(30)  # the kernel ends this process with its supervisor
+    _spin_steps(exp, rest)
