@@ -8,7 +8,7 @@ from pathlib import Path
 
 from coleo import Option, default
 
-from milarun import reporting, runner, slurm, slurm_follow, summary
+from milarun import gather, reporting, runner, slurm, slurm_follow, slurmenv, summary
 
 # Exit code when a job or a node failed (the report is still printed).
 JOBS_FAILED = 1
@@ -111,11 +111,14 @@ class SlurmCommands:
         # Output folder, on a file system every node shares
         # [alias: -o]
         out: Option = default(None)
+        # Write results on this node-local folder, then copy them to -o (verified)
+        local_dir: Option = default(None)
 
         from milarun.cli import _split_names, default_outdir
 
         request = slurm.SlurmRequest(
-            kind="fleet", profile=profile_spec, outdir=Path(out) if out else default_outdir(),
+            kind="fleet", local_dir=Path(local_dir) if local_dir else None,
+            profile=profile_spec, outdir=Path(out) if out else default_outdir(),
             dataroot=Path(dataroot).resolve() if dataroot else None, nodes=nodes,
             nodelist=nodelist, each_node=each_node, partition=partition,
             gpus_per_node=gpus_per_node, time=time, sbatch_args=tuple(sbatch_arg),
@@ -187,6 +190,22 @@ class SlurmCommands:
             raise runner.UsageError(f"{out}: no Slurm submission recorded in "
                                     f"{Path(out) / slurm.SLURM_FOLDER}")
         return _follow_and_report(Path(out), found[-1][1])
+
+    def gather(test_args: list[str]) -> int:
+        """Copy this node's results from node-local disk into the shared folder, verified."""
+        # The node-local output folder given to jobs -o
+        # [positional]
+        local: Option
+        # The shared output folder
+        # [positional]
+        out: Option
+
+        if test_args:
+            raise runner.UsageError("slurm gather takes no arguments after --")
+        done = gather.gather(slurmenv.node_outdir(Path(local)), slurmenv.node_outdir(Path(out)))
+        print(f"gathered {done.files} file(s), {done.bytes:,} bytes, SHA-256 verified: "
+              f"{done.source} -> {done.target}")
+        return 0
 
     def check(test_args: list[str]) -> int:
         """Record a FAIL for each expected result a node of a job did not write."""

@@ -33,7 +33,9 @@ import statistics
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import numpy as np
 
 from milarun import results, summary
 
@@ -158,33 +160,36 @@ def _means(runs: list[_Run], weights: dict[str, float]) -> dict[str, float]:
     return {t: math.fsum(v) / len(v) for t, v in rates.items()}
 
 
-def _pooled(runs: list[_Run], weights: dict[str, float]) -> dict[str, list[float]]:
-    """Per weighted test, the steady-window slices of these runs, pooled."""
-    out: dict[str, list[float]] = defaultdict(list)
+def _samples(runs: list[_Run], weights: dict[str, float],
+             unit: Callable[[_Run], str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per weighted test: every steady-window slice of the runs, and its unit's name."""
+    values: dict[str, list[float]] = defaultdict(list)
+    owners: dict[str, list[str]] = defaultdict(list)
     for run in runs:
         if run.slices and run.test in weights:
-            out[run.test].extend(run.slices)
-    return out
+            values[run.test] += run.slices
+            owners[run.test] += [unit(run)] * len(run.slices)
+    return {t: (np.asarray(values[t], dtype=float), np.asarray(owners[t])) for t in values}
 
 
-def slower_p(mine: dict[str, list[float]], others: dict[str, list[float]]) -> float | None:
-    """Fisher's combination of per-test one-sided Welch tests (mine < others); None when
-    no test has two slices on each side and a defined statistic."""
+def slower_p(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float | None, int]:
+    """Fisher's combination of one-sided Welch tests (mine < others), one per (mine,
+    others) pair, and how many pairs it combined; None when no pair has two slices on
+    each side and a defined statistic."""
     from scipy import stats  # only when flags are asked for
 
     pvalues = []
     # Identical slices give a NaN statistic (skipped), a p-value of 0 a log(0): no warnings.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        for test in sorted(set(mine) & set(others)):
-            if len(mine[test]) >= 2 and len(others[test]) >= 2:
-                p = stats.ttest_ind(mine[test], others[test], equal_var=False,
-                                    alternative="less").pvalue
+        for mine, others in pairs:
+            if len(mine) >= 2 and len(others) >= 2:
+                p = stats.ttest_ind(mine, others, equal_var=False, alternative="less").pvalue
                 if math.isfinite(p):
                     pvalues.append(float(p))
         if not pvalues:
-            return None
-        return float(stats.combine_pvalues(pvalues, method="fisher").pvalue)
+            return None, 0
+        return float(stats.combine_pvalues(pvalues, method="fisher").pvalue), len(pvalues)
 
 
 def _sibling_ratio(value: float | None, others: list[float | None]) -> float | None:
@@ -195,15 +200,13 @@ def _sibling_ratio(value: float | None, others: list[float | None]) -> float | N
 
 
 def _judge(unit: str, kind: str, value: float | None, others: list[float | None],
-           mine: list[_Run], theirs: list[_Run],
-           weights: dict[str, float]) -> tuple[float | None, Flag | None]:
+           samples: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[float | None, Flag | None]:
     """The unit's combined p-value, and its flag when both the margin and the test say so."""
-    slices, siblings = _pooled(mine, weights), _pooled(theirs, weights)
-    p = slower_p(slices, siblings)
+    p, tests = slower_p([(values[owners == unit], values[owners != unit])
+                         for values, owners in samples.values()])
     ratio = _sibling_ratio(value, others)
     if p is None or ratio is None or not (ratio < MARGIN and p < ALPHA):
         return p, None
-    tests = len(set(slices) & set(siblings))
     return p, Flag(unit, ratio, p, (
         f"{kind} {unit} is significantly slower than the other {kind}s: {ratio:.2f}x their "
         f"median (one-sided Welch tests over {tests} test(s), Fisher p={p:.2g})"))
@@ -230,10 +233,10 @@ def compare_nodes(loaded: list[dict[str, Any]], weights: dict[str, float] | None
     median = statistics.median(known) if known else None
     flags: list[Flag] = []
     rows = []
+    samples = _samples(runs, weights, lambda r: r.node) if test else {}
     for node in names:
         p, flag = (_judge(node, "node", scores[node], [scores[n] for n in names if n != node],
-                          by_node[node], [r for r in runs if r.node != node], weights)
-                   if test else (None, None))
+                          samples) if test else (None, None))
         flags += [flag] if flag else []
         score = scores[node]
         rows.append(NodeRow(node, len(by_node[node]), sum(r.rate is None for r in by_node[node]),
@@ -260,11 +263,10 @@ def _matrix(runs: list[_Run], weights: dict[str, float], test: bool,
               for key, found in means.items()}
     keys = sorted(by_cell, key=lambda k: (natural_key(k[0]), device_order(k[1])))
     cells = []
+    samples = _samples(runs, weights, lambda r: f"{r.node}/{r.device}") if test else {}
     for key in keys:
         p, flag = (_judge("/".join(key), "device", values[key],
-                          [v for k, v in values.items() if k != key], by_cell[key],
-                          [r for k, items in by_cell.items() if k != key for r in items],
-                          weights)
+                          [v for k, v in values.items() if k != key], samples)
                    if test else (None, None))
         flags += [flag] if flag else []
         cells.append(Cell(key[0], key[1], len(by_cell[key]), values[key], p, flag is not None))

@@ -55,6 +55,7 @@ class SlurmRequest:
     devices: str | None = None
     use_cgexec: bool = True
     user_args: tuple[str, ...] = ()
+    local_dir: Path | None = None  # fleet: write on node-local disk, gather at the end
 
 
 @dataclass
@@ -71,6 +72,7 @@ class Submission:
     submitted_at: float = 0.0
 
     def save(self, folder: Path, stamp: str) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
         return results.write_atomic(folder / f"{self.kind}.{stamp}.json", asdict(self))
 
 
@@ -97,8 +99,9 @@ def slurm_command(words: list[str], what: str) -> str:
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{words[0]} did not answer in 60 s ({what})") from None
     if done.returncode != 0:
-        message = (done.stderr or done.stdout).strip().splitlines()
-        raise SlurmError(f"{what}: {words[0]} failed: {message[-1] if message else done.returncode}")
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        said = lines[-1] if lines else f"exit {done.returncode}"
+        raise SlurmError(f"{what}: {words[0]} failed: {said}")
     return done.stdout
 
 
@@ -107,6 +110,9 @@ def _check(request: SlurmRequest) -> None:
         raise runner.UsageError("give --nodes N or --nodelist LIST, not both")
     if request.nodes is not None and request.nodes < 1:
         raise runner.UsageError(f"--nodes {request.nodes}: must be at least 1")
+    if request.local_dir is not None and not request.local_dir.is_absolute():
+        raise runner.UsageError(f"--local-dir {request.local_dir}: give an absolute path "
+                                "(a folder on each node's own disk, e.g. /tmp)")
     if request.nodelist and not NODELIST_RE.match(request.nodelist):
         raise runner.UsageError(f"--nodelist {request.nodelist!r}: give Slurm node names "
                                 "such as node[1-4],gpu7")
@@ -150,7 +156,7 @@ def expected_results(request: SlurmRequest, selected: list[profile.Job]) -> dict
 
 def _jobs_words(request: SlurmRequest, python: str) -> tuple[str, str]:
     """The `milarun jobs` command each node runs, and its ` -- test args` tail."""
-    words = [python, "-m", "milarun", "jobs", request.profile]
+    words = ["-m", "milarun", "jobs", request.profile]
     if request.names:
         words += ["--name", *request.names]
     if request.tags:
@@ -161,11 +167,18 @@ def _jobs_words(request: SlurmRequest, python: str) -> tuple[str, str]:
         words += ["--devices", request.devices]
     if not request.use_cgexec:
         words.append("--no-cgexec")
-    words += ["-o", str(request.outdir.resolve())]
     if request.dataroot is not None:
         words += ["-d", str(request.dataroot)]
     tail = " -- " + shlex.join(request.user_args) if request.user_args else ""
-    return shlex.join(words), tail
+    out = shlex.quote(str(request.outdir.resolve()))
+    if request.local_dir is None:
+        return f"{python} {shlex.join(words)} -o {out}", tail
+    # Each node writes on its own disk, then copies its folder back, verified (gather).
+    local = shlex.quote(str(request.local_dir))
+    inner = (f'node_out={local}/milarun-"$SLURM_JOB_ID"; {python} {shlex.join(words)} '
+             f'-o "$node_out"{tail}; s=$?; '
+             f'{python} -m milarun slurm gather "$node_out" {out} || s=1; exit $s')
+    return f"bash -c {shlex.quote(inner)}", ""
 
 
 def _sbatch_lines(request: SlurmRequest, out: Path) -> list[str]:
@@ -244,6 +257,11 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
     _check(request)
     prof = profile.load_profile(request.profile)
     selected = prof.select(list(request.names), list(request.tags))
+    expected = expected_results(request, selected)
+    if not expected:
+        raise runner.UsageError(f"slurm {request.kind}: the selection of {prof.name} has no "
+                                "job to run" + (" (scaling needs a gpu-progression job)"
+                                                if request.kind == "scaling" else ""))
     folder = request.outdir / SLURM_FOLDER
     stamp = results.utc_stamp()
     script = folder / f"{request.kind}.{stamp}.sbatch"
@@ -257,11 +275,6 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
     folder.mkdir(parents=True, exist_ok=True)
     results.write_text_atomic(script, text)
     script.chmod(0o755)
-    expected = expected_results(request, selected)
-    if not expected:
-        raise runner.UsageError(f"slurm {request.kind}: the selection of {prof.name} has no "
-                                "job to run" + (" (scaling needs a gpu-progression job)"
-                                                if request.kind == "scaling" else ""))
     record = Submission(request.kind, prof.name, str(script), sorted(expected), expected,
                         nodelists=[n or request.nodelist for n in nodes])
     for command in commands:

@@ -57,12 +57,16 @@ def _profile(tmp_path: Path, arguments: dict, max_duration: int = 120) -> Path:
 
 
 def test_fleet_two_nodes_gives_a_folder_and_a_report_row_per_node(cluster, tmp_path):
-    out = tmp_path / "out"
+    out, local = tmp_path / "out", tmp_path / "local"  # local: each node's own disk
     done = milarun("slurm", "fleet", "quick", "--nodes", "2", "--name", "polynome",
                    "--devices", "cpu:1", "--no-cgexec", "--wait", "-o", out,
-                   "-d", tmp_path / "data", "--", "--min-slices", "4", env=cluster)
+                   "--local-dir", local, "-d", tmp_path / "data", "--", "--min-slices", "4",
+                   env=cluster)
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in (out / "nodes").iterdir()) == ["node1", "node2"]
+    # gathered from node-local disk (verified), then removed there
+    assert not list(local.glob("milarun-*/nodes/*/*"))
+    assert list(out.glob("nodes/node2/logs/quick.polynome.*.log"))
     for node in ("node1", "node2"):
         (result,) = _results(out / "nodes" / node)
         assert result["success"] and result["name"] == "quick.polynome"
@@ -100,9 +104,16 @@ def test_a_node_that_records_nothing_gets_fail_records_and_the_others_are_kept(
         cluster, tmp_path):
     out = tmp_path / "out"
     profile = _profile(tmp_path, {"--node": "node2", "--min-slices": 4})
-    done = milarun("slurm", "fleet", profile, "--nodes", "2", "--devices", "cpu:1",
-                   "--wait", "-o", out, "-d", tmp_path / "data", env=cluster)
+    # one job per node: the broken node fails its own job only
+    done = milarun("slurm", "fleet", profile, "--each-node", "--nodelist", "node[1-2]",
+                   "--devices", "cpu:1", "--wait", "-o", out, "-d", tmp_path / "data",
+                   env=cluster)
     assert done.returncode != 0
+    jobs = done.stdout.split("submitted job ")[1:]
+    assert [j.split()[1:3] for j in jobs] == [["(node", "node1)"], ["(node", "node2)"]]
+    first, second = (j.split()[0] for j in jobs)
+    assert f"job {first}: COMPLETED on node1" in done.stdout
+    assert f"job {second}: FAILED on node2" in done.stdout
     (kept,) = _results(out / "nodes" / "node1")
     assert kept["success"] and kept["node"] == "node1"
     (fail,) = _results(out / "nodes" / "node2")

@@ -1,0 +1,183 @@
+"""`milarun slurm` without a cluster: the batch scripts as text, bad input, where a Slurm task
+writes and what a result records, the check of missing nodes and the verified gather."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import milarun, one_line_error
+from milarun import gather, plan, slurm, slurm_follow, slurmenv
+from milarun.records import Call, Failure, ResultRecord
+from milarun.results import write_result
+
+NO_SLURM = {"PATH": "/nonexistent", "SLURM_CONF": "/nonexistent/slurm.conf"}
+TASK = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node2", "SLURM_NODEID": "1",
+        "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_LOCALID": "0"}
+
+
+def _dry_run(*args: str) -> subprocess.CompletedProcess:
+    done = milarun("slurm", args[0], "--dry-run", *args[1:])
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_fleet_dry_run_prints_a_script_and_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    done = _dry_run("fleet", "quick", "--nodes", "3", "--name", "polynome", "--partition",
+                    "gpu", "--gpus-per-node", "4", "--time", "1:00:00",
+                    "--sbatch-arg=--account=lab", "-o", str(out), "--", "--batch-size",
+                    "64; rm -rf /")
+    text = done.stdout
+    assert text.startswith("#!/bin/bash\n")
+    for line in ("#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive",
+                 "#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --time=1:00:00", "#SBATCH --account=lab",
+                 f"#SBATCH --output={out}/slurm/%x.%j.out"):
+        assert line + "\n" in text
+    srun = next(line for line in text.splitlines() if line.startswith("srun "))
+    assert srun.startswith("srun --ntasks-per-node=1 --kill-on-bad-exit=0 ")
+    assert f"-m milarun jobs quick --name polynome -o {out} -- --batch-size " \
+           "'64; rm -rf /'" in srun  # the test's arguments are quoted, never run
+    assert f'-m milarun slurm check {out} --job "$SLURM_JOB_ID"' in text
+    assert "# then: sbatch --parsable" in done.stderr
+    assert not out.exists()
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_scaling_dry_run_steps_through_node_counts_in_one_allocation(tmp_path):
+    text = _dry_run("scaling", "quick", "--nodes", "4,1,2", "--devices", "cpu:1",
+                    "-o", str(tmp_path)).stdout
+    assert "#SBATCH --nodes=4\n" in text
+    assert "for k in 1 2 4; do" in text
+    assert 'srun --nodes="$k" --ntasks="$k" --ntasks-per-node=1 --relative=0' in text
+    assert '--name scaling --devices cpu:1' not in text  # the scaling tag selects it
+    assert '--tags scaling --devices cpu:1' in text
+    assert '--nnodes "$k" --master "$addr:$port"' in text
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_local_dir_gathers_on_each_node(tmp_path):
+    text = _dry_run("fleet", "quick", "--nodes", "2", "--local-dir", "/scratch",
+                    "-o", str(tmp_path)).stdout
+    assert 'node_out=/scratch/milarun-"$SLURM_JOB_ID"' in text
+    assert f'-m milarun slurm gather "$node_out" {tmp_path}' in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("fleet", "quick"), "give --nodes N or --nodelist LIST"),
+    (("fleet", "quick", "--nodes", "2", "--nodelist", "n1"), "not both"),
+    (("fleet", "quick", "--nodes", "0"), "--nodes 0: must be at least 1"),
+    (("fleet", "quick", "--nodelist", "n1;reboot"), "give Slurm node names"),
+    (("fleet", "quick", "--nodes", "2", "--time", "soon"), "--time 'soon'"),
+    (("fleet", "quick", "--nodes", "2", "--local-dir", "rel"), "give an absolute path"),
+    (("fleet", "nosuchprofile", "--nodes", "2"), "nosuchprofile"),
+    (("scaling", "quick", "--nodes", "1,two"), "give node counts such as 1,2,4,8"),
+    (("scaling", "quick"), "give --nodes as node counts"),
+    (("scaling", "quick", "--nodes", "1,2", "--name", "polynome"), "gpu-progression"),
+])
+def test_bad_requests_get_one_line(args, expected, tmp_path):
+    line = one_line_error(milarun("slurm", *args, "-o", str(tmp_path / "o"), "--dry-run"))
+    assert expected in line
+
+
+def test_without_slurm_submitting_is_one_line_and_keeps_nothing_half_done(tmp_path):
+    done = milarun("slurm", "fleet", "quick", "--nodes", "2", "-o", str(tmp_path / "o"),
+                   env=NO_SLURM)
+    assert "sbatch not found" in one_line_error(done)
+    line = one_line_error(milarun("slurm", "wait", str(tmp_path / "o")))
+    assert "no Slurm submission recorded" in line
+
+
+def test_a_slurm_task_writes_its_node_folder_and_records_its_place(tmp_path):
+    assert slurmenv.node_outdir(tmp_path, {}) == tmp_path
+    assert slurmenv.node_outdir(tmp_path, TASK) == tmp_path / "nodes" / "node2"
+    # given the node folder itself, it is not nested again
+    assert slurmenv.node_outdir(tmp_path / "nodes" / "node2", TASK) == tmp_path / "nodes" / "node2"
+    block = slurmenv.slurm_block(TASK)
+    assert block["job_id"] == "42" and block["node"] == "node2" and block["node_id"] == 1
+    assert block["nnodes"] == 2 and block["step_id"] == "0"
+    assert slurmenv.slurm_block({}) is None
+    assert slurmenv.node_name(TASK) == "node2"
+    assert slurmenv.extra_task_on_node(TASK) is None
+    assert "--ntasks-per-node=1" in slurmenv.extra_task_on_node({**TASK, "SLURM_LOCALID": "1"})
+
+
+def test_second_task_on_a_node_is_refused(tmp_path):
+    env = {**TASK, "SLURM_LOCALID": "1"}
+    line = one_line_error(milarun("jobs", "quick", "--devices", "cpu:1", "-o",
+                                  str(tmp_path), env=env))
+    assert "run one milarun jobs per node" in line
+    assert not tmp_path.joinpath("nodes").exists()
+
+
+def test_rendezvous_takes_the_node_rank_from_slurm():
+    rdzv = plan.Rendezvous.parse(2, "node1:29500", None, TASK)
+    assert (rdzv.nnodes, rdzv.node_rank, rdzv.master_addr, rdzv.master_port) == \
+        (2, 1, "node1", 29500)
+    with pytest.raises(plan.LaunchError, match="--node-rank R"):
+        plan.Rendezvous.parse(2, "node1:29500", None, {})
+    with pytest.raises(plan.LaunchError, match="must be 0 to 1"):
+        plan.Rendezvous.parse(2, "node1:29500", 2, {})
+    assert "--nnodes and --master go together" in one_line_error(
+        milarun("jobs", "quick", "--nnodes", "2"))
+
+
+def _submission(out: Path, job: str) -> None:
+    record = slurm.Submission("fleet", "quick", "x.sbatch", ["quick.polynome", "quick.vae"],
+                              {"quick.polynome": "milabench.models.polynome:main",
+                               "quick.vae": "milabench.models.vae:main"}, job_ids=[job])
+    record.save(out / "slurm", "20260101-000000-000000")
+
+
+def _node_result(out: Path, node: str, name: str, job: str) -> None:
+    record = ResultRecord(
+        name=name, job_id="0.0", dataroot="", outdir=str(out), call=Call("m:f", []),
+        failure=None, error=None, device="cpu:0", devices=["cpu:0"], gpu=None,
+        device_count=0, environ={}, isolation=None, returncode=0, node=node,
+        slurm=slurmenv.slurm_block({**TASK, "SLURMD_NODENAME": node, "SLURM_JOB_ID": job}))
+    write_result(out / "nodes" / node, record.to_dict(), "20260101-000000-000001")
+
+
+def test_check_names_each_missing_result_of_each_node_once(tmp_path):
+    _submission(tmp_path, "42")
+    _node_result(tmp_path, "node1", "quick.polynome", "42")
+    _node_result(tmp_path, "node1", "quick.vae", "42")
+    _node_result(tmp_path, "node2", "quick.vae", "41")  # an older job's: does not count
+    state = slurm_follow.JobState("42", "CANCELLED", "0:15", "node[1-2]")
+    written = slurm_follow.check(tmp_path, "42", ["node1", "node2"], state)
+    assert sorted(p.parent.name for p in written) == ["node2", "node2"]
+    fails = [json.loads(p.read_text()) for p in written]
+    assert {f["name"] for f in fails} == {"quick.polynome", "quick.vae"}
+    for fail in fails:
+        assert fail["failure"]["kind"] == "interrupted" and fail["node"] == "node2"
+        assert "node node2 recorded no result" in fail["failure"]["message"]
+        assert "CANCELLED" in fail["failure"]["message"]
+        assert fail["slurm"]["job_id"] == "42"
+    # checked again (the batch script, then `slurm wait`): nothing more is written
+    assert slurm_follow.check(tmp_path, "42", ["node1", "node2"], state) == []
+
+
+def test_gather_copies_verified_and_never_overwrites(tmp_path):
+    source, target = tmp_path / "local", tmp_path / "shared"
+    (source / "logs").mkdir(parents=True)
+    (source / "a.json").write_bytes(os.urandom(3000))
+    (source / "logs" / "a.log").write_text("log\n")
+    expected = {p.relative_to(source): p.read_bytes() for p in source.rglob("*") if p.is_file()}
+    done = gather.gather(source, target)
+    assert done.files == 2 and done.bytes == 3004
+    assert {p.relative_to(target): p.read_bytes() for p in target.rglob("*")
+            if p.is_file()} == expected
+    assert not source.exists()
+    (source / "logs").mkdir(parents=True)
+    (source / "logs" / "a.log").write_text("other\n")
+    with pytest.raises(gather.GatherError, match="would overwrite"):
+        gather.gather(source, target)
+    assert (target / "logs" / "a.log").read_text() == "log\n" and source.exists()
