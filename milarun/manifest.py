@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from milarun import results, watchdog
+from milarun import results, slurmenv, watchdog
 
 # Neither *.json nor visible: no reader of results (ours or a user's glob) takes it for one.
 PREFIX, SUFFIX = ".milarun-run.", ".manifest"
@@ -81,7 +81,10 @@ class CutShort:
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
-        return f"the jobs run started {when} was cut short ({self.reason})"
+        # a Slurm fleet's node folder (<out>/nodes/<node>) says which node it was
+        where = (f" on node {self.path.parent.name}"
+                 if self.path.parent.parent.name == slurmenv.NODES_FOLDER else "")
+        return f"the jobs run started {when}{where} was cut short ({self.reason})"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -95,13 +98,14 @@ def cut_short(outdir: Path) -> list[CutShort]:
     """The runs in ``outdir`` that did not complete, oldest first. A manifest still marked
     running while no live process holds the folder's lock lost its supervisor."""
     found = []
-    for path in sorted(Path(outdir).glob(f"{PREFIX}*{SUFFIX}")):
+    folders = [Path(outdir), *sorted((Path(outdir) / slurmenv.NODES_FOLDER).glob("*"))]
+    for path in (p for folder in folders for p in sorted(folder.glob(f"{PREFIX}*{SUFFIX}"))):
         try:
             data = _read(path)
         except results.InputError:
             continue
         status = data.get("status")
-        if status == "complete" or (status == "running" and watchdog.outdir_busy(outdir)):
+        if status == "complete" or (status == "running" and watchdog.outdir_busy(path.parent)):
             continue
         if status == "running":
             reason = "its supervisor ended without finishing it: killed?"
@@ -113,4 +117,4 @@ def cut_short(outdir: Path) -> list[CutShort]:
         found.append(CutShort(path, str(status), reason,
                               float(started) if isinstance(started, (int, float)) else 0.0,
                               tuple(t for t in planned if t not in ended)))
-    return found
+    return sorted(found, key=lambda cut: cut.started_at)

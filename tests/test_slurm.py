@@ -141,6 +141,9 @@ def test_scancel_leaves_fail_records(cluster, tmp_path):
     waited = milarun("slurm", "wait", out, env=cluster)
     assert waited.returncode != 0
     assert f"job {job}: CANCELLED" in waited.stdout
+    # the report names each node's run that the cancel cut short
+    assert "on node node1 was cut short (SIGTERM)" in waited.stdout
+    assert "on node node2 was cut short (SIGTERM)" in waited.stdout
     for node in ("node1", "node2"):
         fails = [r for r in _results(out / "nodes" / node) if not r["success"]]
         assert fails and fails[0]["failure"]["kind"] in ("interrupted", "killed"), fails
