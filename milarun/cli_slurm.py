@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from coleo import Option, default
+from coleo import Option, default, tooled
 
 from milarun import gather, reporting, runner, slurm, slurm_follow, slurmenv, summary
 
@@ -32,7 +33,10 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
         print(f"stopped following; the job(s) go on: scancel {' '.join(submission.job_ids)} "
               f"stops them, `milarun slurm wait {out}` follows them again", file=sys.stderr)
         return 130
-    outcome = reporting.make_report(reporting.ReportRequest(out))
+    outcome = reporting.make_report(reporting.ReportRequest(
+        out, compare_nodes=submission.kind == "fleet",
+        title=f"milarun slurm {submission.kind} {submission.profile}",
+        only_tests=frozenset(submission.expected)))
     print()
     print(outcome.text, end="")
     print(f"\nresults: {out.resolve()}")
@@ -63,118 +67,95 @@ def _submit(request: slurm.SlurmRequest, dry_run: bool, wait: bool) -> int:
     return _follow_and_report(request.outdir, found[-1][1])
 
 
+@tooled
+def _allocation(kind: str, test_args: list[str], **request: Any) -> tuple[slurm.SlurmRequest,
+                                                                          bool, bool]:
+    """The options fleet and scaling share, with the request they make and its mode."""
+    # Profile name (quick, standard, ...) or path to a profile JSON file
+    # [positional]
+    # [metavar: PROFILE]
+    profile_spec: Option
+    # Slurm partition
+    partition: Option & str = default(None)
+    # GPUs per node (sbatch --gpus-per-node; the ranks per node of scaling)
+    gpus_per_node: Option & int = default(None)
+    # Time limit of the job (sbatch --time)
+    time: Option & str = default(None)
+    # A further sbatch argument, e.g. --sbatch-arg=--account=lab (repeatable)
+    # [action: append]
+    sbatch_arg: Option = default([])
+    # Only print the batch script
+    dry_run: Option & bool = default(False)
+    # Follow the job until it ends, then print the report
+    wait: Option & bool = default(False)
+    # Run the whole selection this many times
+    repeat: Option & int = default(1)
+    # Devices of each node, as for jobs: GPU ids or cpu:N (default: its GPUs, else cpu:1)
+    # [options: --devices]
+    # [metavar: SPEC]
+    devices_spec: Option & str = default(None)
+    # Data folder on the nodes (default: each node's own default)
+    # [alias: -d]
+    dataroot: Option = default(None)
+    # Output folder, on a file system every node shares
+    # [alias: -o]
+    out: Option = default(None)
+
+    from milarun.cli import default_outdir
+
+    made = slurm.SlurmRequest(
+        kind=kind, profile=profile_spec, outdir=Path(out) if out else default_outdir(),
+        dataroot=Path(dataroot).resolve() if dataroot else None, partition=partition,
+        gpus_per_node=gpus_per_node, time=time, sbatch_args=tuple(sbatch_arg), repeat=repeat,
+        devices=devices_spec, user_args=tuple(test_args), **request)
+    return made, dry_run, wait
+
+
 class SlurmCommands:
     """Run the suite on many nodes through Slurm (fleet), or multi-node scaling."""
 
     def fleet(test_args: list[str]) -> int:
         """Run a profile on every node of a Slurm allocation; one folder per node."""
-        # Profile name (quick, standard, ...) or path to a profile JSON file
-        # [positional]
-        # [metavar: PROFILE]
-        profile_spec: Option
         # Number of nodes (one job of N nodes, all loaded at once)
         nodes: Option & int = default(None)
         # These nodes (Slurm's syntax: node[1-4],gpu7)
         nodelist: Option & str = default(None)
         # One exclusive job per node: a broken node fails only its own job
         each_node: Option & bool = default(False)
-        # Slurm partition
-        partition: Option & str = default(None)
-        # GPUs per node (sbatch --gpus-per-node)
-        gpus_per_node: Option & int = default(None)
-        # Time limit of the job (sbatch --time)
-        time: Option & str = default(None)
-        # A further sbatch argument, e.g. --sbatch-arg=--account=lab (repeatable)
-        # [action: append]
-        sbatch_arg: Option = default([])
-        # Only print the batch script
-        dry_run: Option & bool = default(False)
-        # Follow the job until it ends, then print the report
-        wait: Option & bool = default(False)
         # Only these jobs (space or comma separated)
         # [nargs: +]
         name: Option = default([])
         # Only jobs with one of these tags
         # [nargs: +]
         tags: Option = default([])
-        # Run the whole selection this many times
-        repeat: Option & int = default(1)
-        # Devices of each node, as for jobs (default: the node's GPUs, else cpu:1)
-        # [options: --devices]
-        # [metavar: SPEC]
-        devices_spec: Option & str = default(None)
         # Run without the profile's cgroup isolation
         no_cgexec: Option & bool = default(False)
-        # Data folder on the nodes (default: each node's own default)
-        # [alias: -d]
-        dataroot: Option = default(None)
-        # Output folder, on a file system every node shares
-        # [alias: -o]
-        out: Option = default(None)
-        # Write results on this node-local folder, then copy them to -o (verified)
+        # Write results on this node-local folder, then copy them to -o (compared byte for byte)
         local_dir: Option = default(None)
 
-        from milarun.cli import _split_names, default_outdir
+        from milarun.cli import _split_names
 
-        request = slurm.SlurmRequest(
-            kind="fleet", local_dir=Path(local_dir) if local_dir else None,
-            profile=profile_spec, outdir=Path(out) if out else default_outdir(),
-            dataroot=Path(dataroot).resolve() if dataroot else None, nodes=nodes,
-            nodelist=nodelist, each_node=each_node, partition=partition,
-            gpus_per_node=gpus_per_node, time=time, sbatch_args=tuple(sbatch_arg),
-            names=tuple(_split_names(name)), tags=tuple(_split_names(tags)), repeat=repeat,
-            devices=devices_spec, use_cgexec=not no_cgexec, user_args=tuple(test_args))
+        request, dry_run, wait = _allocation(
+            "fleet", test_args, nodes=nodes, nodelist=nodelist, each_node=each_node,
+            names=tuple(_split_names(name)), tags=tuple(_split_names(tags)),
+            use_cgexec=not no_cgexec, local_dir=Path(local_dir) if local_dir else None)
         return _submit(request, dry_run, wait)
 
     def scaling(test_args: list[str]) -> int:
         """Multi-node DDP scaling: one allocation, one srun step + torchrun per node count."""
-        # Profile name (quick, standard, ...) or path to a profile JSON file
-        # [positional]
-        # [metavar: PROFILE]
-        profile_spec: Option
         # Node counts, e.g. 1,2,4,8 (one allocation of the largest)
         nodes: Option & str = default(None)
-        # GPUs per node (sbatch --gpus-per-node; ranks per node)
-        gpus_per_node: Option & int = default(None)
-        # Slurm partition
-        partition: Option & str = default(None)
-        # Time limit of the job (sbatch --time)
-        time: Option & str = default(None)
-        # A further sbatch argument, e.g. --sbatch-arg=--account=lab (repeatable)
-        # [action: append]
-        sbatch_arg: Option = default([])
-        # Only print the batch script
-        dry_run: Option & bool = default(False)
-        # Follow the job until it ends, then print the report
-        wait: Option & bool = default(False)
         # The scaling job(s) of the profile (default: every gpu-progression job)
         # [nargs: +]
         name: Option = default([])
-        # Run the whole selection this many times
-        repeat: Option & int = default(1)
-        # Devices of each node: GPU ids or cpu:N (N ranks on CPU slices, gloo)
-        # [options: --devices]
-        # [metavar: SPEC]
-        devices_spec: Option & str = default(None)
-        # Data folder on the nodes (default: each node's own default)
-        # [alias: -d]
-        dataroot: Option = default(None)
-        # Output folder, on a file system every node shares
-        # [alias: -o]
-        out: Option = default(None)
 
-        from milarun.cli import _split_names, default_outdir
+        from milarun.cli import _split_names
 
         if nodes is None:
             raise runner.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
-        request = slurm.SlurmRequest(
-            kind="scaling", profile=profile_spec,
-            outdir=Path(out) if out else default_outdir(),
-            dataroot=Path(dataroot).resolve() if dataroot else None,
-            node_counts=_node_counts(nodes), partition=partition, gpus_per_node=gpus_per_node,
-            time=time, sbatch_args=tuple(sbatch_arg), names=tuple(_split_names(name)),
-            tags=() if name else ("scaling",), repeat=repeat, devices=devices_spec,
-            user_args=tuple(test_args))
+        request, dry_run, wait = _allocation(
+            "scaling", test_args, node_counts=_node_counts(nodes),
+            names=tuple(_split_names(name)), tags=() if name else ("scaling",))
         return _submit(request, dry_run, wait)
 
     def wait(test_args: list[str]) -> int:
@@ -203,7 +184,7 @@ class SlurmCommands:
         if test_args:
             raise runner.UsageError("slurm gather takes no arguments after --")
         done = gather.gather(slurmenv.node_outdir(Path(local)), slurmenv.node_outdir(Path(out)))
-        print(f"gathered {done.files} file(s), {done.bytes:,} bytes, SHA-256 verified: "
+        print(f"gathered {done.files} file(s), {done.bytes:,} bytes, compared byte for byte: "
               f"{done.source} -> {done.target}")
         return 0
 

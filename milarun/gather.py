@@ -2,14 +2,14 @@
 
 A fleet run with ``--local-dir`` writes each node's results on that node's own disk (fast,
 and no shared file system traffic while measuring); at the end of its task, each node copies
-its folder into the shared ``<out>/nodes/<node>/``. Every file is compared by SHA-256 after
-the copy; the local copy is removed only when all match, and a file already in the shared
+its folder into the shared ``<out>/nodes/<node>/``. Every copy is compared byte for byte
+with its source; the local copy is removed only when all match, and a file already in the shared
 folder is never overwritten.
 """
 
 from __future__ import annotations
 
-import hashlib
+import filecmp
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,17 +29,9 @@ class Gathered:
     target: Path
 
 
-def _digest(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest()
-
-
 def gather(source: Path, target: Path, remove: bool = True) -> Gathered:
-    """Copy every file under ``source`` into ``target`` (same relative paths), verify each
-    by SHA-256, then remove ``source`` (``remove``)."""
+    """Copy every file under ``source`` into ``target`` (same relative paths), compare each
+    copy byte for byte, then remove ``source`` (``remove``)."""
     if not source.is_dir():
         raise GatherError(f"{source}: no local results to gather (not a folder)")
     files = [p for p in sorted(source.rglob("*")) if p.is_file() and not p.is_symlink()]
@@ -50,14 +42,21 @@ def gather(source: Path, target: Path, remove: bool = True) -> Gathered:
     total = 0
     for path in files:
         dest = target / path.relative_to(source)
-        dest.parent.mkdir(parents=True, exist_ok=True)
         temp = dest.with_name(f".{dest.name}.gather")
-        shutil.copy2(path, temp)
-        if _digest(temp) != _digest(path):
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, temp)
+            same = filecmp.cmp(temp, path, shallow=False)
+            if same:
+                temp.rename(dest)
+        except OSError as err:  # a full or read-only shared disk: one line, nothing lost
             temp.unlink(missing_ok=True)
-            raise GatherError(f"{dest}: the copy differs from {path} (SHA-256); the local "
+            raise GatherError(f"{dest}: cannot copy ({err.strerror or err}); the local "
+                              f"results stay in {source}") from None
+        if not same:
+            temp.unlink(missing_ok=True)
+            raise GatherError(f"{dest}: the copy differs from {path}; the local "
                               f"results stay in {source}")
-        temp.rename(dest)
         total += path.stat().st_size
     if remove:
         shutil.rmtree(source)

@@ -24,6 +24,8 @@ class ReportRequest:
     title: str | None = None
     fail_below: float | None = None
     format: str = "text"
+    # Score only these tests (what a run was asked to do: the rest is not "missing")
+    only_tests: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ def make_report(request: ReportRequest) -> ReportOutcome:
             if request.compare else None)
     weights = (report.load_weights(request.weights) if request.weights
                else report.default_weights(list(src.summary)))
+    if weights and request.only_tests is not None:
+        weights = (weights[0], {t: w for t, w in weights[1].items() if t in request.only_tests})
     rep = report.build_report(
         src.summary, title=request.title, weights=weights,
         compare=(str(base.path), base.summary) if base else None, price=request.price,

@@ -4,7 +4,8 @@ Slurm allocates and launches, torchrun does the rendezvous, and on every node th
 supervisor (`milarun jobs`) runs unchanged. This module writes the batch script into
 ``<out>/slurm/`` (readable and editable: an admin may submit it again by hand), submits it
 with sbatch and records what it submitted (``<out>/slurm/<kind>.<stamp>.json``) for
-``slurm wait`` and ``slurm check`` (milarun.slurm_follow).
+``slurm wait`` and ``slurm check`` (milarun.slurm_follow). Not submitit: it pickles a
+Python call and hides the script, which an admin must be able to read and edit.
 """
 
 from __future__ import annotations
@@ -17,14 +18,12 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
-from milarun import devices, profile, results, runner, slurmenv, suite, sysinfo
+from milarun import devices, profile, results, runner, suite, sysinfo
 
 SLURM_FOLDER = "slurm"
-DEV_CLUSTER_CONF = "milarun-slurm-dev/slurm.conf"  # scripts/slurm-dev-cluster.sh's
 NODELIST_RE = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
 TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 
@@ -123,6 +122,10 @@ def _check(request: SlurmRequest) -> None:
                                 "2:00:00 or 1-00:00:00")
     if request.repeat < 1:
         raise runner.UsageError(f"--repeat {request.repeat}: must be at least 1")
+    for arg in request.sbatch_args:  # each becomes one #SBATCH line of the script
+        if not arg.startswith("-") or any(c in arg for c in "\n\r\0"):
+            raise runner.UsageError(f"--sbatch-arg {arg!r}: give one sbatch option, e.g. "
+                                    "--sbatch-arg=--account=lab")
     if request.kind == "scaling":
         if request.nodelist or request.each_node:
             raise runner.UsageError("slurm scaling takes --nodes 1,2,4,... (one allocation of "
@@ -297,16 +300,6 @@ def load_submissions(outdir: Path, job: str | None = None) -> list[tuple[Path, S
         if job is None or job in record.job_ids:
             found.append((path, record))
     return found
-
-
-def in_allocation_hint() -> str | None:
-    """Inside an allocation `milarun jobs` under srun is the way (the submitted script
-    does just that); a new sbatch from within a job is refused by most sites."""
-    if slurmenv.on_node() or os.environ.get("SLURM_JOB_ID"):
-        return ("you are inside Slurm job " + os.environ.get("SLURM_JOB_ID", "?")
-                + ": `srun --ntasks-per-node=1 milarun jobs PROFILE -o OUT` runs the suite "
-                "on each node of it")
-    return None
 
 
 def describe(submitted: Submitted) -> list[str]:

@@ -78,6 +78,7 @@ def test_local_dir_gathers_on_each_node(tmp_path):
     (("fleet", "quick", "--nodelist", "n1;reboot"), "give Slurm node names"),
     (("fleet", "quick", "--nodes", "2", "--time", "soon"), "--time 'soon'"),
     (("fleet", "quick", "--nodes", "2", "--local-dir", "rel"), "give an absolute path"),
+    (("fleet", "quick", "--nodes", "2", "--sbatch-arg=--x\nrm -rf /"), "one sbatch option"),
     (("fleet", "nosuchprofile", "--nodes", "2"), "nosuchprofile"),
     (("scaling", "quick", "--nodes", "1,two"), "give node counts such as 1,2,4,8"),
     (("scaling", "quick"), "give --nodes as node counts"),
