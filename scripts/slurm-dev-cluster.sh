@@ -23,23 +23,24 @@ free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-stop_pidfile() {  # TERM, then KILL after 5 s, of the daemon whose pid the file holds
-    local file="$1" pid
-    [ -f "$file" ] || return 0
-    pid="$(cat "$file" 2>/dev/null || true)"
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$file"
-}
-
-down() {
+down() {  # TERM every daemon at once, KILL what is left after 5 s, remove the folder
     [ -d "$DIR" ] || { say "no cluster at $DIR"; return 0; }
+    local pids=() file pid
     for file in "$DIR"/run/slurmd-*.pid "$DIR"/run/slurmctld.pid "$DIR"/munge/munged.pid; do
-        [ -e "$file" ] && stop_pidfile "$file"
+        [ -f "$file" ] || continue
+        pid="$(cat "$file" 2>/dev/null || true)"
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid")
+        fi
     done
+    for _ in $(seq 50); do
+        local alive=0
+        for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && break
+        sleep 0.1
+    done
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
     rm -rf "$DIR"
     say "stopped; removed $DIR"
 }

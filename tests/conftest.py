@@ -34,7 +34,9 @@ def milarun_process(*args: str, env: dict[str, str] | None = None) -> subprocess
                             env=_cli_env(env))
 
 
-QUICK_TESTS = ("calibration", "polynome", "sine_wave")  # per-device tests of quick.json
+# per-device tests of quick.json run by quick_run (sine_wave has its own tests: suite time)
+QUICK_TESTS = ("calibration", "polynome")
+QUICK_RUN_SLICES = 6  # a steady window of 4 slices: enough for every check on it
 
 
 def one_line_error(done: subprocess.CompletedProcess) -> str:
@@ -53,9 +55,9 @@ def load_all(folder: Path) -> dict[str, dict]:
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory):
     """One real ``milarun jobs quick --devices cpu:2`` shared by several tests: the harness,
-    toy and scaling jobs (each model has its own test; the whole suite takes minutes)."""
+    a toy and the scaling jobs (each model has its own test; the whole suite takes minutes)."""
     out = tmp_path_factory.mktemp("quick")
-    done = milarun("jobs", "quick", "--name", "calibration", "polynome", "sine_wave",
-                   "scaling", "--devices", "cpu:2", "-o", out,
-                   "-d", tmp_path_factory.mktemp("data"))
+    done = milarun("jobs", "quick", "--name", *QUICK_TESTS, "scaling", "--devices", "cpu:2",
+                   "-o", out, "-d", tmp_path_factory.mktemp("data"),
+                   "--", "--min-slices", str(QUICK_RUN_SLICES))
     return done, out

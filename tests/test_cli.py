@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import QUICK_TESTS, load_all, milarun
+from conftest import QUICK_RUN_SLICES, QUICK_TESTS, load_all, milarun
 from milarun import results
 
 def slice_threads(slices: int) -> str:
@@ -31,7 +31,7 @@ def test_jobs_quick_writes_one_result_per_test_and_device(quick_run):
     for k in (1, 2):
         matching = [n for n in names if n.startswith(f"quick.scaling.{k}.J0.")]
         assert len(matching) == 1 and ".FAIL." not in matching[0], names
-    assert len(names) == 8
+    assert len(names) == 2 * len(QUICK_TESTS) + 2
     # The run manifest: what was planned, every instance's result, and a complete end.
     (path,) = out.glob(".milarun-run.*.manifest")
     run = json.loads(path.read_text())
@@ -76,9 +76,31 @@ def test_quick_results_carry_every_design_key(quick_run):
         assert result["synthetic_data"] is True or result["name"] == "quick.calibration"
         train = result["timings"]["train"]
         assert len(results.steady_window(train["rates"])) >= 3
-        assert len(train["rates"]) >= result["call"]["arguments"]["min_slices"] >= 10
+        assert len(train["rates"]) >= result["call"]["arguments"]["min_slices"] \
+            == QUICK_RUN_SLICES
         assert result["timings"]["program"]["duration"] > train["duration"]
         assert re.fullmatch(r".+\.J0\.[01]\.\d{8}-\d{6}-\d{6}\.json", name)
+
+
+def test_scaling_rank0_writes_one_result_with_every_rank(quick_run):
+    """scaling.2: two ranks under torchrun (gloo) in one DDP group; rank 0 writes the one
+    result, with each rank's timings and place."""
+    _, out = quick_run
+    (path,) = out.glob("quick.scaling.2.J0.*.json")
+    result = json.loads(path.read_text())
+    assert result["success"], result["error"]
+    assert result["metrics"]["world_size"] == 2 and result["world_size"] == 2
+    timings = result["timings"]
+    assert {"train", "train_0", "train_1"} <= set(timings)
+    assert timings["train_0"]["rates"] == timings["train"]["rates"]  # rank 0 is the writer
+    # Each rank judges its own slices, yet both stopped after the same step (the stop is
+    # agreed): a rank that went on alone would have hung in DDP's all-reduce.
+    assert timings["train_0"]["count"] == timings["train_1"]["count"] > 0
+    for rank in (0, 1):
+        assert timings[f"train_{rank}"]["type"] == "rate"
+        assert len(timings[f"train_{rank}"]["rates"]) >= QUICK_RUN_SLICES
+    assert [(r["rank"], r["device"]) for r in result["ranks"]] == [(0, "cpu:0"), (1, "cpu:1")]
+    assert {r["node"] for r in result["ranks"]} == {result["node"]}
 
 
 def test_calibration_rate_is_within_one_percent_of_the_steps_own_timing(quick_run):

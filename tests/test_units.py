@@ -15,13 +15,11 @@ from milarun import units
 SINE_ARGS = ["--seq-len", "50", "--min-slices", "6"]
 
 
-@pytest.mark.parametrize("argv, samples", [
-    (["--samples", "10"], 10),
-    (["--batch-size", "7"], 10),  # the waves trained on: --samples minus the 3 held out
-])
-def test_sine_wave_counts_every_sample_and_trains_on_all_but_3(tmp_path, argv, samples):
-    """The legacy toy_lstm: `it.set_count(samples)` per step while training on samples - 3."""
-    res = run_trained("sine_wave", None, tmp_path, argv + SINE_ARGS)
+def test_sine_wave_counts_every_sample_and_trains_on_all_but_3(tmp_path):
+    """The legacy toy_lstm: `it.set_count(samples)` per step while training on samples - 3;
+    --batch-size is the waves trained on (--samples minus the 3 held out)."""
+    samples = 10
+    res = run_trained("sine_wave", None, tmp_path, ["--batch-size", "7"] + SINE_ARGS)
     train = res["timings"]["train"]
     assert train["blocks"] > 0 and train["count"] == samples * train["blocks"]
     assert res["metrics"]["per_example.sequences"] == pytest.approx((samples - 3) / samples)
