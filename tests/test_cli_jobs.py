@@ -12,14 +12,6 @@ from conftest import QUICK_TESTS, load_all, milarun, one_line_error
 from milarun import results
 
 
-def test_repeat_adds_a_second_round(tmp_path):
-    done = milarun("jobs", "quick", "--name", "calibration", "--repeat", "2",
-                   "--devices", "cpu:2", "-o", tmp_path, "--", "--min-slices", "4")
-    assert done.returncode == 0, done.stdout + done.stderr
-    names = sorted(p.name.split(".2026")[0][:30] for p in tmp_path.glob("*.json"))
-    ids = sorted(results.parse_filename(p.name)["job_id"] for p in tmp_path.glob("*.json"))
-    assert ids == ["0.0", "0.1", "1.0", "1.1"], names
-
 
 def test_unknown_name_lists_the_valid_ones(tmp_path):
     done = milarun("jobs", "quick", "--name", "nope", "-o", tmp_path)
@@ -171,17 +163,20 @@ def test_ctrl_c_stops_every_instance_and_records_them(tmp_path):
         assert result["failure"]["kind"] == "interrupted"
 
 
-def test_failing_prepare_warns_once_and_is_recorded(tmp_path):
+def test_repeat_adds_a_round_and_a_failing_prepare_warns_once_and_is_recorded(tmp_path):
     prof = write_profile(tmp_path / "prep.json", cal={
         "experiment": "milabench.models.calibration:main",
         "arguments": {"--min-slices": 4, "--step-time": 0.001},
         "prepare": ["echo needs root >&2; exit 1"], "max_duration": 60})
-    done = milarun("jobs", prof, "--repeat", "2", "-o", tmp_path / "out",
-                   "--devices", "cpu:1")
+    out = tmp_path / "out"
+    done = milarun("jobs", prof, "--repeat", "2", "-o", out, "--devices", "cpu:2")
     assert done.returncode == 0, done.stdout + done.stderr
+    names = sorted(p.name.split(".2026")[0][:30] for p in out.glob("*.json"))
+    ids = sorted(results.parse_filename(p.name)["job_id"] for p in out.glob("*.json"))
+    assert ids == ["0.0", "0.1", "1.0", "1.1"], names  # <repeat>.<device>
     assert done.stderr.count("milarun: warning: prepare command") == 1  # through logging
-    runs = load_all(tmp_path / "out").values()
-    assert len(runs) == 2
+    runs = load_all(out).values()
+    assert len(runs) == 4
     for result in runs:
         assert result["prepare"] == [{"command": "echo needs root >&2; exit 1",
                                       "returncode": 1}]

@@ -50,7 +50,7 @@ def test_jobs_shows_a_live_row_per_instance_on_a_terminal(tmp_path):
     env.pop("OMP_NUM_THREADS", None)
     env.pop("TMUX", None)  # run our own server even inside someone's tmux
     command = shlex.join([
-        sys.executable, "-m", "milarun", "jobs", "quick", "--name", "polynome", "sine_wave",
+        sys.executable, "-m", "milarun", "jobs", "quick", "--name", "polynome", "calibration",
         "--devices", "cpu:2", "-o", str(tmp_path / "out"), "-d", str(tmp_path / "data"),
         "--", "--min-slices", "8"])
     # keep the pane after the run so its last screen can be read
@@ -69,7 +69,7 @@ def test_jobs_shows_a_live_row_per_instance_on_a_terminal(tmp_path):
 
         final = _wait_for(socket, lambda s: False, history=True)
         assert f"{EXIT_MARK}0" in final, final
-        for test in ("polynome", "sine_wave"):
+        for test in ("polynome", "calibration"):
             for job, device in (("J0.0", "cpu:0"), ("J0.1", "cpu:1")):
                 assert re.search(rf"^done   quick\.{test} {job} {device}  [\d,.]+ examples/s$",
                                  final, re.M), final
