@@ -9,7 +9,8 @@ from typing import Any
 
 from coleo import Option, default, tooled
 
-from milarun import gather, reporting, runner, slurm, slurm_follow, slurmenv, summary
+from milarun import (gather, reporting, results, runner, slurm, slurm_follow, slurmenv,
+                     summary)
 
 # Exit code when a job or a node failed (the report is still printed).
 JOBS_FAILED = 1
@@ -36,10 +37,12 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
     outcome = reporting.make_report(reporting.ReportRequest(
         out, compare_nodes=submission.kind == "fleet",
         title=f"milarun slurm {submission.kind} {submission.profile}",
-        only_tests=frozenset(submission.expected)))
+        only_tests=frozenset(submission.expected),
+        html=out / f"report.{results.utc_stamp()}.html"))
     print()
     print(outcome.text, end="")
     print(f"\nresults: {out.resolve()}")
+    print(f"report:  {outcome.html.resolve()}")
     failed = [f"job {s.job_id} {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "")
               for s in states.values() if not s.ok]
     failed_runs = sum(entry.get("failures") or 0

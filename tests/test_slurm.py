@@ -76,6 +76,8 @@ def test_fleet_two_nodes_gives_a_folder_and_a_report_row_per_node(cluster, tmp_p
     assert "job " in done.stdout and ": COMPLETED on node[1-2]" in done.stdout
     report = done.stdout[done.stdout.index("Per node"):]
     assert "node1" in report and "node2" in report
+    (page,) = out.glob("report.*.html")  # and its page, with the node x device heat map
+    assert str(page.resolve()) in done.stdout and "node-devices" in page.read_text()
     # the script stays with the results, and the job's output beside it
     (script,) = (out / "slurm").glob("fleet.*.sbatch")
     assert "#SBATCH --nodes=2" in script.read_text()
