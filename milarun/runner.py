@@ -294,7 +294,8 @@ def plan_rerun(result_file: str | Path, out: str | Path | None, test_args: list[
     torch loads. Not the supervisor's own variables of that job (RERUN_DROPPED_ENV): its
     MILARUN_DEADLINE, long past by now, would stop the rerun at its first slice; its pid
     (long dead: the watchdog would end the rerun at once); its result stamp (the
-    original's file name); its MILARUN_CGROUP (a student group this process is not in).
+    original's file name); its MILARUN_CGROUP (a student group this process is not in);
+    the Slurm job it ran in.
     """
     original = results.load_result(Path(result_file))
     problem = results.result_problem(original)
@@ -329,7 +330,10 @@ def plan_rerun(result_file: str | Path, out: str | Path | None, test_args: list[
 
 # The supervisor's variables of one job, not restored by a rerun (see plan_rerun).
 RERUN_DROPPED_ENV = (diagnostics.DEADLINE_ENV, watchdog.SUPERVISOR_ENV,
-                     watchdog.RESULT_STAMP_ENV, "MILARUN_CGROUP")
+                     watchdog.RESULT_STAMP_ENV, "MILARUN_CGROUP",
+                     # the Slurm job it ran in is over: the rerun's own `slurm` record says
+                     # where it runs now
+                     "SLURM_JOB_ID", "SLURM_CPUS_ON_NODE", "SLURM_CPUS_PER_TASK")
 
 
 def _saved_environ(result_file: str | Path, environ: Any) -> dict[str, str]:

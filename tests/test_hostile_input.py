@@ -206,7 +206,7 @@ def test_rerun_restores_the_environment_but_not_the_supervisors(tmp_path):
         "OMP_NUM_THREADS": "1", "MILARUN_DEVICE": "cpu:1/2", "CUDA_VISIBLE_DEVICES": "",
         "MILARUN_DEADLINE": "1.0", "MILARUN_SUPERVISOR_PID": "999999999",
         "MILARUN_RESULT_STAMP": "20260101-000000-000000",
-        "MILARUN_CGROUP": "cpuset,memory:student1"})
+        "MILARUN_CGROUP": "cpuset,memory:student1", "SLURM_JOB_ID": "77"})
     out = tmp_path / "new"
     done = milarun("rerun", original, "-o", out, "--", "--min-slices", "8", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -218,9 +218,10 @@ def test_rerun_restores_the_environment_but_not_the_supervisors(tmp_path):
     assert env["OMP_NUM_THREADS"] == "1" and env["MILARUN_DEVICE"] == "cpu:1/2"
     assert env["CUDA_VISIBLE_DEVICES"] == ""
     for dropped in ("MILARUN_DEADLINE", "MILARUN_SUPERVISOR_PID", "MILARUN_RESULT_STAMP",
-                    "MILARUN_CGROUP"):
+                    "MILARUN_CGROUP", "SLURM_JOB_ID"):
         assert dropped not in env
     assert new["isolation"]["requested"] is None
+    assert new["slurm"] is None  # the Slurm job it first ran in is over
 
 
 @pytest.mark.parametrize("environ, fragment", [
