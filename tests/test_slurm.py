@@ -34,8 +34,8 @@ def cluster(tmp_path_factory):
                              timeout=60)
     assert started.returncode == 0, started.stderr
     assert started.stdout.strip() == f"export SLURM_CONF={folder}/slurm.conf"
-    # milarun finds the dev cluster by MILARUN_SLURM_DEV alone; srun/scancel need SLURM_CONF
-    yield {"MILARUN_SLURM_DEV": str(folder)}
+    # this cluster, whatever Slurm the caller's environment names
+    yield {"MILARUN_SLURM_DEV": str(folder), "SLURM_CONF": str(folder / "slurm.conf")}
     stopped = subprocess.run([SCRIPT, "down"], capture_output=True, text=True, env=env,
                              timeout=60)
     assert stopped.returncode == 0, stopped.stderr
@@ -138,8 +138,7 @@ def test_scancel_leaves_fail_records(cluster, tmp_path):
         logs = list(out.glob("nodes/*/logs/*.log"))
         time.sleep(0.2)
     assert len(logs) == 2
-    env = {**os.environ, "SLURM_CONF": f"{cluster['MILARUN_SLURM_DEV']}/slurm.conf"}
-    subprocess.run(["scancel", job], check=True, env=env)
+    subprocess.run(["scancel", job], check=True, env={**os.environ, **cluster})
     waited = milarun("slurm", "wait", out, env=cluster)
     assert waited.returncode != 0
     assert f"job {job}: CANCELLED" in waited.stdout

@@ -182,3 +182,15 @@ def test_gather_copies_verified_and_never_overwrites(tmp_path):
     with pytest.raises(gather.GatherError, match="would overwrite"):
         gather.gather(source, target)
     assert (target / "logs" / "a.log").read_text() == "log\n" and source.exists()
+
+
+def test_without_a_slurm_configuration_the_dev_cluster_is_used(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    monkeypatch.setenv("MILARUN_SLURM_DEV", str(tmp_path))
+    if Path("/etc/slurm/slurm.conf").exists():
+        pytest.skip("this machine has a Slurm configuration of its own: milarun uses it")
+    assert "SLURM_CONF" not in slurm.slurm_environ()  # no dev cluster up
+    (tmp_path / "slurm.conf").write_text("ClusterName=x\n")
+    assert slurm.slurm_environ()["SLURM_CONF"] == str(tmp_path / "slurm.conf")
+    monkeypatch.setenv("SLURM_CONF", "/site/slurm.conf")  # the site's own always wins
+    assert slurm.slurm_environ()["SLURM_CONF"] == "/site/slurm.conf"
