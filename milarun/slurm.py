@@ -3,7 +3,8 @@
 Slurm allocates and launches, torchrun does the rendezvous, and on every node the usual
 supervisor (`milarun jobs`) runs unchanged. This module writes the batch script into
 ``<out>/slurm/`` (readable and editable: an admin may submit it again by hand), submits it
-with sbatch and records what it submitted (``<out>/slurm/<kind>.<stamp>.json``) for
+with sbatch and records what it submitted (``<out>/slurm/<kind>.<stamp>.submission``, JSON
+that result loaders pass by) for
 ``slurm wait`` and ``slurm check`` (milarun.slurm_follow). Not submitit: it pickles a
 Python call and hides the script, which an admin must be able to read and edit.
 """
@@ -24,6 +25,7 @@ import jinja2
 from milarun import devices, profile, results, runner, suite, sysinfo
 
 SLURM_FOLDER = "slurm"
+SUBMISSION_SUFFIX = ".submission"  # JSON, but not a result: not *.json
 NODELIST_RE = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
 TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 
@@ -72,7 +74,8 @@ class Submission:
 
     def save(self, folder: Path, stamp: str) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
-        return results.write_atomic(folder / f"{self.kind}.{stamp}.json", asdict(self))
+        return results.write_atomic(folder / f"{self.kind}.{stamp}{SUBMISSION_SUFFIX}",
+                                    asdict(self))
 
 
 def slurm_environ() -> dict[str, str]:
@@ -291,7 +294,7 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
 def load_submissions(outdir: Path, job: str | None = None) -> list[tuple[Path, Submission]]:
     """The submissions recorded in <out>/slurm/ (those of one job id when given)."""
     found = []
-    for path in sorted((outdir / SLURM_FOLDER).glob("*.json")):
+    for path in sorted((outdir / SLURM_FOLDER).glob(f"*{SUBMISSION_SUFFIX}")):
         try:
             data = results.read_json(path)
             record = Submission(**data)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, milarun
+from milarun import summary
 
 SCRIPT = ROOT / "scripts" / "slurm-dev-cluster.sh"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol")
@@ -82,6 +83,8 @@ def test_fleet_two_nodes_gives_a_folder_and_a_report_row_per_node(cluster, tmp_p
     (script,) = (out / "slurm").glob("fleet.*.sbatch")
     assert "#SBATCH --nodes=2" in script.read_text()
     assert list((out / "slurm").glob("milarun-fleet.*.out"))
+    # the submission record and the logs are not taken for results
+    assert summary.load_dir(out).skipped == []
 
 
 def test_scaling_on_two_nodes_has_ranks_on_both(cluster, tmp_path):
