@@ -9,8 +9,8 @@ from typing import Any
 
 from coleo import Option, default, tooled
 
-from milarun import (gather, reporting, results, runner, slurm, slurm_follow, slurmenv,
-                     summary)
+from milarun import (gather, manifest, reporting, results, runner, slurm, slurm_follow,
+                     slurmenv)
 
 # Exit code when a job or a node failed (the report is still printed).
 JOBS_FAILED = 1
@@ -34,10 +34,14 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
         print(f"stopped following; the job(s) go on: scancel {' '.join(submission.job_ids)} "
               f"stops them, `milarun slurm wait {out}` follows them again", file=sys.stderr)
         return 130
+    # score what was asked for: the submission's tests and what its nodes planned
+    asked = set(submission.expected) | {
+        t for node in (out / slurmenv.NODES_FOLDER).glob("*")
+        for t in manifest.planned_since(node, submission.submitted_at - 5) or ()}
     outcome = reporting.make_report(reporting.ReportRequest(
         out, compare_nodes=submission.kind == "fleet",
         title=f"milarun slurm {submission.kind} {submission.profile}",
-        only_tests=frozenset(submission.expected),
+        only_tests=frozenset(asked),
         html=out / f"report.{results.utc_stamp()}.html"))
     print()
     print(outcome.text, end="")
@@ -45,10 +49,9 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
     print(f"report:  {outcome.html.resolve()}")
     failed = [f"job {s.job_id} {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "")
               for s in states.values() if not s.ok]
-    failed_runs = sum(entry.get("failures") or 0
-                      for entry in summary.load_source(out).summary.values())
+    failed_runs = slurm_follow.failed_runs(out, submission)
     if failed_runs:
-        failed.append(f"{failed_runs} failed run(s)")
+        failed.append(f"{failed_runs} failed run(s) in job(s) {', '.join(submission.job_ids)}")
     if failed:
         print(f"milarun: FAIL: {', '.join(failed)}", file=sys.stderr)
     return JOBS_FAILED if failed else 0

@@ -118,3 +118,20 @@ def cut_short(outdir: Path) -> list[CutShort]:
                               float(started) if isinstance(started, (int, float)) else 0.0,
                               tuple(t for t in planned if t not in ended)))
     return sorted(found, key=lambda cut: cut.started_at)
+
+
+def planned_since(folder: Path, since: float) -> set[str] | None:
+    """The tests the runs in ``folder`` started at or after ``since`` planned; None when no
+    such run left a manifest (its supervisor never started)."""
+    planned: set[str] | None = None
+    for path in Path(folder).glob(f"{PREFIX}*{SUFFIX}"):
+        try:
+            data = _read(path)
+        except results.InputError:
+            continue
+        started = data.get("started_at")
+        if isinstance(started, (int, float)) and started >= since:
+            planned = (planned or set()) | {t for t in data.get("planned") or ()
+                                            if isinstance(t, str)}
+    return planned
+

@@ -6,13 +6,15 @@ from __future__ import annotations
 import dataclasses
 import io
 import textwrap
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from milarun.report import Report
     from milarun.report_nodes import NodeReport
 
-NODES_TITLE = "Per node (score: weighted geometric mean of the node's mean rates)"
+NODES_TITLE = ("Per node (score: weighted geometric mean of its mean rates; ratio: the same, "
+               "of rate / test median)")
 MATRIX_TITLE = "Node x device (geometric mean of rate / the test's median device; 1.00 = typical)"
 
 
@@ -29,6 +31,17 @@ def cell_text(nodes: NodeReport, node: str, device: str) -> str:
     return f"{cell.value:.2f}" + ("*" if cell.flagged else "")
 
 
+def labels(names: list[str]) -> dict[str, str]:
+    """Each node's row label in text: cut in the middle when long (render._short), but
+    whole where two cut labels would be the same (and all whole if still not unique)."""
+    from milarun import render  # here: render imports this module
+
+    short = {name: render._short(name) for name in names}
+    counts = Counter(short.values())
+    out = {name: label if counts[label] == 1 else name for name, label in short.items()}
+    return out if len(set(out.values())) == len(out) else {name: name for name in names}
+
+
 def text_section(report: Report) -> list[str]:
     """The "Per node" and "Node x device" blocks (nothing without a per-node section)."""
     nodes = report.nodes
@@ -36,6 +49,7 @@ def text_section(report: Report) -> list[str]:
         return []
     from milarun import render  # here: render imports this module
 
+    label = labels([row.node for row in nodes.nodes])
     rows = {}
     for row in nodes.nodes:
         cells = {"runs": str(row.runs), "fail": str(row.failures), "score": render._num(row.score),
@@ -43,11 +57,11 @@ def text_section(report: Report) -> list[str]:
                  "ratio to median": render._num(row.ratio, ".3f")}
         if nodes.tested:
             cells["flag"] = flag_text(row.flagged, row.p_value)
-        rows[render._short(row.node)] = cells
+        rows[label[row.node]] = cells
     out = render.section(NODES_TITLE) + [render._frame(rows, "node")]
     if nodes.cells:
-        matrix = {render._short(row.node): {d: cell_text(nodes, row.node, d)
-                                            for d in nodes.devices} for row in nodes.nodes}
+        matrix = {label[row.node]: {d: cell_text(nodes, row.node, d) for d in nodes.devices}
+                  for row in nodes.nodes}
         out += render.section(MATRIX_TITLE) + [render._frame(matrix, "node")]
         if nodes.tested:
             out.append(textwrap.fill(f"* significantly slower than its siblings ({explain()})",

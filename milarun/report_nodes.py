@@ -8,14 +8,18 @@ of this comparison: they belong to several devices, often to several nodes.
 
 - Node score: the main report's weighted geometric mean, exp(sum w ln perf / sum w), over
   the weighted tests the node has a successful rate for; perf = the mean of the node's
-  steady rates (summary.run_rate). Coverage = that weight / the total weight; ratio =
-  score / the median node score. A node whose runs all failed is listed with no score.
-  Without weights (or none for these tests) every test weighs 1.
+  steady rates (summary.run_rate). Coverage = that weight / the total weight. A node whose
+  runs all failed is listed with no score. Without weights (or none for these tests) every
+  test weighs 1. The score mixes raw rates, so it only compares nodes that ran the same
+  tests: the ratio does not use it.
+- Node ratio: the weighted geometric mean, over the tests the node has, of (its perf / the
+  median over nodes of that test's perf); 1.0 is a typical node. A node that failed a test
+  (say one at 1e6 examples/s) is compared on the others, not scored down for the gap.
 - Matrix: for each (node, device) cell, the weighted geometric mean over tests of
   (the cell's mean rate / the median of that test's cell means): 1.0 is a typical device.
 - Flags: a unit (a node, or a node/device cell) is flagged "significantly slower than its
   siblings" (the other units of its kind) when BOTH
-  1. its ratio to the siblings' median (node score / the median of the other nodes' scores;
+  1. its ratio to the siblings' median (node ratio / the median of the other nodes' ratios;
      cell value / the median of the other cells' values) is below MARGIN (0.95), and
   2. a test says so: per weighted test, a one-sided Welch t-test (scipy.stats.ttest_ind,
      equal_var=False, alternative="less") of the unit's steady-window slice rates
@@ -63,7 +67,7 @@ class NodeRow:
     failures: int
     score: float | None  # None: no successful weighted test (e.g. every run failed)
     coverage: float | None
-    ratio: float | None  # score / the median node score
+    ratio: float | None  # geometric mean of (mean rate / the test's median node)
     p_value: float | None = None  # the combined test against the other nodes (when tested)
     flagged: bool = False
 
@@ -160,6 +164,19 @@ def _means(runs: list[_Run], weights: dict[str, float]) -> dict[str, float]:
     return {t: math.fsum(v) / len(v) for t, v in rates.items()}
 
 
+def _relative(means: dict[Any, dict[str, float]],
+              weights: dict[str, float]) -> dict[Any, float | None]:
+    """Per unit (node or cell), the weighted geometric mean over the tests it has of (its
+    mean rate / the median of that test's unit means): 1.0 is a typical unit."""
+    per_test: dict[str, list[float]] = defaultdict(list)
+    for found in means.values():
+        for t, v in found.items():
+            per_test[t].append(v)
+    medians = {t: statistics.median(v) for t, v in per_test.items()}
+    return {key: _geomean({t: v / medians[t] for t, v in found.items()}, weights)
+            for key, found in means.items()}
+
+
 def _samples(runs: list[_Run], weights: dict[str, float],
              unit: Callable[[_Run], str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per weighted test: every steady-window slice of the runs, and its unit's name."""
@@ -224,25 +241,19 @@ def compare_nodes(loaded: list[dict[str, Any]], weights: dict[str, float] | None
     for run in runs:
         by_node[run.node].append(run)
     names = sorted(by_node, key=natural_key)
-    scores, coverage = {}, {}
-    for node in names:
-        means = _means(by_node[node], weights)
-        scores[node] = _geomean(means, weights)
-        coverage[node] = sum(weights[t] for t in means) / total if total else None
-    known = [s for s in scores.values() if s is not None]
-    median = statistics.median(known) if known else None
+    means = {node: _means(by_node[node], weights) for node in names}
+    ratios = _relative(means, weights)  # not the scores: nodes may lack different tests
     flags: list[Flag] = []
     rows = []
     samples = _samples(runs, weights, lambda r: r.node) if test else {}
     for node in names:
-        p, flag = (_judge(node, "node", scores[node], [scores[n] for n in names if n != node],
+        p, flag = (_judge(node, "node", ratios[node], [ratios[n] for n in names if n != node],
                           samples) if test else (None, None))
         flags += [flag] if flag else []
-        score = scores[node]
         rows.append(NodeRow(node, len(by_node[node]), sum(r.rate is None for r in by_node[node]),
-                            score, coverage[node],
-                            score / median if score is not None and median else None,
-                            p, flag is not None))
+                            _geomean(means[node], weights),
+                            sum(weights[t] for t in means[node]) / total if total else None,
+                            ratios[node], p, flag is not None))
     cells, devices = _matrix(runs, weights, test, flags)
     return NodeReport(tuple(rows), devices, cells, tuple(flags), test)
 
@@ -253,14 +264,7 @@ def _matrix(runs: list[_Run], weights: dict[str, float], test: bool,
     by_cell: dict[tuple[str, str], list[_Run]] = defaultdict(list)
     for run in runs:
         by_cell[(run.node, run.device)].append(run)
-    means = {key: _means(items, weights) for key, items in by_cell.items()}
-    per_test: dict[str, list[float]] = defaultdict(list)
-    for found in means.values():
-        for t, v in found.items():
-            per_test[t].append(v)
-    medians = {t: statistics.median(v) for t, v in per_test.items()}
-    values = {key: _geomean({t: v / medians[t] for t, v in found.items()}, weights)
-              for key, found in means.items()}
+    values = _relative({key: _means(items, weights) for key, items in by_cell.items()}, weights)
     keys = sorted(by_cell, key=lambda k: (natural_key(k[0]), device_order(k[1])))
     cells = []
     samples = _samples(runs, weights, lambda r: f"{r.node}/{r.device}") if test else {}

@@ -27,6 +27,7 @@ from milarun import devices, profile, results, runner, suite, sysinfo
 SLURM_FOLDER = "slurm"
 SUBMISSION_SUFFIX = ".submission"  # JSON, but not a result: not *.json
 NODELIST_RE = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
+PARTITION_RE = re.compile(r"^[A-Za-z0-9_.\-,]+$")
 TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
 
 
@@ -75,7 +76,7 @@ class Submission:
     def save(self, folder: Path, stamp: str) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         return results.write_atomic(folder / f"{self.kind}.{stamp}{SUBMISSION_SUFFIX}",
-                                    asdict(self))
+                                    asdict(self), replace=True)
 
 
 def slurm_environ() -> dict[str, str]:
@@ -85,9 +86,19 @@ def slurm_environ() -> dict[str, str]:
     if "SLURM_CONF" not in env and not Path("/etc/slurm/slurm.conf").exists():
         dev = Path(os.environ.get("MILARUN_SLURM_DEV")
                    or Path(os.environ.get("TMPDIR") or "/tmp") / "milarun-slurm-dev")
-        if (dev / "slurm.conf").exists():
+        if _ours(dev) and _ours(dev / "slurm.conf"):
             env["SLURM_CONF"] = str(dev / "slurm.conf")
     return env
+
+
+def _ours(path: Path) -> bool:
+    """A path this user (or root) owns and no one else may write: in a shared /tmp, another
+    user's slurm.conf would take every job of ours to a cluster of theirs."""
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return info.st_uid in (os.getuid(), 0) and not info.st_mode & 0o022
 
 
 def slurm_command(words: list[str], what: str) -> str:
@@ -115,6 +126,15 @@ def _check(request: SlurmRequest) -> None:
     if request.local_dir is not None and not request.local_dir.is_absolute():
         raise runner.UsageError(f"--local-dir {request.local_dir}: give an absolute path "
                                 "(a folder on each node's own disk, e.g. /tmp)")
+    if request.partition is not None and not PARTITION_RE.match(request.partition):
+        raise runner.UsageError(f"--partition {request.partition!r}: give Slurm partition "
+                                "names, e.g. gpu or gpu,long")
+    out = str(request.outdir.resolve())
+    if any(c in out for c in " \t\n\r#%"):
+        raise runner.UsageError(f"-o {out!r}: the batch script's #SBATCH --output cannot hold "
+                                "spaces, '#' or '%': choose a folder without them")
+    if any(c in str(request.profile) for c in "\n\r"):
+        raise runner.UsageError(f"profile {request.profile!r}: not a profile name or file")
     if request.nodelist and not NODELIST_RE.match(request.nodelist):
         raise runner.UsageError(f"--nodelist {request.nodelist!r}: give Slurm node names "
                                 "such as node[1-4],gpu7")
@@ -135,6 +155,9 @@ def _check(request: SlurmRequest) -> None:
                                     "the largest count), not --nodelist or --each-node")
         if not request.node_counts or min(request.node_counts) < 1:
             raise runner.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
+        if request.gpus_per_node is None and request.devices is None:
+            raise runner.UsageError("slurm scaling: give --gpus-per-node G (GPU nodes) or "
+                                    "--devices cpu:N: the ranks per node name the results")
     elif request.nodes is None and not request.nodelist:
         raise runner.UsageError("slurm fleet: give --nodes N or --nodelist LIST")
 
@@ -194,7 +217,8 @@ def _sbatch_lines(request: SlurmRequest, out: Path) -> list[str]:
     elif not request.each_node:  # --each-node: sbatch --nodelist=<node> per submission
         lines.append(f"--nodelist={request.nodelist}" if request.nodelist
                      else f"--nodes={request.nodes}")
-    lines += ["--ntasks-per-node=1", "--exclusive", f"--output={out}/%x.%j.out"]
+    # whole nodes: every CPU and all their memory (a site's default --mem would be a limit)
+    lines += ["--ntasks-per-node=1", "--exclusive", "--mem=0", f"--output={out}/%x.%j.out"]
     if request.partition:
         lines.append(f"--partition={request.partition}")
     if request.gpus_per_node:
@@ -272,29 +296,43 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
     stamp = results.utc_stamp()
     script = folder / f"{request.kind}.{stamp}.sbatch"
     text = render_script(request, script)
+    if dry_run:  # asks Slurm nothing
+        each = ["--nodelist=<node>", "--job-name=milarun-fleet-<node>"]
+        command = ["sbatch", "--parsable", *(each if request.each_node else []), str(script)]
+        return Submitted(script, text, [], None, [command + (
+            [f"# once per node of {request.nodelist or f'{request.nodes} nodes'}"]
+            if request.each_node else [])])
     nodes = each_node_list(request) if request.each_node else [None]
     commands = [["sbatch", "--parsable"] + ([f"--nodelist={n}", f"--job-name=milarun-fleet-{n}"]
                                             if n else []) + [str(script)] for n in nodes]
-    if dry_run:
-        return Submitted(script, text, [], None, commands)
     runner.check_outdir(request.outdir)
     folder.mkdir(parents=True, exist_ok=True)
     results.write_text_atomic(script, text)
     script.chmod(0o755)
     record = Submission(request.kind, prof.name, str(script), sorted(expected), expected,
-                        nodelists=[n or request.nodelist for n in nodes])
-    for command in commands:
-        answer = slurm_command(command, f"submitting {script}")
+                        submitted_at=_dt.datetime.now().timestamp())
+    path = record.save(folder, stamp)  # before the first job can start and look for it
+    for node, command in zip(nodes, commands):
+        try:
+            answer = slurm_command(command, f"submitting {script}")
+        except SlurmError as err:
+            if not record.job_ids:  # nothing submitted: nothing to follow
+                path.unlink(missing_ok=True)
+            if record.job_ids:
+                raise SlurmError(f"{err} (already submitted: job(s) "
+                                 f"{', '.join(record.job_ids)}; `milarun slurm wait "
+                                 f"{request.outdir}` follows them)") from None
+            raise
         record.job_ids.append(answer.strip().split(";")[0])
-    record.submitted_at = _dt.datetime.now().timestamp()
-    path = record.save(folder, stamp)
+        record.nodelists.append(node or request.nodelist)
+        record.save(folder, stamp)
     return Submitted(script, text, record.job_ids, path, commands)
 
 
 def load_submissions(outdir: Path, job: str | None = None) -> list[tuple[Path, Submission]]:
     """The submissions recorded in <out>/slurm/ (those of one job id when given)."""
     found = []
-    for path in sorted((outdir / SLURM_FOLDER).glob(f"*{SUBMISSION_SUFFIX}")):
+    for path in (outdir / SLURM_FOLDER).glob(f"*{SUBMISSION_SUFFIX}"):
         try:
             data = results.read_json(path)
             record = Submission(**data)
@@ -302,7 +340,7 @@ def load_submissions(outdir: Path, job: str | None = None) -> list[tuple[Path, S
             continue
         if job is None or job in record.job_ids:
             found.append((path, record))
-    return found
+    return sorted(found, key=lambda item: item[1].submitted_at or 0)  # the latest last
 
 
 def describe(submitted: Submitted) -> list[str]:

@@ -19,6 +19,12 @@ NODES="${2:-2}"
 say() { echo "slurm-dev-cluster: $*" >&2; }
 die() { say "error: $*"; exit 1; }
 
+check_owner() {  # root acts on pid files and removes the folder: only a folder of its own
+    if [ -e "$DIR" ] && [ "$(stat -c %u "$DIR")" != "$(id -u)" ]; then
+        die "$DIR belongs to another user; set MILARUN_SLURM_DEV to a folder of yours"
+    fi
+}
+
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -127,8 +133,8 @@ up() {
 }
 
 case "$ACTION" in
-    up) up ;;
-    down) down ;;
+    up) check_owner; up ;;
+    down) check_owner; down ;;
     status) SLURM_CONF="$DIR/slurm.conf" sinfo -N ;;
     *) echo "usage: $0 up [NODES] | down | status" >&2; exit 2 ;;
 esac

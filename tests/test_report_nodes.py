@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import milarun, one_line_error
-from milarun import html, report, report_nodes, summary
+from milarun import html, render_nodes, report, report_nodes, summary
 from resultfactory import rate_series, result, write
 from test_html import _Table
 
@@ -105,6 +105,51 @@ def test_a_node_whose_runs_all_failed_is_listed_without_a_score():
         {"suite.alpha": 1.0, "suite.beta": 3.0})
     assert rows(half)["node2"].coverage == pytest.approx(0.25)
     assert rows(half)["node1"].score == pytest.approx(100 ** 0.25 * 10 ** 0.75, rel=0.02)
+
+
+def test_a_node_missing_a_high_rate_test_is_compared_on_the_tests_it_has():
+    """The ratio (and the flag's margin) come from per-test relative rates: a node that
+    failed every run of the 1e6 ex/s test is not 'slower' for lacking it."""
+    tests = TESTS + (("suite.polynome", 1e6),)
+    down = [result("suite.polynome", f"{i}.{d}", None, device=device, node="node3",
+                   failure={"kind": "crash", "message": "out of memory"})
+            for d, device in enumerate(("cpu:0", "cpu:1")) for i in range(2)]
+    speeds = {"node1": 1.0, "node2": 1.0}
+    nodes = report_nodes.compare_nodes(
+        fleet(speeds, tests=tests) + fleet({"node3": 1.0}, tests=TESTS, seed=1) + down,
+        test=True)
+    by = rows(nodes)
+    assert by["node3"].ratio == pytest.approx(1.0, rel=0.02)
+    assert not by["node3"].flagged and nodes.flags == ()
+    assert (by["node3"].runs, by["node3"].failures) == (12, 4)
+    assert by["node3"].coverage == pytest.approx(2 / 3) and by["node1"].coverage == 1.0
+    # 3% slower, measured without noise: significant but within the margin, so not
+    # flagged (a raw-rate score, ~0.03x the median without polynome, would flag it).
+    close = report_nodes.compare_nodes(
+        fleet(speeds, tests=tests, noise=0, jitter=0)
+        + fleet({"node3": 0.97}, tests=TESTS, noise=0, jitter=0) + down, test=True)
+    slow = rows(close)["node3"]
+    assert slow.ratio == pytest.approx(0.97) and slow.p_value < report_nodes.ALPHA
+    assert not slow.flagged and close.flags == ()
+    assert "node node3" not in " ".join(close.warnings())
+
+
+def test_long_node_names_keep_their_own_rows():
+    names = ("compute-node-001.lab.example.org", "compute-node-002.lab.example.org")
+    loaded = fleet(dict.fromkeys(names, 1.0), runs=1)
+    rep = report.build_report(summary.summarize(loaded))
+    rep.nodes = report_nodes.compare_nodes(loaded, test=True)
+    text = "\n".join(render_nodes.text_section(rep))
+    per_node = text[text.index("Per node"):text.index("Node x device")]
+    matrix = text[text.index("Node x device"):]
+    for block in (per_node, matrix):
+        assert all(sum(name in line for line in block.splitlines()) == 1 for name in names)
+    assert max(len(line) for line in text.splitlines()) <= 100
+    # Short labels that do not clash stay short; names of any length stay whole when
+    # their short labels clash.
+    labels = render_nodes.labels(["node1", "a" * 40, *names])
+    assert labels["node1"] == "node1" and len(labels["a" * 40]) < 40
+    assert [labels[n] for n in names] == list(names)
 
 
 def test_distributed_results_are_left_out_of_the_comparison():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import milarun, one_line_error
-from milarun import gather, plan, slurm, slurm_follow, slurmenv
+from milarun import gather, manifest, plan, slurm, slurm_follow, slurmenv
 from milarun.records import Call, Failure, ResultRecord
 from milarun.results import write_result
 
@@ -56,7 +56,6 @@ def test_scaling_dry_run_steps_through_node_counts_in_one_allocation(tmp_path):
     assert "#SBATCH --nodes=4\n" in text
     assert "for k in 1 2 4; do" in text
     assert 'srun --nodes="$k" --ntasks="$k" --ntasks-per-node=1 --relative=0' in text
-    assert '--name scaling --devices cpu:1' not in text  # the scaling tag selects it
     assert '--tags scaling --devices cpu:1' in text
     assert '--nnodes "$k" --master "$addr:$port"' in text
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
@@ -82,7 +81,9 @@ def test_local_dir_gathers_on_each_node(tmp_path):
     (("fleet", "nosuchprofile", "--nodes", "2"), "nosuchprofile"),
     (("scaling", "quick", "--nodes", "1,two"), "give node counts such as 1,2,4,8"),
     (("scaling", "quick"), "give --nodes as node counts"),
-    (("scaling", "quick", "--nodes", "1,2", "--name", "polynome"), "gpu-progression"),
+    (("scaling", "quick", "--nodes", "1,2", "--devices", "cpu:1", "--name", "polynome"),
+     "gpu-progression"),
+    (("scaling", "quick", "--nodes", "1,2"), "give --gpus-per-node G"),
 ])
 def test_bad_requests_get_one_line(args, expected, tmp_path):
     line = one_line_error(milarun("slurm", *args, "-o", str(tmp_path / "o"), "--dry-run"))
@@ -93,6 +94,8 @@ def test_without_slurm_submitting_is_one_line_and_keeps_nothing_half_done(tmp_pa
     done = milarun("slurm", "fleet", "quick", "--nodes", "2", "-o", str(tmp_path / "o"),
                    env=NO_SLURM)
     assert "sbatch not found" in one_line_error(done)
+    # the script stays for the admin; no submission is recorded, none is followed
+    assert [p.suffix for p in (tmp_path / "o" / "slurm").iterdir()] == [".sbatch"]
     line = one_line_error(milarun("slurm", "wait", str(tmp_path / "o")))
     assert "no Slurm submission recorded" in line
 
@@ -153,7 +156,7 @@ def test_check_names_each_missing_result_of_each_node_once(tmp_path):
     _node_result(tmp_path, "node1", "quick.vae", "42")
     _node_result(tmp_path, "node2", "quick.vae", "41")  # an older job's: does not count
     state = slurm_follow.JobState("42", "CANCELLED", "0:15", "node[1-2]")
-    written = slurm_follow.check(tmp_path, "42", ["node1", "node2"], state)
+    written = slurm_follow.check(tmp_path, "42", ["node1", "node2"], state, settle=0)
     assert sorted(p.parent.name for p in written) == ["node2", "node2"]
     fails = [json.loads(p.read_text()) for p in written]
     assert {f["name"] for f in fails} == {"quick.polynome", "quick.vae"}
@@ -163,7 +166,7 @@ def test_check_names_each_missing_result_of_each_node_once(tmp_path):
         assert "CANCELLED" in fail["failure"]["message"]
         assert fail["slurm"]["job_id"] == "42"
     # checked again (the batch script, then `slurm wait`): nothing more is written
-    assert slurm_follow.check(tmp_path, "42", ["node1", "node2"], state) == []
+    assert slurm_follow.check(tmp_path, "42", ["node1", "node2"], state, settle=0) == []
 
 
 def test_gather_copies_verified_and_never_overwrites(tmp_path):
@@ -177,11 +180,11 @@ def test_gather_copies_verified_and_never_overwrites(tmp_path):
     assert {p.relative_to(target): p.read_bytes() for p in target.rglob("*")
             if p.is_file()} == expected
     assert not source.exists()
-    (source / "logs").mkdir(parents=True)
-    (source / "logs" / "a.log").write_text("other\n")
+    source.mkdir()
+    (source / "a.json").write_text("other")
     with pytest.raises(gather.GatherError, match="would overwrite"):
         gather.gather(source, target)
-    assert (target / "logs" / "a.log").read_text() == "log\n" and source.exists()
+    assert (target / "a.json").read_bytes() == expected[Path("a.json")] and source.exists()
 
 
 def test_without_a_slurm_configuration_the_dev_cluster_is_used(tmp_path, monkeypatch):
@@ -192,5 +195,40 @@ def test_without_a_slurm_configuration_the_dev_cluster_is_used(tmp_path, monkeyp
     assert "SLURM_CONF" not in slurm.slurm_environ()  # no dev cluster up
     (tmp_path / "slurm.conf").write_text("ClusterName=x\n")
     assert slurm.slurm_environ()["SLURM_CONF"] == str(tmp_path / "slurm.conf")
+    (tmp_path / "slurm.conf").chmod(0o666)  # anyone could have written it: not used
+    assert "SLURM_CONF" not in slurm.slurm_environ()
     monkeypatch.setenv("SLURM_CONF", "/site/slurm.conf")  # the site's own always wins
     assert slurm.slurm_environ()["SLURM_CONF"] == "/site/slurm.conf"
+
+
+def test_check_expects_what_the_node_planned(tmp_path):
+    """A node whose supervisor started names its own tests (its run manifest), e.g. the
+    scaling.k its device count gives, not the submitter's guess."""
+    _submission(tmp_path, "42")
+    node2 = tmp_path / "nodes" / "node2"
+    node2.mkdir(parents=True)
+    manifest.RunManifest.start(node2, "quick", ["quick.polynome", "quick.scaling.4"], 1,
+                               ["cuda:0", "cuda:1", "cuda:2", "cuda:3"])
+    _node_result(tmp_path, "node2", "quick.polynome", "42")
+    state = slurm_follow.JobState("42", "FAILED", "1:0", "node2")
+    written = slurm_follow.check(tmp_path, "42", ["node2"], state, settle=0)
+    assert [json.loads(p.read_text())["name"] for p in written] == ["quick.scaling.4"]
+    assert json.loads(written[0].read_text())["failure"]["kind"] == "crash"
+
+
+def test_gather_skips_the_lock_appends_logs_and_refuses_to_nest(tmp_path):
+    source, target = tmp_path / "local", tmp_path / "shared"
+    for folder, text in ((source, "second run\n"), (target, "first run\n")):
+        (folder / "logs").mkdir(parents=True)
+        (folder / "logs" / "t.J0.log").write_text(text)
+        (folder / ".milarun.lock").write_text("")
+    (source / "t.J0.20260101-000000-000002.json").write_text("{}")
+    done = gather.gather(source, target)
+    assert done.files == 2
+    assert (target / "logs" / "t.J0.log").read_text() == "first run\nsecond run\n"
+    assert (target / "t.J0.20260101-000000-000002.json").read_text() == "{}"
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "a").write_text("x")
+    with pytest.raises(gather.GatherError, match="inside"):
+        gather.gather(source, source / "sub" / "into")
+    assert (source / "sub" / "a").read_text() == "x"
