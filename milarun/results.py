@@ -300,6 +300,9 @@ _FIELD_TYPES: dict[str, tuple[str, Any]] = {
     "efficiency": ("an object", _of(dict)),
     "energy": ("an object", _of(dict)),
     "gpu_identity": ("a list", _of(list)),
+    "node": ("a string", _of(str)),
+    "slurm": ("an object", _of(dict)),
+    "ranks": ("a list", _of(list)),
     "diagnostics": ("an object of objects", _opt(_objects)),
     "environ": ("an object", _of(dict)),
 }
