@@ -164,8 +164,11 @@ def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchO
         name = f"{job.fullname}.{world}"
         extra = {"job": job.definition, "suite": job.suite, "repeat": repeat,
                  "world_size": world, "prepare": prepared or []}
+        # each round its own port: a node that starts round r+1 early must not reach the
+        # head's round-r store, still closing
         where = (["--nnodes", str(rdzv.nnodes), "--node-rank", str(rdzv.node_rank),
-                  "--master-addr", rdzv.master_addr, "--master-port", str(rdzv.master_port)]
+                  "--master-addr", rdzv.master_addr,
+                  "--master-port", str(rdzv.master_port + repeat)]
                  if rdzv else ["--nnodes", "1", "--master-addr", "127.0.0.1",
                                "--master-port", str(free_port())])
         command = [sys.executable, "-m", "torch.distributed.run", *where,

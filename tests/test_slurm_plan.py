@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import milarun, one_line_error
-from milarun import gather, manifest, plan, slurm, slurm_follow, slurmenv
+from milarun import devices, gather, manifest, plan, profile, slurm, slurm_follow, slurmenv
 from milarun.records import Call, Failure, ResultRecord
 from milarun.results import write_result
 
@@ -232,3 +232,21 @@ def test_gather_skips_the_lock_appends_logs_and_refuses_to_nest(tmp_path):
     with pytest.raises(gather.GatherError, match="inside"):
         gather.gather(source, source / "sub" / "into")
     assert (source / "sub" / "a").read_text() == "x"
+
+
+def test_a_node_plans_its_part_of_the_multi_node_run(tmp_path):
+    (job,) = profile.load_profile("quick").select(["scaling"], [])
+    opts = plan.LaunchOptions(outdir=tmp_path, dataroot=tmp_path,
+                              rendezvous=plan.Rendezvous(3, 1, "node1", 29500))
+    (round_,) = plan.plan_progression(job, 1, devices.parse_device_spec("cpu:2"), opts)
+    (inst,) = round_  # one torchrun job of this node's ranks, not k = 1..N
+    assert inst.name == "quick.scaling.6"  # 3 nodes x 2 ranks: named by world size
+    assert inst.recorded_on_head  # node rank 1: rank 0 on the head writes the result
+    words = " ".join(inst.command)
+    # the second repeat (1) on its own port: 29500 + 1
+    assert ("--nnodes 3 --node-rank 1 --master-addr node1 --master-port 29501 "
+            "--nproc-per-node 2") in words
+    head = plan.LaunchOptions(outdir=tmp_path, dataroot=tmp_path,
+                              rendezvous=plan.Rendezvous(3, 0, "node1", 29500))
+    assert not plan.plan_progression(job, 0, devices.parse_device_spec("cpu:2"),
+                                     head)[0][0].recorded_on_head
