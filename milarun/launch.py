@@ -191,11 +191,15 @@ class Supervisor:
             except ValueError as err:
                 inst.result = {"success": False, "failure": {"kind": "crash",
                                                              "message": str(err)}}
-        elif inst.recorded_on_head and inst.process.returncode == 0:
-            # its ranks ended well: rank 0, on the head node, wrote the run's result
-            inst.result = {"success": True, "recorded_on_head": True}
-            self.board.say(f"done   {inst.tag}: its ranks ended well; rank 0, on the head "
-                           "node, writes the result")
+        elif inst.recorded_on_head:
+            # One record per run: rank 0's, on the head node; the head's ranks fail with
+            # ours, so a FAIL of ours here would count one failed run twice.
+            code = inst.process.returncode
+            inst.result = {"success": code == 0, "recorded_on_head": True}
+            self.board.say(
+                f"{'done ' if code == 0 else 'FAIL '}  {inst.tag}: this node's ranks "
+                f"{'ended well' if code == 0 else f'failed (exit {code}), see {inst.log_path}'}"
+                "; rank 0, on the head node, records the run")
             return
         else:
             inst.result = harness_record.harness_failure(inst, self.opts,
@@ -213,7 +217,9 @@ class Supervisor:
 def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOptions,
              on_end: Callable[[Instance], None] | None = None,
              on_recorded: Callable[[Instance], None] | None = None) -> list[Instance]:
-    """All jobs once, then again ``repeat`` times; each job's instances run side by side."""
+    """All jobs once, then again ``repeat`` times; each job's instances run side by side.
+    Returns every ended instance (a multi-node run's part on another node than the head
+    has ``recorded_on_head`` in its result, which is not written)."""
     check_jobs(jobs, devices, opts)
     supervisor = Supervisor(opts, on_end, on_recorded)
     done: list[Instance] = []
@@ -227,6 +233,5 @@ def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOp
                 try:
                     supervisor.run_group(instances)
                 finally:
-                    done += [i for i in instances if i.result and not
-                             i.result.get("recorded_on_head")]
+                    done += [i for i in instances if i.result]
     return done

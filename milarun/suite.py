@@ -109,11 +109,15 @@ def _run_held(request: SuiteRequest, prof: profile.Profile, selected: list[profi
         record.finish("failed", f"{type(err).__name__}: {err}")
         raise
     record.finish("complete")
+    parts = [i for i in done if i.result.get("recorded_on_head")]
+    done = [i for i in done if not i.result.get("recorded_on_head")]
     rdzv = request.rendezvous
-    if rdzv is not None and rdzv.node_rank > 0 and not done:
+    if rdzv is not None and parts and not done:  # a node other than the head's: no results
+        failed = sum(not i.result["success"] for i in parts)
         return SuiteOutcome(request.outdir, report_text=(
-            f"node rank {rdzv.node_rank} of {rdzv.nnodes}: its ranks ended well; rank 0 on "
-            f"the head node ({rdzv.master_addr}) writes the results\n"))
+            f"node rank {rdzv.node_rank} of {rdzv.nnodes}: {len(parts) - failed} run(s) of "
+            f"its ranks ended well, {failed} failed; rank 0 on the head node "
+            f"({rdzv.master_addr}) records them\n"), exit_code=1 if failed else 0)
     return _report(prof.name, expected, done, request.outdir)
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import milarun, one_line_error
-from milarun import devices, gather, manifest, plan, profile, slurm, slurm_follow, slurmenv
+from milarun import (devices, gather, launch, manifest, plan, profile, slurm, slurm_follow,
+                     slurmenv)
 from milarun.records import Call, Failure, ResultRecord
 from milarun.results import write_result
 
@@ -250,3 +252,18 @@ def test_a_node_plans_its_part_of_the_multi_node_run(tmp_path):
                               rendezvous=plan.Rendezvous(3, 0, "node1", 29500))
     assert not plan.plan_progression(job, 0, devices.parse_device_spec("cpu:2"),
                                      head)[0][0].recorded_on_head
+
+
+def test_a_node_other_than_the_head_never_writes_a_record(tmp_path):
+    """Its ranks fail with the head's: the head's record is the run's only one (a FAIL of
+    this node too would count one failed run twice)."""
+    (job,) = profile.load_profile("quick").select(["scaling"], [])
+    opts = plan.LaunchOptions(outdir=tmp_path, dataroot=tmp_path, grace=1.0,
+                              rendezvous=plan.Rendezvous(2, 1, "node1", 29500))
+    ((inst,),) = plan.plan_progression(job, 0, devices.parse_device_spec("cpu:1"), opts)
+    for code, success in ((3, False), (0, True)):
+        inst.command = [sys.executable, "-c", f"raise SystemExit({code})"]
+        inst.process, inst.result = None, {}
+        launch.Supervisor(opts).run_group([inst])
+        assert inst.result == {"success": success, "recorded_on_head": True}
+    assert not list(tmp_path.glob("*.json"))
