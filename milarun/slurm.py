@@ -155,15 +155,14 @@ def _check(request: SlurmRequest) -> None:
                                     "the largest count), not --nodelist or --each-node")
         if not request.node_counts or min(request.node_counts) < 1:
             raise runner.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
-        if request.gpus_per_node is None and request.devices is None:
-            raise runner.UsageError("slurm scaling: give --gpus-per-node G (GPU nodes) or "
-                                    "--devices cpu:N: the ranks per node name the results")
     elif request.nodes is None and not request.nodelist:
         raise runner.UsageError("slurm fleet: give --nodes N or --nodelist LIST")
 
 
 def _per_node_devices(request: SlurmRequest) -> list[devices.Device]:
-    """The devices each node will run (for the names its results take)."""
+    """The devices each node will run (for the names its results take). Without --devices
+    or --gpus-per-node, a node finds its own (its GPUs, else one CPU slice): the names its
+    run manifest plans then replace this guess (slurm_follow.check)."""
     if request.devices is not None:
         return devices.parse_device_spec(request.devices)
     count = request.gpus_per_node or 1

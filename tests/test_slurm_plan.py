@@ -85,7 +85,6 @@ def test_local_dir_gathers_on_each_node(tmp_path):
     (("scaling", "quick"), "give --nodes as node counts"),
     (("scaling", "quick", "--nodes", "1,2", "--devices", "cpu:1", "--name", "polynome"),
      "gpu-progression"),
-    (("scaling", "quick", "--nodes", "1,2"), "give --gpus-per-node G"),
 ])
 def test_bad_requests_get_one_line(args, expected, tmp_path):
     line = one_line_error(milarun("slurm", *args, "-o", str(tmp_path / "o"), "--dry-run"))
