@@ -29,8 +29,28 @@ free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-down() {  # TERM every daemon at once, KILL what is left after 5 s, remove the folder
+kill_tree() {  # a process and everything it started
+    local child
+    for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+    kill -KILL "$1" 2>/dev/null || true
+}
+
+cancel_jobs() {  # jobs still running when the cluster stops: Slurm ends them, with their steps
+    local conf="$DIR/slurm.conf" jobs
+    [ -f "$conf" ] && command -v squeue >/dev/null || return 0
+    jobs="$(SLURM_CONF="$conf" squeue -h -o %i 2>/dev/null || true)"
+    [ -n "$jobs" ] || return 0
+    # shellcheck disable=SC2086
+    SLURM_CONF="$conf" scancel $jobs 2>/dev/null || true
+    for _ in $(seq 100); do
+        [ -z "$(SLURM_CONF="$conf" squeue -h -o %i 2>/dev/null)" ] && break
+        sleep 0.1
+    done
+}
+
+down() {  # cancel the jobs, TERM every daemon at once, KILL what is left, remove the folder
     [ -d "$DIR" ] || { say "no cluster at $DIR"; return 0; }
+    cancel_jobs
     local pids=() file pid
     for file in "$DIR"/run/slurmd-*.pid "$DIR"/run/slurmctld.pid "$DIR"/munge/munged.pid; do
         [ -f "$file" ] || continue
@@ -47,6 +67,12 @@ down() {  # TERM every daemon at once, KILL what is left after 5 s, remove the f
         sleep 0.1
     done
     for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    # step daemons that outlived their slurmd (they work in its log folder), with their tasks
+    for pid in $(pgrep -x slurmstepd 2>/dev/null); do
+        case "$(readlink "/proc/$pid/cwd" 2>/dev/null)" in
+            "$DIR"/*) kill_tree "$pid" ;;
+        esac
+    done
     rm -rf "$DIR"
     say "stopped; removed $DIR"
 }

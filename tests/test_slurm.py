@@ -153,3 +153,44 @@ def test_scancel_leaves_fail_records(cluster, tmp_path):
     for node in ("node1", "node2"):
         fails = [r for r in _results(out / "nodes" / node) if not r["success"]]
         assert fails and fails[0]["failure"]["kind"] in ("interrupted", "killed"), fails
+
+
+def test_stopping_the_cluster_ends_its_running_jobs(tmp_path):
+    """`down` while a job runs: the job, its step daemon and its processes all end."""
+    folder = tmp_path / "one"
+    env = {**os.environ, "MILARUN_SLURM_DEV": str(folder),
+           "SLURM_CONF": str(folder / "slurm.conf")}
+    up = subprocess.run([SCRIPT, "up", "1"], capture_output=True, text=True, env=env,
+                        timeout=60)
+    assert up.returncode == 0, up.stderr
+    marker = f"sleep 300.{os.getpid()}"  # this test's own sleep, found by its arguments
+    try:
+        subprocess.run(["sbatch", "--wrap", marker, "-o", "/dev/null"], check=True,
+                       env=env, capture_output=True)
+        deadline = time.monotonic() + 30
+        while not _running(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _running(marker)
+    finally:
+        down = subprocess.run([SCRIPT, "down"], capture_output=True, text=True, env=env,
+                              timeout=60)
+    assert down.returncode == 0, down.stderr
+    assert not _running(marker) and not folder.exists()
+    assert not [p for p in _pids("slurmstepd") if str(folder) in _cwd(p)]
+
+
+def _pids(name: str) -> list[int]:
+    done = subprocess.run(["pgrep", "-x", name], capture_output=True, text=True)
+    return [int(p) for p in done.stdout.split()]
+
+
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+def _running(marker: str) -> bool:
+    done = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    return bool(done.stdout.split())
