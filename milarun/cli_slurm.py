@@ -9,8 +9,7 @@ from typing import Any
 
 from coleo import Option, default, tooled
 
-from milarun import (gather, manifest, reporting, results, runner, slurm, slurm_follow,
-                     slurmenv)
+from milarun import gather, reporting, results, runner, slurm, slurm_follow, slurmenv
 
 # Exit code when a job or a node failed (the report is still printed).
 JOBS_FAILED = 1
@@ -37,7 +36,7 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
     # score what was asked for: the submission's tests and what its nodes planned
     asked = set(submission.expected) | {
         t for node in (out / slurmenv.NODES_FOLDER).glob("*")
-        for t in manifest.planned_since(node, submission.submitted_at - 5) or ()}
+        for t in slurm_follow.planned_on(node, submission) or ()}
     outcome = reporting.make_report(reporting.ReportRequest(
         out, compare_nodes=submission.kind == "fleet",
         title=f"milarun slurm {submission.kind} {submission.profile}",

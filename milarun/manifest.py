@@ -15,7 +15,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from milarun import results, slurmenv, watchdog
 
@@ -94,16 +94,21 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
+def _manifests(folder: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """The readable run manifests of one folder, in time order (foreign files passed by)."""
+    for path in sorted(Path(folder).glob(f"{PREFIX}*{SUFFIX}")):
+        try:
+            yield path, _read(path)
+        except results.InputError:
+            continue
+
+
 def cut_short(outdir: Path) -> list[CutShort]:
     """The runs in ``outdir`` that did not complete, oldest first. A manifest still marked
     running while no live process holds the folder's lock lost its supervisor."""
     found = []
     folders = [Path(outdir), *sorted((Path(outdir) / slurmenv.NODES_FOLDER).glob("*"))]
-    for path in (p for folder in folders for p in sorted(folder.glob(f"{PREFIX}*{SUFFIX}"))):
-        try:
-            data = _read(path)
-        except results.InputError:
-            continue
+    for path, data in (found for folder in folders for found in _manifests(folder)):
         status = data.get("status")
         if status == "complete" or (status == "running" and watchdog.outdir_busy(path.parent)):
             continue
@@ -124,11 +129,7 @@ def planned_since(folder: Path, since: float) -> set[str] | None:
     """The tests the runs in ``folder`` started at or after ``since`` planned; None when no
     such run left a manifest (its supervisor never started)."""
     planned: set[str] | None = None
-    for path in Path(folder).glob(f"{PREFIX}*{SUFFIX}"):
-        try:
-            data = _read(path)
-        except results.InputError:
-            continue
+    for _, data in _manifests(folder):
         started = data.get("started_at")
         if isinstance(started, (int, float)) and started >= since:
             planned = (planned or set()) | {t for t in data.get("planned") or ()

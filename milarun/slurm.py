@@ -317,11 +317,9 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
         except SlurmError as err:
             if not record.job_ids:  # nothing submitted: nothing to follow
                 path.unlink(missing_ok=True)
-            if record.job_ids:
-                raise SlurmError(f"{err} (already submitted: job(s) "
-                                 f"{', '.join(record.job_ids)}; `milarun slurm wait "
-                                 f"{request.outdir}` follows them)") from None
-            raise
+                raise
+            raise SlurmError(f"{err} (already submitted: job(s) {', '.join(record.job_ids)}; "
+                             f"`milarun slurm wait {request.outdir}` follows them)") from None
         record.job_ids.append(answer.strip().split(";")[0])
         record.nodelists.append(node or request.nodelist)
         record.save(folder, stamp)

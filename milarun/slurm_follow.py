@@ -105,8 +105,8 @@ def job_states(job_ids: list[str]) -> dict[str, JobState]:
     return states
 
 
-def _job_results(folder: Path, job_id: str) -> Iterator[dict[str, Any]]:
-    """The results in one node folder that this Slurm job wrote."""
+def _job_results(folder: Path, job_ids: set[str]) -> Iterator[dict[str, Any]]:
+    """The results in one node folder that these Slurm jobs wrote."""
     for path in sorted(folder.glob("*.json")):
         if results.parse_filename(path.name) is None:
             continue
@@ -115,7 +115,7 @@ def _job_results(folder: Path, job_id: str) -> Iterator[dict[str, Any]]:
         except ValueError:
             continue
         block = data.get("slurm")
-        if isinstance(block, dict) and str(block.get("job_id")) == job_id \
+        if isinstance(block, dict) and str(block.get("job_id")) in job_ids \
                 and isinstance(data.get("name"), str):
             yield data
 
@@ -144,18 +144,24 @@ def _missing(outdir: Path, record: Submission, job_id: str,
     why. A node's expected results are what its runs of this submission planned (their
     manifests); the submission's own list where no run of it started there."""
     base = outdir / slurmenv.NODES_FOLDER
-    since = record.submitted_at - 5
-    recorded = {node: {d["name"] for d in _job_results(base / node, job_id)} for node in nodes}
+    recorded = {node: {d["name"] for d in _job_results(base / node, {job_id})}
+                for node in nodes}
     anywhere = set().union(*recorded.values()) if recorded else set()
     missing = {}
     for node in (nodes[:1] if record.kind == "scaling" else nodes):
-        planned = manifest.planned_since(base / node, since)
+        planned = planned_on(base / node, record)
         have = anywhere if record.kind == "scaling" else recorded[node]
         absent = set(planned if planned is not None else record.expected) - have
         if absent:
             missing[node] = (absent, "no result at all" if not have
                              else "others were recorded")
     return missing
+
+
+def planned_on(folder: Path, submission: Submission) -> set[str] | None:
+    """What the runs of this submission in a node folder planned (None: none started);
+    5 s of slack for a node clock behind the submitter's."""
+    return manifest.planned_since(folder, submission.submitted_at - 5)
 
 
 def _job_nodes(record: Submission, job: JobState) -> list[str]:
@@ -261,9 +267,6 @@ def follow(outdir: Path, submission: Submission, say: Callable[[str], None],
 def failed_runs(outdir: Path, submission: Submission) -> int:
     """The failed results of this submission's jobs (older runs in the folder aside)."""
     jobs = set(submission.job_ids)
-    count = 0
-    for folder in (outdir / slurmenv.NODES_FOLDER).glob("*"):
-        for job in jobs:
-            count += sum(1 for data in _job_results(folder, job)
-                         if data.get("success") is not True)
-    return count
+    return sum(data.get("success") is not True
+               for folder in (outdir / slurmenv.NODES_FOLDER).glob("*")
+               for data in _job_results(folder, jobs))
