@@ -61,12 +61,6 @@ def _svg(fig: Figure) -> Markup:
     return Markup(text[text.index("<svg"):])
 
 
-def _device(result: dict[str, Any], many_nodes: bool) -> str:
-    """The device, as ``node/device`` when the results span nodes (as summary's pergpu)."""
-    device = str(result.get("device"))
-    return f"{summary.result_node(result)}/{device}" if many_nodes else device
-
-
 def rate_chart(runs: list[dict[str, Any]],
                many_nodes: bool = False) -> tuple[Markup, str] | None:
     """examples/s over time for one test: a line per instance, coloured by device."""
@@ -74,7 +68,7 @@ def rate_chart(runs: list[dict[str, Any]],
     for run in runs:
         series = _series(run)
         if series:
-            by_device[_device(run, many_nodes)].append(series)
+            by_device[summary.node_device(run, many_nodes)].append(series)
     if not by_device:
         return None
     count = sum(len(v) for v in by_device.values())
@@ -120,7 +114,7 @@ def _failures(loaded: summary.Loaded | None, many_nodes: bool) -> list[dict[str,
         error = str(result.get("error") or failure.get("message") or "")
         rows.append({
             "test": result.get("name"), "job_id": result.get("job_id"),
-            "device": _device(result, many_nodes), "kind": summary.failure_kind(result),
+            "device": summary.node_device(result, many_nodes), "kind": summary.failure_kind(result),
             "message": failure.get("message") or "", "file": path.name,
             "tail": "\n".join(error.splitlines()[-ERROR_TAIL_LINES:]),
         })
@@ -140,7 +134,7 @@ def _isolation(results_: list[dict[str, Any]], many_nodes: bool) -> list[dict[st
         groups = iso.get("cgroups") or {}
         limit = iso.get("memory_limit")
         key = (
-            _device(result, many_nodes), _cpus(iso.get("cpus")),
+            summary.node_device(result, many_nodes), _cpus(iso.get("cpus")),
             f"{limit / 2**30:.1f} GiB" if isinstance(limit, (int, float)) else "none",
             str(groups.get("cpuset", "-")), str(groups.get("memory", "-")),
             str(iso.get("torch_threads", "-")),
@@ -193,7 +187,7 @@ def to_html(report: Report, loaded: summary.Loaded | None = None) -> str:
     for result in loaded.results if loaded else ():
         by_test[str(result["name"])].append(result)
     charts = []
-    many_nodes = report_nodes.spans_nodes(loaded.results if loaded else [])
+    many_nodes = summary.spans_nodes(loaded.results if loaded else [])
     for test in sorted(by_test):
         chart = rate_chart(by_test[test], many_nodes)
         if chart:

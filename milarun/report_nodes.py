@@ -278,16 +278,12 @@ def _matrix(runs: list[_Run], weights: dict[str, float], test: bool,
     return tuple(cells), devices
 
 
-def spans_nodes(loaded: Iterable[dict[str, Any]]) -> bool:
-    return len({summary.result_node(r) for r in loaded}) > 1
-
-
 def section(report: Report, loaded: summary.Loaded | None, *,
             test: bool = False) -> NodeReport | None:
     """The per-node section of a report: with ``test`` (--compare-nodes) always, with its
     flags; otherwise only when the results span more than one node. The weights are the
     report's own (its ``weight`` column), else every test weighs 1."""
-    if loaded is None or not (test or spans_nodes(loaded.results)):
+    if loaded is None or not (test or summary.spans_nodes(loaded.results)):
         return None
     table = report.table
     weights = ({str(t): float(w) for t, w in table["weight"].items()}

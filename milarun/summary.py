@@ -16,7 +16,7 @@ import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from milarun import energy, results, units
 from milarun.summary_file import SummaryError, load_summary_file
@@ -130,6 +130,18 @@ def rank_nodes(result: dict[str, Any]) -> int | None:
     return len({str(r.get("node")) for r in ranks if isinstance(r, dict)}) or None
 
 
+def spans_nodes(loaded: Iterable[dict[str, Any]]) -> bool:
+    """True when the results come from more than one node."""
+    return len({result_node(r) for r in loaded}) > 1
+
+
+def node_device(result: dict[str, Any], many_nodes: bool) -> str:
+    """A result's device as reports name it: ``<node>/<device>`` when the results span
+    nodes (two nodes' cpu:0 are two devices), else the device alone."""
+    device = str(result.get("device"))
+    return f"{result_node(result)}/{device}" if many_nodes else device
+
+
 def device_key(result: dict[str, Any]) -> str | None:
     """The device a single-device run used; None for multi-device (scaling) runs."""
     devices = result.get("devices")
@@ -149,7 +161,7 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in loaded:
         by_name[str(result["name"])].append(result)
-    many_nodes = len({result_node(r) for r in loaded}) > 1
+    many_nodes = spans_nodes(loaded)
     out = {}
     for name in sorted(by_name):
         runs = by_name[name]
@@ -173,9 +185,8 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             program = _program_time(run)
             if program is not None:
                 programs.append(program)
-            device = device_key(run)
-            if device is not None:
-                pergpu[f"{result_node(run)}/{device}" if many_nodes else device].append(rate)
+            if device_key(run) is not None:
+                pergpu[node_device(run, many_nodes)].append(rate)
             peak = _peak_memory(run)
             if peak is not None:
                 peaks.append(peak)
