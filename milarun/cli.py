@@ -12,16 +12,11 @@ from typing import Any
 
 from coleo import Option, default, run_cli
 
-from milarun import (devices, doctor, isolation, launch, profile, progress, reporting, results,
-                     runner, slurm, suite, summary, sysinfo)
+from milarun import (devices, doctor, isolation, launch, progress, reporting, results,
+                     runner, suite, summary, sysinfo)
 from milarun.cli_slurm import SlurmCommands
-from milarun.isolation import IsolationError
+from milarun import errors
 
-# Errors that are the user's to fix: one line, exit 1, no traceback.
-USER_ERRORS = (
-    profile.ProfileError, devices.DeviceSpecError, runner.UsageError, launch.LaunchError,
-    IsolationError, results.InputError, slurm.SlurmError,
-)
 # Exit code of `report --fail-below` when the score ratio is under the threshold.
 GATE_FAILED = 3
 MAX_SKIPPED_SHOWN = 20
@@ -59,9 +54,9 @@ def _parse_extra(text: str | None) -> dict[str, Any]:
     try:
         extra = json.loads(text)
     except json.JSONDecodeError as err:
-        raise runner.UsageError(f"--extra is not valid JSON ({err.msg} at column {err.colno})")
+        raise errors.UsageError(f"--extra is not valid JSON ({err.msg} at column {err.colno})")
     if not isinstance(extra, dict):
-        raise runner.UsageError("--extra must be a JSON object")
+        raise errors.UsageError("--extra must be a JSON object")
     return extra
 
 
@@ -80,7 +75,7 @@ def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
 
 def _no_test_args(command: str, test_args: list[str]) -> None:
     if test_args:
-        raise runner.UsageError(f"{command} takes no arguments after --")
+        raise errors.UsageError(f"{command} takes no arguments after --")
 
 
 def _print_skipped(skipped: list[summary.Skipped]) -> None:
@@ -135,7 +130,7 @@ class Commands:
         node_rank: Option & int = default(None)
 
         if (nnodes is None) != (master is None):
-            raise runner.UsageError("--nnodes and --master go together (a multi-node run)")
+            raise errors.UsageError("--nnodes and --master go together (a multi-node run)")
         outcome = suite.run_suite(
             suite.SuiteRequest(
                 profile=profile_spec, outdir=Path(out) if out else default_outdir(),
@@ -204,10 +199,10 @@ class Commands:
 
         _no_test_args("summary", test_args)
         if out and Path(out).exists():
-            raise runner.UsageError(f"-o {out}: file exists; choose another name")
+            raise errors.UsageError(f"-o {out}: file exists; choose another name")
         source = summary.load_source(Path(results_dir))
         if source.loaded is None:
-            raise runner.UsageError(f"{results_dir}: give a results folder, not a file")
+            raise errors.UsageError(f"{results_dir}: give a results folder, not a file")
         _print_skipped(source.loaded.skipped)
         text = json.dumps(source.summary, indent=2)
         if out:
@@ -286,7 +281,7 @@ class Commands:
             for line in command.make(specs, root, synthetic, size, seed, workers):
                 print(line, flush=True)
         except command.Refused as err:
-            raise runner.UsageError(str(err))
+            raise errors.UsageError(str(err))
         return 0
 
     def cgroups(test_args: list[str]) -> int:
@@ -300,7 +295,7 @@ class Commands:
         devices_spec: Option & str = default(None)
 
         if action not in ("setup", "check", "teardown"):
-            raise runner.UsageError(f"cgroups {action!r}: use setup, check or teardown")
+            raise errors.UsageError(f"cgroups {action!r}: use setup, check or teardown")
         devs = (devices.parse_device_spec(devices_spec) if devices_spec is not None
                 else devices.discover_devices())
         hier = isolation.find_hierarchies()
@@ -360,9 +355,9 @@ class Commands:
 
         _no_test_args("selftest", test_args)
         if format not in ("text", "json"):
-            raise runner.UsageError(f"--format {format}: use text or json")
+            raise errors.UsageError(f"--format {format}: use text or json")
         if not 0 < seconds < float("inf"):
-            raise runner.UsageError(f"--seconds {seconds}: must be a positive number")
+            raise errors.UsageError(f"--seconds {seconds}: must be a positive number")
         measurements = selftest.run_selftest(seconds)
         if format == "json":
             print(selftest.render_json(measurements, seconds), end="")
@@ -386,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = run_cli(Commands, args=(test_args,),
                        argv=head, parser=parser)
-    except USER_ERRORS as err:
+    except errors.UserError as err:  # the user's to fix: one line, exit 1
         print(f"milarun: error: {err}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:

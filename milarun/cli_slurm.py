@@ -9,7 +9,8 @@ from typing import Any
 
 from coleo import Option, default, tooled
 
-from milarun import gather, reporting, results, runner, slurm, slurm_follow, slurmenv
+from milarun import gather, reporting, results, slurm, slurm_follow, slurmenv
+from milarun import errors
 
 # Exit code when a job or a node failed (the report is still printed).
 JOBS_FAILED = 1
@@ -19,9 +20,9 @@ def _node_counts(text: str) -> tuple[int, ...]:
     try:
         counts = tuple(int(word) for word in text.split(",") if word.strip())
     except ValueError:
-        raise runner.UsageError(f"--nodes {text}: give node counts such as 1,2,4,8") from None
+        raise errors.UsageError(f"--nodes {text}: give node counts such as 1,2,4,8") from None
     if not counts:
-        raise runner.UsageError("--nodes: give node counts such as 1,2,4,8")
+        raise errors.UsageError("--nodes: give node counts such as 1,2,4,8")
     return counts
 
 
@@ -157,7 +158,7 @@ class SlurmCommands:
         from milarun.cli import _split_names
 
         if nodes is None:
-            raise runner.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
+            raise errors.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
         request, dry_run, wait = _allocation(
             "scaling", test_args, node_counts=_node_counts(nodes),
             names=tuple(_split_names(name)), tags=() if name else ("scaling",))
@@ -170,10 +171,10 @@ class SlurmCommands:
         out: Option
 
         if test_args:
-            raise runner.UsageError("slurm wait takes no arguments after --")
+            raise errors.UsageError("slurm wait takes no arguments after --")
         found = slurm.load_submissions(Path(out))
         if not found:
-            raise runner.UsageError(f"{out}: no Slurm submission recorded in "
+            raise errors.UsageError(f"{out}: no Slurm submission recorded in "
                                     f"{Path(out) / slurm.SLURM_FOLDER}")
         return _follow_and_report(Path(out), found[-1][1])
 
@@ -187,7 +188,7 @@ class SlurmCommands:
         out: Option
 
         if test_args:
-            raise runner.UsageError("slurm gather takes no arguments after --")
+            raise errors.UsageError("slurm gather takes no arguments after --")
         done = gather.gather(slurmenv.node_outdir(Path(local)), slurmenv.node_outdir(Path(out)))
         print(f"gathered {done.files} file(s), {done.bytes:,} bytes, compared byte for byte: "
               f"{done.source} -> {done.target}")
@@ -203,7 +204,7 @@ class SlurmCommands:
 
         job_id = job or os.environ.get("SLURM_JOB_ID")
         if not job_id:
-            raise runner.UsageError("slurm check: give --job ID (or run it inside the job)")
+            raise errors.UsageError("slurm check: give --job ID (or run it inside the job)")
         # Inside the job its node list is in the environment; after it, Slurm's record.
         inside = os.environ.get("SLURM_JOB_ID") == job_id
         nodelist = os.environ.get("SLURM_JOB_NODELIST") if inside else None

@@ -18,17 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from milarun import gpuprobe
+from milarun.errors import DeviceSpecError, GPUDiscoveryError
 
 CPU_KIND = "cpu"
 GPU_KIND = "cuda"
-
-
-class DeviceSpecError(ValueError):
-    pass
-
-
-class GPUDiscoveryError(DeviceSpecError):
-    """The machine shows GPUs that NVML cannot see: never a silent CPU run."""
 
 
 @dataclass(frozen=True)

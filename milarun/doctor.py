@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 from milarun import devices, doctor_gpu, gpuprobe, isolation, profile
 from milarun.doctor_gpu import FAIL, INFO, PASS, WARN, Check
+from milarun import errors
 
 __all__ = ["Check", "Machine", "Request", "run_checks", "render", "summary", "exit_code",
            "PASS", "WARN", "FAIL", "INFO"]
@@ -143,7 +144,7 @@ def cgroup_checks(devs: list[devices.Device], spec: str | None,
              if devs[0].kind == devices.GPU_KIND and machine.nvml is not None else {})
     try:
         students = isolation.machine_plan(ids, hier, local)
-    except isolation.IsolationError as err:
+    except errors.IsolationError as err:
         return [Check("cgroups", WARN, f"{err}: no student groups possible",
                       "benchmark fewer devices at once (--devices)")]
     dirs = {(s.name, c): hier[c].dir(isolation.student_path(hier[c], s.name))

@@ -14,13 +14,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from milarun import results, watchdog
+from milarun import watchdog
+from milarun.errors import GatherError
 
 LOGS = "logs"  # `jobs` writes <out>/logs/<name>.J<id>.log, one per instance, appended
-
-
-class GatherError(results.InputError):
-    pass
 
 
 @dataclass(frozen=True)

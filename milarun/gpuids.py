@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from milarun import devices
-from milarun.devices import GPU_KIND, Device, DeviceSpecError
+from milarun.devices import GPU_KIND, Device
+from milarun.errors import DeviceSpecError
 
 PCI_ORDER = "PCI_BUS_ID"
 log = logging.getLogger(__name__)

@@ -17,6 +17,8 @@ from matplotlib.figure import Figure
 from milarun import (isolation, render, render_nodes, report_energy, report_nodes, results,
                      summary)
 from milarun.report import Report
+from milarun import errors
+from milarun.errors import HtmlPathError
 
 TEMPLATES = Path(__file__).parent / "templates"
 # Above this many runs of one test, a chart shows each device's median run with a
@@ -208,10 +210,6 @@ def to_html(report: Report, loaded: summary.Loaded | None = None) -> str:
 MARKER = "<!-- milarun report -->"
 
 
-class HtmlPathError(results.InputError):
-    """--html names a file that is not a milarun report: never overwrite it."""
-
-
 def check_html_path(path: Path) -> None:
     path = Path(path)
     if path.is_dir():
@@ -231,6 +229,6 @@ def write_html(path: Path, text: str) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise results.WriteError(f"{path.parent}: cannot create ({err.strerror or err})")
+        raise errors.WriteError(f"{path.parent}: cannot create ({err.strerror or err})")
     return results.write_text_atomic(path, text, replace=True)
 

@@ -16,14 +16,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from milarun.errors import IsolationError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpuset", "memory")
 PARENT_ENV = "MILARUN_CGROUP_PARENT"  # optional folder between own cgroup and students
-
-
-class IsolationError(RuntimeError):
-    pass
 
 
 # -- hierarchies -------------------------------------------------------------------------

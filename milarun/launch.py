@@ -17,11 +17,12 @@ from typing import Any, Callable
 
 from milarun import harness_record, isolation, results, watchdog
 from milarun.devices import Device
-from milarun.plan import (GRACE_PERIOD, Instance, LaunchError, LaunchOptions,  # noqa: F401
+from milarun.plan import (GRACE_PERIOD, Instance, LaunchOptions,  # noqa: F401
                           Rendezvous, check_jobs, exec_prefix, free_port, plan_instances,
                           plan_progression, run_prepare)
 from milarun.profile import Job
 from milarun.progress import ProgressBoard
+from milarun import errors
 
 POLL_INTERVAL = 0.1
 # Stop every instance and record it 'interrupted' (SIGHUP: the ssh session closed).
@@ -207,7 +208,7 @@ class Supervisor:
             try:
                 inst.result_path = results.write_result(self.opts.outdir, inst.result,
                                                         inst.stamp)
-            except results.WriteError as err:  # the report still counts it, from memory
+            except errors.WriteError as err:  # the report still counts it, from memory
                 log.error("%s; what happened is in %s", err, inst.log_path)
         if self.on_recorded is not None:
             self.on_recorded(inst)

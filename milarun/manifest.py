@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from milarun import results, slurmenv, watchdog
+from milarun import errors
 
 # Neither *.json nor visible: no reader of results (ours or a user's glob) takes it for one.
 PREFIX, SUFFIX = ".milarun-run.", ".manifest"
@@ -62,7 +63,7 @@ class RunManifest:
         # warning, never the end of the run.
         try:
             results.write_atomic(self.path, self.data, replace=True)
-        except results.WriteError as err:
+        except errors.WriteError as err:
             if not self._warned:
                 log.warning("run manifest not updated: %s", err)
                 self._warned = True
@@ -88,9 +89,9 @@ class CutShort:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    data = results.read_json(path, results.InputError)
+    data = results.read_json(path, errors.InputError)
     if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise results.InputError(f"{path}: not a milarun run manifest")
+        raise errors.InputError(f"{path}: not a milarun run manifest")
     return data
 
 
@@ -99,7 +100,7 @@ def _manifests(folder: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
     for path in sorted(Path(folder).glob(f"{PREFIX}*{SUFFIX}")):
         try:
             yield path, _read(path)
-        except results.InputError:
+        except errors.InputError:
             continue
 
 

@@ -18,13 +18,11 @@ from milarun import devices as devmod
 from milarun import isolation
 from milarun.devices import Device
 from milarun.profile import Job
+from milarun import errors
+from milarun.errors import LaunchError
 
 GRACE_PERIOD = 10.0
 log = logging.getLogger("milarun.launch")
-
-
-class LaunchError(RuntimeError):
-    pass
 
 
 @dataclass
@@ -125,9 +123,9 @@ def _placement(job: Job, device: Device, opts: LaunchOptions) -> isolation.Place
         return None
     try:
         return isolation.placement(job.cgroup, device.id, opts.hierarchies)
-    except isolation.IsolationError as err:
+    except errors.IsolationError as err:
         if not job.cgroup_optional:
-            raise isolation.IsolationError(f"job {job.fullname}: {err}")
+            raise errors.IsolationError(f"job {job.fullname}: {err}")
         if job.fullname not in opts.unisolated_warned:
             opts.unisolated_warned.add(job.fullname)
             log.warning("%s runs WITHOUT student isolation: %s", job.fullname, err)

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from milarun import results
+from milarun import errors
+from milarun.errors import ProfileError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 PARTITION_TYPES = ("per-gpu", "gpu-progression", "normal")
@@ -19,10 +21,6 @@ JOB_KEYS = {
     "max_duration", "tags",
 }
 DEFAULT_MAX_DURATION = 600.0
-
-
-class ProfileError(ValueError):
-    pass
 
 
 @dataclass
@@ -150,7 +148,7 @@ def _check_name(path: Path, suite: str, name: str) -> None:
         results.safe_name(name, "job name")
         # room for a gpu-progression step's ``.<k>``
         results.safe_name(f"{suite}.{name}", "test name", results.MAX_NAME - 8)
-    except results.InputError as err:
+    except errors.InputError as err:
         raise ProfileError(f"profile {path}, job {name[:60]!r}: {err}; rename it")
 
 

@@ -15,16 +15,13 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from milarun import comparability, report_energy, report_nodes, results, stats, units
+from milarun.errors import WeightsError
 
 if TYPE_CHECKING:
     from milarun.report_nodes import NodeReport
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 FAILURE_RATE_LIMIT = 0.01
-
-
-class WeightsError(results.InputError):
-    """A weights file that cannot be used."""
 
 
 def load_weights(spec: str) -> tuple[str, dict[str, float]]:

@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from milarun import manifest, runner, summary
+from milarun import manifest, summary
+from milarun import errors
 
 
 @dataclass(frozen=True)
@@ -41,14 +42,14 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     from milarun import render, report, report_nodes  # pandas: only here
 
     if request.format not in render.FORMATS:
-        raise runner.UsageError(
+        raise errors.UsageError(
             f"--format {request.format}: use one of {', '.join(render.FORMATS)}")
     if request.fail_below is not None and request.compare is None:
-        raise runner.UsageError("--fail-below needs --compare BASELINE")
+        raise errors.UsageError("--fail-below needs --compare BASELINE")
     if request.price is not None and not request.price > 0:
-        raise runner.UsageError(f"--price {request.price}: must be a positive number of dollars")
+        raise errors.UsageError(f"--price {request.price}: must be a positive number of dollars")
     if request.power_cost is not None and not 0 < request.power_cost < math.inf:
-        raise runner.UsageError(f"--power-cost {request.power_cost}: must be a positive "
+        raise errors.UsageError(f"--power-cost {request.power_cost}: must be a positive "
                                 "number of dollars per kWh")
     if request.html:
         from milarun import html  # matplotlib: only for the page
@@ -56,7 +57,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         html.check_html_path(request.html)  # before any work: never overwrite a foreign file
     src = summary.load_source(request.source)
     if request.compare_nodes and src.loaded is None:
-        raise runner.UsageError(f"--compare-nodes: {request.source} is a summary file, which "
+        raise errors.UsageError(f"--compare-nodes: {request.source} is a summary file, which "
                                 "keeps no node; pass the results folder")
     base = (summary.load_source(summary.baseline_path(request.compare))
             if request.compare else None)
@@ -82,7 +83,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     gate = None
     if request.fail_below is not None:
         if rep.ratio is None:
-            raise runner.UsageError("--fail-below: no score ratio (are weights and "
+            raise errors.UsageError("--fail-below: no score ratio (are weights and "
                                     "baseline tests in common?)")
         gate = report.ratio_gate(rep, request.fail_below)
     return ReportOutcome(render.render(rep, request.format), skipped, request.html, gate)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from milarun.errors import InputError, ResultError, WriteError
 
 # Steady window: from 10 s before the end to 1 s before the end of the rate series.
 STEADY_FROM_END = 10.0
@@ -44,18 +45,6 @@ RECORD_KEYS = RESULT_KEYS + END_KEYS + LAUNCH_KEYS
 WRITTEN_BY = "written_by"
 # The keys a launch's --extra may not set (it may set "job", the launch keys and others).
 OWN_KEYS = frozenset(RECORD_KEYS + (WRITTEN_BY,)) - {"job", *LAUNCH_KEYS}
-
-
-class InputError(ValueError):
-    """A file or value given by the user that cannot be used (one-line error, exit 1)."""
-
-
-class WriteError(InputError):
-    """A file that could not be written (full disk, permissions): said in one line."""
-
-
-class ResultError(InputError):
-    """A file that is not a readable milarun result."""
 
 
 # A name that becomes a path component (test name, job id): letters, digits and ._-, not

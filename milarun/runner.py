@@ -20,10 +20,8 @@ from milarun.gpuids import instance_gpus
 from milarun.progress import PROGRESS_TAG
 from milarun.experiment import Experiment, BadTestArguments, RateLog
 from milarun.records import Failure, RateRecord, TimerRecord
-
-
-class UsageError(RuntimeError):
-    """The call itself is wrong (nothing is run, nothing is written)."""
+from milarun import errors
+from milarun.errors import UsageError
 
 
 class Interrupted(BaseException):
@@ -220,11 +218,11 @@ def run_test(
             path = results.write_result(outdir, result, stamp, outfile)
         except FileExistsError:  # never overwrite, never lose the run: use the DESIGN name
             path = results.write_result(outdir, result, stamp)
-    except results.WriteError as err:
+    except errors.WriteError as err:
         # The measurement must survive the disk: the whole record goes to this process's
         # output (the instance's log under `milarun jobs`), then the one-line error.
         print(f"{UNWRITTEN_TAG} {json.dumps(result, default=str)}", flush=True)
-        raise results.WriteError(f"{err}; the result is printed in full on the line "
+        raise errors.WriteError(f"{err}; the result is printed in full on the line "
                                  f"starting with {UNWRITTEN_TAG} above (or in the "
                                  "instance's log)") from None
     return result, path

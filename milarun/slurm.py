@@ -23,16 +23,14 @@ from pathlib import Path
 import jinja2
 
 from milarun import devices, profile, results, runner, suite, sysinfo
+from milarun import errors
+from milarun.errors import SlurmError
 
 SLURM_FOLDER = "slurm"
 SUBMISSION_SUFFIX = ".submission"  # JSON, but not a result: not *.json
 NODELIST_RE = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
 PARTITION_RE = re.compile(r"^[A-Za-z0-9_.\-,]+$")
 TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
-
-
-class SlurmError(results.InputError):
-    """Slurm refused or is missing (one-line error, exit 1)."""
 
 
 @dataclass(frozen=True)
@@ -120,43 +118,43 @@ def slurm_command(words: list[str], what: str) -> str:
 
 def _check(request: SlurmRequest) -> None:
     if request.nodes is not None and request.nodelist:
-        raise runner.UsageError("give --nodes N or --nodelist LIST, not both")
+        raise errors.UsageError("give --nodes N or --nodelist LIST, not both")
     if request.nodes is not None and request.nodes < 1:
-        raise runner.UsageError(f"--nodes {request.nodes}: must be at least 1")
+        raise errors.UsageError(f"--nodes {request.nodes}: must be at least 1")
     if request.local_dir is not None and not request.local_dir.is_absolute():
-        raise runner.UsageError(f"--local-dir {request.local_dir}: give an absolute path "
+        raise errors.UsageError(f"--local-dir {request.local_dir}: give an absolute path "
                                 "(a folder on each node's own disk, e.g. /tmp)")
     if request.partition is not None and not PARTITION_RE.match(request.partition):
-        raise runner.UsageError(f"--partition {request.partition!r}: give Slurm partition "
+        raise errors.UsageError(f"--partition {request.partition!r}: give Slurm partition "
                                 "names, e.g. gpu or gpu,long")
     out = str(request.outdir.resolve())
     if any(c in out for c in " \t\n\r#%"):
-        raise runner.UsageError(f"-o {out!r}: the batch script's #SBATCH --output cannot hold "
+        raise errors.UsageError(f"-o {out!r}: the batch script's #SBATCH --output cannot hold "
                                 "spaces, '#' or '%': choose a folder without them")
     if any(c in str(request.profile) for c in "\n\r"):
-        raise runner.UsageError(f"profile {request.profile!r}: not a profile name or file")
+        raise errors.UsageError(f"profile {request.profile!r}: not a profile name or file")
     if request.nodelist and not NODELIST_RE.match(request.nodelist):
-        raise runner.UsageError(f"--nodelist {request.nodelist!r}: give Slurm node names "
+        raise errors.UsageError(f"--nodelist {request.nodelist!r}: give Slurm node names "
                                 "such as node[1-4],gpu7")
     if request.gpus_per_node is not None and request.gpus_per_node < 1:
-        raise runner.UsageError(f"--gpus-per-node {request.gpus_per_node}: must be at least 1")
+        raise errors.UsageError(f"--gpus-per-node {request.gpus_per_node}: must be at least 1")
     if request.time is not None and not TIME_RE.match(request.time):
-        raise runner.UsageError(f"--time {request.time!r}: use Slurm's forms, e.g. 90, "
+        raise errors.UsageError(f"--time {request.time!r}: use Slurm's forms, e.g. 90, "
                                 "2:00:00 or 1-00:00:00")
     if request.repeat < 1:
-        raise runner.UsageError(f"--repeat {request.repeat}: must be at least 1")
+        raise errors.UsageError(f"--repeat {request.repeat}: must be at least 1")
     for arg in request.sbatch_args:  # each becomes one #SBATCH line of the script
         if not arg.startswith("-") or any(c in arg for c in "\n\r\0"):
-            raise runner.UsageError(f"--sbatch-arg {arg!r}: give one sbatch option, e.g. "
+            raise errors.UsageError(f"--sbatch-arg {arg!r}: give one sbatch option, e.g. "
                                     "--sbatch-arg=--account=lab")
     if request.kind == "scaling":
         if request.nodelist or request.each_node:
-            raise runner.UsageError("slurm scaling takes --nodes 1,2,4,... (one allocation of "
+            raise errors.UsageError("slurm scaling takes --nodes 1,2,4,... (one allocation of "
                                     "the largest count), not --nodelist or --each-node")
         if not request.node_counts or min(request.node_counts) < 1:
-            raise runner.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
+            raise errors.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
     elif request.nodes is None and not request.nodelist:
-        raise runner.UsageError("slurm fleet: give --nodes N or --nodelist LIST")
+        raise errors.UsageError("slurm fleet: give --nodes N or --nodelist LIST")
 
 
 def _per_node_devices(request: SlurmRequest) -> list[devices.Device]:
@@ -288,7 +286,7 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
     selected = prof.select(list(request.names), list(request.tags))
     expected = expected_results(request, selected)
     if not expected:
-        raise runner.UsageError(f"slurm {request.kind}: the selection of {prof.name} has no "
+        raise errors.UsageError(f"slurm {request.kind}: the selection of {prof.name} has no "
                                 "job to run" + (" (scaling needs a gpu-progression job)"
                                                 if request.kind == "scaling" else ""))
     folder = request.outdir / SLURM_FOLDER
@@ -333,7 +331,7 @@ def load_submissions(outdir: Path, job: str | None = None) -> list[tuple[Path, S
         try:
             data = results.read_json(path)
             record = Submission(**data)
-        except (results.InputError, TypeError):
+        except (errors.InputError, TypeError):
             continue
         if job is None or job in record.job_ids:
             found.append((path, record))

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from milarun import manifest, records, results, slurmenv
-from milarun.slurm import SLURM_FOLDER, SlurmError, Submission, expand_nodelist, \
+from milarun.slurm import SLURM_FOLDER, Submission, expand_nodelist, \
     load_submissions, slurm_command
+from milarun.errors import SlurmError
 
 POLL_FIRST, POLL_MAX = 1.0, 5.0  # seconds between polls: growing while nothing changes
 # A shared file system may list another node's new files late (NFS caches directory

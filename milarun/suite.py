@@ -13,6 +13,7 @@ from typing import Any, Callable
 from milarun import (devices, isolation, launch, manifest, profile, results, runner, slurmenv,
                      summary, watchdog)
 from milarun.gpuids import resolve_gpus
+from milarun import errors
 
 log = logging.getLogger("milarun")
 
@@ -53,10 +54,10 @@ def run_suite(request: SuiteRequest, say: Callable[[str], None],
     ``say`` gets the header line before anything runs; ``on_end`` each finished instance.
     """
     if request.repeat < 1:
-        raise runner.UsageError(f"--repeat {request.repeat}: must be at least 1")
+        raise errors.UsageError(f"--repeat {request.repeat}: must be at least 1")
     extra_task = slurmenv.extra_task_on_node()
     if extra_task:
-        raise runner.UsageError(extra_task)
+        raise errors.UsageError(extra_task)
     # A Slurm task writes <out>/nodes/<node>: one folder serves the whole allocation.
     request = dataclasses.replace(request, outdir=slurmenv.node_outdir(request.outdir))
     prof = profile.load_profile(request.profile)
@@ -75,7 +76,7 @@ def run_suite(request: SuiteRequest, say: Callable[[str], None],
         with watchdog.hold_outdir(request.outdir):
             return _run_held(request, prof, selected, devs, say, on_end)
     except watchdog.OutdirBusy as err:
-        raise runner.UsageError(str(err)) from None
+        raise errors.UsageError(str(err)) from None
 
 
 def _run_held(request: SuiteRequest, prof: profile.Profile, selected: list[profile.Job],
@@ -147,7 +148,7 @@ def _report(title: str, expected: set[str], done: list[launch.Instance],
     page: Path | None = outdir / f"report.{results.utc_stamp()}.html"
     try:
         html.write_html(page, html.to_html(rep, loaded))
-    except results.WriteError as err:  # the results are written: the text report still shows
+    except errors.WriteError as err:  # the results are written: the text report still shows
         log.warning("%s; `milarun report %s --html FILE` writes it elsewhere", err, outdir)
         page = None
     return SuiteOutcome(outdir, render.to_text(rep), page, 1 if rep.failures else 0)

@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from milarun import energy, results, units
-from milarun.summary_file import SummaryError, load_summary_file
+from milarun.errors import SummaryError
+from milarun.summary_file import load_summary_file
+from milarun import errors
+from milarun.errors import EmptyResults
 
 
 
@@ -285,7 +288,7 @@ def _walk(root: Path, loaded: Loaded) -> None:
             path = Path(dirpath) / filename
             try:
                 data = results.load_result(path)
-            except results.ResultError as err:
+            except errors.ResultError as err:
                 loaded.skipped.append(Skipped(str(path), str(err).split(": ", 1)[-1]))
                 continue
             reason = _invalid_result(data)
@@ -312,10 +315,6 @@ class Source:
     path: Path
     summary: dict[str, dict[str, Any]]
     loaded: Loaded | None = None
-
-
-class EmptyResults(results.ResultError):
-    """A results folder with no usable result."""
 
 
 BASELINE_DIR = Path(__file__).parent / "baselines"

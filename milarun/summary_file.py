@@ -7,14 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from milarun import energy, results
+from milarun.errors import SummaryError
 
 # Keys a summary entry must have for the report's math (the rest is informative).
 REQUIRED_ENTRY_KEYS = ("n", "failures", "train")
 REQUIRED_STATS_KEYS = ("n", "mean", "std")
-
-
-class SummaryError(results.ResultError):
-    """A file given as a summary/baseline that does not have the baseline format."""
 
 
 def check_summary(data: Any, source: str) -> dict[str, dict[str, Any]]:

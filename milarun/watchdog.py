@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from milarun import results
+from milarun import errors
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 SUPERVISOR_ENV = "MILARUN_SUPERVISOR_PID"  # set by `jobs` for its instances
@@ -160,7 +161,7 @@ def hold_outdir(outdir: Path) -> Iterator[Path]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as err:
-        raise results.WriteError(f"{path}: cannot write ({err.strerror or err})") from None
+        raise errors.WriteError(f"{path}: cannot write ({err.strerror or err})") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -172,7 +173,7 @@ def hold_outdir(outdir: Path) -> Iterator[Path]:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError as err:
-            raise results.WriteError(f"{path}: cannot write ({err.strerror or err})") from None
+            raise errors.WriteError(f"{path}: cannot write ({err.strerror or err})") from None
         yield path
     finally:
         os.close(fd)  # releases the lock; the file stays (removing it would race)

@@ -21,6 +21,7 @@ from milarun.devices import (
     instance_environ,
     parse_device_spec,
 )
+from milarun import errors
 
 MiB = 2**20
 
@@ -245,7 +246,7 @@ def broken_count() -> FakeNVML:
 def test_device_file_and_failing_nvml_is_an_error_not_a_cpu_run(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "dev", "nvidia0", "nvidiactl", "nvidia-uvm")
     asked: list = []
-    with pytest.raises(devices.GPUDiscoveryError) as info:
+    with pytest.raises(errors.GPUDiscoveryError) as info:
         discover_devices(nvml=broken_count(), probe=torch_sees(0, asked))
     message = str(info.value)
     assert f"{tmp_path / 'dev' / 'nvidia0'} exists, but NVML failed: " \
@@ -259,20 +260,20 @@ def test_device_file_and_failing_nvml_is_an_error_not_a_cpu_run(clean_env, tmp_p
 
 def test_device_files_but_nvml_sees_no_gpu(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "dev", "nvidia1", "nvidia0")
-    with pytest.raises(devices.GPUDiscoveryError,
+    with pytest.raises(errors.GPUDiscoveryError,
                        match=r"nvidia0, .*nvidia1 exist, but NVML sees no GPU; install"):
         discover_devices(nvml=FakeNVML([]), probe=torch_sees(0))
 
 
 def test_amd_device_file_says_to_name_the_gpus(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "dev", "kfd")
-    with pytest.raises(devices.GPUDiscoveryError, match=r"kfd exists.*--devices 0,1"):
+    with pytest.raises(errors.GPUDiscoveryError, match=r"kfd exists.*--devices 0,1"):
         discover_devices(nvml=broken_count(), probe=torch_sees(0))
 
 
 def test_failing_nvml_without_device_files_asks_torch(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "empty")
-    with pytest.raises(devices.GPUDiscoveryError,
+    with pytest.raises(errors.GPUDiscoveryError,
                        match=r"^torch sees 1 GPU, but NVML failed: NVML_ERROR_LIB_RM"):
         discover_devices(nvml=broken_count(), probe=torch_sees(1))
     asked: list = []

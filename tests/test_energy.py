@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import load_all, milarun
-from resultfactory import rate_series, result, write
+from resultfactory import result, write
 from test_devices import FakeNVML
 from milarun import devices, energy, results, runner
 from milarun.diagnostics import steady_state

@@ -14,6 +14,7 @@ from conftest import BENCHES, load_all, milarun
 from milarun import devices, gpuids, launch, profile, progress
 from milarun.devices import GPU_KIND, Device, parse_device_spec
 from test_devices import FakeNVML
+from milarun import errors
 
 H100 = json.loads((Path(__file__).parent / "data" / "nvml_h100.json").read_text())
 MiB = 2**20
@@ -150,7 +151,7 @@ def test_unresolved_gpus_are_said_once_each(gpu_env, capsys, monkeypatch):
 
 
 def test_an_index_nvml_does_not_have_is_refused():
-    with pytest.raises(devices.DeviceSpecError, match=r"GPU 2: NVML sees 2 GPU\(s\), ids 0 to 1"):
+    with pytest.raises(errors.DeviceSpecError, match=r"GPU 2: NVML sees 2 GPU\(s\), ids 0 to 1"):
         gpuids.resolve_gpus(parse_device_spec("0,2"), nvml=FakeNVML(mixed_host()))
 
 

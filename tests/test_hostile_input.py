@@ -13,6 +13,7 @@ import pytest
 from conftest import milarun, milarun_process, one_line_error
 from fullfs import fill_up, full_tmpfs
 from resultfactory import result, write
+from milarun import errors
 
 
 def no_json_below(folder, but=()) -> bool:
@@ -256,10 +257,10 @@ def test_the_longest_safe_names_still_fit_a_file_name():
     assert results.safe_name(name, "name") == name
     longest = results.result_filename(name, job_id, False, results.utc_stamp())
     assert len(f".{longest}.4194304.tmp".encode()) <= 255  # write_atomic's temporary file
-    with pytest.raises(results.InputError, match="at most 100"):
+    with pytest.raises(errors.InputError, match="at most 100"):
         results.safe_name(name + "n", "name")
     for bad in ("", ".", "..", "a/b", "a\0b", "é", 5, None):
-        with pytest.raises(results.InputError, match="not a safe name"):
+        with pytest.raises(errors.InputError, match="not a safe name"):
             results.safe_name(bad, "name")
 
 

@@ -6,13 +6,13 @@ import json
 import os
 import shutil
 import uuid
-from pathlib import Path
 
 import pytest
 
 from conftest import load_all, milarun
 from milarun import confinement, isolation
-from milarun.isolation import Hierarchy, Student
+from milarun.isolation import Hierarchy
+from milarun import errors
 
 
 # -- planning -------------------------------------------------------------------------------
@@ -36,14 +36,14 @@ def test_gpu_local_cpus_come_first():
 
 
 def test_too_many_students_is_an_error():
-    with pytest.raises(isolation.IsolationError, match="2 CPUs cannot give 3 students"):
+    with pytest.raises(errors.IsolationError, match="2 CPUs cannot give 3 students"):
         isolation.plan_students(["0", "1", "2"], [0, 1], "0", 2**30)
 
 
 def test_spec_fills_the_device_id():
     assert isolation.parse_spec("cpuset,memory:student{CUDA_VISIBLE_DEVICES}", "3") == (
         ("cpuset", "memory"), "student3")
-    with pytest.raises(isolation.IsolationError):
+    with pytest.raises(errors.IsolationError):
         isolation.parse_spec("student0", "0")
 
 
@@ -99,7 +99,7 @@ def test_v2_setup_writes_the_files_and_teardown_removes_them(fake_v2, monkeypatc
 
 def test_v2_missing_group_says_how_to_create_it(fake_v2):
     hier, _, _ = fake_v2
-    with pytest.raises(isolation.IsolationError, match="cgroups setup.*--no-cgexec"):
+    with pytest.raises(errors.IsolationError, match="cgroups setup.*--no-cgexec"):
         isolation.placement("cpuset,memory:student{CUDA_VISIBLE_DEVICES}", "0", hier)
 
 

@@ -14,8 +14,9 @@ import pytest
 from conftest import milarun, one_line_error
 from milarun import (devices, gather, launch, manifest, plan, profile, slurm, slurm_follow,
                      slurmenv)
-from milarun.records import Call, Failure, ResultRecord
+from milarun.records import Call, ResultRecord
 from milarun.results import write_result
+from milarun import errors
 
 NO_SLURM = {"PATH": "/nonexistent", "SLURM_CONF": "/nonexistent/slurm.conf"}
 TASK = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node2", "SLURM_NODEID": "1",
@@ -183,7 +184,7 @@ def test_gather_copies_verified_and_never_overwrites(tmp_path):
     assert not source.exists()
     source.mkdir()
     (source / "a.json").write_text("other")
-    with pytest.raises(gather.GatherError, match="would overwrite"):
+    with pytest.raises(errors.GatherError, match="would overwrite"):
         gather.gather(source, target)
     assert (target / "a.json").read_bytes() == expected[Path("a.json")] and source.exists()
 
@@ -230,7 +231,7 @@ def test_gather_skips_the_lock_appends_logs_and_refuses_to_nest(tmp_path):
     assert (target / "t.J0.20260101-000000-000002.json").read_text() == "{}"
     (source / "sub").mkdir(parents=True)
     (source / "sub" / "a").write_text("x")
-    with pytest.raises(gather.GatherError, match="inside"):
+    with pytest.raises(errors.GatherError, match="inside"):
         gather.gather(source, source / "sub" / "into")
     assert (source / "sub" / "a").read_text() == "x"
 
