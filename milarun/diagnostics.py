@@ -1,6 +1,6 @@
 """Steady-state diagnostics of a rate series, and the rule that decides a run's length.
 
-A run's rate is the mean of its steady window (results.steady_window). These numbers say
+A run's rate is the mean of its steady window (steady.window). These numbers say
 whether that window was really steady: its coefficient of variation, its drift (the last
 third against the first third), how long the warm-up took, and whether there were enough
 slices. The report flags drift beyond 2% and windows with too few slices.
@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from milarun import results
+from milarun import steady
 
 DRIFT_LIMIT = 0.02
 # A steady window shorter than 5 s (10 slices of 0.5 s; the full one is 9 s) is flagged:
@@ -100,11 +100,11 @@ def _warmup(rates: Sequence[float], mean: float, cv: float, slice_duration: floa
 
 def steady_state(rates: Sequence[float], slice_duration: float = 0.5) -> Diagnostics:
     """Diagnostics of one rate series (None where there is not enough data)."""
-    window = [r for r in results.steady_window(list(rates), slice_duration) if r is not None]
+    window = [r for r in steady.window(list(rates), slice_duration) if r is not None]
     few = len(window) < round(FEW_SLICES_SECONDS / slice_duration)
     short = Diagnostics(len(rates), len(window), ci_halfwidth(window),
                         flags=("few-slices",) if few else ())
-    if len(window) < results.MIN_STEADY_SLICES or _mean(window) <= 0:
+    if len(window) < steady.MIN_SLICES or _mean(window) <= 0:
         return short
     mean = _mean(window)
     cv = _std(window) / mean
@@ -156,7 +156,7 @@ class RunLength:
         if self.min_slices is not None and len(rates) < self.min_slices:
             return False
         if self.ci_target is not None:
-            window = results.steady_window(list(rates), slice_duration)
+            window = steady.window(list(rates), slice_duration)
             width = ci_halfwidth(window)
             if width is None or width > self.ci_target:
                 return False

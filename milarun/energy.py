@@ -3,7 +3,7 @@
 The GPU monitor (devices.gpu_monitor) samples each GPU's energy counter (J since the driver
 loaded), power (W) and clock-event reasons, with the wall-clock time of the readings; the
 rate log (experiment.RateLog) records the wall-clock time at which each slice closed. Here
-the steady window (results.steady_slices) is mapped onto those samples:
+the steady window (steady.slices) is mapped onto those samples:
 
 - energy: the counter's difference between the window's wall-clock start and end, each
   interpolated linearly between the samples around it; a GPU without the counter gets its
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from milarun import results
+from milarun import steady
 
 # NVML's clock-event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*)
 # that mean power or heat slowed the GPU; idle (1), application clocks (2), sync boost (16)
@@ -73,37 +74,6 @@ class Throttle:
         return {"slices": self.slices, "window_slices": self.window_slices,
                 "gpus": {g: {"slices": v["slices"], "reasons": dict(v["reasons"])}
                          for g, v in self.gpus.items()}}
-
-
-@dataclass(frozen=True)
-class Window:
-    """The steady window in wall-clock time: its slices' spans and the examples in it."""
-
-    spans: list[tuple[float, float]]
-    examples: float
-
-    @property
-    def start(self) -> float:
-        return self.spans[0][0]
-
-    @property
-    def end(self) -> float:
-        return self.spans[-1][1]
-
-
-def steady_window(record: Any) -> Window | None:
-    """The wall-clock steady window of a rate record (records.RateRecord); None when it has
-    no window or no slice times."""
-    ends, rates, width = record.slice_ends, record.rates, record.slice
-    if len(ends) != len(rates):
-        return None
-    index = results.steady_slices(len(rates), width)
-    if len(index) < results.MIN_STEADY_SLICES:
-        return None
-    # A slice starts where the one before it closed; the first one a slice before its end
-    # (exact when it lies within one block, as it does for steps longer than a slice).
-    spans = [(ends[i - 1] if i else ends[0] - width, ends[i]) for i in index]
-    return Window(spans, math.fsum(rates[i] for i in index) * width)
 
 
 def gpu_label(gid: str, labels: Mapping[str, str] | None = None) -> str:
@@ -188,7 +158,7 @@ def energy_record(device: str, timings: Mapping[str, Any],
     if len(ranks) > len(gpus):
         return Energy(gpus=names, reason=f"rank 0 sees {len(gpus)} of the job's "
                       f"{len(ranks)} GPUs: the job's energy is not measured")
-    windows = [steady_window(log) if hasattr(log, "slice_ends") else None for log in logs]
+    windows = [steady.wall_clock_window(log) if hasattr(log, "slice_ends") else None for log in logs]
     if any(w is None or w.end <= w.start for w in windows):
         return Energy(gpus=names, reason="no steady window with slice times")
     main = windows[0]
@@ -224,7 +194,7 @@ def throttle_record(record: Any, monitor: Mapping[str, Any] | None,
                     labels: Mapping[str, str] | None = None) -> Throttle | None:
     """Which steady-window slices of a rate record overlap a throttled sample, per GPU;
     None when there is no window or no sample has clock-event reasons."""
-    window = steady_window(record) if hasattr(record, "slice_ends") else None
+    window = steady.wall_clock_window(record) if hasattr(record, "slice_ends") else None
     samples = (monitor or {}).get("samples") or []
     interval = (monitor or {}).get("interval")
     interval = float(interval) if results.is_finite(interval) and interval > 0 else 1.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from milarun import results
 from milarun.records import RateRecord
+from milarun import steady
 
 SLICE_DURATION = 0.5
 _EPS = 1e-12
@@ -216,13 +216,11 @@ class RateLog:
 
     def steady_rate(self) -> float | None:
         """The run's rate: the mean of the steady window (None when too short)."""
-        return results.steady_rate(self.rates, self.slice_duration)
+        return steady.rate(self.rates, self.slice_duration)
 
     def steady_span(self) -> tuple[float, float]:
         """The in-block time [start, stop) that the steady window covers, so a test can time
         the same steps itself (warm-up blocks included); empty (start == stop) when there is
         no window."""
-        n, width = len(self.rates), self.slice_duration
-        start = max(0, n - round(results.STEADY_FROM_END / width)) * width
-        stop = (n - round(results.STEADY_TO_END / width)) * width
-        return self.warmup_time + start, self.warmup_time + max(start, stop)
+        start, stop = steady.span(len(self.rates), self.slice_duration)
+        return self.warmup_time + start, self.warmup_time + stop

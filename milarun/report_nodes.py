@@ -23,7 +23,7 @@ of this comparison: they belong to several devices, often to several nodes.
      cell value / the median of the other cells' values) is below MARGIN (0.95), and
   2. a test says so: per weighted test, a one-sided Welch t-test (scipy.stats.ttest_ind,
      equal_var=False, alternative="less") of the unit's steady-window slice rates
-     (results.steady_window of each run, pooled) against its siblings' slices; the
+     (steady.window of each run, pooled) against its siblings' slices; the
      per-test p-values combined over tests with Fisher's method
      (scipy.stats.combine_pvalues) are below ALPHA (0.01).
   The margin alone would flag noise; the test alone would flag a 1% gap measured precisely.
@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 import numpy as np
 
 from milarun import results, summary
+from milarun import steady
 
 if TYPE_CHECKING:
     from milarun.report import Report
@@ -132,7 +133,7 @@ def _distributed(result: dict[str, Any]) -> bool:
 
 def _slices(result: dict[str, Any]) -> tuple[float, ...]:
     timer = (result.get("timings") or {}).get("train") or {}
-    window = results.steady_window(timer.get("rates") or [], timer.get("slice") or 0.5)
+    window = steady.window(timer.get("rates") or [], timer.get("slice") or 0.5)
     return tuple(float(r) for r in window if results.is_finite(r))
 
 

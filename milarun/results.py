@@ -18,11 +18,6 @@ from typing import Any
 import orjson
 from milarun.errors import InputError, ResultError, WriteError
 
-# Steady window: from 10 s before the end to 1 s before the end of the rate series.
-STEADY_FROM_END = 10.0
-STEADY_TO_END = 1.0
-MIN_STEADY_SLICES = 3
-
 FAILURE_KINDS = (
     "exception", "nan", "timeout", "killed", "oom", "crash", "interrupted", "too-short",
 )
@@ -349,24 +344,3 @@ def result_problem(data: dict[str, Any]) -> str | None:
             or not all(isinstance(c, int) for c in iso.get("cpus") or []):
         return "'isolation' cgroups/cpus are not an object/a list of CPU numbers"
     return None
-
-
-def steady_slices(count: int, slice_duration: float = 0.5) -> range:
-    """The indices of the steady window among ``count`` slices (``range(count)[-20:-2]``)."""
-    start = round(STEADY_FROM_END / slice_duration)
-    stop = round(STEADY_TO_END / slice_duration)
-    return range(max(0, count - start), count - stop) if count > stop else range(0)
-
-
-def steady_window(rates: list[float], slice_duration: float = 0.5) -> list[float]:
-    """The slices from 10 s before the end to 1 s before the end (``rates[-20:-2]``)."""
-    window = steady_slices(len(rates), slice_duration)
-    return list(rates[window.start:window.stop])
-
-
-def steady_rate(rates: list[float], slice_duration: float = 0.5) -> float | None:
-    """Mean examples/s over the steady window; None with fewer than 3 usable slices."""
-    window = [r for r in steady_window(rates, slice_duration) if r is not None]
-    if len(window) < MIN_STEADY_SLICES:
-        return None
-    return sum(window) / len(window)

@@ -22,6 +22,7 @@ from milarun.experiment import Experiment, BadTestArguments, RateLog
 from milarun.records import Failure, RateRecord, TimerRecord
 from milarun import errors
 from milarun.errors import UsageError
+from milarun import steady
 
 
 class Interrupted(BaseException):
@@ -63,13 +64,13 @@ def _check_measurement(exp: Experiment) -> Failure | None:
             f"{k}={exp.metrics[k]}" for k in bad))
     logs = exp.rate_logs()
     for log in logs:
-        usable = len(results.steady_window(log.rates, log.slice_duration))
-        if usable < results.MIN_STEADY_SLICES:
+        usable = len(steady.window(log.rates, log.slice_duration))
+        if usable < steady.MIN_SLICES:
             return Failure(
                 "too-short",
                 f"rate log '{log.name}' has {usable} usable slices in its steady window "
                 f"({len(log.rates)} in all); raise --min-slices (at least "
-                f"{results.MIN_STEADY_SLICES + 2}) so the test runs longer",
+                f"{steady.MIN_SLICES + 2}) so the test runs longer",
             )
     if not logs:
         return Failure("too-short", "the test logged no rates (no experiment.rate_log())")

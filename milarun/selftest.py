@@ -16,9 +16,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from milarun import devices, results
+from milarun import devices
 from milarun.experiment import Experiment
 from milarun.spin import spin as busy_wait
+from milarun import steady
 
 BATCH = 64
 DEFAULT_SECONDS = 4.0
@@ -60,7 +61,7 @@ class Measurement:
     bare_wall: float  # seconds, bare loop of ``steps`` spins
     instrumented_wall: float  # seconds, same steps through RateLog with monitors running
     measured_rate: float  # examples/s as the harness reports it
-    rate_source: str  # "steady" (results.steady_rate) or "full-log" (count / in-block time)
+    rate_source: str  # "steady" (steady.rate) or "full-log" (count / in-block time)
     slices: int
     log_duration: float  # RateLog duration: first block start to last block end
     outside_blocks: float  # seconds the RateLog itself reports outside blocks
@@ -186,7 +187,7 @@ def measure(spec: StepSpec, seconds: float = DEFAULT_SECONDS, batch: int = BATCH
     load.append(os.getloadavg()[0])
     (log,) = exp.rate_logs()
     record = log.record()
-    rate = results.steady_rate(log.rates, log.slice_duration)
+    rate = steady.rate(log.rates, log.slice_duration)
     source = "steady"
     if rate is None:  # too few slices for the steady window: the whole log instead
         rate, source = log.count / log.in_block, "full-log"

@@ -23,6 +23,7 @@ from milarun.errors import SummaryError
 from milarun.summary_file import load_summary_file
 from milarun import errors
 from milarun.errors import EmptyResults
+from milarun import steady
 
 
 
@@ -57,7 +58,7 @@ def stats(values: list[float]) -> dict[str, Any]:
 def _timer_rate(record: dict[str, Any]) -> float | None:
     if not isinstance(record, dict):
         return None
-    rate = results.steady_rate(record.get("rates") or [], record.get("slice", 0.5))
+    rate = steady.rate(record.get("rates") or [], record.get("slice", 0.5))
     # NaN, zero, negative or absurd rates are not measurements: the run counts as failed.
     return rate if rate is not None and 0 < rate <= results.MAX_RATE else None
 

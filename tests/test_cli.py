@@ -11,6 +11,7 @@ import pytest
 
 from conftest import QUICK_RUN_SLICES, QUICK_TESTS, load_all, milarun
 from milarun import results
+from milarun import steady
 
 def slice_threads(slices: int) -> str:
     """The torch threads an instance gets: its share of the CPUs this process may use, at
@@ -75,7 +76,7 @@ def test_quick_results_carry_every_design_key(quick_run):
         assert result["isolation"]["cpus"]
         assert result["synthetic_data"] is True or result["name"] == "quick.calibration"
         train = result["timings"]["train"]
-        assert len(results.steady_window(train["rates"])) >= 3
+        assert len(steady.window(train["rates"])) >= 3
         assert len(train["rates"]) >= result["call"]["arguments"]["min_slices"] \
             == QUICK_RUN_SLICES
         assert result["timings"]["program"]["duration"] > train["duration"]
@@ -111,7 +112,7 @@ def test_calibration_rate_is_within_one_percent_of_the_steps_own_timing(quick_ru
     assert len(cal) == 2
     for result in cal:
         own = result["metrics"]["own_rate"]
-        measured = results.steady_rate(result["timings"]["train"]["rates"])
+        measured = steady.rate(result["timings"]["train"]["rates"])
         assert abs(measured / own - 1) < 0.01, (measured, own)
         assert result["metrics"]["rate_error"] == pytest.approx(measured / own - 1)
 

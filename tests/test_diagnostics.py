@@ -10,9 +10,9 @@ import pytest
 
 from conftest import milarun
 from milabench.models import calibration
-from milarun import results
 from milarun.diagnostics import RunLength, ci_halfwidth, log_record, steady_state
 from milarun.experiment import RateLog
+from milarun import steady
 
 
 def test_flat_series():
@@ -123,8 +123,8 @@ def test_a_run_ends_by_slices_whatever_one_step_takes(step):
         with log.block(10):
             clock.now += step
     log.finish()
-    assert len(results.steady_window(log.rates)) >= 8
-    assert results.steady_rate(log.rates) == pytest.approx(10 / step)
+    assert len(steady.window(log.rates)) >= 8
+    assert steady.rate(log.rates) == pytest.approx(10 / step)
     assert 6.0 - 1e-9 <= log.in_block < 6.0 + step  # not one step more than it needed
     assert log.length_rule.stopped_by == "target"
 
@@ -144,7 +144,7 @@ def test_the_steps_own_timing_agrees_with_the_harness_on_a_busy_machine():
             clock.now += step
         durations.append(step)
     log.finish()
-    harness = results.steady_rate(log.rates)
+    harness = steady.rate(log.rates)
     own = calibration.own_rate(durations, 64, log.steady_span())
     assert harness == pytest.approx(own, rel=0.005)
     assert harness < 0.8 * 64 / 0.005  # the load shows against the nominal rate

@@ -14,10 +14,11 @@ import pytest
 from conftest import load_all, milarun
 from resultfactory import result, write
 from test_devices import FakeNVML
-from milarun import devices, energy, results, runner
+from milarun import devices, energy, runner
 from milarun.diagnostics import steady_state
 from milarun.experiment import RateLog
 from milarun.records import RateRecord
+from milarun import steady
 
 POWER_CAP, HW_SLOWDOWN, THERMAL, IDLE, SYNC_BOOST = 4, 8, 32, 1, 16
 
@@ -128,14 +129,14 @@ def test_a_long_block_spreads_its_slice_ends_over_its_time():
 
 def test_window_spans_and_examples():
     ends = [10.0 + 0.5 * i for i in range(1, 25)]  # 24 slices closing 10.5 ... 22.0
-    win = energy.steady_window(record(ends, [200.0] * 24))
+    win = steady.wall_clock_window(record(ends, [200.0] * 24))
     assert len(win.spans) == 18  # rates[-20:-2]: slices 4 ... 21
     assert (win.start, win.end) == (ends[3], ends[21])
     assert win.examples == pytest.approx(18 * 200 * 0.5)
-    short = energy.steady_window(record(ends[:5]))  # 5 slices: a window of 3 from slice 0
+    short = steady.wall_clock_window(record(ends[:5]))  # 5 slices: a window of 3 from slice 0
     assert short.start == pytest.approx(ends[0] - 0.5) and len(short.spans) == 3
-    assert energy.steady_window(record(ends[:4])) is None  # 2 slices: no window
-    assert energy.steady_window(RateRecord(None, 0, 0, 0, None, 0, 0, 0.5, None,
+    assert steady.wall_clock_window(record(ends[:4])) is None  # 2 slices: no window
+    assert steady.wall_clock_window(RateRecord(None, 0, 0, 0, None, 0, 0, 0.5, None,
                                            (1.0,) * 24)) is None  # no slice times
 
 
@@ -279,7 +280,7 @@ def test_run_on_a_fake_gpu_records_energy_and_throttling(tmp_path, monkeypatch):
     rec = result["energy"]
     assert rec["method"] == "counter" and rec["gpus"] == ["cuda:0"]
     assert rec["watts"] == pytest.approx(250.0, rel=0.02)
-    rate = results.steady_rate(result["timings"]["train"]["rates"])
+    rate = steady.rate(result["timings"]["train"]["rates"])
     assert rec["examples_per_joule"] == pytest.approx(rate / 250.0, rel=0.05)
     assert rec["joules_per_example"] == pytest.approx(1 / rec["examples_per_joule"])
     diag = result["diagnostics"]["train"]

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from milarun import results
 from milarun.experiment import Experiment, RateLog, BadTestArguments
+from milarun import steady
 
 
 class FakeClock:
@@ -241,7 +241,7 @@ def test_steady_span_is_the_time_of_the_steady_window(slices, span):
     assert log.steady_span() == span
     start, stop = log.steady_span()
     window = log.rates[round(start / 0.5):round(stop / 0.5)]
-    assert window == results.steady_window(log.rates)
+    assert window == steady.window(log.rates)
     assert log.steady_rate() == (20.0 if slices >= 5 else None)
 
 
