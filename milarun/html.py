@@ -14,10 +14,11 @@ import matplotlib
 from markupsafe import Markup
 from matplotlib.figure import Figure
 
-from milarun import (isolation, render, render_nodes, report_energy, report_nodes, results,
+from milarun import (isolation, render, render_nodes, report_nodes, results,
                      summary)
 from milarun.report import Report
 from milarun import errors
+from milarun import render_format as fmt
 from milarun.errors import HtmlPathError
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -163,7 +164,7 @@ def _rows(report: Report) -> list[dict[str, Any]]:
     for test, row in report.table.iterrows():
         data = {k: row[k] for k in report.table.columns}
         data["test"] = test
-        data["ci95"] = render._ci(row)
+        data["ci95"] = fmt.ci(row)
         rows.append(data)
     return rows
 
@@ -174,11 +175,11 @@ def _environment() -> jinja2.Environment:
         autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
     )
-    env.filters["num"] = render._num
-    env.filters["count"] = render.count
+    env.filters["num"] = fmt.num
+    env.filters["count"] = fmt.count
     env.filters["ratio_class"] = ratio_class
     env.filters["gpu_class"] = gpu_class
-    env.filters["sig"] = report_energy.sig
+    env.filters["sig"] = fmt.sig
     env.filters["flag_text"] = render_nodes.flag_text
     return env
 
@@ -202,7 +203,7 @@ def to_html(report: Report, loaded: summary.Loaded | None = None) -> str:
         systems=_systems(all_results), skipped=loaded.skipped if loaded else [],
         source=str(loaded.root) if loaded else None,
         # the per-node section: --compare-nodes, or results from more than one node
-        nodes=report.nodes or report_nodes.section(report, loaded),
+        nodes=report.nodes or report_nodes.section(report.test_weights, loaded),
         explain_flags=render_nodes.explain(),
     )
 

@@ -11,47 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from milarun import render_nodes, report_energy, units
+from milarun import render_energy, render_nodes, report_energy
+from milarun import render_format as fmt
 from milarun.report import Report
 
-WIDTH = 100
-NAME_WIDTH = 24
 FORMATS = ("text", "json", "csv")
-
-
-def _num(value: Any, spec: str = ",.2f") -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return format(value, spec)
-
-
-def count(value: Any) -> str:
-    """A count as an integer ("3", never "3.0": table rows come out of pandas as floats)."""
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return str(int(value))
-
-
-def _short(name: str, width: int = NAME_WIDTH) -> str:
-    """Long test names are cut in the middle in text (the HTML keeps them whole)."""
-    if len(name) <= width:
-        return name
-    keep = width - 1
-    return name[: keep - keep // 2] + "…" + name[-(keep // 2):]
-
-
-def _ci(row: pd.Series) -> str:
-    """The 95% interval as percentages around perf, e.g. -1.2/+0.8%."""
-    perf, low, high = row["perf"], row["ci_low"], row["ci_high"]
-    if not (math.isfinite(low) and math.isfinite(high) and perf > 0):
-        return "-"
-    return f"{100 * (low / perf - 1):+.1f}/{100 * (high / perf - 1):+.1f}%"
-
-
-def _frame(rows: dict[str, dict[str, str]], index: str = "test") -> str:
-    df = pd.DataFrame.from_dict(rows, orient="index")
-    df.index.name = index
-    return df.to_string(justify="right", line_width=WIDTH)
 
 
 def performance_table(report: Report) -> str:
@@ -59,34 +23,34 @@ def performance_table(report: Report) -> str:
     for test, row in report.table.iterrows():
         cells = {}
         if "weight" in row:
-            cells["weight"] = _num(row["weight"], ".2f")
+            cells["weight"] = fmt.num(row["weight"], ".2f")
         cells.update({
-            "n": count(row["n"]), "fail": count(row["fail"]),
-            "perf": _num(row["perf"]), "ci95": _ci(row),
-            "std%": _num(row["std%"], ".1f"), "perf_adj": _num(row["perf_adj"]),
+            "n": fmt.count(row["n"]), "fail": fmt.count(row["fail"]),
+            "perf": fmt.num(row["perf"]), "ci95": fmt.ci(row),
+            "std%": fmt.num(row["std%"], ".1f"), "perf_adj": fmt.num(row["perf_adj"]),
         })
         if report_energy.COLUMN in row:  # only where some test measured its energy
-            cells["perf/W"] = report_energy.sig(row[report_energy.COLUMN])
-        rows[_short(str(test))] = cells
-    return _frame(rows)
+            cells["perf/W"] = fmt.sig(row[report_energy.COLUMN])
+        rows[fmt.short(str(test))] = cells
+    return fmt.frame(rows)
 
 
 def comparison_table(report: Report) -> str:
     rows = {}
     for test, row in report.table.iterrows():
-        rows[_short(str(test))] = {
-            "perf_base": _num(row["perf_base"]), "perf_ratio": _num(row["perf_ratio"], ".3f"),
-            "perf_base_adj": _num(row["perf_base_adj"]),
-            "perf_ratio_adj": _num(row["perf_ratio_adj"], ".3f"),
+        rows[fmt.short(str(test))] = {
+            "perf_base": fmt.num(row["perf_base"]), "perf_ratio": fmt.num(row["perf_ratio"], ".3f"),
+            "perf_base_adj": fmt.num(row["perf_base_adj"]),
+            "perf_ratio_adj": fmt.num(row["perf_ratio_adj"], ".3f"),
             "verdict": _verdict(row),
         }
-    return _frame(rows)
+    return fmt.frame(rows)
 
 
 def comparability_notes(report: Report) -> list[str]:
     """Why each test that is not like with like differs from the baseline, one line each."""
     rows = report.table[report.table["comparable"] != "yes"]
-    return [textwrap.fill(f"{test} ({row['comparable']}): {row['comparable_note']}", WIDTH,
+    return [textwrap.fill(f"{test} ({row['comparable']}): {row['comparable_note']}", fmt.WIDTH,
                           initial_indent="- ", subsequent_indent="  ")
             for test, row in rows.iterrows()]
 
@@ -94,13 +58,13 @@ def comparability_notes(report: Report) -> list[str]:
 def scaling_text(df: pd.DataFrame) -> str:
     rows = {}
     for test, r in df.iterrows():
-        cells = {"k": count(r["k"])}
+        cells = {"k": fmt.count(r["k"])}
         if "nodes" in df.columns:  # multi-node runs: on how many nodes
-            cells["nodes"] = count(r["nodes"])
-        rows[_short(str(test))] = {**cells, "per rank": _num(r["per_rank"]),
-                                   "total": _num(r["total"]),
-                                   "efficiency": _num(r["efficiency"], ".1%")}
-    return _frame(rows)
+            cells["nodes"] = fmt.count(r["nodes"])
+        rows[fmt.short(str(test))] = {**cells, "per rank": fmt.num(r["per_rank"]),
+                                   "total": fmt.num(r["total"]),
+                                   "efficiency": fmt.num(r["efficiency"], ".1%")}
+    return fmt.frame(rows)
 
 
 def _verdict(row: pd.Series) -> str:
@@ -111,9 +75,9 @@ def _verdict(row: pd.Series) -> str:
 
 
 def gpu_table(df: pd.DataFrame) -> str:
-    rows = {_short(str(test)): {str(dev): _num(v, ".0%") for dev, v in row.items()}
+    rows = {fmt.short(str(test)): {str(dev): fmt.num(v, ".0%") for dev, v in row.items()}
             for test, row in df.iterrows()}
-    return _frame(rows)
+    return fmt.frame(rows)
 
 
 def _flops(value: float) -> str:
@@ -129,17 +93,17 @@ def quality_table(report: Report) -> str:
     """Steady-state diagnostics, start-up cost (seconds) and FLOP/s per test."""
     rows = {}
     for test, row in report.quality.iterrows():
-        split = "/".join(_num(row[k], ".1f") for k in ("import", "setup", "first_step"))
+        split = "/".join(fmt.num(row[k], ".1f") for k in ("import", "setup", "first_step"))
         peak = row["percent_of_peak"]
-        rows[_short(str(test))] = {
-            "slices": _num(row["slices"], ".0f"), "cv%": _num(100 * row["cv"], ".1f"),
-            "drift%": _num(100 * row["drift"], "+.1f"), "warmup": _num(row["warmup"], ".1f"),
-            "start": _num(row["to_first_slice"], ".1f"), "imp/set/1st": split,
+        rows[fmt.short(str(test))] = {
+            "slices": fmt.num(row["slices"], ".0f"), "cv%": fmt.num(100 * row["cv"], ".1f"),
+            "drift%": fmt.num(100 * row["drift"], "+.1f"), "warmup": fmt.num(row["warmup"], ".1f"),
+            "start": fmt.num(row["to_first_slice"], ".1f"), "imp/set/1st": split,
             "FLOP/s": _flops(row["achieved_flops"]) + (
                 f" {peak:.0f}%" if peak is not None and math.isfinite(peak) else ""),
             "flags": row["flags"] or "-",
         }
-    return _frame(rows)
+    return fmt.frame(rows)
 
 
 def score_lines(report: Report) -> list[str]:
@@ -178,19 +142,15 @@ def score_lines(report: Report) -> list[str]:
         lines.append(("Price ($)", f"{report.price:12,.2f}"))
         rpp = report.price_per_score
         lines.append(("RPP (Price / Score)", f"{rpp:12,.4g}" if rpp else f"{'-':>12}"))
-    lines += report_energy.score_lines(report)
+    lines += render_energy.score_lines(report)
     width = max(len(k) for k, _ in lines) + 2
-    # Long lists (missing tests) wrap under their value so the block fits WIDTH columns.
-    return [textwrap.fill(f"{k + ':':{width}} {v}", WIDTH, subsequent_indent=" " * (width + 15),
+    # Long lists (missing tests) wrap under their value so the block fits fmt.WIDTH columns.
+    return [textwrap.fill(f"{k + ':':{width}} {v}", fmt.WIDTH, subsequent_indent=" " * (width + 15),
                           break_on_hyphens=False, break_long_words=False) for k, v in lines]
 
 
-def section(title: str) -> list[str]:
-    return ["", title, "-" * len(title)]
-
-
 def to_text(report: Report) -> str:
-    bar = "=" * min(WIDTH, max(len(report.title), 40))
+    bar = "=" * min(fmt.WIDTH, max(len(report.title), 40))
     out = [bar, report.title, bar]
     if report.weights_source:
         out.append(f"weights:  {report.weights_source}")
@@ -204,32 +164,32 @@ def to_text(report: Report) -> str:
     else:
         out.append(performance_table(report))
         if report.has_baseline:
-            out += section("Comparison with the baseline")
+            out += fmt.section("Comparison with the baseline")
             out.append(comparison_table(report))
             notes = comparability_notes(report)
             if notes:
-                out += section("Like with like? Every test not listed here is 'yes'")
+                out += fmt.section("Like with like? Every test not listed here is 'yes'")
                 out.append("approx: the same workload with a known difference; no: a different "
                            "workload,")
                 out.append("left out of the compared score.")
                 out += notes
-    out += section("Scores")
+    out += fmt.section("Scores")
     out += score_lines(report)
     if not report.quality.empty:
-        out += section("Measurement quality (mean of runs; times in seconds)")
+        out += fmt.section("Measurement quality (mean of runs; times in seconds)")
         out.append(quality_table(report))
-    out += report_energy.text_section(report)
+    out += render_energy.text_section(report)
     if not report.scaling.empty:
-        out += section("Scaling (examples/s; per rank is the scored, legacy figure)")
+        out += fmt.section("Scaling (examples/s; per rank is the scored, legacy figure)")
         out.append(scaling_text(report.scaling))
-    out += units.text_section(report)
+    out += units_section(report)
     for measure, df in report.gpu_tables.items():
-        out += section(f"GPU comparison ({measure}, fraction of the best device)")
+        out += fmt.section(f"GPU comparison ({measure}, fraction of the best device)")
         out.append(gpu_table(df))
     out += render_nodes.text_section(report)
     if report.warnings:
-        out += section("Warnings")
-        out += [textwrap.fill(w, WIDTH, initial_indent="- ", subsequent_indent="  ",
+        out += fmt.section("Warnings")
+        out += [textwrap.fill(w, fmt.WIDTH, initial_indent="- ", subsequent_indent="  ",
                               break_on_hyphens=False) for w in report.warnings]
     return "\n".join(out) + "\n"
 
@@ -279,12 +239,31 @@ def to_records(report: Report) -> dict[str, Any]:
                 for m, df in report.gpu_tables.items()},
         "quality": {t: {k: _plain(v) for k, v in row.items()}
                     for t, row in report.quality.iterrows()},
-        "natural": units.records(report.natural),
+        "natural": units_records(report.natural),
         "nodes": render_nodes.records(report.nodes),
         "warnings": report.warnings,
     }
-    report_energy.add_records(data, report)
+    render_energy.add_records(data, report)
     return data
+
+
+def units_section(report: Report) -> list[str]:
+    """The "Natural units" block of the text report (nothing when no test has one)."""
+    if report.natural.empty:
+        return []
+    rows = {fmt.short(str(test)): {
+        "perf": fmt.num(r["perf"]), "per example": fmt.num(r["per_example"], ",.4g"),
+        "natural/s": fmt.num(r["natural"]), "unit": r["unit"],
+    } for test, r in report.natural.iterrows()}
+    title = "Natural units (perf: the scored, legacy unit; natural/s = perf x per example)"
+    return fmt.section(title) + [fmt.frame(rows)]
+
+
+def units_records(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """The table as plain data (the JSON report's ``natural``)."""
+    return {str(test): {"unit": r["unit"], "perf": float(r["perf"]),
+                        "per_example": float(r["per_example"]), "natural": float(r["natural"])}
+            for test, r in table.iterrows()}
 
 
 def _plain(value: Any) -> Any:

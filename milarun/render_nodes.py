@@ -9,9 +9,11 @@ import textwrap
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from milarun import render_format as fmt
+from milarun.report_nodes import ALPHA, MARGIN, NodeReport
+
 if TYPE_CHECKING:
     from milarun.report import Report
-    from milarun.report_nodes import NodeReport
 
 NODES_TITLE = ("Per node (score: weighted geometric mean of its mean rates; ratio: the same, "
                "of rate / test median)")
@@ -32,11 +34,9 @@ def cell_text(nodes: NodeReport, node: str, device: str) -> str:
 
 
 def labels(names: list[str]) -> dict[str, str]:
-    """Each node's row label in text: cut in the middle when long (render._short), but
+    """Each node's row label in text: cut in the middle when long (fmt.short), but
     whole where two cut labels would be the same (and all whole if still not unique)."""
-    from milarun import render  # here: render imports this module
-
-    short = {name: render._short(name) for name in names}
+    short = {name: fmt.short(name) for name in names}
     counts = Counter(short.values())
     out = {name: label if counts[label] == 1 else name for name, label in short.items()}
     return out if len(set(out.values())) == len(out) else {name: name for name in names}
@@ -47,31 +47,27 @@ def text_section(report: Report) -> list[str]:
     nodes = report.nodes
     if nodes is None:
         return []
-    from milarun import render  # here: render imports this module
-
     label = labels([row.node for row in nodes.nodes])
     rows = {}
     for row in nodes.nodes:
-        cells = {"runs": str(row.runs), "fail": str(row.failures), "score": render._num(row.score),
-                 "coverage": render._num(row.coverage, ".0%"),
-                 "ratio to median": render._num(row.ratio, ".3f")}
+        cells = {"runs": str(row.runs), "fail": str(row.failures), "score": fmt.num(row.score),
+                 "coverage": fmt.num(row.coverage, ".0%"),
+                 "ratio to median": fmt.num(row.ratio, ".3f")}
         if nodes.tested:
             cells["flag"] = flag_text(row.flagged, row.p_value)
         rows[label[row.node]] = cells
-    out = render.section(NODES_TITLE) + [render._frame(rows, "node")]
+    out = fmt.section(NODES_TITLE) + [fmt.frame(rows, "node")]
     if nodes.cells:
         matrix = {label[row.node]: {d: cell_text(nodes, row.node, d) for d in nodes.devices}
                   for row in nodes.nodes}
-        out += render.section(MATRIX_TITLE) + [render._frame(matrix, "node")]
+        out += fmt.section(MATRIX_TITLE) + [fmt.frame(matrix, "node")]
         if nodes.tested:
             out.append(textwrap.fill(f"* significantly slower than its siblings ({explain()})",
-                                     render.WIDTH, subsequent_indent="  "))
+                                     fmt.WIDTH, subsequent_indent="  "))
     return out
 
 
 def explain() -> str:
-    from milarun.report_nodes import ALPHA, MARGIN
-
     return (f"below {MARGIN:.2f}x their median and p < {ALPHA:g}: one-sided Welch tests of "
             "the steady-window slices, combined over tests with Fisher's method")
 

@@ -102,11 +102,6 @@ def _number(value: Any) -> float:
     return number if math.isfinite(number) else math.nan
 
 
-def _weighted_score(values: dict[str, float], weights: dict[str, float]) -> float:
-    total = sum(weights[t] for t in values)
-    return math.exp(sum(weights[t] * math.log(v) for t, v in values.items()) / total)
-
-
 @dataclass
 class Report:
     """Everything a renderer needs; numbers only, no formatting."""
@@ -156,6 +151,13 @@ class Report:
     def has_baseline(self) -> bool:
         return self.baseline_source is not None
 
+    @property
+    def test_weights(self) -> dict[str, float] | None:
+        """Each test's weight as the table shows it; None when the report is unweighted."""
+        if "weight" not in self.table.columns:
+            return None
+        return {str(t): float(w) for t, w in self.table["weight"].items()}
+
 
 def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None,
                  weights: tuple[str, dict[str, float]] | None = None,
@@ -203,7 +205,13 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
     report.natural = units.natural_table(summary)
     report.quality = quality_table(summary)
     report.warnings += quality_warnings(summary)
-    report_energy.add_energy(report, summary, weight_map if weights else None, power_cost)
+    energy = report_energy.energy_section(summary, weight_map if weights else None, power_cost)
+    report.warnings += energy.warnings
+    report.energy, report.power_cost = energy.table, energy.power_cost
+    report.energy_score, report.energy_coverage = energy.score, energy.coverage
+    if not energy.table.empty and not report.table.empty:
+        column = report_energy.COLUMN
+        report.table[column] = energy.table[column].reindex(report.table.index)
     return report
 
 
@@ -306,7 +314,7 @@ def _score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
         report.warnings.append("failed every run (not scored): " + ", ".join(report.unscored))
     if not scored:
         return
-    report.score = _weighted_score(scored, weights)
+    report.score = stats.weighted_geomean(scored, weights)
     runs = {t: ours[t].runs() for t in scored}
     if all(r is not None for r in runs.values()):
         found = stats.score_interval(runs, weights, pv)  # type: ignore[arg-type]
@@ -336,8 +344,8 @@ def _compare_score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
         report.warnings.append(
             f"score ratio uses the {len(common)} of {len(scored)} scored tests that the "
             "baseline also has and measures alike")
-    mine = _weighted_score({t: scored[t] for t in common}, weights)
-    report.score_base = _weighted_score({t: base_adj[t] for t in common}, weights)
+    mine = stats.weighted_geomean({t: scored[t] for t in common}, weights)
+    report.score_base = stats.weighted_geomean({t: base_adj[t] for t in common}, weights)
     report.ratio = mine / report.score_base
     our_runs = {t: ours[t].runs() for t in common}
     base_runs = {t: base[t].runs() for t in common}

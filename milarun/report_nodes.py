@@ -37,15 +37,13 @@ import statistics
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from milarun import results, summary
+from milarun import results, stats, summary
 from milarun import steady
 
-if TYPE_CHECKING:
-    from milarun.report import Report
 
 MARGIN = 0.95  # practical margin: below 95% of the siblings' median
 ALPHA = 0.01  # significance of the combined one-sided Welch tests
@@ -151,9 +149,8 @@ def _runs(loaded: Iterable[dict[str, Any]]) -> list[_Run]:
 
 def _geomean(values: dict[str, float], weights: dict[str, float]) -> float | None:
     """The main report's weighted geometric mean (weights here are all positive)."""
-    from milarun.report import _weighted_score  # report imports this module
 
-    return _weighted_score(values, weights) if values else None
+    return stats.weighted_geomean(values, weights) if values else None
 
 
 def _means(runs: list[_Run], weights: dict[str, float]) -> dict[str, float]:
@@ -279,14 +276,11 @@ def _matrix(runs: list[_Run], weights: dict[str, float], test: bool,
     return tuple(cells), devices
 
 
-def section(report: Report, loaded: summary.Loaded | None, *,
+def section(weights: dict[str, float] | None, loaded: summary.Loaded | None, *,
             test: bool = False) -> NodeReport | None:
     """The per-node section of a report: with ``test`` (--compare-nodes) always, with its
     flags; otherwise only when the results span more than one node. The weights are the
-    report's own (its ``weight`` column), else every test weighs 1."""
+    report's (Report.test_weights), else every test weighs 1."""
     if loaded is None or not (test or summary.spans_nodes(loaded.results)):
         return None
-    table = report.table
-    weights = ({str(t): float(w) for t, w in table["weight"].items()}
-               if "weight" in table.columns else None)
     return compare_nodes(loaded.results, weights, test=test)

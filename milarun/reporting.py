@@ -70,7 +70,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         compare=(str(base.path), base.summary) if base else None, price=request.price,
         penalize_variance=request.penalize_variance, compare_gpus=request.compare_gpus,
         power_cost=request.power_cost)
-    rep.nodes = report_nodes.section(rep, src.loaded, test=request.compare_nodes)
+    rep.nodes = report_nodes.section(rep.test_weights, src.loaded, test=request.compare_nodes)
     rep.warnings += rep.nodes.warnings() if rep.nodes else []
     if src.loaded is not None:  # a results folder: a run cut short says what it never did
         rep.warnings += [f"{cut.describe()}: no result for "

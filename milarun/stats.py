@@ -31,6 +31,12 @@ class RunSet:
         return len(self.rates) + self.failures
 
 
+def weighted_geomean(values: dict[str, float], weights: dict[str, float]) -> float:
+    """exp(sum(w ln v) / sum(w)) over the tests in ``values`` (the score of DESIGN section 5)."""
+    total = sum(weights[t] for t in values)
+    return math.exp(sum(weights[t] * math.log(v) for t, v in values.items()) / total)
+
+
 def _interval(samples: np.ndarray) -> tuple[float, float]:
     tail = 100 * (1 - CONFIDENCE) / 2
     lo, hi = np.percentile(samples, [tail, 100 - tail])

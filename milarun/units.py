@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from milarun.report import Report
-
 PREFIX = "per_example."
 COLUMNS = ("unit", "perf", "per_example", "natural")
 
@@ -62,24 +60,3 @@ def natural_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame.from_dict(rows, orient="index", columns=list(COLUMNS)).sort_index()
-
-
-def text_section(report: Report) -> list[str]:
-    """The "Natural units" block of the text report (nothing when no test has one)."""
-    if report.natural.empty:
-        return []
-    from milarun import render  # here: render imports report, which imports this module
-
-    rows = {render._short(str(test)): {
-        "perf": render._num(r["perf"]), "per example": render._num(r["per_example"], ",.4g"),
-        "natural/s": render._num(r["natural"]), "unit": r["unit"],
-    } for test, r in report.natural.iterrows()}
-    title = "Natural units (perf: the scored, legacy unit; natural/s = perf x per example)"
-    return render.section(title) + [render._frame(rows)]
-
-
-def records(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    """The table as plain data (the JSON report's ``natural``)."""
-    return {str(test): {"unit": r["unit"], "perf": float(r["perf"]),
-                        "per_example": float(r["per_example"]), "natural": float(r["natural"])}
-            for test, r in table.iterrows()}
