@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ from coleo import Option, default, run_cli
 
 from milarun import (devices, doctor, isolation, launch, progress, reporting, results,
                      runner, suite, summary, sysinfo)
+from milarun.cli_options import default_dataroot, default_outdir, split_names
 from milarun.cli_slurm import SlurmCommands
 from milarun import errors
 
@@ -28,24 +27,6 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"{self.prog}: error: {message} (see {self.prog} -h)", file=sys.stderr)
         sys.exit(2)
-
-
-def default_dataroot() -> Path:
-    if os.environ.get("MILARUN_DATAROOT"):
-        return Path(os.environ["MILARUN_DATAROOT"])
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "milarun" / "data"
-
-
-def default_outdir() -> Path:
-    date = _dt.date.today().isoformat()
-    if os.environ.get("MILARUN_OUTROOT"):
-        return Path(os.environ["MILARUN_OUTROOT"]) / f"results-{date}"
-    return Path("results") / date
-
-
-def _split_names(values: list[str]) -> list[str]:
-    return [n for v in values for n in v.split(",") if n]
 
 
 def _parse_extra(text: str | None) -> dict[str, Any]:
@@ -135,7 +116,7 @@ class Commands:
             suite.SuiteRequest(
                 profile=profile_spec, outdir=Path(out) if out else default_outdir(),
                 dataroot=Path(dataroot) if dataroot else default_dataroot(),
-                names=_split_names(name), tags=_split_names(tags), repeat=repeat,
+                names=split_names(name), tags=split_names(tags), repeat=repeat,
                 devices=devices_spec, use_cgexec=not no_cgexec, verbose=verbose,
                 user_args=test_args,
                 rendezvous=(launch.Rendezvous.parse(nnodes, master, node_rank)

@@ -11,6 +11,7 @@ from coleo import Option, default, tooled
 
 from milarun import gather, reporting, results, slurm, slurm_follow, slurmenv
 from milarun import errors
+from milarun.cli_options import default_outdir, split_names
 
 # Exit code when a job or a node failed (the report is still printed).
 JOBS_FAILED = 1
@@ -107,7 +108,6 @@ def _allocation(kind: str, test_args: list[str], **request: Any) -> tuple[slurm.
     # [alias: -o]
     out: Option = default(None)
 
-    from milarun.cli import default_outdir
 
     made = slurm.SlurmRequest(
         kind=kind, profile=profile_spec, outdir=Path(out) if out else default_outdir(),
@@ -139,11 +139,10 @@ class SlurmCommands:
         # Write results on this node-local folder, then copy them to -o (compared byte for byte)
         local_dir: Option = default(None)
 
-        from milarun.cli import _split_names
 
         request, dry_run, wait = _allocation(
             "fleet", test_args, nodes=nodes, nodelist=nodelist, each_node=each_node,
-            names=tuple(_split_names(name)), tags=tuple(_split_names(tags)),
+            names=tuple(split_names(name)), tags=tuple(split_names(tags)),
             use_cgexec=not no_cgexec, local_dir=Path(local_dir) if local_dir else None)
         return _submit(request, dry_run, wait)
 
@@ -155,13 +154,12 @@ class SlurmCommands:
         # [nargs: +]
         name: Option = default([])
 
-        from milarun.cli import _split_names
 
         if nodes is None:
             raise errors.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
         request, dry_run, wait = _allocation(
             "scaling", test_args, node_counts=_node_counts(nodes),
-            names=tuple(_split_names(name)), tags=() if name else ("scaling",))
+            names=tuple(split_names(name)), tags=() if name else ("scaling",))
         return _submit(request, dry_run, wait)
 
     def wait(test_args: list[str]) -> int:

@@ -4,18 +4,15 @@ with the end of the instance's log as its error."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from milarun import devices as devmod
 from milarun import records, sysinfo
 from milarun.gpuids import instance_gpus
-
-if TYPE_CHECKING:  # launch imports this module: the types only, for the annotations
-    from milarun.launch import Instance, LaunchOptions
+from milarun.plan import Instance, LaunchOptions
 
 LOG_TAIL_LINES = 50
 CRASH_SIGNALS = {signal.SIGILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT}
@@ -56,10 +53,6 @@ def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
     kind, message = failure_kind(inst, oom)
     code = inst.process.returncode
     labels = [d.label for d in inst.devices]
-    words = inst.command
-    # What the instance was launched with (job, suite, repeat, prepare, world_size): the
-    # --extra its own record would have carried.
-    launched = json.loads(words[words.index("--extra") + 1]) if "--extra" in words else {}
     system = sysinfo.system_record()
     gpus = instance_gpus(inst.env)
     on_gpu = inst.devices[0].kind == devmod.GPU_KIND
@@ -76,5 +69,5 @@ def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
                    "groups": inst.placement.groups if inst.placement else None},
         returncode=code, signal=signal.Signals(-code).name if code and code < 0 else None,
         log=str(inst.log_path), written_by="harness", system=system, gpu_identity=gpus,
-        launch={**launched, "job": inst.job.definition, "suite": inst.job.suite},
+        launch={**inst.launch, "job": inst.job.definition, "suite": inst.job.suite},
     ).to_dict()

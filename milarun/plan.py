@@ -49,6 +49,9 @@ class Instance:
     # A node other than the head of a multi-node run: rank 0, on the head, writes the result;
     # this one is recorded only when it fails.
     recorded_on_head: bool = False
+    # What `jobs` launched it with (job, suite, repeat, prepare[, world_size]): handed to the
+    # instance as --extra, and kept here for the record the harness writes when it fails.
+    launch: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -178,7 +181,7 @@ def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchO
             env["OMP_NUM_THREADS"] = devmod.instance_environ(group[:1])["OMP_NUM_THREADS"]
         log_path = opts.outdir / "logs" / f"{name}.J{repeat}.log"
         rounds.append([Instance(job, str(repeat), group, command, env, log_path,
-                                fullname=name,
+                                fullname=name, launch=extra,
                                 recorded_on_head=bool(rdzv and rdzv.node_rank > 0))])
     return rounds
 
@@ -198,7 +201,8 @@ def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOpt
         if place is not None:
             env["MILARUN_CGROUP"] = place.spec
         log_path = opts.outdir / "logs" / f"{job.fullname}.J{job_id}.log"
-        instances.append(Instance(job, job_id, group, command, env, log_path, placement=place))
+        instances.append(Instance(job, job_id, group, command, env, log_path, placement=place,
+                                  launch=extra))
     return instances
 
 

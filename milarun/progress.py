@@ -23,8 +23,7 @@ from rich.live import Live
 from rich.table import Table
 
 from milarun import summary
-
-PROGRESS_TAG = "MILARUN_PROGRESS"
+from milarun.runner import PROGRESS_TAG
 SLICE_SECONDS = 0.5  # in-block seconds per slice (ratelog.SLICE_DURATION, not imported:
 #                     the supervisor never imports the measurement side)
 LIVE_REFRESH = 0.5  # seconds between redraws of the live table (progress comes at most 1/s)

@@ -17,12 +17,16 @@ from typing import Any, Callable
 from milarun import (confinement, devices, diagnostics, energy, records, results, sysinfo,
                      watchdog)
 from milarun.gpuids import instance_gpus
-from milarun.progress import PROGRESS_TAG
 from milarun.experiment import Experiment, BadTestArguments, RateLog
 from milarun.records import Failure, RateRecord, TimerRecord
 from milarun import errors
 from milarun.errors import UsageError
 from milarun import steady
+
+
+# The prefix of the progress lines an instance prints on stdout (the supervisor's board
+# reads them from the instance's log).
+PROGRESS_TAG = "MILARUN_PROGRESS"
 
 
 class Interrupted(BaseException):
