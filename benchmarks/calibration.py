@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from milarun.steady import rate as steady_rate
+from milarun.results.steady import rate as steady_rate
 
 STEP_TIMES = (0.001, 0.005, 0.010)
 BATCH = 64

@@ -19,7 +19,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from milarun.steady import rate as steady_rate
+from milarun.results.steady import rate as steady_rate
 
 TEST = "milabench.models.polynome:main"
 CGROUP = "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"

@@ -14,7 +14,8 @@ import datetime as _dt
 import os
 import sys
 
-from milarun import selftest, sysinfo
+from milarun.machine import sysinfo
+from milarun.measure import selftest
 
 
 def header() -> str:

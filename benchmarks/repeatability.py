@@ -17,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from milarun import report, summary, sysinfo
+from milarun.machine import sysinfo
+from milarun.report import build as report, summary
 
 
 def main() -> None:

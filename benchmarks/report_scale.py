@@ -25,7 +25,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from resultfactory import rate_series, result, write  # noqa: E402
 
-from milarun import html, render, report, summary  # noqa: E402
+from milarun.report import summary  # noqa: E402
+from milarun.report import build as report
+from milarun.report.render import html, text as render
 
 TESTS = 20
 GPUS = 8

@@ -1,4 +1,4 @@
-from milarun.cli import main
+from milarun.cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -86,7 +86,7 @@ def assert_rejected(model: str, argv: list[str], message: str,
     import pytest
     import torch
 
-    from milarun.experiment import BadTestArguments, Experiment
+    from milarun.measure.experiment import BadTestArguments, Experiment
 
     main = importlib.import_module(f"milabench.models.{model}").main
     exp = Experiment(model, dataroot=dataroot, device=torch.device("cpu"))

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from conftest import milarun
-from milarun import comparability
-from milarun.profile import load_profile
+from milarun.report import comparability
+from milarun.run.profile import load_profile
 from resultfactory import result, write
 
 LEGACY_V100_SCORE = 1054.78  # the legacy report code's score for baselines/standard/v100

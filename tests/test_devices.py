@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from milarun import devices, gpuprobe, sysinfo
-from milarun.devices import (
+from milarun.machine import devices, gpuprobe, sysinfo
+from milarun.machine.devices import (
     CPU_KIND,
     GPU_KIND,
     Device,
@@ -223,7 +223,7 @@ def dev_dir(env: pytest.MonkeyPatch, folder, *names: str) -> None:
 
 def torch_sees(count: int, asked: list | None = None):
     """A torch probe (gpuprobe.torch_gpus) that sees ``count`` GPUs and notes each call."""
-    from milarun.gpuprobe import TorchGPUs
+    from milarun.machine.gpuprobe import TorchGPUs
 
     def probe():
         if asked is not None:

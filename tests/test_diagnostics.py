@@ -10,9 +10,9 @@ import pytest
 
 from conftest import milarun
 from milabench.models import calibration
-from milarun.diagnostics import RunLength, ci_halfwidth, log_record, steady_state
-from milarun.experiment import RateLog
-from milarun import steady
+from milarun.measure.diagnostics import RunLength, ci_halfwidth, log_record, steady_state
+from milarun.measure.experiment import RateLog
+from milarun.results import steady
 
 
 def test_flat_series():

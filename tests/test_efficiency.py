@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from milarun import efficiency
-from milarun.experiment import Experiment, RateLog
+from milarun.measure import efficiency
+from milarun.measure.experiment import Experiment, RateLog
 from conftest import milarun
 
 torch = pytest.importorskip("torch")
@@ -238,6 +238,6 @@ def test_no_torch_at_import():
     import subprocess
     import sys
 
-    code = "import sys, milarun.efficiency; print('torch' in sys.modules)"
+    code = "import sys, milarun.measure.efficiency; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr

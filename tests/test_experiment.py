@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from milarun.experiment import Experiment, RateLog, BadTestArguments
-from milarun import steady
+from milarun.measure.experiment import Experiment, RateLog, BadTestArguments
+from milarun.results import steady
 
 
 class FakeClock:

@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from conftest import BENCHES, ROOT, load_all, milarun
-from milarun import manifest, results
+from milarun import results
+from milarun.results import manifest
 
 SLEEPY = {"experiment": "faulty:sleepy", "max_duration": 120}
 

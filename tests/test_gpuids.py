@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import BENCHES, load_all, milarun
-from milarun import devices, gpuids, launch, profile, progress
-from milarun.devices import GPU_KIND, Device, parse_device_spec
+from milarun.machine import devices, gpuids
+from milarun.run import launch, profile, progress
+from milarun.machine.devices import GPU_KIND, Device, parse_device_spec
 from test_devices import FakeNVML
 from milarun import errors
 
@@ -227,7 +228,7 @@ def test_cart_on_a_gpu_slot_never_touches_cuda(gpu_env, tmp_path):
     never asks torch for the slot's GPU. (Checked on a real H100 too: no CUDA context.)"""
     torch = pytest.importorskip("torch")
     from milabench.models import cart
-    from milarun.experiment import Experiment
+    from milarun.measure.experiment import Experiment
 
     def no_cuda(name: str):  # one function per name: torch's tracer maps each to a rule
         def refuse(*args, **kwargs):

@@ -10,8 +10,9 @@ import uuid
 import pytest
 
 from conftest import load_all, milarun
-from milarun import confinement, isolation
-from milarun.isolation import Hierarchy
+from milarun.machine import isolation
+from milarun.measure import confinement
+from milarun.machine.isolation import Hierarchy
 from milarun import errors
 
 

@@ -1,8 +1,14 @@
 """Dependencies point one way (DESIGN.md section 1).
 
-- The harness (every ``milarun`` module) imports without ``milabench``: it may import the
-  data side lazily, inside the function that runs a test or makes a dataset, never at
-  import time.
+- The harness (``milarun``) is built in wings on floors: errors -> machine -> results ->
+  {measure, report} -> {run, milabench} -> {slurm, doctor, tender, history} -> cli. A module
+  imports only its own wing and lower floors (anywhere in the file: a function-local
+  import is a dependency too); measure and report never import each other; there is no
+  import cycle between modules nor between wings.
+- A benchmark process (``milarun run``) imports only measure, machine and results; ``milarun
+  report`` imports no torch and no measurement module.
+- The harness imports without ``milabench``: it may import the data side lazily, inside the
+  function that runs a test or makes a dataset, never at import time.
 - A model (``milabench/models/*.py``) imports no other model and, of the harness, only the
   benchmark API; the shared milabench modules import no model.
 """
@@ -10,6 +16,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import pkgutil
 import subprocess
 import sys
@@ -90,9 +97,11 @@ def offences(name: str, imports: set[str]) -> list[str]:
         parts = target.split(".")
         if target.startswith("milabench.models.") and ".".join(parts[:3]) != name:
             bad.add(".".join(parts[:3]))  # a model (or shared code) built on a model
-        elif is_model and target.startswith("milarun.") and \
-                ".".join(parts[:2]) not in MODEL_MAY_IMPORT:
-            bad.add(".".join(parts[:2]))
+        elif is_model and target.startswith("milarun.") and not any(
+                target == face or target.startswith(face + ".") for face in MODEL_MAY_IMPORT):
+            while not _is_module(ROOT / "milarun", target):  # a name imported from a module
+                target = target.rpartition(".")[0]
+            bad.add(target)
     return sorted(bad)
 
 
@@ -119,12 +128,202 @@ def test_the_import_scan_sees_each_form_of_import(tmp_path):
         "from .d import something\n"
         "from milarun import results\n"
         "from milarun.experiment import Experiment\n"
+        "from milarun.measure.ratelog import RateLog\n"
         "from milabench import helpers\n"
         "def main():\n"
-        "    import milarun.launch  # lazily: still a dependency\n")
+        "    import milarun.run.launch  # lazily: still a dependency\n")
     imports = imported_modules(source, "milabench.models")
     models = ["milabench.models.a", "milabench.models.b", "milabench.models.c",
               "milabench.models.d"]
     assert offences("milabench.models.model", imports) == [
-        *models, "milarun.launch", "milarun.results"]
+        *models, "milarun.measure.ratelog", "milarun.results", "milarun.run.launch"]
     assert offences("milabench.helpers", imports) == models  # shared code: no model either
+
+
+# The wings of milarun/ by floor (DESIGN section 1). The models' face (milarun.experiment,
+# milarun.spin) stands with measure; the package and its ``python -m`` entry with cli.
+FLOORS = {
+    "errors": 0, "machine": 1, "results": 2, "measure": 3, "report": 3, "run": 4,
+    "slurm": 5, "doctor": 5, "tender": 5, "history": 5, "cli": 6,
+}
+FACES = {"milarun.experiment": "measure", "milarun.spin": "measure",
+         "milarun": "cli", "milarun.__main__": "cli"}
+NEVER = {("measure", "report"), ("report", "measure")}
+
+
+def wing(module: str) -> str:
+    if module in FACES:
+        return FACES[module]
+    return module.split(".")[1]
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """module -> the milarun modules it imports (anywhere in the file), for the package at
+    ``root`` (a folder named milarun). ``from a import b`` is an import of the module a.b
+    when b is a module, else of a."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = ("milarun", *path.relative_to(root).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if is_package else parts)
+        package = name if is_package else name.rpartition(".")[0]
+        modules = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{parent}.{base}" if base else parent
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    modules.add(full if _is_module(root, full) else base)
+        graph[name] = {m for m in modules if m.startswith("milarun") and m != name}
+    return graph
+
+
+def _is_module(root: Path, dotted: str) -> bool:
+    rel = Path(*dotted.split(".")[1:])
+    return dotted == "milarun" or (root / rel).with_suffix(".py").is_file() or \
+        (root / rel / "__init__.py").is_file()
+
+
+def wing_offences(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that points up a floor, or across between measure and report."""
+    bad = []
+    for source, targets in graph.items():
+        for target in sorted(targets):
+            if target in ("milarun",):
+                continue
+            a, b = wing(source), wing(target)
+            if a == b:
+                continue
+            if a not in FLOORS or b not in FLOORS:
+                bad.append(f"{source} -> {target}: {a if a not in FLOORS else b} is no wing")
+            elif FLOORS[b] > FLOORS[a] or (a, b) in NEVER:
+                bad.append(f"{source} ({a}) -> {target} ({b})")
+    return bad
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                top = stack.pop()
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The same imports seen at each level of the package tree: an import from a to b is an
+    arrow between the two children of their deepest common package that hold a and b
+    (modules or subpackages). A package holds its subpackages, so report.render importing
+    report.build is inside report, and at the level of report it is render -> build."""
+    out: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        for target in targets:
+            a, b = source.split("."), target.split(".")
+            common = 0
+            while common < min(len(a), len(b)) and a[common] == b[common]:
+                common += 1
+            if common == len(a) or common == len(b):
+                continue  # a package and its own module: containment, not an arrow
+            out.setdefault(".".join(a[:common + 1]), set()).add(".".join(b[:common + 1]))
+    return out
+
+
+def test_every_import_stays_in_its_wing_or_points_down():
+    graph = import_graph(ROOT / "milarun")
+    assert not wing_offences(graph)
+
+
+def test_no_import_cycle_between_modules_or_packages():
+    graph = import_graph(ROOT / "milarun")
+    assert not cycles(graph)
+    assert not cycles(package_graph(graph))
+
+
+def test_the_wing_rules_catch_a_planted_import(tmp_path):
+    """The checks above can fail: a copy of milarun/ with one import planted each way."""
+    import shutil
+
+    copy = tmp_path / "milarun"
+    shutil.copytree(ROOT / "milarun", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    steady = copy / "results" / "steady.py"
+    steady.write_text(steady.read_text() + "\n\ndef late():\n    from milarun.report import stats\n")
+    (copy / "report" / "stats.py").write_text(
+        (copy / "report" / "stats.py").read_text() + "\nfrom milarun.measure import runner\n")
+    graph = import_graph(copy)
+    offences = wing_offences(graph)
+    assert "milarun.results.steady (results) -> milarun.report.stats (report)" in offences
+    assert "milarun.report.stats (report) -> milarun.measure.runner (measure)" in offences
+    planted = import_graph(ROOT / "milarun")
+    planted["milarun.results.steady"].add("milarun.results.records")
+    planted["milarun.results.records"].add("milarun.results.steady")
+    assert cycles(planted) == [["milarun.results.records", "milarun.results.steady"]]
+    planted["milarun.results.steady"].add("milarun.machine.devices")
+    planted["milarun.machine.devices"].add("milarun.results.steady")
+    assert ["milarun.machine", "milarun.results"] in cycles(package_graph(planted))
+    planted = import_graph(ROOT / "milarun")
+    planted["milarun.report.render.text"].add("milarun.report.request")
+    assert ["milarun.report.render", "milarun.report.request"] in cycles(package_graph(planted))
+
+
+# Prints, at the end of a ``milarun`` command run in this process, the modules it imported.
+MODULES_AT_EXIT = """
+import atexit, json, runpy, sys
+atexit.register(lambda: print("MODULES", json.dumps(sorted(sys.modules))))
+sys.argv = ["milarun", *sys.argv[1:]]
+runpy.run_module("milarun", run_name="__main__")
+"""
+
+
+def modules_of(*args: str) -> set[str]:
+    from conftest import _cli_env
+
+    done = subprocess.run([sys.executable, "-c", MODULES_AT_EXIT, *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=_cli_env(None))
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("MODULES ")]
+    assert lines, done.stdout + done.stderr
+    return set(json.loads(lines[-1][len("MODULES "):]))
+
+
+def test_a_benchmark_process_imports_only_measure_machine_and_results(tmp_path):
+    modules = modules_of("run", "faulty:steps", "-o", tmp_path, "--", "--min-slices", "4")
+    assert list(tmp_path.glob("faulty.J0.*.json")), "the run wrote no result"
+    ours = {m for m in modules if m.startswith("milarun.")}
+    allowed = {"measure", "machine", "results", "errors"}
+    entry = {"milarun.__main__", "milarun.cli", "milarun.cli.main", "milarun.cli.options"}
+    assert sorted(m for m in ours - entry if wing(m) not in allowed) == []
+    assert not {"rich", "jinja2", "pandas", "matplotlib"} & modules
+
+
+def test_report_imports_no_torch_and_no_measurement_module():
+    summary = ROOT / "milarun" / "baselines" / "standard" / "v100.json"
+    modules = modules_of("report", summary, "--compare", "standard/v100")
+    assert "torch" not in modules
+    assert sorted(m for m in modules if m.startswith("milarun.measure")) == []

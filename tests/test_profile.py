@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from milarun import profile
-from milarun.profile import (
+from milarun.run import profile
+from milarun.run.profile import (
     DEFAULT_MAX_DURATION,
     Job,
     ProfileError,

@@ -12,7 +12,7 @@ import resultfactory
 from conftest import ROOT
 from rich.console import Console
 
-from milarun.progress import PROGRESS_TAG, ProgressBoard, finished_line
+from milarun.run.progress import PROGRESS_TAG, ProgressBoard, finished_line
 
 
 def test_board_reads_progress_and_streams_output(tmp_path):
@@ -99,9 +99,9 @@ def test_live_table_has_one_row_per_instance(tmp_path):
 
 
 def test_warnings_go_to_stderr_as_one_plain_line():
-    code = ("import logging; from milarun import progress; progress.setup_logging(); "
+    code = ("import logging; from milarun.run import progress; progress.setup_logging(); "
             "progress.setup_logging(); "  # configured twice: still printed once
-            "logging.getLogger('milarun.launch').warning('prepare command of %s failed', 'x')")
+            "logging.getLogger('milarun.run.launch').warning('prepare command of %s failed', 'x')")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -110,7 +110,7 @@ def test_warnings_go_to_stderr_as_one_plain_line():
 
 
 def test_hostile_progress_lines_never_reach_the_arithmetic():
-    from milarun.progress import parse_progress
+    from milarun.run.progress import parse_progress
 
     for text in ("{", "[1, 2]", "null", "[" * 100_000):
         assert parse_progress(text) is None

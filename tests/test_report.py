@@ -170,7 +170,7 @@ def test_report_and_summary_work_without_torch(results_dir, tmp_path):
         "        if name.split('.')[0] in ('torch', 'torchvision'):",
         "            raise ImportError(f'{name} is not installed here')",
         "sys.meta_path.insert(0, NoTorch())",
-        "from milarun.cli import main",
+        "from milarun.cli.main import main",
         "try:",
         f"    main(['report', {str(results_dir)!r}, '--html', {str(html)!r}])",
         "finally:",

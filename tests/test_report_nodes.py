@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from conftest import milarun, one_line_error
-from milarun import html, render_nodes, report, report_nodes, summary
+from milarun.report import build as report, nodes as report_nodes, summary
+from milarun.report.render import html, nodes as render_nodes
 from resultfactory import rate_series, result, write
 from test_html import _Table
 

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import load_all, milarun
 from milarun import results
-from milarun.records import ENV_PREFIXES, Call, ResultRecord
+from milarun.results.records import ENV_PREFIXES, Call, ResultRecord
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_a_launch_cannot_overwrite_a_result_field():
 def test_rerun_restores_the_environment_but_not_the_old_deadline(tmp_path, monkeypatch):
     """The deadline of the original job has passed: restored, it would end the rerun at
     its first slice."""
-    from milarun import diagnostics, runner
+    from milarun.measure import diagnostics, runner
 
     monkeypatch.setenv("OMP_NUM_THREADS", "7")  # undone after the test, like the rest
     monkeypatch.delenv(diagnostics.DEADLINE_ENV, raising=False)

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from milabench import rl
-from milarun.experiment import BadTestArguments
+from milarun.measure.experiment import BadTestArguments
 from modelrun import assert_rejected, run_trained
 
 # Each run trains for 6 slices of 0.5 s, however fast this machine is.

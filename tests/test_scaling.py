@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from milarun.experiment import BadTestArguments, Experiment, RateLog
-from milarun.plan import free_port
+from milarun.measure.experiment import BadTestArguments, Experiment, RateLog
+from milarun.run.plan import free_port
 from modelrun import run_trained
 
 SMALL = ["--arch", "resnet18", "--image-size", "32", "--batch-size", "8"]

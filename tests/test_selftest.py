@@ -13,8 +13,8 @@ import math
 import pytest
 
 from conftest import milarun
-from milarun import selftest
-from milarun.selftest import Measurement
+from milarun.measure import selftest
+from milarun.measure.selftest import Measurement
 
 
 def fake(**changes) -> Measurement:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, milarun
-from milarun import summary
+from milarun.report import summary
 
 SCRIPT = ROOT / "scripts" / "slurm-dev-cluster.sh"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol")

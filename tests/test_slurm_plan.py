@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import milarun, one_line_error
-from milarun import (devices, gather, launch, manifest, plan, profile, slurm, slurm_follow,
-                     slurmenv)
-from milarun.records import Call, ResultRecord
+from milarun.machine import devices, slurmenv
+from milarun.results import manifest
+from milarun.run import launch, plan, profile
+from milarun.slurm import gather, submit as slurm, follow as slurm_follow
+from milarun.results.records import Call, ResultRecord
 from milarun.results import write_result
 from milarun import errors
 

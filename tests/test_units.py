@@ -10,7 +10,7 @@ import pytest
 from conftest import milarun
 from modelrun import assert_rejected, run_trained
 from resultfactory import result, write
-from milarun import units
+from milarun.report import units
 
 SINE_ARGS = ["--seq-len", "50", "--min-slices", "6"]
 

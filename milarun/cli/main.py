@@ -1,0 +1,378 @@
+"""The ``milarun`` command line (coleo): parse, call, print."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from coleo import Option, default, run_cli
+
+from milarun import results
+from milarun.doctor import passive as doctor
+from milarun.machine import devices, isolation, sysinfo
+from milarun.measure import runner
+from milarun.report import request as reporting, summary
+from milarun.run import launch, progress, suite
+from milarun.cli.options import default_dataroot, default_outdir, split_names
+from milarun.cli.slurm import SlurmCommands
+from milarun import errors
+
+# Exit code of `report --fail-below` when the score ratio is under the threshold.
+GATE_FAILED = 3
+MAX_SKIPPED_SHOWN = 20
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad call in one line instead of the usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {message} (see {self.prog} -h)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _parse_extra(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        extra = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise errors.UsageError(f"--extra is not valid JSON ({err.msg} at column {err.colno})")
+    if not isinstance(extra, dict):
+        raise errors.UsageError("--extra must be a JSON object")
+    return extra
+
+
+def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
+    result, path = runner.run_test(function, argv, **kw)
+    if result["success"]:
+        rate = summary.run_rate(result)
+        print(f"{result['name']} J{result['job_id']}: {rate:,.2f} examples/s")
+    else:
+        print(f"{result['name']} J{result['job_id']}: FAIL "
+              f"({result['failure']['kind']}): {result['failure']['message']}")
+    if path is not None:
+        print(f"result: {path}")
+    return runner.exit_code(result)
+
+
+def _no_test_args(command: str, test_args: list[str]) -> None:
+    if test_args:
+        raise errors.UsageError(f"{command} takes no arguments after --")
+
+
+def _print_skipped(skipped: list[summary.Skipped]) -> None:
+    """Files that were not results: listed with the reason, never fatal."""
+    if not skipped:
+        return
+    print(f"skipped {len(skipped)} file(s) that are not usable results:", file=sys.stderr)
+    for item in skipped[:MAX_SKIPPED_SHOWN]:
+        print(f"  {item.path}: {item.reason}", file=sys.stderr)
+    if len(skipped) > MAX_SKIPPED_SHOWN:
+        print(f"  ... and {len(skipped) - MAX_SKIPPED_SHOWN} more", file=sys.stderr)
+
+
+class Commands:
+    """milarun: benchmark suites of deep-learning training workloads."""
+
+    def jobs(test_args: list[str]) -> int:
+        """Run a suite of jobs from a profile (a name such as 'quick', or a JSON file)."""
+        # Profile name (quick, standard, ...) or path to a profile JSON file
+        # [positional]
+        # [metavar: PROFILE]
+        profile_spec: Option
+        # Only these jobs (space or comma separated)
+        # [nargs: +]
+        name: Option = default([])
+        # Only jobs with one of these tags
+        # [nargs: +]
+        tags: Option = default([])
+        # Run the whole selection this many times
+        repeat: Option & int = default(1)
+        # Devices: GPU ids (0,1,3) or cpu:N for N CPU slices (default: every GPU, else cpu:1)
+        # [options: --devices]
+        # [metavar: SPEC]
+        devices_spec: Option & str = default(None)
+        # Run without the profile's cgroup isolation
+        no_cgexec: Option & bool = default(False)
+        # Stream every instance's output
+        verbose: Option & bool = default(False)
+        # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
+        # [alias: -d]
+        dataroot: Option = default(None)
+        # Output folder (default: $MILARUN_OUTROOT/results-<date>, then ./results/<date>);
+        # a Slurm task writes in its <out>/nodes/<node>
+        # [alias: -o]
+        out: Option = default(None)
+        # Multi-node scaling: this node is one of K running the gpu-progression jobs as one
+        # torchrun job (needs --master)
+        nnodes: Option & int = default(None)
+        # Multi-node scaling: the head node (node rank 0) as ADDR:PORT
+        master: Option & str = default(None)
+        # Multi-node scaling: this node's rank (default: $SLURM_NODEID under srun)
+        node_rank: Option & int = default(None)
+
+        if (nnodes is None) != (master is None):
+            raise errors.UsageError("--nnodes and --master go together (a multi-node run)")
+        outcome = suite.run_suite(
+            suite.SuiteRequest(
+                profile=profile_spec, outdir=Path(out) if out else default_outdir(),
+                dataroot=Path(dataroot) if dataroot else default_dataroot(),
+                names=split_names(name), tags=split_names(tags), repeat=repeat,
+                devices=devices_spec, use_cgexec=not no_cgexec, verbose=verbose,
+                user_args=test_args,
+                rendezvous=(launch.Rendezvous.parse(nnodes, master, node_rank)
+                            if nnodes is not None else None)),
+            say=lambda line: print(line, flush=True))
+        if outcome.interrupted_by:
+            print(f"interrupted by {outcome.interrupted_by}: every instance stopped; "
+                  f"results in {outcome.outdir}", file=sys.stderr)
+            return outcome.exit_code
+        print()
+        print(outcome.report_text, end="")
+        print(f"\nresults: {outcome.outdir.resolve()}")
+        if outcome.page is not None:
+            print(f"report:  {outcome.page.resolve()}")
+        return outcome.exit_code
+
+    def run(test_args: list[str]) -> int:
+        """Run one test in this process: MODULE:FUNCTION [options] -- test arguments."""
+        # The test's entry point, e.g. milabench.models.polynome:main
+        # [positional]
+        function: Option
+        # Output folder, or a .json file name for the result
+        # [alias: -o]
+        out: Option = default(None)
+        # Name of the result (default: the test module's name)
+        experiment_name: Option = default(None)
+        # Job id recorded in the result and its file name
+        job_id: Option = default("0")
+        # A JSON object of extra fields for the result
+        extra: Option = default(None)
+        # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
+        # [alias: -d]
+        dataroot: Option = default(None)
+
+        call = runner.plan_run(
+            function, test_args, out=out or default_outdir(),
+            dataroot=Path(dataroot) if dataroot else default_dataroot(),
+            experiment_name=experiment_name, job_id=job_id, extra=_parse_extra(extra))
+        return _run_and_exit(call.function, call.argv, **call.options())
+
+    def rerun(test_args: list[str]) -> int:
+        """Re-run a result with its original call, name, job id and environment."""
+        # The result file to re-run
+        # [positional]
+        result_file: Option
+        # Output folder (default: the folder of the original result)
+        # [alias: -o]
+        out: Option = default(None)
+
+        call = runner.plan_rerun(result_file, out, test_args, dataroot=default_dataroot())
+        return _run_and_exit(call.function, call.argv, **call.options())
+
+    def summary(test_args: list[str]) -> int:
+        """Summarise a results folder in the baseline format (JSON)."""
+        # Folder of result files (searched recursively)
+        # [positional]
+        results_dir: Option
+        # Write the summary to this file instead of printing it
+        # [alias: -o]
+        out: Option = default(None)
+
+        _no_test_args("summary", test_args)
+        if out and Path(out).exists():
+            raise errors.UsageError(f"-o {out}: file exists; choose another name")
+        source = summary.load_source(Path(results_dir))
+        if source.loaded is None:
+            raise errors.UsageError(f"{results_dir}: give a results folder, not a file")
+        _print_skipped(source.loaded.skipped)
+        text = json.dumps(source.summary, indent=2)
+        if out:
+            results.write_atomic(Path(out), source.summary)
+            print(f"summary of {len(source.loaded.results)} result(s) written to {out}",
+                  file=sys.stderr)
+        else:
+            print(text)
+        return 0
+
+    def report(test_args: list[str]) -> int:
+        """Report a results folder or a summary: table, score, comparison, HTML."""
+        # Results folder or summary JSON file
+        # [positional]
+        source: Option
+        # Weights: a file, or a shipped name such as standard (default: the suite's own)
+        weights: Option = default(None)
+        # Baseline: a shipped name (standard/v100), a summary file or a results folder
+        compare: Option = default(None)
+        # Show each device's rate as a fraction of the best device
+        compare_gpus: Option & bool = default(False)
+        # Per-node scores, node x device matrix, flags on a significantly slow node or device
+        compare_nodes: Option & bool = default(False)
+        # Machine price in dollars: adds price and price/score
+        price: Option & float = default(None)
+        # Electricity price in $/kWh: adds the energy cost of a million examples per test
+        power_cost: Option & float = default(None)
+        # Subtract one standard deviation from each perf before scoring
+        penalize_variance: Option & bool = default(False)
+        # Also write the HTML report to this file
+        html: Option = default(None)
+        # Title of the report
+        title: Option = default(None)
+        # Exit with code 3 when score / baseline score is below this ratio (needs --compare)
+        fail_below: Option & float = default(None)
+        # Output format: text, json or csv
+        format: Option = default("text")
+
+        _no_test_args("report", test_args)
+        outcome = reporting.make_report(reporting.ReportRequest(
+            Path(source), weights=weights, compare=compare, compare_gpus=compare_gpus,
+            compare_nodes=compare_nodes, price=price, power_cost=power_cost,
+            penalize_variance=penalize_variance, html=Path(html) if html else None,
+            title=title, fail_below=fail_below, format=format))
+        _print_skipped(outcome.skipped)
+        print(outcome.text, end="")
+        if outcome.html:
+            print(f"HTML report: {outcome.html.resolve()}", file=sys.stderr)
+        if outcome.gate_failure:
+            print(f"milarun: FAIL: {outcome.gate_failure}", file=sys.stderr)
+            return GATE_FAILED
+        return 0
+
+    def dataset(test_args: list[str]) -> int:
+        """Fetch the real data of datasets, or synthesise it offline in the same layout."""
+        # Datasets: milabench.datasets:mnist, or a short name (mnist fake_imagenet ...)
+        # [positional: +]
+        specs: Option
+        # Generate data offline instead of downloading the real data
+        synthetic: Option & bool = default(False)
+        # Number of (training) examples to synthesise (default: the dataset's own)
+        size: Option & int = default(None)
+        # Seed of the synthetic data
+        seed: Option & int = default(0)
+        # Processes that write synthetic files
+        workers: Option & int = default(None)
+        # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
+        # [alias: -d]
+        dataroot: Option = default(None)
+
+        from milabench import dataset_command as command  # the data side: only here
+
+        _no_test_args("dataset", test_args)
+        root = Path(dataroot) if dataroot else default_dataroot()
+        try:
+            for line in command.make(specs, root, synthetic, size, seed, workers):
+                print(line, flush=True)
+        except command.Refused as err:
+            raise errors.UsageError(str(err))
+        return 0
+
+    def cgroups(test_args: list[str]) -> int:
+        """Manage the student cgroups (root): setup, check or teardown."""
+        # setup, check or teardown
+        # [positional]
+        action: Option
+        # Devices: GPU ids (0,1,3) or cpu:N (default: every GPU, else cpu:1)
+        # [options: --devices]
+        # [metavar: SPEC]
+        devices_spec: Option & str = default(None)
+
+        if action not in ("setup", "check", "teardown"):
+            raise errors.UsageError(f"cgroups {action!r}: use setup, check or teardown")
+        devs = (devices.parse_device_spec(devices_spec) if devices_spec is not None
+                else devices.discover_devices())
+        hier = isolation.find_hierarchies()
+        ids = [d.id for d in devs]
+        local = devices.gpu_local_cpus(ids) if devs[0].kind == devices.GPU_KIND else {}
+        students = isolation.machine_plan(ids, hier, local)
+        if action == "setup":
+            for line in isolation.setup(students, hier):
+                print(f"created {line}")
+        elif action == "teardown":
+            for line in isolation.teardown(students, hier):
+                print(f"removed {line}")
+        for row in isolation.check(students, hier):
+            print("  ".join(f"{k}={v}" for k, v in row.items()))
+        return 0
+
+    def doctor(test_args: list[str]) -> int:
+        """Check this machine before a run: GPUs, drivers, cgroups, a profile's data, disk."""
+        # Also check the data of this profile (quick, standard, ... or a JSON file)
+        # [options: --profile]
+        # [metavar: NAME]
+        profile_spec: Option & str = default(None)
+        # Devices, as for jobs: GPU ids (0,1,3) or cpu:N (default: every GPU, else cpu:1)
+        # [options: --devices]
+        # [metavar: SPEC]
+        devices_spec: Option & str = default(None)
+        # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
+        # [alias: -d]
+        dataroot: Option = default(None)
+
+        _no_test_args("doctor", test_args)
+        request = doctor.Request(Path(dataroot) if dataroot else default_dataroot(),
+                                 profile=profile_spec, devices=devices_spec)
+        checks = []
+        for check in doctor.run_checks(request, doctor.Machine.here()):
+            checks.append(check)
+            print(doctor.render(check), flush=True)
+        print(doctor.summary(checks))
+        return doctor.exit_code(checks)
+
+    slurm = SlurmCommands
+
+    def sysinfo(test_args: list[str]) -> int:
+        """Print the system record that every result embeds."""
+        _no_test_args("sysinfo", test_args)
+        print(json.dumps(sysinfo.system_record(), indent=2))
+        return 0
+
+    def selftest(test_args: list[str]) -> int:
+        """Measure the harness's own overhead and rate error on spin steps of known time."""
+        # Seconds per step time and way (bare, instrumented); 3 step times
+        seconds: Option & float = default(4.0)
+        # Output format: text or json
+        format: Option = default("text")
+
+        from milarun.measure import selftest  # the monitors and psutil: only when measuring
+
+        _no_test_args("selftest", test_args)
+        if format not in ("text", "json"):
+            raise errors.UsageError(f"--format {format}: use text or json")
+        if not 0 < seconds < float("inf"):
+            raise errors.UsageError(f"--seconds {seconds}: must be a positive number")
+        measurements = selftest.run_selftest(seconds)
+        if format == "json":
+            print(selftest.render_json(measurements, seconds), end="")
+            for reason in selftest.failures(measurements):
+                print(f"milarun: selftest FAIL: {reason}", file=sys.stderr)
+            for note in selftest.notes(measurements):
+                print(f"milarun: selftest: {note}", file=sys.stderr)
+        else:
+            print(selftest.render_text(measurements), end="")
+        return selftest.exit_code(measurements)
+
+
+def main(argv: list[str] | None = None) -> None:
+    progress.setup_logging()  # warnings: "milarun: warning: ..." on stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" belongs to the test.
+    split = argv.index("--") if "--" in argv else len(argv)
+    head, test_args = argv[:split], argv[split + 1:]
+    parser = OneLineParser(prog="milarun", description=Commands.__doc__,
+                           argument_default=argparse.SUPPRESS)
+    try:
+        code = run_cli(Commands, args=(test_args,),
+                       argv=head, parser=parser)
+    except errors.UserError as err:  # the user's to fix: one line, exit 1
+        print(f"milarun: error: {err}", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        print("milarun: interrupted", file=sys.stderr)
+        code = 130
+    except BrokenPipeError:  # output piped into `head`: not an error of ours
+        sys.stderr.close()
+        code = 0
+    sys.exit(code or 0)

@@ -1,0 +1,1 @@
+"""Checks of a machine before a run."""

@@ -1,0 +1,400 @@
+"""Devices: discovery (no torch import), per-instance device, sync and monitors.
+
+The ``jobs`` process discovers GPUs through NVML (honouring ``CUDA_VISIBLE_DEVICES``), never
+falling back to the CPU where the machine shows GPUs NVML cannot see, or takes ``--devices``
+(ids: NVML's, in PCI bus order, or UUIDs; milarun.machine.gpuids resolves them); each instance learns
+its device from ``MILARUN_DEVICE`` and ``CUDA_VISIBLE_DEVICES``. Monitors sample in a
+background thread and record "no samples" with the reason when there is nothing to sample.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from milarun.machine import gpuprobe
+from milarun.errors import DeviceSpecError, GPUDiscoveryError
+
+CPU_KIND = "cpu"
+GPU_KIND = "cuda"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One benchmark slot: a GPU (by its id) or a CPU slice (by its index)."""
+
+    kind: str  # "cuda" (CUDA or ROCm GPU) or "cpu" (a CPU slice)
+    id: str  # GPU id as the operator names it (NVML index or UUID), or the slice index
+    slices: int = 1  # CPU slices in the whole set (for the thread budget)
+    uuid: str | None = None  # NVML's UUID of the GPU, what CUDA is given (gpuids)
+    pci_bus_id: str | None = None  # NVML's, for the result
+
+    @property
+    def label(self) -> str:
+        return f"cpu:{self.id}" if self.kind == CPU_KIND else f"cuda:{self.id}"
+
+
+def parse_device_spec(spec: str) -> list[Device]:
+    """``"0,1,3"`` -> GPUs 0, 1 and 3; ``"cpu:N"`` -> N CPU slices."""
+    text = spec.strip()
+    m = re.fullmatch(r"cpu(?::(\d+))?", text)
+    if m:
+        n = int(m.group(1) or 1)
+        if n < 1:
+            raise DeviceSpecError(f"--devices {spec!r}: cpu:N needs N >= 1")
+        return [Device(CPU_KIND, str(i), n) for i in range(n)]
+    ids = [part.strip() for part in text.split(",")]
+    if not text or any(not re.fullmatch(r"\d+|GPU-[0-9a-fA-F-]+", i) for i in ids):
+        raise DeviceSpecError(
+            f"--devices {spec!r} is not a device list: use GPU ids like 0,1,3 or cpu:N"
+        )
+    if len(set(ids)) != len(ids):
+        raise DeviceSpecError(f"--devices {spec!r} names a device twice")
+    return [Device(GPU_KIND, i) for i in ids]
+
+
+# -- NVML ------------------------------------------------------------------------------
+def load_nvml() -> tuple[Any, str | None]:
+    """The initialised pynvml module, or (None, reason) when NVML is unusable here."""
+    try:
+        import pynvml  # from nvidia-ml-py
+    except ImportError as err:
+        return None, f"nvidia-ml-py not installed ({err})"
+    try:
+        pynvml.nvmlInit()
+    except Exception as err:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None, f"NVML unavailable: {err}"
+    return pynvml, None
+
+
+def _visible_ids(environ: Mapping[str, str] | None = None) -> list[str] | None:
+    env = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    if env is None:
+        return None
+    return [x.strip() for x in env.split(",") if x.strip()]
+
+
+def nvml_handle(nvml: Any, device_id: str) -> Any:
+    if device_id.startswith("GPU-"):
+        return nvml.nvmlDeviceGetHandleByUUID(device_id)
+    return nvml.nvmlDeviceGetHandleByIndex(int(device_id))
+
+
+def gpu_local_cpus(ids: list[str], nvml: Any = None) -> dict[str, list[int]]:
+    """GPU id -> the CPUs NVML says are close to it (empty when NVML cannot tell)."""
+    if nvml is None:
+        nvml, _ = load_nvml()
+    if nvml is None:
+        return {}
+    words = ((os.cpu_count() or 1) + 63) // 64
+    out = {}
+    for gid in ids:
+        try:
+            mask = nvml.nvmlDeviceGetCpuAffinity(nvml_handle(nvml, gid), words)
+        except Exception:
+            continue
+        out[gid] = [w * 64 + b for w, word in enumerate(mask) for b in range(64)
+                    if int(word) >> b & 1]
+    return out
+
+
+def discover_devices(nvml: Any = None,
+                     probe: Callable[[], gpuprobe.TorchGPUs] = gpuprobe.torch_gpus
+                     ) -> list[Device]:
+    """GPUs NVML sees (restricted by ``CUDA_VISIBLE_DEVICES``); one CPU slice on a machine
+    without GPUs or where ``CUDA_VISIBLE_DEVICES=""`` hides them. GPUDiscoveryError where
+    NVML fails or sees none but the machine shows GPUs (gpuprobe.unseen_gpus)."""
+    failure = None
+    if nvml is None:
+        nvml, failure = load_nvml()
+    count = 0
+    if nvml is not None:
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except Exception as err:
+            failure = f"NVML failed: {err}"
+    visible = _visible_ids()
+    if visible == []:  # the operator hid every GPU
+        return [Device(CPU_KIND, "0", 1)]
+    if count:
+        return [Device(GPU_KIND, i) for i in visible or [str(i) for i in range(count)]]
+    problem = gpuprobe.unseen_gpus(failure, probe)
+    if problem:
+        raise GPUDiscoveryError(problem)
+    return [Device(CPU_KIND, "0", 1)]
+
+
+def instance_environ(devices: list[Device], cpu_count: int | None = None) -> dict[str, str]:
+    """Environment variables that give one instance its device(s)."""
+    if devices[0].kind == GPU_KIND:
+        # CUDA gets each GPU by NVML's UUID, so it opens the GPU NVML (the monitor, the CPU
+        # affinity) names, whatever its own order; an unresolved index is read in PCI bus
+        # order, NVML's. MILARUN_DEVICE keeps the ids as the operator named them.
+        env = {
+            "CUDA_VISIBLE_DEVICES": ",".join(d.uuid or d.id for d in devices),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "MILARUN_DEVICE": ",".join(d.label for d in devices),
+        }
+        if any(d.pci_bus_id for d in devices):
+            env[BUS_IDS_ENV] = ",".join(d.pci_bus_id or "" for d in devices)
+        return env
+    # A CPU slice hides every GPU and gets its share, as threads, of the CPUs this process
+    # may use (a Slurm job or container may hold fewer than the machine has).
+    cores = cpu_count or len(os.sched_getaffinity(0)) or 1
+    threads = max(1, cores * len(devices) // devices[0].slices)
+    env = {
+        "CUDA_VISIBLE_DEVICES": "",
+        "MILARUN_DEVICE": ",".join(d.label for d in devices),
+    }
+    if "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = str(threads)
+    if "OMP_WAIT_POLICY" not in os.environ:
+        # Idle OpenMP threads spinning on the slice's cores starve the test's own
+        # DataLoader workers (measured: vae 30x slower on a 2-core slice with 1 worker).
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return env
+
+
+BUS_IDS_ENV = "MILARUN_PCI_BUS_IDS"  # NVML's PCI bus id of each GPU, for the result
+# Set by torchrun for its ranks. Left over in the operator's shell they would make an
+# instance launched on its own believe it is one rank of a distributed job.
+RANK_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                            "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",
+                            "MASTER_ADDR", "MASTER_PORT"})
+
+
+def launch_environ(devices: list[Device],
+                   environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of an instance on ``devices``: this process's (``environ``),
+    without torchrun's rank variables (torchrun sets its own for its ranks), plus
+    instance_environ."""
+    base = os.environ if environ is None else environ
+    kept = {k: v for k, v in base.items()
+            if k not in RANK_VARIABLES and not k.startswith("TORCHELASTIC_")}
+    return {**kept, **instance_environ(devices)}
+
+
+# -- inside a benchmark process ------------------------------------------------------
+def instance_device_label(environ: Mapping[str, str] | None = None) -> str:
+    """``cuda:<id>`` or ``cpu:<i>`` naming this instance's device for the result."""
+    env = os.environ if environ is None else environ
+    spec = env.get("MILARUN_DEVICE")
+    if spec and spec.startswith(CPU_KIND):
+        return spec
+    if spec and spec.startswith(GPU_KIND + ":"):
+        return spec.split(",")[0]  # the first of the labels `jobs` gave
+    visible = _visible_ids(env)
+    if spec == GPU_KIND or (spec is None and visible):
+        return f"cuda:{visible[0]}" if visible else "cuda:0"
+    if spec is None and visible is None and _gpu_available():
+        return "cuda:0"  # a plain `milarun run` on a GPU machine uses the first GPU
+    return "cpu:0"
+
+
+def _gpu_available() -> bool:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return bool(torch.cuda.is_available())
+    nvml, _ = load_nvml()
+    try:
+        return nvml is not None and nvml.nvmlDeviceGetCount() > 0
+    except Exception:
+        return False
+
+
+def torch_device() -> Any:
+    """The torch.device this instance trains on."""
+    import torch
+
+    label = instance_device_label()
+    if not label.startswith(GPU_KIND):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        # Never report a CPU run as a GPU result.
+        raise RuntimeError(
+            f"this instance was given GPU {label} (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}) but torch sees no GPU; "
+            "use --devices cpu:N on a machine without GPUs"
+        )
+    # Under torchrun each rank owns the visible GPU of its LOCAL_RANK; else the first one.
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if local_rank >= torch.cuda.device_count():
+        raise RuntimeError(
+            f"rank with LOCAL_RANK={local_rank} has no GPU of its own: only "
+            f"{torch.cuda.device_count()} visible (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}); launch one process per GPU"
+        )
+    return torch.device("cuda", local_rank)
+
+
+def synchronizer(device: Any) -> Callable[[], None]:
+    """A function that waits for the device's queued work (CUDA and ROCm share the API)."""
+    kind = getattr(device, "type", str(device))
+    if kind == "cuda":
+        import torch
+
+        return lambda: torch.cuda.synchronize(device)
+    if kind == "xpu":
+        import torch
+
+        return lambda: torch.xpu.synchronize(device)
+    return lambda: None  # CPU kernels complete before they return
+
+
+# -- monitors ----------------------------------------------------------------------------
+class Monitor:
+    """Samples ``probe()`` every ``interval`` seconds in a daemon thread."""
+
+    def __init__(self, probe: Callable[[], dict[str, Any]], interval: float = 1.0,
+                 unavailable: str | None = None):
+        self.probe = probe
+        self.interval = interval
+        self.unavailable = unavailable
+        self.samples: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = time.time()
+
+    def start(self) -> "Monitor":
+        if self.unavailable is None:
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="monitor")
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.interval):
+                return
+
+    def sample(self) -> None:
+        try:
+            sample = self.probe()
+        except Exception as err:
+            if len(self.errors) < 5:
+                self.errors.append(str(err))
+            return
+        sample["t"] = round(time.time() - self._t0, 3)
+        self.samples.append(sample)
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        record: dict[str, Any] = {"interval": self.interval, "samples": self.samples}
+        if not self.samples:
+            record["note"] = "no samples: " + (
+                self.unavailable or "; ".join(self.errors) or "run ended before a sample"
+            )
+        elif self.errors:
+            record["errors"] = self.errors
+        return record
+
+
+def gpu_monitor(nvml: Any = None, ids: list[str] | None = None,
+                interval: float = 1.0) -> Monitor:
+    """NVML monitor of this instance's own GPUs: load, memory, temperature, power, energy
+    counter, SM clock and clock-event reasons, with the readings' wall-clock ``time``."""
+    if ids is None:
+        label = instance_device_label()
+        # A plain `milarun run` on a GPU machine (no CUDA_VISIBLE_DEVICES) uses, and so
+        # monitors, the GPU its label names.
+        ids = (_visible_ids() or [label.split(":", 1)[1]]) if label.startswith(GPU_KIND) \
+            else []
+    if not ids:
+        return Monitor(dict, interval, unavailable="no GPU assigned to this instance")
+    reason = None
+    if nvml is None:
+        nvml, reason = load_nvml()
+    if nvml is None:
+        return Monitor(dict, interval, unavailable=reason)
+    try:
+        handles = {i: nvml_handle(nvml, i) for i in ids}
+    except Exception as err:
+        return Monitor(dict, interval, unavailable=f"NVML cannot open GPU {ids}: {err}")
+
+    # Looked up once, not per sample: pynvml >= 12 names it "ClocksEvent", older "Throttle".
+    reasons = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+               or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+    sm_clock = getattr(nvml, "NVML_CLOCK_SM", 1)
+    # The energy counter costs 4 ms of CPU per reading on an H100 (the GIL released): read
+    # only where the result is written, not on a torchrun rank other than 0.
+    energy = None if os.environ.get("RANK", "0") != "0" else \
+        getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
+
+    def probe() -> dict[str, Any]:
+        out = {}
+        # Wall clock of the readings, so milarun.measure.energy can place them in the steady window.
+        now = time.time()
+        for gid, h in handles.items():
+            # Each reading on its own: many GPUs do not support some (power, temperature).
+            reading = {
+                "load": _nvml_read(lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0),
+                "memory": _nvml_read(lambda: _memory_mib(nvml.nvmlDeviceGetMemoryInfo(h))),
+                "temperature": _nvml_read(lambda: nvml.nvmlDeviceGetTemperature(h, 0)),
+                "power": _nvml_read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),  # W
+                # J since the driver loaded (NVML counts mJ): energy over a window
+                "energy": _nvml_read(lambda: energy(h) / 1000.0) if energy else None,
+                "sm_clock": _nvml_read(lambda: nvml.nvmlDeviceGetClockInfo(h, sm_clock)),  # MHz
+                # bitmask of why clocks are below max (power cap, thermal, ...)
+                "clock_events": _nvml_read(lambda: int(reasons(h))) if reasons else None,
+            }
+            if all(v is None for v in reading.values()):
+                raise RuntimeError(f"NVML gave no reading for GPU {gid}")
+            out[gid] = reading
+        return {"gpus": out, "time": now}
+
+    return Monitor(probe, interval)
+
+
+def _nvml_read(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except Exception:  # NVMLError_NotSupported and friends
+        return None
+
+
+def _memory_mib(mem: Any) -> list[float]:
+    return [mem.used / 2**20, mem.total / 2**20]  # MiB used, total
+
+
+CHILDREN_REFRESH = 10.0  # seconds between listings of the test's child processes
+
+
+def cpu_monitor(interval: float = 1.0) -> Monitor:
+    """psutil monitor of this process tree's CPU use and memory, and the host's RAM."""
+    try:
+        import psutil
+    except ImportError as err:
+        return Monitor(dict, interval, unavailable=f"psutil not installed ({err})")
+    me = psutil.Process()
+    me.cpu_percent(None)
+    # Listing children scans all of /proc (~1.5 ms holding the GIL against the test's own
+    # thread: -0.8% rate error at 0.1 ms steps in milarun selftest): refresh it every 10 s.
+    children: list[Any] = []
+    listed = [float("-inf")]
+
+    def probe() -> dict[str, Any]:
+        now = time.monotonic()
+        if now - listed[0] >= CHILDREN_REFRESH:
+            children[:] = me.children(recursive=True)
+            listed[0] = now
+        rss = 0
+        for p in (me, *children):
+            try:
+                rss += p.memory_info().rss
+            except psutil.Error:
+                pass
+        return {
+            "cpu_percent": me.cpu_percent(None),
+            "rss_mb": rss / 2**20,
+            "ram_used_percent": psutil.virtual_memory().percent,
+        }
+
+    return Monitor(probe, interval)

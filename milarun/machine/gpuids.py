@@ -1,0 +1,126 @@
+"""Which physical GPU each instance gets, whatever CUDA's own numbering.
+
+GPU ids the operator gives (``--devices 0,1`` or ``CUDA_VISIBLE_DEVICES``) are NVML's: indices
+in PCI bus order, or UUIDs. CUDA numbers GPUs fastest-first by default, so on a mixed-GPU host
+the same index names another GPU there, and the monitor, the peak memory and the CPU affinity
+would describe a GPU the test never used. ``jobs`` resolves each id to NVML's UUID and PCI bus
+id (resolve_gpus); each instance gets its GPU by UUID (devices.instance_environ) and records
+the id, the UUID and the bus id (instance_gpus).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from milarun.machine import devices
+from milarun.machine.devices import GPU_KIND, Device
+from milarun.errors import DeviceSpecError
+
+PCI_ORDER = "PCI_BUS_ID"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """One GPU of an instance, as its result records it (``gpu_identity``)."""
+
+    id: str  # as the operator named it: an NVML index (PCI bus order) or a UUID
+    uuid: str | None  # NVML's, the name CUDA was given; None when NVML could not tell
+    pci_bus_id: str | None
+    note: str | None = None  # how CUDA found it when not by UUID
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "uuid": self.uuid, "pci_bus_id": self.pci_bus_id,
+                "note": self.note}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _identify(nvml: Any, gid: str) -> tuple[str | None, str | None, str | None]:
+    """(UUID, PCI bus id, why not) of the GPU NVML names ``gid``."""
+    try:
+        handle = devices.nvml_handle(nvml, gid)
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+    except Exception as err:
+        return None, None, str(err) or type(err).__name__
+    try:
+        bus = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+    except Exception:  # the UUID alone is enough to open the right GPU
+        bus = None
+    return uuid, bus, None
+
+
+def resolve_gpus(devs: list[Device], nvml: Any = None,
+                 environ: Mapping[str, str] | None = None) -> list[Device]:
+    """``devs`` with NVML's UUID and PCI bus id of each GPU (CPU slices unchanged).
+
+    An index NVML does not have is a DeviceSpecError; a GPU NVML cannot describe keeps its
+    index (read in PCI bus order by its instance), with a warning.
+    """
+    if not devs or devs[0].kind != GPU_KIND:
+        return devs
+    env = os.environ if environ is None else environ
+    order = env.get("CUDA_DEVICE_ORDER")
+    if order and order != PCI_ORDER:
+        log.warning("CUDA_DEVICE_ORDER=%s is not used: GPU ids (--devices, "
+                    "CUDA_VISIBLE_DEVICES) are read in PCI bus order (NVML's, nvidia-smi's) "
+                    "and each instance gets its GPU by UUID", order)
+    reason = None
+    if nvml is None:
+        nvml, reason = devices.load_nvml()
+    if nvml is None:
+        log.warning("%s: GPUs %s go to their instances by index, in PCI bus order", reason,
+                    ",".join(d.id for d in devs))
+        return [replace(d, uuid=d.id) if d.id.startswith("GPU-") else d for d in devs]
+    _check_indices(devs, nvml)
+    resolved = []
+    for dev in devs:
+        uuid, bus, problem = _identify(nvml, dev.id)
+        if problem is not None:
+            log.warning("NVML cannot describe GPU %s (%s): its instances get it by index, "
+                        "in PCI bus order", dev.id, problem)
+            uuid = dev.id if dev.id.startswith("GPU-") else None
+        resolved.append(replace(dev, uuid=uuid, pci_bus_id=bus))
+    return resolved
+
+
+def _check_indices(devs: list[Device], nvml: Any) -> None:
+    try:
+        count = nvml.nvmlDeviceGetCount()
+    except Exception:
+        return  # each lookup below says what is wrong
+    for dev in devs:
+        if dev.id.isdigit() and int(dev.id) >= count:
+            raise DeviceSpecError(
+                f"GPU {dev.id}: NVML sees {count} GPU(s), ids 0 to {count - 1} in PCI bus "
+                "order (nvidia-smi -L lists them); fix --devices or CUDA_VISIBLE_DEVICES")
+
+
+def instance_gpus(environ: Mapping[str, str] | None = None) -> tuple[GpuIdentity, ...]:
+    """The GPUs of the instance whose environment is ``environ`` (this process's by
+    default) as `jobs` gave them; empty for a CPU slice."""
+    env = os.environ if environ is None else environ
+    visible = [x.strip() for x in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    if not visible or not devices.instance_device_label(env).startswith(GPU_KIND):
+        return ()
+    spec = env.get("MILARUN_DEVICE") or ""
+    # `jobs` names the ids in MILARUN_DEVICE (cuda:<id>,...); else CUDA's own list.
+    ids = [label.split(":", 1)[1] for label in spec.split(",")] \
+        if spec.startswith(GPU_KIND + ":") else visible
+    buses = env.get(devices.BUS_IDS_ENV, "").split(",")
+    order = env.get("CUDA_DEVICE_ORDER") or "FASTEST_FIRST (CUDA's default)"
+    gpus = []
+    for i, name in enumerate(visible):
+        gid = ids[i] if i < len(ids) else name
+        bus = buses[i] if i < len(buses) and buses[i] else None
+        if name.startswith("GPU-"):
+            gpus.append(GpuIdentity(gid, name, bus))
+        else:
+            gpus.append(GpuIdentity(gid, None, bus, f"no UUID from NVML: CUDA was given "
+                                                    f"index {name}, in {order} order"))
+    return tuple(gpus)

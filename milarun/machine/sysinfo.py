@@ -1,0 +1,89 @@
+"""The system record every result embeds and ``milarun sysinfo`` prints."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from importlib import metadata
+from typing import Any
+
+from milarun.machine import devices
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def milarun_version() -> str:
+    return _version("milarun") or "unknown"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _torch_info() -> dict[str, Any]:
+    """torch/CUDA versions: from the loaded module when a benchmark imported it, else
+    from package metadata (``milarun sysinfo`` and the jobs process do not import torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {"torch": _version("torch"), "cuda": None, "hip": None}
+    return {
+        "torch": torch.__version__,
+        "cuda": getattr(torch.version, "cuda", None),
+        "hip": getattr(torch.version, "hip", None),
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+    }
+
+
+def _gpu_info(nvml: Any = None) -> dict[str, Any]:
+    reason = None
+    if nvml is None:
+        nvml, reason = devices.load_nvml()
+    if nvml is None:
+        return {"driver": None, "gpus": [], "note": reason}
+    try:
+        driver = nvml.nvmlSystemGetDriverVersion()
+        gpus = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            name = nvml.nvmlDeviceGetName(h)
+            mem = nvml.nvmlDeviceGetMemoryInfo(h)
+            gpus.append({"index": i, "name": name if isinstance(name, str) else name.decode(),
+                         "memory_mb": mem.total / 2**20})
+        return {"driver": driver if isinstance(driver, str) else driver.decode(), "gpus": gpus}
+    except Exception as err:
+        return {"driver": None, "gpus": [], "note": f"NVML query failed: {err}"}
+
+
+def system_record(nvml: Any = None) -> dict[str, Any]:
+    """Host, CPU, RAM, software versions and GPUs of this machine."""
+    try:
+        import psutil
+
+        ram = psutil.virtual_memory().total
+        physical = psutil.cpu_count(logical=False)
+    except ImportError:
+        ram, physical = None, None
+    return {
+        "hostname": socket.gethostname(),
+        "os": platform.platform(),
+        "cpu": {"model": _cpu_model(), "count": os.cpu_count(), "physical": physical},
+        "ram_gb": round(ram / 2**30, 2) if ram else None,
+        "python": platform.python_version(),
+        "milarun": milarun_version(),
+        **_torch_info(),
+        **_gpu_info(nvml),
+    }

@@ -1,0 +1,168 @@
+"""Keep a suite run from outliving its supervisor, and two suite runs out of one folder.
+
+- ``die_with_parent``: the instance's ``preexec_fn``; the kernel SIGKILLs it when
+  ``milarun jobs`` dies, however it dies (SIGKILL, OOM killer, closed ssh session).
+- ``watch_parent``: inside an instance, a thread that ends the process when its parent is
+  gone, for the processes PDEATHSIG does not reach (torchrun's ranks, see below).
+- ``hold_outdir``: the lock on ``<out>/.milarun.lock`` held by one ``jobs`` for its run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import resource
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from milarun import errors
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+SUPERVISOR_ENV = "MILARUN_SUPERVISOR_PID"  # set by `jobs` for its instances
+RESULT_STAMP_ENV = "MILARUN_RESULT_STAMP"  # the stamp of the instance's result file name
+LOCK_NAME = ".milarun.lock"
+WATCH_INTERVAL = 0.5
+
+
+class OutdirBusy(RuntimeError):
+    """Another live ``milarun jobs`` writes into the output folder."""
+
+
+def die_with_parent(supervisor: int, then: Callable[[], None] | None = None
+                    ) -> Callable[[], None]:
+    """A ``preexec_fn``: SIGKILL this child when the process that forked it dies.
+
+    Why PR_SET_PDEATHSIG is right here: it survives the execs of ``cgexec`` and of an
+    ``exec_prefix`` such as ``nocache`` (they exec, they do not fork), so it reaches the test
+    process itself. It fires when the *thread* that forked the child ends: the Supervisor
+    forks from the main thread only (it installs signal handlers, which Python allows in the
+    main thread only), and that thread lives as long as the process. The kernel clears it on
+    exec of a set-user-ID binary and in forked children (torchrun's ranks): ``watch_parent``
+    in the instance covers those.
+    """
+    # Looked up here, not in the child: loading a library between fork and exec may
+    # deadlock when another thread of the parent held the loader's lock.
+    # Not Linux: no prctl; the instance's watch_parent is then the only guard.
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    file_limit = log_limit()
+
+    def preexec() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # No file of the instance (its log first of all) may grow past the cap: a test that
+        # prints without end fails ("File too large") instead of filling the disk.
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        if soft == resource.RLIM_INFINITY or soft > file_limit:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, hard))
+        # The race: the supervisor may have died between fork and prctl; then nobody will
+        # send the signal, and this child is already an orphan.
+        if os.getppid() != supervisor:
+            os._exit(1)
+        if then is not None:
+            then()
+
+    return preexec
+
+
+LOG_LIMIT_ENV = "MILARUN_LOG_LIMIT_MB"
+DEFAULT_LOG_LIMIT_MB = 1024
+
+
+def log_limit() -> int:
+    """Bytes an instance's files (its log) may reach: $MILARUN_LOG_LIMIT_MB, else 1 GiB."""
+    try:
+        megabytes = float(os.environ.get(LOG_LIMIT_ENV, DEFAULT_LOG_LIMIT_MB))
+    except ValueError:
+        megabytes = DEFAULT_LOG_LIMIT_MB
+    return int(max(1.0, megabytes) * 2**20)
+
+
+def _parent_gone(first_parent: int, supervisor: int) -> bool:
+    if os.getppid() != first_parent:  # reparented: the parent died
+        return True
+    try:
+        os.kill(supervisor, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, under another user (pid reused): rare, keep running
+        return False
+    return False
+
+
+def watch_parent(environ: dict[str, str] | None = None) -> threading.Thread | None:
+    """In an instance of ``jobs``: SIGKILL this process's group when its parent or the
+    supervisor is gone. Nothing when not started by ``jobs`` (a plain ``milarun run`` may
+    outlive its shell on purpose, e.g. under nohup)."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(SUPERVISOR_ENV, "")
+    if not value.isdigit():
+        return None
+    supervisor, first_parent = int(value), os.getppid()
+
+    def watch() -> None:
+        while not _parent_gone(first_parent, supervisor):
+            time.sleep(WATCH_INTERVAL)
+        # Nobody is left to record or reap this run: end it and its helpers (loader
+        # workers share its process group; a torchrun rank kills only itself).
+        if os.getpgid(0) == os.getpid():
+            os.killpg(0, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="milarun-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def test_fault(where: str) -> None:
+    """Tests only: MILARUN_TEST_SUPERVISOR_FAULT=<where> raises an error inside the
+    supervisor, which nothing real provokes on demand. Never set outside the tests."""
+    if os.environ.get("MILARUN_TEST_SUPERVISOR_FAULT") == where:
+        raise RuntimeError(f"test fault in the supervisor ({where})")
+
+
+def outdir_busy(outdir: Path) -> bool:
+    """True while a live `jobs` holds ``outdir``'s lock (a shared try-lock fails)."""
+    try:
+        fd = os.open(Path(outdir) / LOCK_NAME, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def hold_outdir(outdir: Path) -> Iterator[Path]:
+    """Hold ``<outdir>/.milarun.lock`` for the block; OutdirBusy when a live process holds
+    it. flock is released by the kernel when the holder dies, so a killed run never leaves
+    a stale lock; the file descriptor is not inherited by the instances (Python opens files
+    non-inheritable), so an orphaned instance cannot keep it either."""
+    path = Path(outdir) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise errors.WriteError(f"{path}: cannot write ({err.strerror or err})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            raise OutdirBusy(f"output folder '{outdir}' is in use by another milarun jobs "
+                             f"(pid {holder}); wait for it or pass another -o")
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as err:
+            raise errors.WriteError(f"{path}: cannot write ({err.strerror or err})") from None
+        yield path
+    finally:
+        os.close(fd)  # releases the lock; the file stays (removing it would race)

@@ -1,0 +1,38 @@
+"""The isolation an instance really got, read from inside its own process: its cgroups,
+the CPUs of its affinity mask, the memory limit in force and torch's thread count."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from milarun.machine.isolation import CGROUP_ROOT, limit_up, own_cgroups
+
+
+def memory_limit(groups: dict[str, str], root: Path = CGROUP_ROOT) -> int | None:
+    """Memory limit in force for a process in these groups (None = unlimited/unknown)."""
+    v1 = next((p for c, p in groups.items() if "memory" in c.split(",")), None)
+    if v1 is not None:
+        return limit_up(root / "memory", v1, "memory.limit_in_bytes")
+    if "" in groups:
+        return limit_up(root, groups[""], "memory.max")
+    return None
+
+
+def isolation_record() -> dict[str, Any]:
+    """The isolation this process really has, read from inside it."""
+    groups = own_cgroups()
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = list(range(os.cpu_count() or 1))
+    torch = sys.modules.get("torch")
+    return {
+        "cgroups": groups,
+        "cpus": cpus,
+        "memory_limit": memory_limit(groups),
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+        "requested": os.environ.get("MILARUN_CGROUP") or None,
+    }

@@ -1,0 +1,221 @@
+"""Steady-state diagnostics of a rate series, and the rule that decides a run's length.
+
+A run's rate is the mean of its steady window (steady.window). These numbers say
+whether that window was really steady: its coefficient of variation, its drift (the last
+third against the first third), how long the warm-up took, and whether there were enough
+slices. The report flags drift beyond 2% and windows with too few slices.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from milarun.results import steady
+
+DRIFT_LIMIT = 0.02
+# A steady window shorter than 5 s (10 slices of 0.5 s; the full one is 9 s) is flagged:
+# its mean rests on too little time to trust a 1% difference.
+FEW_SLICES_SECONDS = 5.0
+BAND_MIN = 0.02  # the steady band is at least +/- 2% around the steady rate
+DEADLINE_ENV = "MILARUN_DEADLINE"  # epoch seconds: the adaptive extension stops before it
+DEFAULT_EXTENSION_LIMIT = 600.0  # seconds of extension when no deadline is known
+# Two-sided 95% Student t quantiles for n - 1 = 1..29 degrees of freedom (then ~normal).
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def _std(values: Sequence[float]) -> float:
+    mean = _mean(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+
+
+def ci_halfwidth(window: Sequence[float]) -> float | None:
+    """95% confidence half-width of the window's mean, relative to the mean."""
+    n = len(window)
+    if n < 2:
+        return None
+    mean = _mean(window)
+    if mean <= 0:
+        return None
+    sample_std = _std(window) * math.sqrt(n / (n - 1))
+    t = _T95[n - 2] if n - 2 < len(_T95) else 1.96
+    return t * sample_std / math.sqrt(n) / mean
+
+
+@dataclass(frozen=True)
+class RunLengthRecord:
+    """What decided a run's length: the rule's settings and why it stopped."""
+
+    min_slices: int | None
+    ci_target: float | None
+    deadline: float | None
+    stopped_by: str | None  # "target", "deadline", or None when the rule never said stop
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"min_slices": self.min_slices, "ci_target": self.ci_target,
+                "deadline": self.deadline, "stopped_by": self.stopped_by}
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """How steady a rate series' steady window was (None where there is too little data)."""
+
+    slices: int
+    window_slices: int
+    ci95: float | None
+    cv: float | None = None
+    drift: float | None = None  # last third of the window over its first third, minus 1
+    warmup: float | None = None  # seconds of in-block time before the steady band
+    flags: tuple[str, ...] = ()  # "few-slices", "drift", "throttle"
+    extension: RunLengthRecord | None = None
+    throttle: Any = None  # milarun.measure.energy.Throttle: window slices the GPU ran throttled
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slices": self.slices, "window_slices": self.window_slices, "cv": self.cv,
+                "drift": self.drift, "warmup": self.warmup, "ci95": self.ci95,
+                "flags": list(self.flags),
+                "extension": self.extension.to_dict() if self.extension else None,
+                "throttle": self.throttle.to_dict() if self.throttle else None}
+
+
+def _warmup(rates: Sequence[float], mean: float, cv: float, slice_duration: float
+            ) -> float | None:
+    """Time until a slice first lands in the steady band (the band is wide enough for the
+    window's own noise, so a noisy but flat series has no warm-up)."""
+    band = max(BAND_MIN, 2 * cv)
+    for index, rate in enumerate(rates):
+        if rate is not None and abs(rate / mean - 1) <= band:
+            return index * slice_duration
+    return None
+
+
+def steady_state(rates: Sequence[float], slice_duration: float = 0.5) -> Diagnostics:
+    """Diagnostics of one rate series (None where there is not enough data)."""
+    window = [r for r in steady.window(list(rates), slice_duration) if r is not None]
+    few = len(window) < round(FEW_SLICES_SECONDS / slice_duration)
+    short = Diagnostics(len(rates), len(window), ci_halfwidth(window),
+                        flags=("few-slices",) if few else ())
+    if len(window) < steady.MIN_SLICES or _mean(window) <= 0:
+        return short
+    mean = _mean(window)
+    cv = _std(window) / mean
+    third = len(window) // 3
+    drift = _mean(window[-third:]) / _mean(window[:third]) - 1
+    flags = short.flags + (("drift",) if abs(drift) > DRIFT_LIMIT else ())
+    return replace(short, cv=cv, drift=drift, warmup=_warmup(rates, mean, cv, slice_duration),
+                   flags=flags)
+
+
+# A run measures at least one full steady window (rates[-20:-2]: 18 slices), the two
+# slices after it, and two before it, whatever --max-count says.
+DEFAULT_MIN_SLICES = 22
+
+
+@dataclass
+class RunLength:
+    """When a run has measured enough, once its --max-count examples (if any) are done.
+
+    ``min_slices``: at least this many slices in all; ``ci_target``: the relative 95% CI
+    half-width of the steady window's mean to reach. Bounded by the job's deadline (the
+    harness passes it in MILARUN_DEADLINE) or DEFAULT_EXTENSION_LIMIT seconds after the
+    first question. The deadline never cuts --max-count short: the harness's max_duration
+    does, as a timeout.
+    """
+
+    min_slices: int | None = DEFAULT_MIN_SLICES
+    ci_target: float | None = None
+    deadline: float | None = None
+    reached_at: float | None = None
+    stopped_by: str | None = None
+
+    @classmethod
+    def from_args(cls, min_slices: int | None, ci_target: float | None) -> RunLength:
+        deadline = os.environ.get(DEADLINE_ENV)
+        return cls(DEFAULT_MIN_SLICES if min_slices is None else min_slices, ci_target,
+                   float(deadline) if deadline else None)
+
+    def satisfied(self, rates: Sequence[float], slice_duration: float) -> bool:
+        """True when the run may stop (asked once --max-count is reached)."""
+        now = time.time()
+        if self.reached_at is None:
+            self.reached_at = now
+        limit = self.deadline if self.deadline is not None else (
+            self.reached_at + DEFAULT_EXTENSION_LIMIT)
+        if now >= limit:
+            self.stopped_by = "deadline"
+            return True
+        if self.min_slices is not None and len(rates) < self.min_slices:
+            return False
+        if self.ci_target is not None:
+            window = steady.window(list(rates), slice_duration)
+            width = ci_halfwidth(window)
+            if width is None or width > self.ci_target:
+                return False
+        self.stopped_by = "target"
+        return True
+
+    def record(self) -> RunLengthRecord:
+        return RunLengthRecord(self.min_slices, self.ci_target, self.deadline,
+                               self.stopped_by)
+
+
+def log_record(log: Any) -> Diagnostics:
+    """The diagnostics of one RateLog, with the rule that decided its length."""
+    rule = log.length_rule
+    return replace(steady_state(log.rates, log.slice_duration),
+                   extension=rule.record() if rule is not None else None)
+
+
+def process_start() -> float | None:
+    """When this process started (epoch seconds), from the kernel's record of it."""
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:  # psutil missing or /proc unreadable: no start-up split
+        return None
+
+
+@dataclass(frozen=True)
+class Startup:
+    """Time from process start to the first slice, in seconds (None where unknown).
+
+    ``imports``: process start until the test's module was imported (interpreter, milarun,
+    torch and the model's imports; "import" in the file); ``setup``: from calling the test
+    to its first timed block (model and data set-up); ``first_step``: that first block;
+    ``to_first_slice``: process start until the first 0.5 s slice closed.
+    """
+
+    imports: float | None = None
+    setup: float | None = None
+    first_step: float | None = None
+    to_first_slice: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"import": self.imports, "setup": self.setup, "first_step": self.first_step,
+                "to_first_slice": self.to_first_slice}
+
+
+def startup(imported_at: float, called_at: float, logs: Sequence[Any]) -> Startup:
+    """The start-up cost of this process, from the ``train`` log (else the first one)."""
+    log = next((l for l in logs if l.name == "train"), logs[0] if logs else None)
+    start = process_start()
+    imports = imported_at - start if start is not None else None
+    if log is None:
+        return Startup(imports)
+    return Startup(
+        imports,
+        setup=log.wall_start - called_at if log.wall_start is not None else None,
+        first_step=log.first_block,
+        to_first_slice=(log.first_slice_at - start
+                        if start is not None and log.first_slice_at is not None else None),
+    )

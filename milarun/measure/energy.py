@@ -1,0 +1,232 @@
+"""Energy per example and throttling over a run's steady window (DESIGN section 5).
+
+The GPU monitor (devices.gpu_monitor) samples each GPU's energy counter (J since the driver
+loaded), power (W) and clock-event reasons, with the wall-clock time of the readings; the
+rate log (experiment.RateLog) records the wall-clock time at which each slice closed. Here
+the steady window (steady.slices) is mapped onto those samples:
+
+- energy: the counter's difference between the window's wall-clock start and end, each
+  interpolated linearly between the samples around it; a GPU without the counter gets its
+  power samples integrated instead (trapezoids of the piecewise-linear power);
+- throttling: a window slice that overlaps a sample whose reasons hold a power or thermal
+  slowdown is flagged; a sample stands for the time nearer to it than to its neighbours.
+
+The runner builds the records; the report aggregates them (milarun.report.energy). No torch and
+no pandas here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+from milarun import results
+from milarun.results import steady
+
+# NVML's clock-event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*)
+# that mean power or heat slowed the GPU; idle (1), application clocks (2), sync boost (16)
+# and the display clock (256) are not throttling.
+THROTTLE_REASONS = {4: "SwPowerCap", 8: "HwSlowdown", 32: "SwThermalSlowdown",
+                    64: "HwThermalSlowdown", 128: "HwPowerBrakeSlowdown"}
+NO_GPU = "no GPU: CPU energy is not measured"
+_RANK_TIMER = re.compile(r"train_(\d+)")
+
+
+@dataclass(frozen=True)
+class Energy:
+    """The GPUs' energy over the steady window: a result's ``energy`` (null numbers with a
+    ``reason`` where it could not be measured)."""
+
+    joules: float | None = None
+    seconds: float | None = None  # wall-clock length of the window
+    watts: float | None = None  # mean power: joules / seconds
+    examples: float | None = None  # examples trained in the window (all ranks)
+    joules_per_example: float | None = None
+    examples_per_joule: float | None = None  # = examples/s per W
+    method: str | None = None  # "counter", "power" (trapezoids) or "counter+power"
+    gpus: tuple[str, ...] = ()
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"joules": self.joules, "seconds": self.seconds, "watts": self.watts,
+                "examples": self.examples, "joules_per_example": self.joules_per_example,
+                "examples_per_joule": self.examples_per_joule, "method": self.method,
+                "gpus": list(self.gpus), "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """Steady-window slices that overlap a throttled GPU sample: a diagnostics' ``throttle``.
+    ``gpus``: every GPU judged, label -> slices and slices per reason name."""
+
+    slices: int
+    window_slices: int
+    gpus: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slices": self.slices, "window_slices": self.window_slices,
+                "gpus": {g: {"slices": v["slices"], "reasons": dict(v["reasons"])}
+                         for g, v in self.gpus.items()}}
+
+
+def gpu_label(gid: str, labels: Mapping[str, str] | None = None) -> str:
+    """A monitor's GPU id (a CUDA_VISIBLE_DEVICES entry) as the operator named it."""
+    return (labels or {}).get(gid) or f"cuda:{gid}"
+
+
+def _series(samples: Sequence[Any], gid: str, key: str) -> list[tuple[float, float]]:
+    """(wall time, reading) of one GPU, sorted, readings that are numbers only."""
+    out = []
+    for sample in samples:
+        if not isinstance(sample, dict) or not isinstance(sample.get("gpus"), dict):
+            continue
+        when, reading = sample.get("time"), sample["gpus"].get(gid)
+        value = reading.get(key) if isinstance(reading, dict) else None
+        if results.is_finite(when) and results.is_finite(value):
+            out.append((float(when), float(value)))
+    return sorted(out)
+
+
+def value_at(series: list[tuple[float, float]], when: float) -> float | None:
+    """The reading at ``when``, linear between the samples around it; None outside them."""
+    k = bisect.bisect_left(series, (when, -math.inf))
+    if k < len(series) and series[k][0] == when:
+        return series[k][1]
+    if k == 0 or k == len(series):
+        return None
+    (ta, va), (tb, vb) = series[k - 1], series[k]
+    return va + (vb - va) * (when - ta) / (tb - ta)
+
+
+def integrate(series: list[tuple[float, float]], start: float, end: float) -> float | None:
+    """The integral over [start, end] of the piecewise-linear function through the samples
+    (trapezoids); None when the samples do not cover the interval."""
+    first, last = value_at(series, start), value_at(series, end)
+    if first is None or last is None:
+        return None
+    points = [(start, first)] + [p for p in series if start < p[0] < end] + [(end, last)]
+    return math.fsum((tb - ta) * (va + vb) / 2
+                     for (ta, va), (tb, vb) in zip(points, points[1:]))
+
+
+def gpu_energy(samples: Sequence[Any], gid: str, start: float, end: float
+               ) -> tuple[float, str] | None:
+    """Joules one GPU used over [start, end] and how they were found: the counter where the
+    GPU has one (and it did not restart), else its power integrated; None if neither."""
+    counter = _series(samples, gid, "energy")
+    first, last = value_at(counter, start), value_at(counter, end)
+    if first is not None and last is not None and last >= first:
+        return last - first, "counter"
+    joules = integrate(_series(samples, gid, "power"), start, end)
+    return (joules, "power") if joules is not None else None
+
+
+def _gpus(samples: Sequence[Any]) -> list[str]:
+    """The GPU ids the samples cover, in the monitor's order."""
+    seen: dict[str, None] = {}
+    for sample in samples:
+        if isinstance(sample, dict) and isinstance(sample.get("gpus"), dict):
+            seen.update(dict.fromkeys(map(str, sample["gpus"])))
+    return list(seen)
+
+
+def energy_record(device: str, timings: Mapping[str, Any],
+                  monitor: Mapping[str, Any] | None,
+                  labels: Mapping[str, str] | None = None) -> Energy:
+    """The energy of a run's steady window, from its rate records and GPU monitor record.
+
+    A distributed run (``train_<rank>`` timings, only on rank 0) covers every GPU of the
+    job, over rank 0's window, with each rank's examples at its own pace in that window.
+    """
+    if not device.startswith("cuda"):
+        return Energy(reason=NO_GPU)
+    samples = (monitor or {}).get("samples") or []
+    gpus = _gpus(samples)
+    if not gpus:
+        return Energy(reason=(monitor or {}).get("note") or "no GPU monitor samples")
+    names = tuple(gpu_label(gid, labels) for gid in gpus)
+    ranks = sorted((int(m[1]), record) for name, record in timings.items()
+                   if (m := _RANK_TIMER.fullmatch(name)))
+    logs = [record for _, record in ranks] or [timings.get("train")]
+    if len(ranks) > len(gpus):
+        return Energy(gpus=names, reason=f"rank 0 sees {len(gpus)} of the job's "
+                      f"{len(ranks)} GPUs: the job's energy is not measured")
+    windows = [steady.wall_clock_window(log) if hasattr(log, "slice_ends") else None for log in logs]
+    if any(w is None or w.end <= w.start for w in windows):
+        return Energy(gpus=names, reason="no steady window with slice times")
+    main = windows[0]
+    joules, methods = 0.0, set()
+    for gid in gpus:
+        found = gpu_energy(samples, gid, main.start, main.end)
+        if found is None:
+            return Energy(gpus=names, reason=f"{gpu_label(gid, labels)}: no energy "
+                          "counter or power samples around the steady window")
+        joules += found[0]
+        methods.add(found[1])
+    seconds = main.end - main.start
+    examples = math.fsum(w.examples * seconds / (w.end - w.start) for w in windows)
+    return Energy(joules, seconds, joules / seconds, examples,
+                  joules / examples if examples > 0 else None,
+                  examples / joules if joules > 0 else None,
+                  "+".join(sorted(methods)), names)
+
+
+# -- throttling --------------------------------------------------------------------------
+def _reasons(mask: int) -> list[str]:
+    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+
+
+def sample_spans(times: Sequence[float], interval: float) -> list[tuple[float, float]]:
+    """The time each sample stands for: up to halfway to its neighbours (half the monitor
+    interval beyond the first and the last)."""
+    mids = [(a + b) / 2 for a, b in zip(times, times[1:])]
+    return list(zip([times[0] - interval / 2] + mids, mids + [times[-1] + interval / 2]))
+
+
+def throttle_record(record: Any, monitor: Mapping[str, Any] | None,
+                    labels: Mapping[str, str] | None = None) -> Throttle | None:
+    """Which steady-window slices of a rate record overlap a throttled sample, per GPU;
+    None when there is no window or no sample has clock-event reasons."""
+    window = steady.wall_clock_window(record) if hasattr(record, "slice_ends") else None
+    samples = (monitor or {}).get("samples") or []
+    interval = (monitor or {}).get("interval")
+    interval = float(interval) if results.is_finite(interval) and interval > 0 else 1.0
+    if window is None:
+        return None
+    flagged: set[int] = set()
+    gpus = {}
+    for gid in _gpus(samples):
+        series = [(t, int(m)) for t, m in _series(samples, gid, "clock_events")]
+        if not series:
+            continue  # this GPU does not report clock-event reasons
+        by_reason: dict[str, set[int]] = defaultdict(set)
+        spans = sample_spans([t for t, _ in series], interval)
+        for (_, mask), (a, b) in zip(series, spans):
+            names = _reasons(mask)
+            if names:
+                for i, (s0, s1) in enumerate(window.spans):
+                    if a < s1 and s0 < b:  # the sample's time overlaps the slice
+                        for name in names:
+                            by_reason[name].add(i)
+        hit = set().union(*by_reason.values())
+        flagged |= hit
+        gpus[gpu_label(gid, labels)] = {"slices": len(hit),
+                                "reasons": {n: len(s) for n, s in sorted(by_reason.items())}}
+    if not gpus:
+        return None
+    return Throttle(len(flagged), len(window.spans), gpus)
+
+
+def with_throttle(diag: Any, record: Any, monitor: Mapping[str, Any] | None,
+                  labels: Mapping[str, str] | None = None) -> Any:
+    """A diagnostics.Diagnostics with its ``throttle`` entry, flagged when any slice was."""
+    throttle = throttle_record(record, monitor, labels)
+    flags = diag.flags + (("throttle",) if throttle and throttle.slices else ())
+    return replace(diag, throttle=throttle, flags=flags)
+
+
+# -- summary (the baseline format's ``energy`` and ``throttle`` per test) ------------------

@@ -1,0 +1,401 @@
+"""Run one test in this process and write its result (``milarun run`` / ``rerun``)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from milarun import results
+from milarun.machine import devices, sysinfo, watchdog
+from milarun.measure import confinement, diagnostics, energy
+from milarun.results import records
+from milarun.machine.gpuids import instance_gpus
+from milarun.measure.experiment import Experiment, BadTestArguments, RateLog
+from milarun.results.records import Failure, RateRecord, TimerRecord
+from milarun import errors
+from milarun.errors import UsageError
+from milarun.results import steady
+
+
+# The prefix of the progress lines an instance prints on stdout (the supervisor's board
+# reads them from the instance's log).
+PROGRESS_TAG = "MILARUN_PROGRESS"
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT reached the test."""
+
+
+class TimedOut(BaseException):
+    """The supervisor's SIGALRM: the job ran past its max_duration."""
+
+
+def resolve_function(spec: str) -> Callable[..., Any]:
+    """Import ``module:function``; a UsageError says what is wrong with it."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"'{spec}' is not MODULE:FUNCTION (e.g. milabench.models.polynome:main)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise UsageError(f"cannot import module '{module_name}' of '{spec}': {err}")
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise UsageError(f"module '{module_name}' has no function '{attr}' (from '{spec}')")
+    return fn
+
+
+def _raise_on(exc: type[BaseException]) -> Callable[[int, Any], None]:
+    def handler(signum: int, frame: Any) -> None:
+        raise exc(f"received {signal.Signals(signum).name}")
+
+    return handler
+
+
+def _check_measurement(exp: Experiment) -> Failure | None:
+    """A run whose metrics hold a NaN or an infinity (a diverged loss is no success), or
+    whose rates are too few to measure, failed."""
+    bad = [k for k, v in exp.metrics.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        return Failure("nan", "non-finite metrics: " + ", ".join(
+            f"{k}={exp.metrics[k]}" for k in bad))
+    logs = exp.rate_logs()
+    for log in logs:
+        usable = len(steady.window(log.rates, log.slice_duration))
+        if usable < steady.MIN_SLICES:
+            return Failure(
+                "too-short",
+                f"rate log '{log.name}' has {usable} usable slices in its steady window "
+                f"({len(log.rates)} in all); raise --min-slices (at least "
+                f"{steady.MIN_SLICES + 2}) so the test runs longer",
+            )
+    if not logs:
+        return Failure("too-short", "the test logged no rates (no experiment.rate_log())")
+    return None
+
+
+def progress_printer(min_interval: float = 1.0) -> Callable[[Any], None]:
+    """Print a rate log's progress as one tagged JSON line, at most once per interval."""
+    last = [0.0]
+
+    def report(log: Any) -> None:
+        now = time.monotonic()
+        if now - last[0] < min_interval:
+            return
+        last[0] = now
+        rule = log.length_rule
+        info = {"timer": log.name, "count": log.count, "max_count": log.max_count,
+                "slices": len(log.rates), "min_slices": rule.min_slices if rule else None,
+                "rate": log.rates[-1] if log.rates else None, "in_block": log.in_block}
+        print(f"{PROGRESS_TAG} {json.dumps(info)}", flush=True)
+
+    return report
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """How the test function ended, and what the process measured meanwhile."""
+
+    called_at: float
+    failure: Failure | None
+    error: str | None
+    timings: dict[str, RateRecord | TimerRecord]
+    gpu_monitor: dict[str, Any] | None
+    cpu_monitor: dict[str, Any] | None
+
+
+def _call(fn: Callable[..., Any], exp: Experiment, argv: list[str],
+          monitor_interval: float) -> _Ended:
+    """``fn(exp, argv)`` under the monitors; SIGTERM and SIGALRM become its failures."""
+    gpu_mon = devices.gpu_monitor(interval=monitor_interval).start()
+    cpu_mon = devices.cpu_monitor(interval=monitor_interval).start()
+    failure = error = None
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGALRM)}
+    signal.signal(signal.SIGTERM, _raise_on(Interrupted))
+    signal.signal(signal.SIGALRM, _raise_on(TimedOut))
+    called_at = time.time()
+    try:
+        fn(exp, list(argv))
+    except BadTestArguments as err:
+        failure, error = Failure("exception", str(err)), str(err)
+    except (KeyboardInterrupt, Interrupted) as err:
+        failure = Failure("interrupted", f"interrupted ({err or 'SIGINT'})")
+        error = traceback.format_exc()
+    except TimedOut:
+        failure = Failure("timeout", "killed by the harness after the job's max_duration")
+        error = traceback.format_exc()
+    except BaseException as err:  # the test's own failure, SystemExit included
+        failure = Failure("exception", f"{type(err).__name__}: {err}")
+        error = traceback.format_exc()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        timings = exp.finish()
+        if gpu_mon.unavailable is None:
+            gpu_mon.sample()  # a reading after the run, so the samples bracket its window
+        gpu_record, cpu_record = gpu_mon.stop(), cpu_mon.stop()
+    return _Ended(called_at, failure, error, timings, gpu_record, cpu_record)
+
+
+def _test_record(function: str, argv: list[str], exp: Experiment, ended: _Ended,
+                 imported_at: float, extra: dict[str, Any] | None,
+                 rerun_of: str | None) -> records.ResultRecord:
+    """The record of a test that ran in this process."""
+    failure = ended.failure or _check_measurement(exp)
+    error = ended.error if ended.error is not None else (failure.message if failure else None)
+    gpus = instance_gpus()
+    ids = [g.id for g in gpus]  # as the operator named them (CUDA got their UUIDs)
+    device = devices.instance_device_label()
+    on_gpu = device.startswith("cuda")
+    system = sysinfo.system_record()
+    logs: list[RateLog] = exp.rate_logs()
+    # The monitor keys each GPU by its CUDA_VISIBLE_DEVICES entry (a UUID under `jobs`):
+    # energy and throttle records name it as the operator did.
+    labels = {g.uuid or g.id: f"cuda:{g.id}" for g in gpus}
+    return records.ResultRecord(
+        name=exp.name, job_id=exp.job_id, dataroot=str(exp.dataroot),
+        outdir=str(exp.outdir), call=records.Call(function, list(argv), exp.arguments),
+        failure=failure, error=error, device=device,
+        devices=ids if on_gpu else [device],
+        gpu=records.gpu_name(system, ids) if on_gpu else None,
+        device_count=len(ids) if on_gpu else 0, gpu_identity=gpus,
+        environ=records.recorded_environ(os.environ), isolation=confinement.isolation_record(),
+        returncode=0 if failure is None else 1, metrics=exp.metrics, timings=ended.timings,
+        gpu_monitor=ended.gpu_monitor, cpu_monitor=ended.cpu_monitor,
+        synthetic_data=exp.synthetic_data, dataset=exp.dataset, rerun_of=rerun_of,
+        startup=diagnostics.startup(imported_at, ended.called_at, logs),
+        diagnostics={log.name: energy.with_throttle(diagnostics.log_record(log),
+                                                    ended.timings.get(log.name),
+                                                    ended.gpu_monitor, labels)
+                     for log in logs},
+        efficiency=exp.efficiency, launch=extra or {}, system=system, ranks=tuple(exp.ranks),
+        energy=energy.energy_record(device, ended.timings, ended.gpu_monitor, labels),
+    )
+
+
+def run_test(
+    function: str,
+    argv: list[str],
+    name: str,
+    job_id: str,
+    outdir: Path,
+    dataroot: Path,
+    extra: dict[str, Any] | None = None,
+    rerun_of: str | None = None,
+    monitor_interval: float = 1.0,
+    outfile: Path | None = None,
+) -> tuple[dict[str, Any], Path | None]:
+    """Run ``function(experiment, argv)`` and write its result; returns (result, path).
+
+    Every outcome is written: exceptions, NaN metrics, too-short runs, SIGTERM and the
+    supervisor's timeout signal all give a FAIL result. ``extra``: the launch's fields
+    (job, suite, repeat, ...; see records.ResultRecord.launch).
+    """
+    outdir = Path(outdir)
+    _check_extra(extra)
+    watchdog.watch_parent()  # under `jobs`: never outlive the supervisor
+    fn = resolve_function(function)
+    imported_at = time.time()  # the test module (and torch) are imported by now
+    # Under `jobs` the supervisor chose the stamp, so it reads exactly this run's file and
+    # never another run's of the same name and job id.
+    stamp = os.environ.get(watchdog.RESULT_STAMP_ENV) or results.utc_stamp()
+    exp = Experiment(name, job_id=job_id, outdir=outdir, dataroot=dataroot, stamp=stamp,
+                     on_progress=progress_printer())
+    ended = _call(fn, exp, argv, monitor_interval)
+    record = _test_record(function, argv, exp, ended, imported_at, extra, rerun_of)
+    result = record.to_dict()
+    if not exp.write_result:
+        # A non-zero DDP rank: rank 0 writes the result for all. When this rank is the one
+        # that failed, its log is the only place that says why.
+        if record.failure is not None:
+            print(f"rank {os.environ.get('RANK')}: {record.failure.kind}: {result['error']}",
+                  file=sys.stderr)
+        return result, None
+    try:
+        try:
+            path = results.write_result(outdir, result, stamp, outfile)
+        except FileExistsError:  # never overwrite, never lose the run: use the DESIGN name
+            path = results.write_result(outdir, result, stamp)
+    except errors.WriteError as err:
+        # The measurement must survive the disk: the whole record goes to this process's
+        # output (the instance's log under `milarun jobs`), then the one-line error.
+        print(f"{UNWRITTEN_TAG} {json.dumps(result, default=str)}", flush=True)
+        raise errors.WriteError(f"{err}; the result is printed in full on the line "
+                                 f"starting with {UNWRITTEN_TAG} above (or in the "
+                                 "instance's log)") from None
+    return result, path
+
+
+UNWRITTEN_TAG = "MILARUN_UNWRITTEN_RESULT"
+
+
+def _check_extra(extra: dict[str, Any] | None) -> None:
+    """Checked before the test runs, so a bad call never costs a finished run."""
+    clashing = sorted(set(extra or {}) & results.OWN_KEYS)
+    if clashing:
+        raise UsageError(f"--extra key '{clashing[0]}' would overwrite the harness's own field")
+
+
+# -- the policy of `milarun run` and `milarun rerun` --------------------------------------
+@dataclass(frozen=True)
+class RunCall:
+    """One test to run in this process, every path and name decided: run_test's arguments."""
+
+    function: str
+    argv: list[str]
+    name: str
+    job_id: str
+    outdir: Path
+    dataroot: Path
+    extra: dict[str, Any] = field(default_factory=dict)
+    rerun_of: str | None = None
+    outfile: Path | None = None
+
+    def options(self) -> dict[str, Any]:
+        """run_test's keyword arguments (all but function and argv)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("function", "argv")}
+
+
+def plan_run(function: str, test_args: list[str], out: str | Path, dataroot: Path,
+             experiment_name: str | None = None, job_id: str = "0",
+             extra: dict[str, Any] | None = None) -> RunCall:
+    """``milarun run``: ``out`` is a folder, or a .json file name for the result (never
+    overwritten); the name defaults to the test module's. Bad input fails here, before
+    anything runs or any folder is made."""
+    _check_extra(extra)
+    resolve_function(function)
+    outdir, outfile = Path(out), None
+    if str(out).endswith(".json"):
+        outfile = Path(out)
+        outdir = outfile.parent
+        if outfile.exists():
+            raise UsageError(f"-o {out}: file exists; results are never overwritten")
+    name = results.safe_name(experiment_name, "--experiment-name") if experiment_name \
+        else function.split(":")[0].rsplit(".", 1)[-1]
+    results.safe_name(name, "test name")
+    results.safe_name(job_id, "--job-id")
+    check_outdir(outdir)
+    return RunCall(function, list(test_args), name, job_id, outdir, dataroot,
+                    dict(extra or {}), outfile=outfile)
+
+
+def plan_rerun(result_file: str | Path, out: str | Path | None, test_args: list[str],
+               dataroot: Path) -> RunCall:
+    """``milarun rerun``: the original's call, name, job id, job, suite and data folder
+    (``dataroot`` when it has none), the new ``test_args`` last; results go next to the
+    original unless ``out`` says otherwise.
+
+    The original's recorded environment is applied to this process here, before the test
+    is imported: CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS and the like are only read when
+    torch loads. Not the supervisor's own variables of that job (RERUN_DROPPED_ENV): its
+    MILARUN_DEADLINE, long past by now, would stop the rerun at its first slice; its pid
+    (long dead: the watchdog would end the rerun at once); its result stamp (the
+    original's file name); its MILARUN_CGROUP (a student group this process is not in);
+    the Slurm job it ran in.
+    """
+    original = results.load_result(Path(result_file))
+    problem = results.result_problem(original)
+    if problem:
+        raise UsageError(f"{result_file}: {problem}; fix the file")
+    call = original.get("call") or {}
+    if not isinstance(call, dict) or not isinstance(call.get("function"), str) \
+            or not call["function"]:
+        raise UsageError(f"{result_file}: no call.function to re-run")
+    argv = call.get("argv") or []
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise UsageError(f"{result_file}: call.argv is not a list of strings; fix the file")
+    name = results.safe_name(original["name"], f"{result_file}: name")
+    job_id = original.get("job_id", "0")
+    if isinstance(job_id, int) and not isinstance(job_id, bool):
+        job_id = str(job_id)
+    results.safe_name(job_id, f"{result_file}: job_id")
+    dataroot_saved = original.get("dataroot")
+    if dataroot_saved is not None and not isinstance(dataroot_saved, str):
+        raise UsageError(f"{result_file}: dataroot {dataroot_saved!r} is not a path")
+    extra = {k: original[k] for k in ("job", "suite") if original.get(k) is not None}
+    environ = _saved_environ(result_file, original.get("environ"))
+    outdir = Path(out) if out else Path(result_file).parent
+    check_outdir(outdir)
+    os.environ.update(environ)
+    return RunCall(
+        call["function"], list(argv) + list(test_args), name, job_id, outdir,
+        Path(dataroot_saved or dataroot), extra,
+        rerun_of=str(Path(result_file).resolve()),
+    )
+
+
+# The supervisor's variables of one job, not restored by a rerun (see plan_rerun).
+RERUN_DROPPED_ENV = (diagnostics.DEADLINE_ENV, watchdog.SUPERVISOR_ENV,
+                     watchdog.RESULT_STAMP_ENV, "MILARUN_CGROUP",
+                     # the Slurm job it ran in is over: the rerun's own `slurm` record says
+                     # where it runs now
+                     "SLURM_JOB_ID", "SLURM_CPUS_ON_NODE", "SLURM_CPUS_PER_TASK")
+
+
+def _saved_environ(result_file: str | Path, environ: Any) -> dict[str, str]:
+    """A result's recorded environment as a rerun restores it; a hand-edited one that is
+    not {NAME: "value"} is refused with the variable's name."""
+    if environ is None:
+        return {}
+    if not isinstance(environ, dict):
+        raise UsageError(f"{result_file}: environ is not an object of NAME -> \"value\"")
+    for key, value in environ.items():
+        if not key or "=" in key or "\0" in key:
+            raise UsageError(f"{result_file}: environ name {key[:60]!r} is not a variable "
+                             "name; remove it")
+        if not isinstance(value, str) or "\0" in value:
+            raise UsageError(f"{result_file}: environ {key}={str(value)[:60]!r} is not a "
+                             "string; quote it or remove it")
+    return {k: v for k, v in environ.items() if k not in RERUN_DROPPED_ENV}
+
+
+def check_dataroot(dataroot: Path) -> None:
+    """The data folder exists or can be created (a test reads its data from there)."""
+    try:
+        Path(dataroot).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"data folder '{dataroot}' cannot be created "
+                         f"({err.strerror or err}); pass -d with a folder you can write")
+
+
+WRITE_CHECK_BYTES = 256 * 1024  # about one result with its rate series and monitor samples
+
+
+def check_outdir(outdir: Path) -> None:
+    """Fail early, before running anything, when results could not be written."""
+    probe = Path(outdir) / f".milarun-write-test-{os.getpid()}"
+    try:
+        Path(outdir).mkdir(parents=True, exist_ok=True)
+        # Real bytes, flushed: an empty file is created even on a full disk.
+        with open(probe, "wb") as f:
+            f.write(b"\0" * WRITE_CHECK_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        raise UsageError(
+            f"output folder '{outdir}' is not writable ({err.strerror}); pass -o with a "
+            "folder you can write, with room for the results"
+        )
+    finally:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+
+
+def exit_code(result: dict[str, Any]) -> int:
+    kind = (result.get("failure") or {}).get("kind")
+    if kind == "interrupted":
+        return 130
+    return 0 if result["success"] else 1
+
+

@@ -1,0 +1,420 @@
+"""Report math: the per-test table, the weighted score, failure rate, price, GPU tables.
+
+Everything here works on summaries (the baseline format), so a report can be made from a
+results folder or from a summary file on a machine without torch. Presentation (text, JSON,
+CSV, HTML) lives in milarun.report.render.text and milarun.report.render.html.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from milarun import results
+from milarun.report import comparability, energy as report_energy, nodes as report_nodes, stats, units
+from milarun.errors import WeightsError
+
+if TYPE_CHECKING:
+    from milarun.report.nodes import NodeReport
+
+WEIGHTS_DIR = Path(__file__).parent.parent / "weights"
+FAILURE_RATE_LIMIT = 0.01
+
+
+def load_weights(spec: str) -> tuple[str, dict[str, float]]:
+    """Weights from a file or a shipped name (``standard``); legacy and flat forms.
+
+    Accepts ``{test: weight}`` and the legacy ``{test: {"weight": weight}}``.
+    """
+    path = Path(spec)
+    if not path.exists() and (WEIGHTS_DIR / f"{spec}.json").exists():
+        path = WEIGHTS_DIR / f"{spec}.json"
+    if not path.exists():
+        shipped = ", ".join(sorted(p.stem for p in WEIGHTS_DIR.glob("*.json")))
+        raise WeightsError(f"--weights {spec}: no such file or shipped weights ({shipped})")
+    data = results.read_json(path, WeightsError)
+    if not isinstance(data, dict) or not data:
+        raise WeightsError(f"{path}: expected an object of test -> weight")
+    weights = {}
+    for test, value in data.items():
+        if isinstance(value, dict):
+            value = value.get("weight")
+        if (not isinstance(value, (int, float)) or isinstance(value, bool)
+                or not 0 <= value <= results.MAX_WEIGHT):
+            raise WeightsError(f"{path}: test {test!r}: weight {value!r} is not a number "
+                               f"from 0 to {results.MAX_WEIGHT:g}")
+        weights[test] = float(value)
+    return str(path), weights
+
+
+def default_weights(tests: list[str]) -> tuple[str, dict[str, float]] | None:
+    """The shipped weights of the suite all these tests belong to, if there are some."""
+    suites = {t.split(".", 1)[0] for t in tests}
+    if len(suites) == 1:
+        (suite,) = suites
+        if (WEIGHTS_DIR / f"{suite}.json").exists():
+            return load_weights(suite)
+    return None
+
+
+@dataclass
+class Perf:
+    """A test's numbers as the report uses them (ours or the baseline's)."""
+
+    n: int
+    fail: int
+    perf: float
+    std: float
+    rates: list[float] | None
+
+    @classmethod
+    def of(cls, entry: dict[str, Any] | None) -> Perf:
+        if not entry:
+            return cls(0, 0, math.nan, math.nan, None)
+        n, fail = int(entry.get("n") or 0), int(entry.get("failures") or 0)
+        train = entry.get("train") or {}
+        perf, std = _number(train.get("mean")), _number(train.get("std"))
+        if not perf > 0:  # zero, negative or missing perf: every run counts as failed
+            return cls(n, n, math.nan, math.nan, [])
+        rates = entry.get("rates")
+        return cls(n, fail, perf, std if math.isfinite(std) else 0.0,
+                   [float(r) for r in rates] if isinstance(rates, list) else None)
+
+    def adjusted(self, penalize_variance: bool) -> float:
+        """perf_adj = (1 - fail/n) * (perf - penalty), penalty = min(std, perf)."""
+        if self.n == 0 or not math.isfinite(self.perf):
+            return math.nan
+        penalty = min(self.std, self.perf) if penalize_variance else 0.0
+        return (1 - self.fail / self.n) * (self.perf - penalty)
+
+    def runs(self) -> stats.RunSet | None:
+        return stats.RunSet(self.rates, self.fail) if self.rates is not None else None
+
+
+def _number(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number if math.isfinite(number) else math.nan
+
+
+@dataclass
+class Report:
+    """Everything a renderer needs; numbers only, no formatting."""
+
+    title: str
+    table: pd.DataFrame
+    weights_source: str | None = None
+    baseline_source: str | None = None
+    penalize_variance: bool = False
+    runs: int = 0
+    failures: int = 0
+    failure_rate: float = 0.0
+    failure_kinds: dict[str, int] = field(default_factory=dict)
+    score: float | None = None
+    score_ci: tuple[float, float] | None = None
+    coverage: float | None = None
+    weighted_tests: int = 0
+    scored: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unscored: list[str] = field(default_factory=list)
+    unweighted: list[str] = field(default_factory=list)
+    score_base: float | None = None
+    ratio: float | None = None
+    ratio_ci: tuple[float, float] | None = None
+    ratio_verdict: str | None = None
+    common: list[str] = field(default_factory=list)
+    unlike: list[str] = field(default_factory=list)  # in both, but a different workload
+    price: float | None = None
+    price_per_score: float | None = None
+    gpu_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
+    natural: pd.DataFrame = field(default_factory=pd.DataFrame)  # see milarun.report.units
+    quality: pd.DataFrame = field(default_factory=pd.DataFrame)
+    warnings: list[str] = field(default_factory=list)
+    # GPU energy (milarun.report.energy): per test, the perf/W score, --power-cost
+    energy: pd.DataFrame = field(default_factory=pd.DataFrame)
+    energy_score: float | None = None
+    energy_coverage: float | None = None
+    power_cost: float | None = None
+    nodes: NodeReport | None = None  # per node (milarun.report.nodes): --compare-nodes, fleets
+
+    @property
+    def passed(self) -> bool:
+        return self.failure_rate <= FAILURE_RATE_LIMIT
+
+    @property
+    def has_baseline(self) -> bool:
+        return self.baseline_source is not None
+
+    @property
+    def test_weights(self) -> dict[str, float] | None:
+        """Each test's weight as the table shows it; None when the report is unweighted."""
+        if "weight" not in self.table.columns:
+            return None
+        return {str(t): float(w) for t, w in self.table["weight"].items()}
+
+
+def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None,
+                 weights: tuple[str, dict[str, float]] | None = None,
+                 compare: tuple[str, dict[str, dict[str, Any]]] | None = None,
+                 price: float | None = None, penalize_variance: bool = False,
+                 compare_gpus: bool = False, power_cost: float | None = None) -> Report:
+    """The report of a summary, optionally weighted, against a baseline, with a price and
+    a power cost ($/kWh)."""
+    weight_map = weights[1] if weights else {}
+    baseline = compare[1] if compare else {}
+    weighted = [t for t, w in weight_map.items() if w > 0]
+    tests = sorted(set(summary) | set(weighted)
+                   | {t for t in baseline if t in summary or t in weight_map})
+    ours = {t: Perf.of(summary.get(t)) for t in tests}
+    base = {t: Perf.of(baseline.get(t)) for t in tests} if compare else {}
+    # Legacy figures against legacy figures are like with like; milarun against legacy is not.
+    legacy = comparability.is_legacy(baseline) and not comparability.is_legacy(summary)
+    like = ({t: comparability.judge(t, legacy, (summary.get(t) or {}).get("dataset"))
+             if t in baseline else comparability.NOT_IN_BASELINE for t in tests}
+            if compare else {})
+
+    report = Report(
+        title=title or "Benchmark results",
+        table=_table(tests, ours, base, weight_map if weights else None, penalize_variance,
+                     like),
+        weights_source=weights[0] if weights else None,
+        baseline_source=compare[0] if compare else None,
+        penalize_variance=penalize_variance,
+    )
+    report.runs = sum(ours[t].n for t in summary)
+    report.failures = sum(ours[t].fail for t in summary)
+    report.failure_rate = report.failures / report.runs if report.runs else 0.0
+    for entry in summary.values():
+        for kind, count in (entry.get("failure_kinds") or {}).items():
+            report.failure_kinds[kind] = report.failure_kinds.get(kind, 0) + count
+    if weights:
+        _score(report, ours, base, weight_map, weighted, summary)
+    if price is not None:
+        report.price = price
+        if report.score:
+            report.price_per_score = price / report.score
+    if compare_gpus:
+        report.gpu_tables = gpu_tables(summary)
+    report.scaling = scaling_table(summary)
+    report.natural = units.natural_table(summary)
+    report.quality = quality_table(summary)
+    report.warnings += quality_warnings(summary)
+    energy = report_energy.energy_section(summary, weight_map if weights else None, power_cost)
+    report.warnings += energy.warnings
+    report.energy, report.power_cost = energy.table, energy.power_cost
+    report.energy_score, report.energy_coverage = energy.score, energy.coverage
+    if not energy.table.empty and not report.table.empty:
+        column = report_energy.COLUMN
+        report.table[column] = energy.table[column].reindex(report.table.index)
+    return report
+
+
+def quality_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Per test: steady-state diagnostics, start-up cost and efficiency (mean of runs)."""
+    rows = {}
+    for test, entry in summary.items():
+        q = entry.get("quality")
+        if not q or q.get("slices") is None:
+            continue  # a summary without diagnostics (legacy, or every run failed)
+        start = q.get("startup") or {}
+        rows[test] = {
+            "slices": q.get("slices"), "cv": q.get("cv"), "drift": q.get("drift"),
+            "warmup": q.get("warmup"), "to_first_slice": start.get("to_first_slice"),
+            "import": start.get("import"), "setup": start.get("setup"),
+            "first_step": start.get("first_step"),
+            "flops_per_example": q.get("flops_per_example"),
+            "achieved_flops": q.get("achieved_flops"),
+            "percent_of_peak": q.get("percent_of_peak"),
+            "flags": ",".join(f"{k}:{v}" for k, v in (q.get("flagged") or {}).items()),
+        }
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame.from_dict(rows, orient="index").sort_index()
+    return df.astype({c: float for c in df.columns if c != "flags"})
+
+
+def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
+    """Tests whose runs drifted beyond 2% or had too few slices for a full window."""
+    drift, few = [], []
+    for test, entry in sorted(summary.items()):
+        flagged = (entry.get("quality") or {}).get("flagged") or {}
+        if flagged.get("drift"):
+            worst = entry["quality"].get("drift") or 0.0
+            drift.append(f"{test} ({flagged['drift']} run(s), worst {worst:+.1%})")
+        if flagged.get("few-slices"):
+            few.append(f"{test} ({flagged['few-slices']} run(s))")
+    out = []
+    if drift:
+        out.append("rate drifted beyond 2% over the steady window: " + ", ".join(drift))
+    if few:
+        out.append("steady window shorter than 5 s (raise --min-slices): "
+                   + ", ".join(few))
+    return out
+
+
+def _table(tests: list[str], ours: dict[str, Perf], base: dict[str, Perf],
+           weights: dict[str, float] | None, penalize_variance: bool,
+           like: dict[str, tuple[str, str | None]]) -> pd.DataFrame:
+    rows = []
+    for test in tests:
+        mine = ours[test]
+        row: dict[str, Any] = {"test": test}
+        if weights is not None:
+            row["weight"] = weights.get(test, 0.0)
+        row.update(n=mine.n, fail=mine.fail, perf=mine.perf)
+        interval = stats.mean_interval(mine.rates) if mine.rates else None
+        row["ci_low"], row["ci_high"] = interval or (math.nan, math.nan)
+        row["std%"] = 100 * mine.std / mine.perf if mine.perf > 0 else math.nan
+        row["perf_adj"] = mine.adjusted(penalize_variance)
+        if base:
+            theirs = base[test]
+            row["perf_base"] = theirs.perf
+            row["perf_ratio"] = mine.perf / theirs.perf
+            row["perf_base_adj"] = theirs.adjusted(penalize_variance)
+            row["perf_ratio_adj"] = (row["perf_adj"] / row["perf_base_adj"]
+                                     if row["perf_base_adj"] > 0 else math.nan)
+            verdict = stats.welch_verdict(
+                mine.perf, mine.std, mine.n - mine.fail,
+                theirs.perf, theirs.std, theirs.n - theirs.fail)
+            row["p_value"] = verdict.p_value if verdict.p_value is not None else math.nan
+            row["verdict"] = verdict.label
+            row["comparable"], row["comparable_note"] = like[test]
+        rows.append(row)
+    if not rows:
+        return pd.DataFrame()
+    return pd.DataFrame(rows).set_index("test")
+
+
+def _score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
+           weights: dict[str, float], weighted: list[str],
+           summary: dict[str, dict[str, Any]]) -> None:
+    pv = report.penalize_variance
+    report.weighted_tests = len(weighted)
+    report.missing = sorted(t for t in weighted if t not in summary)
+    report.unweighted = sorted(t for t in summary if t not in weights)
+    adjusted = {t: ours[t].adjusted(pv) for t in weighted if t in summary}
+    scored = {t: v for t, v in adjusted.items() if v > 0}
+    report.unscored = sorted(t for t in adjusted if t not in scored)
+    report.scored = sorted(scored)
+    total = sum(weights[t] for t in weighted)
+    report.coverage = sum(weights[t] for t in scored) / total if total else None
+    if report.missing:
+        report.warnings.append(f"{len(report.missing)} weighted test(s) have no results: "
+                               + ", ".join(report.missing))
+    if report.unweighted:
+        report.warnings.append(f"{len(report.unweighted)} test(s) are not in the weights "
+                               "(not scored): " + ", ".join(report.unweighted))
+    if report.unscored:
+        report.warnings.append("failed every run (not scored): " + ", ".join(report.unscored))
+    if not scored:
+        return
+    report.score = stats.weighted_geomean(scored, weights)
+    runs = {t: ours[t].runs() for t in scored}
+    if all(r is not None for r in runs.values()):
+        found = stats.score_interval(runs, weights, pv)  # type: ignore[arg-type]
+        if found:
+            report.score_ci = found[1]
+    if base:
+        _compare_score(report, ours, base, weights, scored)
+
+
+def _compare_score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
+                   weights: dict[str, float], scored: dict[str, float]) -> None:
+    """Score ratio on the tests both sides scored, with a paired-bootstrap interval."""
+    pv = report.penalize_variance
+    base_adj = {t: base[t].adjusted(pv) for t in scored}
+    unlike = set(report.table.index[report.table["comparable"] == comparability.NO])
+    common = sorted(t for t, v in base_adj.items() if v > 0 and t not in unlike)
+    report.common = common
+    report.unlike = sorted(t for t in unlike if t in scored and base_adj[t] > 0)
+    if report.unlike:
+        report.warnings.append(
+            f"left out of the compared score as different workloads ({len(report.unlike)}): "
+            + ", ".join(report.unlike))
+    if not common:
+        report.warnings.append("no scored test is in the baseline: no score ratio")
+        return
+    if len(common) < len(scored):
+        report.warnings.append(
+            f"score ratio uses the {len(common)} of {len(scored)} scored tests that the "
+            "baseline also has and measures alike")
+    mine = stats.weighted_geomean({t: scored[t] for t in common}, weights)
+    report.score_base = stats.weighted_geomean({t: base_adj[t] for t in common}, weights)
+    report.ratio = mine / report.score_base
+    our_runs = {t: ours[t].runs() for t in common}
+    base_runs = {t: base[t].runs() for t in common}
+    if any(r is None for r in our_runs.values()):
+        return
+    ours_boot = stats.score_interval(our_runs, weights, pv)  # type: ignore[arg-type]
+    if ours_boot is None:
+        return
+    base_boot = None
+    if all(r is not None for r in base_runs.values()):
+        found = stats.score_interval(base_runs, weights, pv,  # type: ignore[arg-type]
+                                     seed=stats.SEED + 1)
+        base_boot = found[0] if found else None
+    report.ratio_ci = stats.ratio_interval(ours_boot[0], base_boot, report.score_base)
+    low, high = report.ratio_ci
+    report.ratio_verdict = ("faster" if low > 1 else "slower" if high < 1
+                            else "no significant change")
+
+
+def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Distributed tests (``<suite>.<test>.<k>``, k ranks): [nodes], mean per rank (the
+    scored, legacy figure), total over the ranks, and efficiency = total / ((k / k0) x the
+    total at k0), k0 the smallest k of that test (k = 1 when present; scaling.8 for 1x8)."""
+    found = {}
+    for test, entry in summary.items():
+        total = (entry.get("throughput") or {}).get("mean")
+        prefix, _, k = test.rpartition(".")
+        if total is not None and k.isdigit() and int(k) > 0:
+            found[test] = (prefix, int(k), total, entry)
+    base = {p: min((k, t) for q, k, t, _ in found.values() if q == p)
+            for p, *_ in found.values()}
+    rows = {}
+    for test, (prefix, k, total, entry) in found.items():
+        k0, total0 = base[prefix]
+        rows[test] = {"k": k, "per_rank": (entry.get("train") or {}).get("mean"),
+                      "total": total,
+                      "efficiency": total / (k / k0 * total0) if total0 else math.nan}
+        if entry.get("nodes") is not None:
+            rows[test]["nodes"] = entry["nodes"]
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame.from_dict(rows, orient="index").sort_values("k", kind="stable")
+    return df.astype({c: float for c in ("per_rank", "total", "efficiency", "nodes")
+                      if c in df.columns})
+
+
+def gpu_tables(summary: dict[str, dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    """Per test, each device's mean/min/max rate as a fraction of the best device."""
+    tables = {}
+    for measure in ("mean", "min", "max"):
+        rows = {}
+        for test, entry in summary.items():
+            pergpu = entry.get("pergpu") or {}
+            values = {dev: _number(s.get(measure)) for dev, s in pergpu.items()}
+            values = {d: v for d, v in values.items() if v > 0}
+            if len(values) > 1:  # one device alone says nothing about balance
+                best = max(values.values())
+                rows[test] = {d: v / best for d, v in values.items()}
+        if rows:
+            df = pd.DataFrame.from_dict(rows, orient="index")
+            tables[measure] = df[sorted(df.columns, key=report_nodes.device_order)].sort_index()
+    return tables
+
+
+def ratio_gate(report: Report, threshold: float) -> str | None:
+    """The failure message of ``--fail-below`` (None when the gate passes)."""
+    if report.ratio is None:
+        return None
+    if report.ratio < threshold:
+        return f"score ratio {report.ratio:.4f} is below --fail-below {threshold:g}"
+    return None

@@ -1,0 +1,287 @@
+"""Per-node comparison (`milarun report OUT --compare-nodes`): each node's score, the
+node x device matrix, and the nodes or devices significantly slower than their siblings.
+
+Numbers only; milarun.report.render.nodes formats them. A result counts on its node
+(summary.result_node: ``node``, else ``slurm.node``, else ``hostname``) and its device.
+Distributed results (several devices, ``train_<rank>`` timers or ``ranks``) are left out
+of this comparison: they belong to several devices, often to several nodes.
+
+- Node score: the main report's weighted geometric mean, exp(sum w ln perf / sum w), over
+  the weighted tests the node has a successful rate for; perf = the mean of the node's
+  steady rates (summary.run_rate). Coverage = that weight / the total weight. A node whose
+  runs all failed is listed with no score. Without weights (or none for these tests) every
+  test weighs 1. The score mixes raw rates, so it only compares nodes that ran the same
+  tests: the ratio does not use it.
+- Node ratio: the weighted geometric mean, over the tests the node has, of (its perf / the
+  median over nodes of that test's perf); 1.0 is a typical node. A node that failed a test
+  (say one at 1e6 examples/s) is compared on the others, not scored down for the gap.
+- Matrix: for each (node, device) cell, the weighted geometric mean over tests of
+  (the cell's mean rate / the median of that test's cell means): 1.0 is a typical device.
+- Flags: a unit (a node, or a node/device cell) is flagged "significantly slower than its
+  siblings" (the other units of its kind) when BOTH
+  1. its ratio to the siblings' median (node ratio / the median of the other nodes' ratios;
+     cell value / the median of the other cells' values) is below MARGIN (0.95), and
+  2. a test says so: per weighted test, a one-sided Welch t-test (scipy.stats.ttest_ind,
+     equal_var=False, alternative="less") of the unit's steady-window slice rates
+     (steady.window of each run, pooled) against its siblings' slices; the
+     per-test p-values combined over tests with Fisher's method
+     (scipy.stats.combine_pvalues) are below ALPHA (0.01).
+  The margin alone would flag noise; the test alone would flag a 1% gap measured precisely.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from milarun import results
+from milarun.report import stats, summary
+from milarun.results import steady
+
+
+MARGIN = 0.95  # practical margin: below 95% of the siblings' median
+ALPHA = 0.01  # significance of the combined one-sided Welch tests
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A node (``node2``) or device (``node2/cpu:0``) significantly slower than its siblings."""
+
+    unit: str
+    ratio: float  # to the siblings' median
+    p_value: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    node: str
+    runs: int
+    failures: int
+    score: float | None  # None: no successful weighted test (e.g. every run failed)
+    coverage: float | None
+    ratio: float | None  # geometric mean of (mean rate / the test's median node)
+    p_value: float | None = None  # the combined test against the other nodes (when tested)
+    flagged: bool = False
+
+
+@dataclass(frozen=True)
+class Cell:
+    node: str
+    device: str
+    runs: int
+    value: float | None  # geometric mean of (mean rate / the test's median cell)
+    p_value: float | None = None
+    flagged: bool = False
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    nodes: tuple[NodeRow, ...]
+    devices: tuple[str, ...]  # the matrix's columns, in device order
+    cells: tuple[Cell, ...]
+    flags: tuple[Flag, ...] = ()
+    tested: bool = False  # whether the significance test ran (--compare-nodes)
+
+    def cell(self, node: str, device: str) -> Cell | None:
+        return next((c for c in self.cells if c.node == node and c.device == device), None)
+
+    def warnings(self) -> list[str]:
+        """The flags, and the nodes whose runs all failed, one line each (when tested)."""
+        if not self.tested:
+            return []
+        dead = [f"node {n.node}: all {n.runs} run(s) failed (no score)" for n in self.nodes
+                if n.runs and n.failures == n.runs]
+        return dead + [f.reason for f in self.flags]
+
+
+@dataclass(frozen=True)
+class _Run:
+    node: str
+    device: str
+    test: str
+    rate: float | None
+    slices: tuple[float, ...]
+
+
+def natural_key(text: str) -> tuple[Any, ...]:
+    """node2 before node10: the digit runs compare as numbers."""
+    parts = re.split(r"(\d+)", text)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
+
+
+def device_order(label: str) -> tuple[Any, ...]:
+    """Sort key of a device label (``cpu:2``, ``0``, ``node2/cuda:1``): node, kind, index."""
+    node, _, device = str(label).rpartition("/")
+    kind, _, index = device.rpartition(":")
+    found = (kind, int(index), "") if index.isdigit() else (device, -1, "")
+    return (natural_key(node), *found)
+
+
+def _distributed(result: dict[str, Any]) -> bool:
+    return (summary.device_key(result) is None or summary.rank_rates(result) is not None
+            or summary.rank_nodes(result) is not None)
+
+
+def _slices(result: dict[str, Any]) -> tuple[float, ...]:
+    timer = (result.get("timings") or {}).get("train") or {}
+    window = steady.window(timer.get("rates") or [], timer.get("slice") or 0.5)
+    return tuple(float(r) for r in window if results.is_finite(r))
+
+
+def _runs(loaded: Iterable[dict[str, Any]]) -> list[_Run]:
+    out = []
+    for result in loaded:
+        if _distributed(result):
+            continue
+        rate = summary.run_rate(result)
+        out.append(_Run(summary.result_node(result), str(result.get("device")),
+                        str(result.get("name")), rate,
+                        _slices(result) if rate is not None else ()))
+    return out
+
+
+def _geomean(values: dict[str, float], weights: dict[str, float]) -> float | None:
+    """The main report's weighted geometric mean (weights here are all positive)."""
+
+    return stats.weighted_geomean(values, weights) if values else None
+
+
+def _means(runs: list[_Run], weights: dict[str, float]) -> dict[str, float]:
+    """Per weighted test, the mean of these runs' steady rates."""
+    rates: dict[str, list[float]] = defaultdict(list)
+    for run in runs:
+        if run.rate is not None and run.test in weights:
+            rates[run.test].append(run.rate)
+    return {t: math.fsum(v) / len(v) for t, v in rates.items()}
+
+
+def _relative(means: dict[Any, dict[str, float]],
+              weights: dict[str, float]) -> dict[Any, float | None]:
+    """Per unit (node or cell), the weighted geometric mean over the tests it has of (its
+    mean rate / the median of that test's unit means): 1.0 is a typical unit."""
+    per_test: dict[str, list[float]] = defaultdict(list)
+    for found in means.values():
+        for t, v in found.items():
+            per_test[t].append(v)
+    medians = {t: statistics.median(v) for t, v in per_test.items()}
+    return {key: _geomean({t: v / medians[t] for t, v in found.items()}, weights)
+            for key, found in means.items()}
+
+
+def _samples(runs: list[_Run], weights: dict[str, float],
+             unit: Callable[[_Run], str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per weighted test: every steady-window slice of the runs, and its unit's name."""
+    values: dict[str, list[float]] = defaultdict(list)
+    owners: dict[str, list[str]] = defaultdict(list)
+    for run in runs:
+        if run.slices and run.test in weights:
+            values[run.test] += run.slices
+            owners[run.test] += [unit(run)] * len(run.slices)
+    return {t: (np.asarray(values[t], dtype=float), np.asarray(owners[t])) for t in values}
+
+
+def slower_p(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float | None, int]:
+    """Fisher's combination of one-sided Welch tests (mine < others), one per (mine,
+    others) pair, and how many pairs it combined; None when no pair has two slices on
+    each side and a defined statistic."""
+    from scipy import stats  # only when flags are asked for
+
+    pvalues = []
+    # Identical slices give a NaN statistic (skipped), a p-value of 0 a log(0): no warnings.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for mine, others in pairs:
+            if len(mine) >= 2 and len(others) >= 2:
+                p = stats.ttest_ind(mine, others, equal_var=False, alternative="less").pvalue
+                if math.isfinite(p):
+                    pvalues.append(float(p))
+        if not pvalues:
+            return None, 0
+        return float(stats.combine_pvalues(pvalues, method="fisher").pvalue), len(pvalues)
+
+
+def _sibling_ratio(value: float | None, others: list[float | None]) -> float | None:
+    known = [v for v in others if v is not None]
+    if value is None or not known:
+        return None
+    return value / statistics.median(known)
+
+
+def _judge(unit: str, kind: str, value: float | None, others: list[float | None],
+           samples: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[float | None, Flag | None]:
+    """The unit's combined p-value, and its flag when both the margin and the test say so."""
+    p, tests = slower_p([(values[owners == unit], values[owners != unit])
+                         for values, owners in samples.values()])
+    ratio = _sibling_ratio(value, others)
+    if p is None or ratio is None or not (ratio < MARGIN and p < ALPHA):
+        return p, None
+    return p, Flag(unit, ratio, p, (
+        f"{kind} {unit} is significantly slower than the other {kind}s: {ratio:.2f}x their "
+        f"median (one-sided Welch tests over {tests} test(s), Fisher p={p:.2g})"))
+
+
+def compare_nodes(loaded: list[dict[str, Any]], weights: dict[str, float] | None = None, *,
+                  test: bool = False) -> NodeReport:
+    """The per-node section of these results; ``test``: run the significance test and flag."""
+    runs = _runs(loaded)
+    weights = {t: w for t, w in (weights or {}).items() if w > 0}
+    if not any(r.test in weights for r in runs):  # no weights, or none for these tests
+        weights = {r.test: 1.0 for r in runs}
+    total = sum(weights.values())
+    by_node: dict[str, list[_Run]] = {summary.result_node(r): [] for r in loaded}
+    for run in runs:
+        by_node[run.node].append(run)
+    names = sorted(by_node, key=natural_key)
+    means = {node: _means(by_node[node], weights) for node in names}
+    ratios = _relative(means, weights)  # not the scores: nodes may lack different tests
+    flags: list[Flag] = []
+    rows = []
+    samples = _samples(runs, weights, lambda r: r.node) if test else {}
+    for node in names:
+        p, flag = (_judge(node, "node", ratios[node], [ratios[n] for n in names if n != node],
+                          samples) if test else (None, None))
+        flags += [flag] if flag else []
+        rows.append(NodeRow(node, len(by_node[node]), sum(r.rate is None for r in by_node[node]),
+                            _geomean(means[node], weights),
+                            sum(weights[t] for t in means[node]) / total if total else None,
+                            ratios[node], p, flag is not None))
+    cells, devices = _matrix(runs, weights, test, flags)
+    return NodeReport(tuple(rows), devices, cells, tuple(flags), test)
+
+
+def _matrix(runs: list[_Run], weights: dict[str, float], test: bool,
+            flags: list[Flag]) -> tuple[tuple[Cell, ...], tuple[str, ...]]:
+    """The node x device cells (flags of slow cells are added to ``flags``)."""
+    by_cell: dict[tuple[str, str], list[_Run]] = defaultdict(list)
+    for run in runs:
+        by_cell[(run.node, run.device)].append(run)
+    values = _relative({key: _means(items, weights) for key, items in by_cell.items()}, weights)
+    keys = sorted(by_cell, key=lambda k: (natural_key(k[0]), device_order(k[1])))
+    cells = []
+    samples = _samples(runs, weights, lambda r: f"{r.node}/{r.device}") if test else {}
+    for key in keys:
+        p, flag = (_judge("/".join(key), "device", values[key],
+                          [v for k, v in values.items() if k != key], samples)
+                   if test else (None, None))
+        flags += [flag] if flag else []
+        cells.append(Cell(key[0], key[1], len(by_cell[key]), values[key], p, flag is not None))
+    devices = tuple(sorted({k[1] for k in keys}, key=device_order))
+    return tuple(cells), devices
+
+
+def section(weights: dict[str, float] | None, loaded: summary.Loaded | None, *,
+            test: bool = False) -> NodeReport | None:
+    """The per-node section of a report: with ``test`` (--compare-nodes) always, with its
+    flags; otherwise only when the results span more than one node. The weights are the
+    report's (Report.test_weights), else every test weighs 1."""
+    if loaded is None or not (test or summary.spans_nodes(loaded.results)):
+        return None
+    return compare_nodes(loaded.results, weights, test=test)

@@ -1,0 +1,1 @@
+"""A report as text, JSON/CSV and HTML: formatting only, no math."""

@@ -1,0 +1,92 @@
+"""`milarun report`: a results folder or summary, with weights, a baseline, a price and an
+HTML page, turned into the rendered report and the CI gate's verdict."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from milarun.report import summary
+from milarun.results import manifest
+from milarun import errors
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    source: Path
+    weights: str | None = None
+    compare: str | None = None  # shipped name (standard/v100), summary file or results folder
+    compare_gpus: bool = False
+    compare_nodes: bool = False  # per-node scores, node x device matrix, slow-node flags
+    price: float | None = None
+    power_cost: float | None = None  # $/kWh: the energy cost of a million examples
+    penalize_variance: bool = False
+    html: Path | None = None
+    title: str | None = None
+    fail_below: float | None = None
+    format: str = "text"
+    # Score only these tests (what a run was asked to do: the rest is not "missing")
+    only_tests: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    text: str  # the report in the asked format
+    skipped: list[summary.Skipped] = field(default_factory=list)  # files that were not results
+    html: Path | None = None
+    gate_failure: str | None = None  # why --fail-below failed, if it did
+
+
+def make_report(request: ReportRequest) -> ReportOutcome:
+    """Check the request, load both sides, build and render the report (and its page)."""
+    from milarun.report import build as report  # pandas: only here
+    from milarun.report import nodes as report_nodes
+    from milarun.report.render import text as render
+
+    if request.format not in render.FORMATS:
+        raise errors.UsageError(
+            f"--format {request.format}: use one of {', '.join(render.FORMATS)}")
+    if request.fail_below is not None and request.compare is None:
+        raise errors.UsageError("--fail-below needs --compare BASELINE")
+    if request.price is not None and not request.price > 0:
+        raise errors.UsageError(f"--price {request.price}: must be a positive number of dollars")
+    if request.power_cost is not None and not 0 < request.power_cost < math.inf:
+        raise errors.UsageError(f"--power-cost {request.power_cost}: must be a positive "
+                                "number of dollars per kWh")
+    if request.html:
+        from milarun.report.render import html  # matplotlib: only for the page
+
+        html.check_html_path(request.html)  # before any work: never overwrite a foreign file
+    src = summary.load_source(request.source)
+    if request.compare_nodes and src.loaded is None:
+        raise errors.UsageError(f"--compare-nodes: {request.source} is a summary file, which "
+                                "keeps no node; pass the results folder")
+    base = (summary.load_source(summary.baseline_path(request.compare))
+            if request.compare else None)
+    weights = (report.load_weights(request.weights) if request.weights
+               else report.default_weights(list(src.summary)))
+    if weights and request.only_tests is not None:
+        weights = (weights[0], {t: w for t, w in weights[1].items() if t in request.only_tests})
+    rep = report.build_report(
+        src.summary, title=request.title, weights=weights,
+        compare=(str(base.path), base.summary) if base else None, price=request.price,
+        penalize_variance=request.penalize_variance, compare_gpus=request.compare_gpus,
+        power_cost=request.power_cost)
+    rep.nodes = report_nodes.section(rep.test_weights, src.loaded, test=request.compare_nodes)
+    rep.warnings += rep.nodes.warnings() if rep.nodes else []
+    if src.loaded is not None:  # a results folder: a run cut short says what it never did
+        rep.warnings += [f"{cut.describe()}: no result for "
+                         f"{', '.join(cut.without_result) or 'none of its tests'}"
+                         for cut in manifest.cut_short(request.source)]
+    skipped = [s for item in (src, base) if item is not None and item.loaded is not None
+               for s in item.loaded.skipped]
+    if request.html:
+        html.write_html(request.html, html.to_html(rep, src.loaded))
+    gate = None
+    if request.fail_below is not None:
+        if rep.ratio is None:
+            raise errors.UsageError("--fail-below: no score ratio (are weights and "
+                                    "baseline tests in common?)")
+        gate = report.ratio_gate(rep, request.fail_below)
+    return ReportOutcome(render.render(rep, request.format), skipped, request.html, gate)

@@ -1,0 +1,140 @@
+"""The run manifest: ``.milarun-run.<stamp>.manifest`` (JSON) at the top of a ``jobs``
+output folder.
+
+Written before the first job starts (so a full disk stops the run before anything runs),
+updated as each instance ends and completed when the run ends, it says what the run was
+asked to do and how far it got. A run cut short (its supervisor killed, a signal, an error)
+is recognisable afterwards, and ``report`` lists the tests it never ran, with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from milarun import results
+from milarun.machine import slurmenv, watchdog
+from milarun import errors
+
+# Neither *.json nor visible: no reader of results (ours or a user's glob) takes it for one.
+PREFIX, SUFFIX = ".milarun-run.", ".manifest"
+KIND = "milarun-run"
+log = logging.getLogger("milarun")
+
+
+class RunManifest:
+    """One ``jobs`` run's manifest, rewritten in place (atomically) as the run goes on."""
+
+    def __init__(self, path: Path, data: dict[str, Any]):
+        self.path, self.data = path, data
+        self._warned = False
+
+    @classmethod
+    def start(cls, outdir: Path, profile: str, tests: list[str], repeat: int,
+              devices: list[str]) -> RunManifest:
+        """Write the manifest of a run about to start; WriteError when the folder cannot
+        take it (full disk, read-only), before any job runs."""
+        started = time.time()
+        data = {"kind": KIND, "profile": profile, "status": "running", "reason": None,
+                "started_at": started, "finished_at": None, "pid": os.getpid(),
+                "host": socket.gethostname(), "devices": devices, "repeat": repeat,
+                "planned": sorted(tests), "ended": []}
+        path = Path(outdir) / f"{PREFIX}{results.utc_stamp(started)}{SUFFIX}"
+        results.write_atomic(path, data)
+        return cls(path, data)
+
+    def instance_ended(self, name: str, job_id: str, result: Path | None,
+                       success: bool) -> None:
+        self.data["ended"].append({"test": name, "job_id": job_id, "success": success,
+                                   "result": result.name if result else None})
+        self._save()
+
+    def finish(self, status: str, reason: str | None = None) -> None:
+        """``complete``, ``interrupted`` or ``failed`` (with the reason)."""
+        self.data.update(status=status, reason=reason, finished_at=time.time())
+        self._save()
+
+    def _save(self) -> None:
+        # Once started, the results matter more than the manifest: a failed update is a
+        # warning, never the end of the run.
+        try:
+            results.write_atomic(self.path, self.data, replace=True)
+        except errors.WriteError as err:
+            if not self._warned:
+                log.warning("run manifest not updated: %s", err)
+                self._warned = True
+
+
+@dataclass(frozen=True)
+class CutShort:
+    """A run in a folder that did not complete: when it started, why, and which of its
+    planned tests have no recorded end (never started, or lost with their supervisor)."""
+
+    path: Path
+    status: str  # "running" (supervisor gone), "interrupted" or "failed"
+    reason: str
+    started_at: float
+    without_result: tuple[str, ...]  # planned tests that recorded no end
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
+        # a Slurm fleet's node folder (<out>/nodes/<node>) says which node it was
+        where = (f" on node {self.path.parent.name}"
+                 if self.path.parent.parent.name == slurmenv.NODES_FOLDER else "")
+        return f"the jobs run started {when}{where} was cut short ({self.reason})"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    data = results.read_json(path, errors.InputError)
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        raise errors.InputError(f"{path}: not a milarun run manifest")
+    return data
+
+
+def _manifests(folder: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """The readable run manifests of one folder, in time order (foreign files passed by)."""
+    for path in sorted(Path(folder).glob(f"{PREFIX}*{SUFFIX}")):
+        try:
+            yield path, _read(path)
+        except errors.InputError:
+            continue
+
+
+def cut_short(outdir: Path) -> list[CutShort]:
+    """The runs in ``outdir`` that did not complete, oldest first. A manifest still marked
+    running while no live process holds the folder's lock lost its supervisor."""
+    found = []
+    folders = [Path(outdir), *sorted((Path(outdir) / slurmenv.NODES_FOLDER).glob("*"))]
+    for path, data in (found for folder in folders for found in _manifests(folder)):
+        status = data.get("status")
+        if status == "complete" or (status == "running" and watchdog.outdir_busy(path.parent)):
+            continue
+        if status == "running":
+            reason = "its supervisor ended without finishing it: killed?"
+        else:
+            reason = str(data.get("reason") or status)[:200]
+        ended = {e.get("test") for e in data.get("ended") or () if isinstance(e, dict)}
+        planned = [t for t in data.get("planned") or () if isinstance(t, str)]
+        started = data.get("started_at")
+        found.append(CutShort(path, str(status), reason,
+                              float(started) if isinstance(started, (int, float)) else 0.0,
+                              tuple(t for t in planned if t not in ended)))
+    return sorted(found, key=lambda cut: cut.started_at)
+
+
+def planned_since(folder: Path, since: float) -> set[str] | None:
+    """The tests the runs in ``folder`` started at or after ``since`` planned; None when no
+    such run left a manifest (its supervisor never started)."""
+    planned: set[str] | None = None
+    for _, data in _manifests(folder):
+        started = data.get("started_at")
+        if isinstance(started, (int, float)) and started >= since:
+            planned = (planned or set()) | {t for t in data.get("planned") or ()
+                                            if isinstance(t, str)}
+    return planned
+

@@ -1,0 +1,205 @@
+"""The file format's records: one builder of a result (ResultRecord) and its measurement values."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+from milarun.machine import slurmenv, sysinfo
+from milarun.results import LAUNCH_KEYS, OWN_KEYS, WRITTEN_BY
+
+# Environment variables worth recording (and restoring on rerun); never the whole
+# environment, which may hold secrets.
+ENV_PREFIXES = (
+    "CUDA_", "HIP_", "ROCR_", "ROCM_", "NVIDIA_", "NCCL_", "OMP_", "MKL_", "KMP_",
+    "ONEDNN_", "DNNL_", "PYTORCH_", "TORCH_", "MILARUN_", "SLURM_JOB_ID", "SLURM_CPUS",
+)
+
+
+# -- measurement records (a result's ``timings`` entries) ------------------------------
+@dataclass(frozen=True)
+class RateRecord:
+    """What a finished ratelog.RateLog measured: a ``timings`` entry of type "rate"."""
+
+    start: float | None  # wall clock at the first block
+    duration: float  # from the first block's start to the last block's end
+    in_block: float  # time inside blocks (device syncs included)
+    count: int
+    max_count: int | None
+    blocks: int
+    syncs: int
+    slice: float
+    last_slice: float | None  # length of the partial last slice, None when there is none
+    rates: tuple[float, ...]
+    warmup_blocks: int = 0  # first blocks counted but not sliced (lazy init, autotuning)
+    warmup_time: float = 0.0  # their in-block time
+    slice_ends: tuple[float, ...] = ()  # wall clock at which each slice closed
+
+    @property
+    def overhead(self) -> float:
+        """Time between blocks (data loading outside them, the harness's own work)."""
+        return max(0.0, self.duration - self.in_block)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "rate", "start": self.start, "duration": self.duration,
+                "in_block": self.in_block, "overhead": self.overhead, "count": self.count,
+                "max_count": self.max_count, "blocks": self.blocks, "syncs": self.syncs,
+                "slice": self.slice, "last_slice": self.last_slice, "rates": list(self.rates),
+                "warmup_blocks": self.warmup_blocks, "warmup_time": self.warmup_time,
+                "slice_ends": list(self.slice_ends)}
+
+
+@dataclass(frozen=True)
+class TimerRecord:
+    """What an experiment.Timer measured: a ``timings`` entry of type "timer"."""
+
+    start: float | None
+    duration: float
+    entries: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "timer", "start": self.start, "duration": self.duration,
+                "entries": self.entries}
+
+
+# -- the one builder of a result record ---------------------------------------------------
+class Record(Protocol):
+    """A measurement value of a result (rate series, diagnostics, start-up, efficiency)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def recorded_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of an environment a result keeps (ENV_PREFIXES), sorted."""
+    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+def gpu_name(system: Mapping[str, Any], visible: list[str]) -> str | None:
+    """The name of the first visible GPU in a system record (else of its first GPU)."""
+    gpus = system.get("gpus") or []
+    for gpu in gpus:
+        if visible and str(gpu.get("index")) == visible[0]:
+            return gpu.get("name")
+    return gpus[0].get("name") if gpus else None
+
+
+@dataclass(frozen=True)
+class Call:
+    """What was run: the test function, its argv, and the arguments its parser made of
+    them (None when the test never parsed them, e.g. it crashed first)."""
+
+    function: str
+    argv: list[str]
+    arguments: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"function": self.function, "argv": list(self.argv),
+                "arguments": self.arguments}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a run failed: the result's ``failure``."""
+
+    kind: str  # one of results.FAILURE_KINDS
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "message": self.message}
+
+
+def _dicts(records: Mapping[str, Record] | None) -> dict[str, Any] | None:
+    return None if records is None else {k: v.to_dict() for k, v in records.items()}
+
+
+@dataclass(frozen=True)
+class ResultRecord:
+    """One result, whoever writes it: the test's process (runner) or the harness (launch).
+
+    Every record has every key of results.RECORD_KEYS, null or empty where the writer cannot know
+    the value; ``launch`` holds what `milarun jobs` passed with --extra (job, suite, repeat,
+    prepare, world_size, and any other field), added last so the file's key order stays
+    the legacy one.
+    """
+
+    name: str
+    job_id: str
+    dataroot: str
+    outdir: str
+    call: Call
+    failure: Failure | None
+    error: str | None
+    device: str
+    devices: list[str]
+    gpu: str | None
+    device_count: int
+    environ: dict[str, str]
+    isolation: dict[str, Any] | None
+    returncode: int | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    timings: Mapping[str, Record] = field(default_factory=dict)
+    gpu_monitor: dict[str, Any] | None = None
+    cpu_monitor: dict[str, Any] | None = None
+    synthetic_data: bool | None = None
+    dataset: Mapping[str, Any] | None = None  # {"name", "size", "synthetic"}: data it read
+    rerun_of: str | None = None
+    startup: Record | None = None
+    diagnostics: Mapping[str, Record] | None = None
+    efficiency: Record | None = None
+    energy: Record | None = None  # milarun.measure.energy.Energy: over the steady window
+    # Each GPU of the instance: the id the operator named, NVML's UUID and PCI bus id
+    # (milarun.machine.gpuids.GpuIdentity); empty (null in the file) on a CPU slice.
+    gpu_identity: tuple[Record, ...] = ()
+    launch: Mapping[str, Any] = field(default_factory=dict)
+    # Where it ran: the Slurm node (else the host) and the Slurm job and step, if any;
+    # a distributed run: every rank's {rank, node, host, device}.
+    node: str = field(default_factory=slurmenv.node_name)
+    slurm: Mapping[str, Any] | None = field(default_factory=slurmenv.slurm_block)
+    ranks: tuple[Mapping[str, Any], ...] = ()
+    signal: str | None = None
+    log: str | None = None
+    written_by: str | None = None
+    system: dict[str, Any] = field(default_factory=sysinfo.system_record)
+    hostname: str = field(default_factory=socket.gethostname)
+    milarun_version: str = field(default_factory=sysinfo.milarun_version)
+    finished_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        clashing = sorted(set(self.launch) & OWN_KEYS)
+        if clashing:
+            raise ValueError(f"launch field '{clashing[0]}' would overwrite a result field")
+
+    @property
+    def success(self) -> bool:
+        return self.failure is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's JSON object (the only place a result is serialised)."""
+        return {
+            "name": self.name, "job_id": self.job_id, "dataroot": self.dataroot,
+            "outdir": self.outdir, "job": self.launch.get("job"), "device": self.device,
+            "devices": list(self.devices), "call": self.call.to_dict(),
+            "success": self.success, "error": self.error, "hostname": self.hostname,
+            "gpu": self.gpu, "device_count": self.device_count, "environ": self.environ,
+            "metrics": self.metrics, "timings": _dicts(self.timings),
+            "gpu_monitor": self.gpu_monitor, "cpu_monitor": self.cpu_monitor,
+            "milarun_version": self.milarun_version, "system": self.system,
+            "isolation": self.isolation,
+            "failure": self.failure.to_dict() if self.failure else None,
+            "returncode": self.returncode, "synthetic_data": self.synthetic_data,
+            "dataset": dict(self.dataset) if self.dataset is not None else None,
+            "rerun_of": self.rerun_of,
+            "startup": self.startup.to_dict() if self.startup else None,
+            "diagnostics": _dicts(self.diagnostics),
+            "efficiency": self.efficiency.to_dict() if self.efficiency else None,
+            "energy": self.energy.to_dict() if self.energy else None,
+            "gpu_identity": [g.to_dict() for g in self.gpu_identity] or None,
+            "node": self.node, "slurm": dict(self.slurm) if self.slurm else None,
+            "ranks": [dict(r) for r in self.ranks] or None,
+            "signal": self.signal, "log": self.log, "finished_at": self.finished_at,
+            **{key: None for key in LAUNCH_KEYS},
+            **{k: v for k, v in self.launch.items() if k != "job"},
+            **({WRITTEN_BY: self.written_by} if self.written_by else {}),
+        }

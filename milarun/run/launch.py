@@ -1,0 +1,240 @@
+"""Run a suite: one supervised process per instance, every outcome written to disk.
+
+Each instance is ``milarun run`` in a process group of its own, its output in
+``<outdir>/logs/<name>.J<id>.log``. On max_duration the instance gets SIGALRM (it writes a
+``timeout`` result itself), then SIGKILL after a grace period. An instance that ends without
+a result file gets a FAIL result written here, with the failure kind and its log tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from typing import Any, Callable
+
+from milarun import results
+from milarun.machine import isolation, watchdog
+from milarun.run import harness_record
+from milarun.machine.devices import Device
+from milarun.run.plan import (GRACE_PERIOD, Instance, LaunchOptions,  # noqa: F401
+                          Rendezvous, check_jobs, exec_prefix, free_port, plan_instances,
+                          plan_progression, run_prepare)
+from milarun.run.profile import Job
+from milarun.run.progress import ProgressBoard
+from milarun import errors
+
+POLL_INTERVAL = 0.1
+# Stop every instance and record it 'interrupted' (SIGHUP: the ssh session closed).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+log = logging.getLogger(__name__)
+
+
+class JobsInterrupted(Exception):
+    """SIGINT/SIGTERM/SIGHUP reached ``milarun jobs``; every child was stopped and recorded.
+    Its argument is the signal's name."""
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + signal.Signals[self.args[0]].value
+
+
+class Supervisor:
+    """Starts instances, enforces deadlines, stops everything on SIGINT/SIGTERM."""
+
+    def __init__(self, opts: LaunchOptions,
+                 on_end: Callable[[Instance], None] | None = None,
+                 on_recorded: Callable[[Instance], None] | None = None):
+        self.opts = opts
+        self.board = ProgressBoard(opts.out, opts.progress_interval, opts.verbose)
+        # by default the board prints each ended instance's done/FAIL line
+        self.on_end = on_end or self.board.finished
+        self.on_recorded = on_recorded  # the run manifest's entry, before the line
+        self.stop_requested: str | None = None
+        self.warned: set[str] = set()
+
+    def _request_stop(self, signum: int, frame: Any) -> None:
+        self.stop_requested = signal.Signals(signum).name
+
+    def run_group(self, instances: list[Instance]) -> None:
+        """Run instances side by side until each has ended and has a result on disk.
+
+        A stop signal stops and records them all (JobsInterrupted). So does any error of
+        the supervisor itself (stdout closed by ``| head``, a bug), which is then raised
+        again: no instance outlives this call unsupervised or unrecorded.
+        """
+        previous = {s: signal.signal(s, self._request_stop) for s in STOP_SIGNALS}
+        try:
+            self._supervise(instances)
+        except BaseException as err:
+            self._abandon(instances, f"an error in milarun jobs ({type(err).__name__})")
+            raise
+        finally:
+            self.board.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if self.stop_requested:
+            raise JobsInterrupted(self.stop_requested)
+
+    def _supervise(self, instances: list[Instance]) -> None:
+        for inst in instances:
+            if self.stop_requested:
+                break
+            self._start(inst)
+        watchdog.test_fault("started")
+        running = [i for i in instances if i.process is not None]
+        while running:
+            if self.stop_requested:
+                self._stop_all(running, f"{self.stop_requested} to milarun jobs")
+            now = time.monotonic()
+            for inst in running:
+                self._enforce_deadline(inst, now)
+                if inst.process.poll() is not None:
+                    self._finish(inst)
+            running = [i for i in running if not i.result]
+            self.board.update(running)
+            if running:
+                time.sleep(POLL_INTERVAL)
+
+    def _abandon(self, instances: list[Instance], reason: str) -> None:
+        """After an error of the supervisor: stop and record every instance still running.
+        Raises nothing: the error that got here is the one the caller must see."""
+        running = [i for i in instances if i.process is not None and not i.result]
+        self._stop_all(running, reason)
+        for inst in running:
+            try:
+                self._finish(inst)
+            except Exception as err:  # e.g. the closed stdout again: the record is written
+                log.debug("while recording %s: %s", inst.tag, err)
+
+    def _start(self, inst: Instance) -> None:
+        inst.log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = exec_prefix(inst.job, self.warned) + inst.command
+        preexec = None
+        if inst.placement is not None:
+            command = inst.placement.prefix + command
+            if inst.placement.v2_procs:
+                procs = inst.placement.v2_procs
+                preexec = lambda: isolation.join_v2(procs)  # noqa: E731
+            inst.oom_before = isolation.oom_kills(inst.placement.groups,
+                                                  self.opts.hierarchies)
+        # The kernel kills the instance if this process dies, however it dies.
+        preexec = watchdog.die_with_parent(os.getpid(), then=preexec)
+        with open(inst.log_path, "ab") as log:
+            log.write(f"$ {' '.join(command)}\n".encode())
+            log.flush()
+            inst.started = time.monotonic()
+            inst.wall_started = time.time()
+            inst.stamp = results.utc_stamp(inst.wall_started)
+            # An adaptive run (--min-slices/--ci-target) stops extending before max_duration.
+            # The stamp: the instance writes exactly the file _finish reads. The pid: its
+            # ranks (torchrun) end themselves when this process is gone.
+            deadline = inst.wall_started + 0.9 * inst.job.max_duration
+            env = {**inst.env, "MILARUN_DEADLINE": f"{deadline:.3f}",
+                   watchdog.RESULT_STAMP_ENV: inst.stamp,
+                   watchdog.SUPERVISOR_ENV: str(os.getpid())}
+            inst.process = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec,
+            )
+        self.board.say(f"start  {inst.tag}  log: {inst.log_path}")
+
+    def _oom_killed(self, inst: Instance) -> bool:
+        if inst.placement is None or inst.oom_before is None:
+            return False
+        after = isolation.oom_kills(inst.placement.groups, self.opts.hierarchies)
+        return after is not None and after > inst.oom_before
+
+    def _signal_group(self, inst: Instance, sig: int) -> None:
+        try:
+            os.killpg(inst.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _enforce_deadline(self, inst: Instance, now: float) -> None:
+        elapsed = now - inst.started
+        if inst.alarm_sent is None and elapsed > inst.job.max_duration:
+            inst.alarm_sent = now
+            try:  # the test process turns SIGALRM into a 'timeout' result of its own
+                inst.process.send_signal(signal.SIGALRM)
+            except ProcessLookupError:
+                pass
+        elif inst.alarm_sent is not None and not inst.killed \
+                and now - inst.alarm_sent > self.opts.grace:
+            inst.killed = True
+            self._signal_group(inst, signal.SIGKILL)
+
+    def _stop_all(self, running: list[Instance], reason: str) -> None:
+        for inst in running:
+            if not inst.interrupted:
+                inst.interrupted = True
+                inst.stopped_by = reason
+                self._signal_group(inst, signal.SIGTERM)
+        deadline = time.monotonic() + self.opts.grace
+        while time.monotonic() < deadline and any(i.process.poll() is None for i in running):
+            time.sleep(POLL_INTERVAL)
+        for inst in running:
+            if inst.process.poll() is None:
+                inst.killed = True
+                self._signal_group(inst, signal.SIGKILL)
+            inst.process.wait()
+
+    def _finish(self, inst: Instance) -> None:
+        self.board.read([inst])  # the last lines of its output (no redraw of the table)
+        # Reap whatever the test left behind in its group (loader workers, ...).
+        self._signal_group(inst, signal.SIGKILL)
+        found = [path for path in results.result_paths(
+            self.opts.outdir, inst.name, inst.job_id, inst.stamp) if path.exists()]
+        if found:
+            inst.result_path = found[-1]
+            try:
+                inst.result = results.load_result(found[-1])
+            except ValueError as err:
+                inst.result = {"success": False, "failure": {"kind": "crash",
+                                                             "message": str(err)}}
+        elif inst.recorded_on_head:
+            # One record per run: rank 0's, on the head node; the head's ranks fail with
+            # ours, so a FAIL of ours here would count one failed run twice.
+            code = inst.process.returncode
+            inst.result = {"success": code == 0, "recorded_on_head": True}
+            self.board.say(
+                f"{'done ' if code == 0 else 'FAIL '}  {inst.tag}: this node's ranks "
+                f"{'ended well' if code == 0 else f'failed (exit {code}), see {inst.log_path}'}"
+                "; rank 0, on the head node, records the run")
+            return
+        else:
+            inst.result = harness_record.harness_failure(inst, self.opts,
+                                                         self._oom_killed(inst))
+            try:
+                inst.result_path = results.write_result(self.opts.outdir, inst.result,
+                                                        inst.stamp)
+            except errors.WriteError as err:  # the report still counts it, from memory
+                log.error("%s; what happened is in %s", err, inst.log_path)
+        if self.on_recorded is not None:
+            self.on_recorded(inst)
+        self.on_end(inst)
+
+
+def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOptions,
+             on_end: Callable[[Instance], None] | None = None,
+             on_recorded: Callable[[Instance], None] | None = None) -> list[Instance]:
+    """All jobs once, then again ``repeat`` times; each job's instances run side by side.
+    Returns every ended instance (a multi-node run's part on another node than the head
+    has ``recorded_on_head`` in its result, which is not written)."""
+    check_jobs(jobs, devices, opts)
+    supervisor = Supervisor(opts, on_end, on_recorded)
+    done: list[Instance] = []
+    for r in range(repeat):
+        for job in jobs:
+            prepared = run_prepare(job, opts)
+            rounds = (plan_progression(job, r, devices, opts, prepared)
+                      if job.partition == "gpu-progression"
+                      else [plan_instances(job, r, devices, opts, prepared)])
+            for instances in rounds:
+                try:
+                    supervisor.run_group(instances)
+                finally:
+                    done += [i for i in instances if i.result]
+    return done

@@ -1,0 +1,242 @@
+"""The instances of a suite run, before any starts: their commands, devices, environment,
+student groups and log files; ``prepare`` commands; a multi-node run's rendezvous."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from milarun.machine import devices as devmod
+from milarun.machine import isolation
+from milarun.machine.devices import Device
+from milarun.run.profile import Job
+from milarun import errors
+from milarun.errors import LaunchError
+
+GRACE_PERIOD = 10.0
+log = logging.getLogger("milarun.run.launch")
+
+
+@dataclass
+class Instance:
+    job: Job
+    job_id: str
+    devices: list[Device]
+    command: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    wall_started: float = 0.0
+    placement: isolation.Placement | None = None
+    oom_before: int | None = None
+    alarm_sent: float | None = None
+    killed: bool = False
+    interrupted: bool = False
+    result_path: Path | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+    stamp: str = ""  # of its result file's name, chosen here and given to the instance
+    stopped_by: str | None = None  # why the supervisor stopped it (a signal, an error)
+    fullname: str | None = None  # result name when it is not the job's (scaling: .<k>)
+    # A node other than the head of a multi-node run: rank 0, on the head, writes the result;
+    # this one is recorded only when it fails.
+    recorded_on_head: bool = False
+    # What `jobs` launched it with (job, suite, repeat, prepare[, world_size]): handed to the
+    # instance as --extra, and kept here for the record the harness writes when it fails.
+    launch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.fullname or self.job.fullname
+
+    @property
+    def tag(self) -> str:
+        return f"{self.name} J{self.job_id} {','.join(d.label for d in self.devices)}"
+
+
+@dataclass
+class LaunchOptions:
+    outdir: Path
+    dataroot: Path
+    user_args: list[str] = field(default_factory=list)
+    use_cgexec: bool = True
+    grace: float = GRACE_PERIOD
+    out: TextIO = sys.stdout
+    hierarchies: dict[str, isolation.Hierarchy] = field(default_factory=dict)
+    verbose: bool = False  # stream every instance's output
+    progress_interval: float = 10.0
+    unisolated_warned: set[str] = field(default_factory=set)
+    prepare_warned: set[str] = field(default_factory=set)
+    rendezvous: Rendezvous | None = None  # a multi-node scaling run: this node's part
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """This node's part of a multi-node torchrun (static rendezvous): ``nnodes`` nodes, this
+    one ``node_rank``, rank 0's node at ``master_addr:master_port``."""
+
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+
+    @classmethod
+    def parse(cls, nnodes: int, master: str, node_rank: int | None,
+              environ: dict[str, str] | None = None) -> "Rendezvous":
+        """From ``--nnodes K --master ADDR:PORT [--node-rank R]``; R defaults to Slurm's
+        node index in the step (SLURM_NODEID)."""
+        env = os.environ if environ is None else environ
+        addr, _, port = master.rpartition(":")
+        if not addr or not port.isdigit() or not 0 < int(port) < 65536:
+            raise LaunchError(f"--master {master}: give the head node as ADDR:PORT, "
+                              "e.g. node1:29500")
+        if nnodes < 1:
+            raise LaunchError(f"--nnodes {nnodes}: must be at least 1")
+        if node_rank is None:
+            if not (env.get("SLURM_NODEID") or "").isdigit():
+                raise LaunchError("--nnodes: give --node-rank R (0 on the head node), or run "
+                                  "under srun, which sets SLURM_NODEID")
+            node_rank = int(env["SLURM_NODEID"])
+        if not 0 <= node_rank < nnodes:
+            raise LaunchError(f"--node-rank {node_rank}: must be 0 to {nnodes - 1} for "
+                              f"--nnodes {nnodes}")
+        return cls(nnodes, node_rank, addr, int(port))
+
+
+def check_jobs(jobs: list[Job], devices: list[Device], opts: LaunchOptions) -> None:
+    """Refuse up front what cannot run, before any job starts."""
+    for job in jobs:
+        if job.partition == "gpu-progression":
+            continue  # k ranks span k students: runs without per-student groups
+        for device in devices:
+            _placement(job, device, opts)
+
+
+def _placement(job: Job, device: Device, opts: LaunchOptions) -> isolation.Placement | None:
+    """The student groups of an instance, or None when the job runs without them."""
+    if not job.cgroup or not opts.use_cgexec:
+        return None
+    try:
+        return isolation.placement(job.cgroup, device.id, opts.hierarchies)
+    except errors.IsolationError as err:
+        if not job.cgroup_optional:
+            raise errors.IsolationError(f"job {job.fullname}: {err}")
+        if job.fullname not in opts.unisolated_warned:
+            opts.unisolated_warned.add(job.fullname)
+            log.warning("%s runs WITHOUT student isolation: %s", job.fullname, err)
+        return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_command(job: Job, name: str, job_id: str, extra: dict[str, Any],
+                 opts: LaunchOptions) -> list[str]:
+    """The ``milarun run`` words of one instance (profile args first, the user's last)."""
+    return [
+        "-m", "milarun", "run", job.experiment, "--experiment-name", name,
+        "--job-id", job_id, "-o", str(opts.outdir), "-d", str(opts.dataroot),
+        "--extra", json.dumps(extra), "--", *job.argv(), *opts.user_args,
+    ]
+
+
+def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions,
+                     prepared: list[dict[str, Any]] | None = None) -> list[list[Instance]]:
+    """gpu-progression: for k = 1..N, one torchrun job of k ranks named <suite>.<test>.<k>;
+    in a multi-node run (opts.rendezvous), this node's part of the one job of nnodes x N
+    ranks, named by its world size."""
+    rdzv = opts.rendezvous
+    sizes = [len(devices)] if rdzv else range(1, len(devices) + 1)
+    rounds = []
+    for k in sizes:
+        group = devices[:k]
+        world = k * rdzv.nnodes if rdzv else k
+        name = f"{job.fullname}.{world}"
+        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat,
+                 "world_size": world, "prepare": prepared or []}
+        # each round its own port: a node that starts round r+1 early must not reach the
+        # head's round-r store, still closing
+        where = (["--nnodes", str(rdzv.nnodes), "--node-rank", str(rdzv.node_rank),
+                  "--master-addr", rdzv.master_addr,
+                  "--master-port", str(rdzv.master_port + repeat)]
+                 if rdzv else ["--nnodes", "1", "--master-addr", "127.0.0.1",
+                               "--master-port", str(free_port())])
+        command = [sys.executable, "-m", "torch.distributed.run", *where,
+                   "--nproc-per-node", str(k),
+                   *_run_command(job, name, str(repeat), extra, opts)]
+        env = devmod.launch_environ(group)  # without the operator's leftover rank variables
+        if group[0].kind == devmod.CPU_KIND and "OMP_NUM_THREADS" not in os.environ:
+            # each rank gets one slice's share of the cores, not the whole group's
+            env["OMP_NUM_THREADS"] = devmod.instance_environ(group[:1])["OMP_NUM_THREADS"]
+        log_path = opts.outdir / "logs" / f"{name}.J{repeat}.log"
+        rounds.append([Instance(job, str(repeat), group, command, env, log_path,
+                                fullname=name, launch=extra,
+                                recorded_on_head=bool(rdzv and rdzv.node_rank > 0))])
+    return rounds
+
+
+def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions,
+                   prepared: list[dict[str, Any]] | None = None) -> list[Instance]:
+    """per-gpu: one instance per device; normal: one instance on every device."""
+    groups = [[d] for d in devices] if job.partition == "per-gpu" else [devices]
+    instances = []
+    for group in groups:
+        job_id = f"{repeat}.{group[0].id}" if job.partition == "per-gpu" else str(repeat)
+        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat,
+                 "prepare": prepared or []}
+        command = [sys.executable, *_run_command(job, job.fullname, job_id, extra, opts)]
+        env = devmod.launch_environ(group)  # without the operator's leftover rank variables
+        place = _placement(job, group[0], opts)
+        if place is not None:
+            env["MILARUN_CGROUP"] = place.spec
+        log_path = opts.outdir / "logs" / f"{job.fullname}.J{job_id}.log"
+        instances.append(Instance(job, job_id, group, command, env, log_path, placement=place,
+                                  launch=extra))
+    return instances
+
+
+def exec_prefix(job: Job, warned: set[str]) -> list[str]:
+    if not job.exec_prefix:
+        return []
+    if shutil.which(job.exec_prefix[0]):
+        return list(job.exec_prefix)
+    if job.exec_prefix[0] not in warned:
+        warned.add(job.exec_prefix[0])
+        log.warning("exec_prefix '%s' is not installed; running without it",
+                    job.exec_prefix[0])
+    return []
+
+
+def run_prepare(job: Job, opts: LaunchOptions) -> list[dict[str, Any]]:
+    """Run the job's prepare commands; a failure is a warning (once per command).
+
+    Returns what ran and how it ended, for the results (e.g. caches not dropped because
+    dropping them needs root: no setuid helper is ever used for it).
+    """
+    outcomes = []
+    for command in job.prepare:
+        # The command sees the run's data folder and this Python (e.g. to synthesise data:
+        # "$MILARUN_PYTHON" -m milarun dataset mnist --synthetic).
+        env = {**os.environ, "MILARUN_DATAROOT": str(opts.dataroot),
+               "MILARUN_PYTHON": sys.executable}
+        done = subprocess.run(command, shell=True, capture_output=True, text=True, env=env)
+        outcomes.append({"command": command, "returncode": done.returncode})
+        if done.returncode != 0 and command not in opts.prepare_warned:
+            opts.prepare_warned.add(command)
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+            log.warning("prepare command of %s failed (exit %d, continuing): %s: %s",
+                        job.fullname, done.returncode, command, tail[0])
+    return outcomes
+
+

@@ -1,0 +1,1 @@
+"""Fleet and multi-node runs through Slurm (sbatch/srun) and torchrun."""

@@ -1,0 +1,275 @@
+"""Following submitted Slurm jobs and checking that every node recorded its results.
+
+``slurm wait`` asks Slurm for the jobs' states (one squeue for all of them; sacct for a job
+the controller has forgotten), prints a line when a job or a node changes, and at the end
+runs ``check``: a node of the allocation that recorded nothing for a test it should have run
+gets a FAIL record for it in ``<out>/nodes/<node>/``, named, never a silent gap. The batch
+script runs the same check as its last step; a job cancelled before that (scancel) is
+checked by ``slurm wait``. A Slurm query that fails (a busy controller) is retried, never
+taken for the end of a job.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from milarun import results
+from milarun.machine import slurmenv
+from milarun.results import manifest, records
+from milarun.slurm.submit import SLURM_FOLDER, Submission, expand_nodelist, \
+    load_submissions, slurm_command
+from milarun.errors import SlurmError
+
+POLL_FIRST, POLL_MAX = 1.0, 5.0  # seconds between polls: growing while nothing changes
+# A shared file system may list another node's new files late (NFS caches directory
+# listings for up to a minute): a result missing at first is looked for again this long.
+SETTLE_ENV, SETTLE_DEFAULT = "MILARUN_SLURM_SETTLE", 60.0
+# Slurm's states of a job that has ended; GONE: neither the controller nor accounting
+# knows the job any more
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+         "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "GONE"}
+# The failure kind of a result a node never wrote, by the job's end state
+KIND_OF_STATE = {"CANCELLED": "interrupted", "TIMEOUT": "timeout", "PREEMPTED": "interrupted",
+                 "OUT_OF_MEMORY": "oom", "DEADLINE": "timeout"}
+NO_NODES = ("", "(null)", "None assigned")
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    state: str  # PENDING, RUNNING, COMPLETED, ... GONE
+    exit_code: str = ""
+    nodelist: str = ""
+    reason: str = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "COMPLETED" and self.exit_code in ("", "0:0")
+
+
+def _fields(line: str) -> dict[str, str]:
+    pairs = (word.split("=", 1) for word in line.split() if "=" in word)
+    return {k: v for k, v in pairs}
+
+
+def _nodes(text: str) -> str:
+    return "" if text.strip() in NO_NODES else text.strip()
+
+
+def _final(job_id: str) -> JobState:
+    """An ended job's state and exit code: scontrol while it remembers, then sacct."""
+    try:
+        info = _fields(slurm_command(["scontrol", "show", "job", "-o", job_id],
+                                     f"reading job {job_id}"))
+        return JobState(job_id, info.get("JobState", "GONE").split()[0],
+                        info.get("ExitCode", ""), _nodes(info.get("NodeList", "")),
+                        info.get("Reason", ""))
+    except SlurmError as err:
+        if "Invalid job id" not in str(err):
+            raise
+    try:
+        lines = slurm_command(["sacct", "-X", "-n", "-P", "-j", job_id, "-o",
+                               "State,ExitCode,NodeList"], f"reading job {job_id}")
+    except SlurmError:  # no accounting here: the job is gone without a trace
+        return JobState(job_id, "GONE")
+    for line in lines.splitlines():
+        state, code, nodes = (line.split("|") + ["", "", ""])[:3]
+        if state:
+            return JobState(job_id, state.split()[0], code, _nodes(nodes))
+    return JobState(job_id, "GONE")
+
+
+def job_states(job_ids: list[str]) -> dict[str, JobState]:
+    """The state of each job; SlurmError when Slurm could not be asked (try again later)."""
+    try:
+        out = slurm_command(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids),
+                             "-o", "%i|%T|%N|%r"], "reading the jobs' states")
+    except SlurmError as err:
+        if "Invalid job id" not in str(err):
+            raise
+        out = ""  # none of them is in the queue any more
+    states = {}
+    for line in out.splitlines():
+        job, state, nodes, reason = (line.split("|") + ["", "", "", ""])[:4]
+        if job in job_ids:
+            states[job] = JobState(job, state, "", _nodes(nodes), reason)
+    for job in job_ids:
+        if job not in states or states[job].ended:  # its exit code, or its end
+            states[job] = _final(job)
+    return states
+
+
+def _job_results(folder: Path, job_ids: set[str]) -> Iterator[dict[str, Any]]:
+    """The results in one node folder that these Slurm jobs wrote."""
+    for path in sorted(folder.glob("*.json")):
+        if results.parse_filename(path.name) is None:
+            continue
+        try:
+            data = results.load_result(path)
+        except ValueError:
+            continue
+        block = data.get("slurm")
+        if isinstance(block, dict) and str(block.get("job_id")) in job_ids \
+                and isinstance(data.get("name"), str):
+            yield data
+
+
+def _missing_record(name: str, function: str, node: str, job: JobState, nodes: list[str],
+                    outdir: Path, why: str) -> dict[str, Any]:
+    kind = KIND_OF_STATE.get(job.state, "crash")
+    message = (f"node {node} recorded no result for {name} in Slurm job {job.job_id} "
+               f"({why}; job state {job.state}"
+               + (f", exit {job.exit_code}" if job.exit_code else "")
+               + f"): see {outdir / SLURM_FOLDER} for the job's output")
+    return records.ResultRecord(
+        name=name, job_id=f"slurm{job.job_id}", dataroot="", outdir=str(outdir),
+        call=records.Call(function, []), failure=records.Failure(kind, message),
+        error=message, device="", devices=[], gpu=None, device_count=0, environ={},
+        isolation=None, returncode=None, written_by="milarun slurm check", node=node,
+        slurm={"job_id": job.job_id, "step_id": None, "node": node, "node_id": None,
+               "nodelist": job.nodelist or ",".join(nodes), "nnodes": len(nodes),
+               "state": job.state, "exit_code": job.exit_code},
+    ).to_dict()
+
+
+def _missing(outdir: Path, record: Submission, job_id: str,
+             nodes: list[str]) -> dict[str, tuple[set[str], str]]:
+    """Per node (the head only for scaling), the expected results it has not recorded, and
+    why. A node's expected results are what its runs of this submission planned (their
+    manifests); the submission's own list where no run of it started there."""
+    base = outdir / slurmenv.NODES_FOLDER
+    recorded = {node: {d["name"] for d in _job_results(base / node, {job_id})}
+                for node in nodes}
+    anywhere = set().union(*recorded.values()) if recorded else set()
+    missing = {}
+    for node in (nodes[:1] if record.kind == "scaling" else nodes):
+        planned = planned_on(base / node, record)
+        have = anywhere if record.kind == "scaling" else recorded[node]
+        absent = set(planned if planned is not None else record.expected) - have
+        if absent:
+            missing[node] = (absent, "no result at all" if not have
+                             else "others were recorded")
+    return missing
+
+
+def planned_on(folder: Path, submission: Submission) -> set[str] | None:
+    """What the runs of this submission in a node folder planned (None: none started);
+    5 s of slack for a node clock behind the submitter's."""
+    return manifest.planned_since(folder, submission.submitted_at - 5)
+
+
+def _job_nodes(record: Submission, job: JobState) -> list[str]:
+    if job.nodelist:
+        return expand_nodelist(job.nodelist)
+    asked = dict(zip(record.job_ids, record.nodelists)).get(job.job_id)
+    return expand_nodelist(asked) if asked else []  # never allocated: no node to name
+
+
+def check(outdir: Path, job_id: str, nodes: list[str] | None = None,
+          job: JobState | None = None, settle: float | None = None) -> list[Path]:
+    """Write a FAIL record for every expected result a node of the job did not record;
+    returns the files written (none when nothing is missing)."""
+    found = load_submissions(outdir, job_id)
+    for _ in range(20):  # sbatch may start a job before its submitter has recorded its id
+        if found:
+            break
+        time.sleep(0.5)
+        found = load_submissions(outdir, job_id)
+    if not found:
+        raise SlurmError(f"{outdir / SLURM_FOLDER}: no submission of job {job_id} recorded "
+                         "there (was it submitted with milarun slurm?)")
+    record = found[-1][1]
+    job = job or job_states([job_id])[job_id]
+    nodes = nodes if nodes is not None else _job_nodes(record, job)
+    if settle is None:
+        settle = float(os.environ.get(SETTLE_ENV) or SETTLE_DEFAULT)
+    deadline = time.monotonic() + settle
+    missing = _missing(outdir, record, job_id, nodes)
+    while missing and time.monotonic() < deadline:
+        time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+        missing = _missing(outdir, record, job_id, nodes)
+    written = []
+    # one checker at a time (the batch script's and `slurm wait`'s may meet)
+    with open(outdir / SLURM_FOLDER / ".check.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for node, (absent, why) in sorted(_missing(outdir, record, job_id, nodes).items()):
+            for name in sorted(absent):
+                fail = _missing_record(name, record.functions.get(name, "?"), node, job,
+                                       nodes, outdir, why)
+                written.append(results.write_result(outdir / slurmenv.NODES_FOLDER / node,
+                                                    fail, results.utc_stamp()))
+    return written
+
+
+def node_counts(outdir: Path, nodes: list[str], since: float) -> dict[str, tuple[int, int]]:
+    """Per node, (results, of which FAIL) written since the submission (file names only)."""
+    counts = {}
+    for node in nodes:
+        good = fail = 0
+        for path in (outdir / slurmenv.NODES_FOLDER / node).glob("*.json"):
+            parsed = results.parse_filename(path.name)
+            if parsed is None or path.stat().st_mtime < since:
+                continue
+            fail += bool(parsed["failed"])
+            good += not parsed["failed"]
+        counts[node] = (good + fail, fail)
+    return counts
+
+
+def follow(outdir: Path, submission: Submission, say: Callable[[str], None],
+           poll: float = POLL_FIRST) -> dict[str, JobState]:
+    """Poll the submission's jobs until all have ended, saying what changes; then check
+    each one. Returns the final state of every job."""
+    if not submission.job_ids:
+        raise SlurmError(f"{outdir / SLURM_FOLDER}: its submission has no job id (sbatch "
+                         "accepted none)")
+    states: dict[str, JobState] = {}
+    seen_nodes: dict[str, list[str]] = {}
+    counts: dict[str, tuple[int, int]] = {}
+    wait = poll
+    while not states or not all(s.ended for s in states.values()):
+        if states:
+            time.sleep(wait)
+        wait = min(wait * 1.5, POLL_MAX)
+        try:
+            now = job_states([j for j in submission.job_ids
+                              if j not in states or not states[j].ended])
+        except SlurmError as err:  # a busy controller: ask again later
+            say(f"  (Slurm did not answer: {err}; asking again)")
+            continue
+        for job_id, state in now.items():
+            before = states.get(job_id)
+            if before is None or (before.state, before.nodelist) != (state.state, state.nodelist):
+                where = f" on {state.nodelist}" if state.nodelist else ""
+                why = f" ({state.reason})" if state.reason not in ("", "None") else ""
+                say(f"job {job_id}: {state.state}{where}{why}")
+                wait = poll
+            states[job_id] = state
+            if state.nodelist and job_id not in seen_nodes:
+                seen_nodes[job_id] = expand_nodelist(state.nodelist)
+        nodes = [n for names in seen_nodes.values() for n in names]
+        for node, count in node_counts(outdir, nodes, submission.submitted_at - 1).items():
+            if counts.get(node) != count:
+                counts[node] = count
+                say(f"  {node}: {count[0]} result(s), {count[1]} FAIL")
+    for job_id, state in states.items():
+        for path in check(outdir, job_id, seen_nodes.get(job_id), state):
+            say(f"  FAIL recorded for a missing result: {path}")
+    return states
+
+
+def failed_runs(outdir: Path, submission: Submission) -> int:
+    """The failed results of this submission's jobs (older runs in the folder aside)."""
+    jobs = set(submission.job_ids)
+    return sum(data.get("success") is not True
+               for folder in (outdir / slurmenv.NODES_FOLDER).glob("*")
+               for data in _job_results(folder, jobs))
