@@ -59,7 +59,7 @@ def init_from_env(device: Any) -> tuple[int, int]:
     if device.type == "cpu":
         dist.init_process_group(backend="gloo", init_method="env://")
     else:
-        # exp.device is already cuda:LOCAL_RANK under torchrun (milarun.devices).
+        # exp.device is already cuda:LOCAL_RANK under torchrun (milarun.machine.devices).
         torch.cuda.set_device(device)
         # device_id binds the NCCL communicator to this rank's GPU (no guessing cuda:0).
         dist.init_process_group(backend="nccl", init_method="env://", device_id=device)

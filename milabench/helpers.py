@@ -6,7 +6,7 @@ import random
 from typing import Any, Callable
 
 from milabench import distributed
-from milarun import efficiency
+from milarun.measure import efficiency
 from milarun.experiment import Experiment
 
 
@@ -44,7 +44,7 @@ def train(exp: Experiment, step: Callable[..., Any], batch_size: int,
     recorded as ``metric`` once the loop ends (reading it earlier would sync the device).
     One extra, untimed step is run under a FLOP counter for the result's efficiency first
     (and gives the recorded value when it ran)
-    (``count_flops``: None decides automatically, see milarun.efficiency.measure).
+    (``count_flops``: None decides automatically, see milarun.measure.efficiency.measure).
     """
     log = exp.rate_log("train")
     stop = distributed.stop_rule()
