@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -74,13 +75,43 @@ def test_v2_hierarchy_is_found(fake_v2):
     assert hier["cpuset"] == Hierarchy("cpuset", 2, root, "/system.slice/job")
 
 
+class SubtreeControl:
+    """A write to a fake cgroup.subtree_control as the kernel takes it: "+c" enables c,
+    "-c" disables it, and the file then lists what is enabled (without the signs)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def write(self, text: str) -> int:
+        enabled = set(self.path.read_text().split()) if self.path.exists() else set()
+        for word in text.split():
+            (enabled.add if word[0] == "+" else enabled.discard)(word[1:])
+        self.path.write_text(" ".join(sorted(enabled)))
+        return len(text)
+
+
 def test_v2_setup_writes_the_files_and_teardown_removes_them(fake_v2, monkeypatch):
     hier, root, own = fake_v2
     monkeypatch.setenv(isolation.PARENT_ENV, "bench")
+
+    def kernel_open(path, mode="r", *args, **kwargs):
+        if Path(path).name == "cgroup.subtree_control" and "w" in mode:
+            return SubtreeControl(Path(path))
+        return open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(isolation, "open", kernel_open, raising=False)
     students = isolation.plan_students(["0", "1"], [0, 1, 2, 3], "0", 8 * 2**30)
     isolation.setup(students, hier)
-    assert "+cpuset" in (own / "cgroup.subtree_control").read_text() or \
-        "+memory" in (own / "cgroup.subtree_control").read_text()
+    # both controllers enabled for the children, at every level down to the students
+    assert (own / "cgroup.subtree_control").read_text().split() == ["cpuset", "memory"]
+    assert (own / "bench" / "cgroup.subtree_control").read_text().split() == [
+        "cpuset", "memory"]
     s1 = own / "bench" / "student1"
     assert (s1 / "cpuset.cpus").read_text() == "2-3"
     assert (s1 / "cpuset.mems").read_text() == "0"

@@ -192,6 +192,8 @@ def _create(h: Hierarchy, path: str) -> None:
     current = h.own
     for part in parts:
         parent, current = current, posixpath.join(current, part)
+        if h.version == 2:  # one tree for every controller: each enables itself, folder or not
+            _enable_v2(h, parent)
         if h.dir(current).is_dir():
             continue
         if h.version == 1:
@@ -203,7 +205,6 @@ def _create(h: Hierarchy, path: str) -> None:
                 _run(["cgset", "-r", f"cpuset.cpus={cpus}", "-r", f"cpuset.mems={mems}",
                       current])
         else:
-            _enable_v2(h, parent)
             h.dir(current).mkdir()
 
 
