@@ -64,12 +64,19 @@ def test_quick_with_json_suffix():
     assert load_profile("quick.json").jobs == load_profile("quick").jobs
 
 
-def test_quick_values():
-    job = load_profile("quick").jobs["polynome"]
-    assert job.experiment == "milabench.models.polynome:main"
-    assert job.partition == "per-gpu"
-    assert job.max_duration == 300.0
-    assert job.tags == ["quick", "toy"]
+def test_defaults_merge_into_each_job_and_become_its_argv(tmp_path):
+    """A profile's "*" defaults, the job's own keys over them, and the argv they make
+    (true: a bare flag, false: omitted, the job's values after the defaults)."""
+    path = write(tmp_path, {
+        "*": {"experiment": EXP, "max_duration": 120, "tags": ["toy"],
+              "arguments": {"--min-slices": 12, "--cpu": True, "--verbose": False},
+              "partition_scheme": {"type": "per-gpu"}},
+        "poly": {"arguments": {"--batch-size": 256, "--cpu": False}, "max_duration": 300},
+    }, "mine.json")
+    job = load_profile(str(path)).jobs["poly"]
+    assert (job.experiment, job.partition, job.max_duration, job.tags) == (
+        EXP, "per-gpu", 300.0, ["toy"])
+    assert job.fullname == "mine.poly"
     assert job.argv() == ["--min-slices", "12", "--batch-size", "256"]
 
 
