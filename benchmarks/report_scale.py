@@ -107,9 +107,10 @@ def main() -> None:
         cli = time.perf_counter() - t0
         assert done.returncode == 0, done.stderr
         source = summary.load_source(biggest)
-        rep = report.build_report(source.summary, weights=weights, compare_gpus=True)
+        rep = report.build_report(source.summary, weights=weights, compare_gpus=True,
+                                  loaded=source.loaded)
         t0 = time.perf_counter()
-        page = html.to_html(rep, source.loaded)
+        page = html.to_html(rep)
         page_time = time.perf_counter() - t0
     count, total = rows[-1]
     per_file = [t / n for n, t in rows]

@@ -12,7 +12,8 @@ import pytest
 
 from conftest import BENCHES, load_all, milarun
 from milarun.machine import devices, gpuids
-from milarun.run import launch, profile, progress
+from milarun.cli import options
+from milarun.run import launch, profile
 from milarun.machine.devices import GPU_KIND, Device, parse_device_spec
 from test_devices import FakeNVML
 from milarun import errors
@@ -138,7 +139,7 @@ def test_unresolved_gpu_falls_back_to_its_index_in_pci_order(gpu_env, tmp_path):
 
 
 def test_unresolved_gpus_are_said_once_each(gpu_env, capsys, monkeypatch):
-    progress.setup_logging()
+    options.setup_logging()
     gpuids.resolve_gpus(parse_device_spec("0"), nvml=FakeNVML(mixed_host(), fail_handles=True))
     err = capsys.readouterr().err
     assert err.startswith("milarun: warning: NVML cannot describe GPU 0 (")
@@ -157,7 +158,7 @@ def test_an_index_nvml_does_not_have_is_refused():
 
 
 def test_another_cuda_device_order_is_warned_about(gpu_env, capsys):
-    progress.setup_logging()
+    options.setup_logging()
     gpu_env.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     gpuids.resolve_gpus(parse_device_spec("0"), nvml=FakeNVML(mixed_host()))
     err = capsys.readouterr().err

@@ -99,8 +99,8 @@ def test_live_table_has_one_row_per_instance(tmp_path):
 
 
 def test_warnings_go_to_stderr_as_one_plain_line():
-    code = ("import logging; from milarun.run import progress; progress.setup_logging(); "
-            "progress.setup_logging(); "  # configured twice: still printed once
+    code = ("import logging; from milarun.cli import options; options.setup_logging(); "
+            "options.setup_logging(); "  # configured twice: still printed once
             "logging.getLogger('milarun.run.launch').warning('prepare command of %s failed', 'x')")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)

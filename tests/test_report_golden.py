@@ -17,6 +17,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -61,7 +63,21 @@ def gold(tmp_path_factory):
                    "--compare", root / "baseline.json", "--price", "30000",
                    "--format", "json")
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout), done.stderr
+    text = milarun("report", res, "--weights", root / "weights.json",
+                   "--compare", root / "baseline.json", "--price", "30000")
+    assert text.returncode == 0, text.stderr
+    return json.loads(done.stdout), done.stderr, text.stdout.replace(str(root), "<root>")
+
+
+PINNED = Path(__file__).parent / "data" / "report_gold.txt"
+
+
+def test_the_text_report_is_pinned(gold):
+    """The whole text report of the fixture, as a file: any change to what it says or how
+    it is laid out shows here. MILARUN_UPDATE_PINNED=1 rewrites the file (read the diff)."""
+    if os.environ.get("MILARUN_UPDATE_PINNED") == "1":
+        PINNED.write_text(gold[2])
+    assert gold[2] == PINNED.read_text()
 
 
 def pstd(values):

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 from conftest import milarun, one_line_error
-from milarun.report import build as report, nodes as report_nodes, summary
+from milarun.report import build as report, nodes as report_nodes, summary, tables
 from milarun.report.render import html, nodes as render_nodes
 from resultfactory import rate_series, result, write
 from test_html import _Table
+from milarun.results import read
 
 TESTS = (("suite.alpha", 100.0), ("suite.beta", 10.0))
 HOSTILE = "<i>n9</i>"
@@ -46,11 +47,11 @@ def test_two_nodes_keep_their_devices_apart():
     assert sorted(one["suite.alpha"]["pergpu"]) == ["cpu:0", "cpu:1"]
     # Older results name their node in the Slurm block, or only by host name.
     old = result("t", "0", 1.0, slurm={"node": "gpu7", "job_id": "1"})
-    assert summary.result_node(old) == "gpu7"
-    assert summary.result_node(result("t", "0", 1.0)) == "node1"
+    assert read.ResultView.from_dict(old).node == "gpu7"
+    assert read.ResultView.from_dict(result("t", "0", 1.0)).node == "node1"
     # --compare-gpus orders node2 before node10, then the devices by index.
     more = fleet({"node10": 1.0, "node2": 0.9}, devices=("cpu:10", "cpu:2"), runs=1)
-    table = report.gpu_tables(summary.summarize(more))["mean"]
+    table = tables.gpu_tables(summary.summarize(more))["mean"]
     assert list(table.columns) == ["node2/cpu:2", "node2/cpu:10", "node10/cpu:2",
                                    "node10/cpu:10"]
 
@@ -246,11 +247,11 @@ def test_a_fleet_report_shows_each_node_without_flags(fleet_dir):
     assert data["nodes"]["nodes"]["node3"]["ratio"] == pytest.approx(0.8, rel=0.03)
     # The page `milarun jobs` writes gets it from the results alone.
     loaded = summary.load_dir(fleet_dir)
-    page = html.to_html(report.build_report(summary.summarize(loaded.results)), loaded)
+    page = html.to_html(report.build_report(summary.summarize(loaded.results), loaded=loaded))
     assert "node3" in cells(page, "nodes") and "node3" in cells(page, "node-devices")
     one = summary.Loaded(fleet_dir, [r for r in loaded.results if r["node"] == "node1"])
     assert 'id="nodes"' not in html.to_html(
-        report.build_report(summary.summarize(one.results)), one)
+        report.build_report(summary.summarize(one.results), loaded=one))
 
 
 def test_json_and_csv_carry_the_node_section(fleet_dir):
@@ -260,7 +261,9 @@ def test_json_and_csv_carry_the_node_section(fleet_dir):
     assert nodes["matrix"]["node3"]["cpu:0"]["flagged"] is True
     assert {f["unit"] for f in nodes["flags"]} == {"node3", "node3/cpu:0", "node3/cpu:1"}
     text = milarun("report", fleet_dir, "--compare-nodes", "--format", "csv").stdout
-    tests, per_node, matrix = text.split("\n\n")
+    # the per-test table, the two node blocks, then the runs' blocks (failed runs, isolation)
+    tests, per_node, matrix, *runs = text.split("\n\n")
+    assert [block.split(",", 1)[0] for block in runs] == ["test", "device"]
     assert "suite.alpha" in pd.read_csv(io.StringIO(tests), index_col="test").index
     per_node = pd.read_csv(io.StringIO(per_node), index_col="node")
     assert bool(per_node.loc["node3", "flagged"]) and pd.isna(per_node.loc["node4", "score"])

@@ -9,7 +9,7 @@ import pytest
 
 from milarun.measure.experiment import Experiment
 from milarun.run.profile import PROFILE_DIR, arguments_to_argv, load_profile
-from milarun.report.build import WEIGHTS_DIR, load_weights
+from milarun.report.weights import WEIGHTS_DIR, load_weights
 
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
 

@@ -6,19 +6,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coleo import Option, default, run_cli
 
-from milarun import results
-from milarun.doctor import passive as doctor
-from milarun.machine import devices, isolation, sysinfo
-from milarun.measure import runner
-from milarun.report import request as reporting, summary
-from milarun.run import launch, progress, suite
-from milarun.cli.options import default_dataroot, default_outdir, split_names
-from milarun.cli.slurm import SlurmCommands
 from milarun import errors
+from milarun.cli.options import default_dataroot, default_outdir, setup_logging, split_names
+from milarun.cli.slurm import SlurmCommands
+
+if TYPE_CHECKING:
+    from milarun.report.summary import Skipped
+
+# Each command imports its wing when it runs: a benchmark process (`milarun run`) loads the
+# measurement side only, `milarun report` no torch (tests/test_layering.py).
 
 # Exit code of `report --fail-below` when the score ratio is under the threshold.
 GATE_FAILED = 3
@@ -46,9 +46,12 @@ def _parse_extra(text: str | None) -> dict[str, Any]:
 
 
 def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
+    from milarun.measure import runner
+    from milarun.results import read
+
     result, path = runner.run_test(function, argv, **kw)
     if result["success"]:
-        rate = summary.run_rate(result)
+        rate = read.ResultView.from_dict(result).rate()
         print(f"{result['name']} J{result['job_id']}: {rate:,.2f} examples/s")
     else:
         print(f"{result['name']} J{result['job_id']}: FAIL "
@@ -63,7 +66,7 @@ def _no_test_args(command: str, test_args: list[str]) -> None:
         raise errors.UsageError(f"{command} takes no arguments after --")
 
 
-def _print_skipped(skipped: list[summary.Skipped]) -> None:
+def _print_skipped(skipped: list[Skipped]) -> None:
     """Files that were not results: listed with the reason, never fatal."""
     if not skipped:
         return
@@ -114,6 +117,8 @@ class Commands:
         # Multi-node scaling: this node's rank (default: $SLURM_NODEID under srun)
         node_rank: Option & int = default(None)
 
+        from milarun.run import launch, suite
+
         if (nnodes is None) != (master is None):
             raise errors.UsageError("--nnodes and --master go together (a multi-node run)")
         outcome = suite.run_suite(
@@ -155,6 +160,8 @@ class Commands:
         # [alias: -d]
         dataroot: Option = default(None)
 
+        from milarun.measure import runner
+
         call = runner.plan_run(
             function, test_args, out=out or default_outdir(),
             dataroot=Path(dataroot) if dataroot else default_dataroot(),
@@ -170,6 +177,8 @@ class Commands:
         # [alias: -o]
         out: Option = default(None)
 
+        from milarun.measure import runner
+
         call = runner.plan_rerun(result_file, out, test_args, dataroot=default_dataroot())
         return _run_and_exit(call.function, call.argv, **call.options())
 
@@ -181,6 +190,9 @@ class Commands:
         # Write the summary to this file instead of printing it
         # [alias: -o]
         out: Option = default(None)
+
+        from milarun import results
+        from milarun.report import summary
 
         _no_test_args("summary", test_args)
         if out and Path(out).exists():
@@ -225,6 +237,8 @@ class Commands:
         fail_below: Option & float = default(None)
         # Output format: text, json or csv
         format: Option = default("text")
+
+        from milarun.report import request as reporting
 
         _no_test_args("report", test_args)
         outcome = reporting.make_report(reporting.ReportRequest(
@@ -279,6 +293,8 @@ class Commands:
         # [metavar: SPEC]
         devices_spec: Option & str = default(None)
 
+        from milarun.machine import devices, isolation
+
         if action not in ("setup", "check", "teardown"):
             raise errors.UsageError(f"cgroups {action!r}: use setup, check or teardown")
         devs = (devices.parse_device_spec(devices_spec) if devices_spec is not None
@@ -311,6 +327,8 @@ class Commands:
         # [alias: -d]
         dataroot: Option = default(None)
 
+        from milarun.doctor import passive as doctor
+
         _no_test_args("doctor", test_args)
         request = doctor.Request(Path(dataroot) if dataroot else default_dataroot(),
                                  profile=profile_spec, devices=devices_spec)
@@ -325,6 +343,8 @@ class Commands:
 
     def sysinfo(test_args: list[str]) -> int:
         """Print the system record that every result embeds."""
+        from milarun.machine import sysinfo
+
         _no_test_args("sysinfo", test_args)
         print(json.dumps(sysinfo.system_record(), indent=2))
         return 0
@@ -356,7 +376,7 @@ class Commands:
 
 
 def main(argv: list[str] | None = None) -> None:
-    progress.setup_logging()  # warnings: "milarun: warning: ..." on stderr
+    setup_logging()  # warnings: "milarun: warning: ..." on stderr
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first "--" belongs to the test.
     split = argv.index("--") if "--" in argv else len(argv)

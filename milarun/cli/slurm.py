@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coleo import Option, default, tooled
 
-from milarun import results
-from milarun.machine import slurmenv
-from milarun.report import request as reporting
-from milarun.slurm import gather, submit as slurm, follow as slurm_follow
-from milarun import errors
+from milarun import errors, results
 from milarun.cli.options import default_outdir, split_names
+from milarun.machine import slurmenv
+
+if TYPE_CHECKING:
+    from milarun.slurm import submit as slurm
+
+# Each command imports the slurm wing when it runs (a `milarun run` never loads it).
 
 # Exit code when a job or a node failed (the report is still printed).
 JOBS_FAILED = 1
@@ -31,6 +33,9 @@ def _node_counts(text: str) -> tuple[int, ...]:
 
 
 def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
+    from milarun.report import request as reporting
+    from milarun.slurm import follow as slurm_follow
+
     say = lambda line: print(line, flush=True)  # noqa: E731
     try:
         states = slurm_follow.follow(out, submission, say)
@@ -62,6 +67,8 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
 
 
 def _submit(request: slurm.SlurmRequest, dry_run: bool, wait: bool) -> int:
+    from milarun.slurm import submit as slurm
+
     submitted = slurm.submit(request, dry_run=dry_run)
     if dry_run:
         print(submitted.text, end="")
@@ -78,8 +85,8 @@ def _submit(request: slurm.SlurmRequest, dry_run: bool, wait: bool) -> int:
 
 
 @tooled
-def _allocation(kind: str, test_args: list[str], **request: Any) -> tuple[slurm.SlurmRequest,
-                                                                          bool, bool]:
+def _allocation(kind: str, test_args: list[str], **request: Any
+                ) -> "tuple[slurm.SlurmRequest, bool, bool]":  # a string: ptera re-executes it
     """The options fleet and scaling share, with the request they make and its mode."""
     # Profile name (quick, standard, ...) or path to a profile JSON file
     # [positional]
@@ -111,6 +118,8 @@ def _allocation(kind: str, test_args: list[str], **request: Any) -> tuple[slurm.
     # [alias: -o]
     out: Option = default(None)
 
+
+    from milarun.slurm import submit as slurm
 
     made = slurm.SlurmRequest(
         kind=kind, profile=profile_spec, outdir=Path(out) if out else default_outdir(),
@@ -173,6 +182,8 @@ class SlurmCommands:
 
         if test_args:
             raise errors.UsageError("slurm wait takes no arguments after --")
+        from milarun.slurm import submit as slurm
+
         found = slurm.load_submissions(Path(out))
         if not found:
             raise errors.UsageError(f"{out}: no Slurm submission recorded in "
@@ -190,6 +201,8 @@ class SlurmCommands:
 
         if test_args:
             raise errors.UsageError("slurm gather takes no arguments after --")
+        from milarun.slurm import gather
+
         done = gather.gather(slurmenv.node_outdir(Path(local)), slurmenv.node_outdir(Path(out)))
         print(f"gathered {done.files} file(s), {done.bytes:,} bytes, compared byte for byte: "
               f"{done.source} -> {done.target}")
@@ -209,6 +222,9 @@ class SlurmCommands:
         # Inside the job its node list is in the environment; after it, Slurm's record.
         inside = os.environ.get("SLURM_JOB_ID") == job_id
         nodelist = os.environ.get("SLURM_JOB_NODELIST") if inside else None
+        from milarun.slurm import follow as slurm_follow
+        from milarun.slurm import submit as slurm
+
         nodes = slurm.expand_nodelist(nodelist) if nodelist else None
         written = slurm_follow.check(Path(out), job_id, nodes)
         for path in written:

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence
 
 from milarun import results
 from milarun.results import steady
+from milarun.results import read
 
 # NVML's clock-event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*)
 # that mean power or heat slowed the GPU; idle (1), application clocks (2), sync boost (16)
@@ -33,7 +33,6 @@ from milarun.results import steady
 THROTTLE_REASONS = {4: "SwPowerCap", 8: "HwSlowdown", 32: "SwThermalSlowdown",
                     64: "HwThermalSlowdown", 128: "HwPowerBrakeSlowdown"}
 NO_GPU = "no GPU: CPU energy is not measured"
-_RANK_TIMER = re.compile(r"train_(\d+)")
 
 
 @dataclass(frozen=True)
@@ -149,9 +148,8 @@ def energy_record(device: str, timings: Mapping[str, Any],
     if not gpus:
         return Energy(reason=(monitor or {}).get("note") or "no GPU monitor samples")
     names = tuple(gpu_label(gid, labels) for gid in gpus)
-    ranks = sorted((int(m[1]), record) for name, record in timings.items()
-                   if (m := _RANK_TIMER.fullmatch(name)))
-    logs = [record for _, record in ranks] or [timings.get("train")]
+    ranks = read.rank_timers(timings)
+    logs = ranks or [timings.get("train")]
     if len(ranks) > len(gpus):
         return Energy(gpus=names, reason=f"rank 0 sees {len(gpus)} of the job's "
                       f"{len(ranks)} GPUs: the job's energy is not measured")

@@ -9,56 +9,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
-from milarun import results
-from milarun.report import comparability, energy as report_energy, nodes as report_nodes, stats, units
-from milarun.errors import WeightsError
+from milarun.report import comparability, runs, stats, tables, units
+from milarun.report import energy as report_energy
+from milarun.report import nodes as report_nodes
+from milarun.report.nodes import NodeReport
+from milarun.report.summary import Loaded, Skipped
 
-if TYPE_CHECKING:
-    from milarun.report.nodes import NodeReport
-
-WEIGHTS_DIR = Path(__file__).parent.parent / "weights"
 FAILURE_RATE_LIMIT = 0.01
-
-
-def load_weights(spec: str) -> tuple[str, dict[str, float]]:
-    """Weights from a file or a shipped name (``standard``); legacy and flat forms.
-
-    Accepts ``{test: weight}`` and the legacy ``{test: {"weight": weight}}``.
-    """
-    path = Path(spec)
-    if not path.exists() and (WEIGHTS_DIR / f"{spec}.json").exists():
-        path = WEIGHTS_DIR / f"{spec}.json"
-    if not path.exists():
-        shipped = ", ".join(sorted(p.stem for p in WEIGHTS_DIR.glob("*.json")))
-        raise WeightsError(f"--weights {spec}: no such file or shipped weights ({shipped})")
-    data = results.read_json(path, WeightsError)
-    if not isinstance(data, dict) or not data:
-        raise WeightsError(f"{path}: expected an object of test -> weight")
-    weights = {}
-    for test, value in data.items():
-        if isinstance(value, dict):
-            value = value.get("weight")
-        if (not isinstance(value, (int, float)) or isinstance(value, bool)
-                or not 0 <= value <= results.MAX_WEIGHT):
-            raise WeightsError(f"{path}: test {test!r}: weight {value!r} is not a number "
-                               f"from 0 to {results.MAX_WEIGHT:g}")
-        weights[test] = float(value)
-    return str(path), weights
-
-
-def default_weights(tests: list[str]) -> tuple[str, dict[str, float]] | None:
-    """The shipped weights of the suite all these tests belong to, if there are some."""
-    suites = {t.split(".", 1)[0] for t in tests}
-    if len(suites) == 1:
-        (suite,) = suites
-        if (WEIGHTS_DIR / f"{suite}.json").exists():
-            return load_weights(suite)
-    return None
 
 
 @dataclass
@@ -77,7 +38,7 @@ class Perf:
             return cls(0, 0, math.nan, math.nan, None)
         n, fail = int(entry.get("n") or 0), int(entry.get("failures") or 0)
         train = entry.get("train") or {}
-        perf, std = _number(train.get("mean")), _number(train.get("std"))
+        perf, std = tables.number(train.get("mean")), tables.number(train.get("std"))
         if not perf > 0:  # zero, negative or missing perf: every run counts as failed
             return cls(n, n, math.nan, math.nan, [])
         rates = entry.get("rates")
@@ -93,14 +54,6 @@ class Perf:
 
     def runs(self) -> stats.RunSet | None:
         return stats.RunSet(self.rates, self.fail) if self.rates is not None else None
-
-
-def _number(value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return number if math.isfinite(number) else math.nan
 
 
 @dataclass
@@ -143,6 +96,15 @@ class Report:
     energy_coverage: float | None = None
     power_cost: float | None = None
     nodes: NodeReport | None = None  # per node (milarun.report.nodes): --compare-nodes, fleets
+    # From the result files (none for a summary file): the runs that failed with their log
+    # tails, the isolation and system each run had, each test's rate series (charts), the
+    # folder read and the files in it that were no result.
+    failed_runs: tuple[runs.FailedRun, ...] = ()
+    isolation: tuple[runs.IsolationRow, ...] = ()
+    systems: tuple[dict[str, str], ...] = ()
+    series: dict[str, tuple[runs.Series, ...]] = field(default_factory=dict)
+    source: str | None = None
+    skipped: list[Skipped] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -164,9 +126,12 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
                  weights: tuple[str, dict[str, float]] | None = None,
                  compare: tuple[str, dict[str, dict[str, Any]]] | None = None,
                  price: float | None = None, penalize_variance: bool = False,
-                 compare_gpus: bool = False, power_cost: float | None = None) -> Report:
+                 compare_gpus: bool = False, power_cost: float | None = None,
+                 loaded: Loaded | None = None, compare_nodes: bool = False) -> Report:
     """The report of a summary, optionally weighted, against a baseline, with a price and
-    a power cost ($/kWh)."""
+    a power cost ($/kWh). ``loaded``: the result files it was made from, for what only they
+    say (failed runs, isolation, systems, rate series, nodes); ``compare_nodes``: the node
+    section with its significance flags even on one node."""
     weight_map = weights[1] if weights else {}
     baseline = compare[1] if compare else {}
     weighted = [t for t, w in weight_map.items() if w > 0]
@@ -201,11 +166,11 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
         if report.score:
             report.price_per_score = price / report.score
     if compare_gpus:
-        report.gpu_tables = gpu_tables(summary)
-    report.scaling = scaling_table(summary)
+        report.gpu_tables = tables.gpu_tables(summary)
+    report.scaling = tables.scaling_table(summary)
     report.natural = units.natural_table(summary)
-    report.quality = quality_table(summary)
-    report.warnings += quality_warnings(summary)
+    report.quality = tables.quality_table(summary)
+    report.warnings += tables.quality_warnings(summary)
     energy = report_energy.energy_section(summary, weight_map if weights else None, power_cost)
     report.warnings += energy.warnings
     report.energy, report.power_cost = energy.table, energy.power_cost
@@ -213,50 +178,14 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
     if not energy.table.empty and not report.table.empty:
         column = report_energy.COLUMN
         report.table[column] = energy.table[column].reindex(report.table.index)
+    details = runs.runs_section(loaded)
+    report.failed_runs, report.isolation = details.failed, details.isolation
+    report.systems, report.series = details.systems, details.series
+    if loaded is not None:
+        report.source, report.skipped = str(loaded.root), list(loaded.skipped)
+    report.nodes = report_nodes.section(report.test_weights, loaded, test=compare_nodes)
+    report.warnings += report.nodes.warnings() if report.nodes else []
     return report
-
-
-def quality_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """Per test: steady-state diagnostics, start-up cost and efficiency (mean of runs)."""
-    rows = {}
-    for test, entry in summary.items():
-        q = entry.get("quality")
-        if not q or q.get("slices") is None:
-            continue  # a summary without diagnostics (legacy, or every run failed)
-        start = q.get("startup") or {}
-        rows[test] = {
-            "slices": q.get("slices"), "cv": q.get("cv"), "drift": q.get("drift"),
-            "warmup": q.get("warmup"), "to_first_slice": start.get("to_first_slice"),
-            "import": start.get("import"), "setup": start.get("setup"),
-            "first_step": start.get("first_step"),
-            "flops_per_example": q.get("flops_per_example"),
-            "achieved_flops": q.get("achieved_flops"),
-            "percent_of_peak": q.get("percent_of_peak"),
-            "flags": ",".join(f"{k}:{v}" for k, v in (q.get("flagged") or {}).items()),
-        }
-    if not rows:
-        return pd.DataFrame()
-    df = pd.DataFrame.from_dict(rows, orient="index").sort_index()
-    return df.astype({c: float for c in df.columns if c != "flags"})
-
-
-def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
-    """Tests whose runs drifted beyond 2% or had too few slices for a full window."""
-    drift, few = [], []
-    for test, entry in sorted(summary.items()):
-        flagged = (entry.get("quality") or {}).get("flagged") or {}
-        if flagged.get("drift"):
-            worst = entry["quality"].get("drift") or 0.0
-            drift.append(f"{test} ({flagged['drift']} run(s), worst {worst:+.1%})")
-        if flagged.get("few-slices"):
-            few.append(f"{test} ({flagged['few-slices']} run(s))")
-    out = []
-    if drift:
-        out.append("rate drifted beyond 2% over the steady window: " + ", ".join(drift))
-    if few:
-        out.append("steady window shorter than 5 s (raise --min-slices): "
-                   + ", ".join(few))
-    return out
 
 
 def _table(tests: list[str], ours: dict[str, Perf], base: dict[str, Perf],
@@ -364,51 +293,6 @@ def _compare_score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
     low, high = report.ratio_ci
     report.ratio_verdict = ("faster" if low > 1 else "slower" if high < 1
                             else "no significant change")
-
-
-def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """Distributed tests (``<suite>.<test>.<k>``, k ranks): [nodes], mean per rank (the
-    scored, legacy figure), total over the ranks, and efficiency = total / ((k / k0) x the
-    total at k0), k0 the smallest k of that test (k = 1 when present; scaling.8 for 1x8)."""
-    found = {}
-    for test, entry in summary.items():
-        total = (entry.get("throughput") or {}).get("mean")
-        prefix, _, k = test.rpartition(".")
-        if total is not None and k.isdigit() and int(k) > 0:
-            found[test] = (prefix, int(k), total, entry)
-    base = {p: min((k, t) for q, k, t, _ in found.values() if q == p)
-            for p, *_ in found.values()}
-    rows = {}
-    for test, (prefix, k, total, entry) in found.items():
-        k0, total0 = base[prefix]
-        rows[test] = {"k": k, "per_rank": (entry.get("train") or {}).get("mean"),
-                      "total": total,
-                      "efficiency": total / (k / k0 * total0) if total0 else math.nan}
-        if entry.get("nodes") is not None:
-            rows[test]["nodes"] = entry["nodes"]
-    if not rows:
-        return pd.DataFrame()
-    df = pd.DataFrame.from_dict(rows, orient="index").sort_values("k", kind="stable")
-    return df.astype({c: float for c in ("per_rank", "total", "efficiency", "nodes")
-                      if c in df.columns})
-
-
-def gpu_tables(summary: dict[str, dict[str, Any]]) -> dict[str, pd.DataFrame]:
-    """Per test, each device's mean/min/max rate as a fraction of the best device."""
-    tables = {}
-    for measure in ("mean", "min", "max"):
-        rows = {}
-        for test, entry in summary.items():
-            pergpu = entry.get("pergpu") or {}
-            values = {dev: _number(s.get(measure)) for dev, s in pergpu.items()}
-            values = {d: v for d, v in values.items() if v > 0}
-            if len(values) > 1:  # one device alone says nothing about balance
-                best = max(values.values())
-                rows[test] = {d: v / best for d, v in values.items()}
-        if rows:
-            df = pd.DataFrame.from_dict(rows, orient="index")
-            tables[measure] = df[sorted(df.columns, key=report_nodes.device_order)].sort_index()
-    return tables
 
 
 def ratio_gate(report: Report, threshold: float) -> str | None:

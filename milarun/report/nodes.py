@@ -43,7 +43,7 @@ import numpy as np
 
 from milarun import results
 from milarun.report import stats, summary
-from milarun.results import steady
+from milarun.results import read
 
 
 MARGIN = 0.95  # practical margin: below 95% of the siblings' median
@@ -125,26 +125,20 @@ def device_order(label: str) -> tuple[Any, ...]:
     return (natural_key(node), *found)
 
 
-def _distributed(result: dict[str, Any]) -> bool:
-    return (summary.device_key(result) is None or summary.rank_rates(result) is not None
-            or summary.rank_nodes(result) is not None)
-
-
-def _slices(result: dict[str, Any]) -> tuple[float, ...]:
-    timer = (result.get("timings") or {}).get("train") or {}
-    window = steady.window(timer.get("rates") or [], timer.get("slice") or 0.5)
+def _slices(view: read.ResultView) -> tuple[float, ...]:
+    series = view.series()
+    window = series.steady_slices if series else []
     return tuple(float(r) for r in window if results.is_finite(r))
 
 
 def _runs(loaded: Iterable[dict[str, Any]]) -> list[_Run]:
     out = []
-    for result in loaded:
-        if _distributed(result):
+    for view in read.views(loaded):
+        if view.distributed:
             continue
-        rate = summary.run_rate(result)
-        out.append(_Run(summary.result_node(result), str(result.get("device")),
-                        str(result.get("name")), rate,
-                        _slices(result) if rate is not None else ()))
+        rate = view.rate()
+        out.append(_Run(view.node, view.device, view.name, rate,
+                        _slices(view) if rate is not None else ()))
     return out
 
 
@@ -236,7 +230,7 @@ def compare_nodes(loaded: list[dict[str, Any]], weights: dict[str, float] | None
     if not any(r.test in weights for r in runs):  # no weights, or none for these tests
         weights = {r.test: 1.0 for r in runs}
     total = sum(weights.values())
-    by_node: dict[str, list[_Run]] = {summary.result_node(r): [] for r in loaded}
+    by_node: dict[str, list[_Run]] = {v.node: [] for v in read.views(loaded)}
     for run in runs:
         by_node[run.node].append(run)
     names = sorted(by_node, key=natural_key)
@@ -282,6 +276,6 @@ def section(weights: dict[str, float] | None, loaded: summary.Loaded | None, *,
     """The per-node section of a report: with ``test`` (--compare-nodes) always, with its
     flags; otherwise only when the results span more than one node. The weights are the
     report's (Report.test_weights), else every test weighs 1."""
-    if loaded is None or not (test or summary.spans_nodes(loaded.results)):
+    if loaded is None or not (test or read.spans_nodes(loaded.results)):
         return None
     return compare_nodes(loaded.results, weights, test=test)

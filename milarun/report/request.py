@@ -41,7 +41,7 @@ class ReportOutcome:
 def make_report(request: ReportRequest) -> ReportOutcome:
     """Check the request, load both sides, build and render the report (and its page)."""
     from milarun.report import build as report  # pandas: only here
-    from milarun.report import nodes as report_nodes
+    from milarun.report import weights as report_weights
     from milarun.report.render import text as render
 
     if request.format not in render.FORMATS:
@@ -64,17 +64,15 @@ def make_report(request: ReportRequest) -> ReportOutcome:
                                 "keeps no node; pass the results folder")
     base = (summary.load_source(summary.baseline_path(request.compare))
             if request.compare else None)
-    weights = (report.load_weights(request.weights) if request.weights
-               else report.default_weights(list(src.summary)))
+    weights = (report_weights.load_weights(request.weights) if request.weights
+               else report_weights.default_weights(list(src.summary)))
     if weights and request.only_tests is not None:
         weights = (weights[0], {t: w for t, w in weights[1].items() if t in request.only_tests})
     rep = report.build_report(
         src.summary, title=request.title, weights=weights,
         compare=(str(base.path), base.summary) if base else None, price=request.price,
         penalize_variance=request.penalize_variance, compare_gpus=request.compare_gpus,
-        power_cost=request.power_cost)
-    rep.nodes = report_nodes.section(rep.test_weights, src.loaded, test=request.compare_nodes)
-    rep.warnings += rep.nodes.warnings() if rep.nodes else []
+        power_cost=request.power_cost, loaded=src.loaded, compare_nodes=request.compare_nodes)
     if src.loaded is not None:  # a results folder: a run cut short says what it never did
         rep.warnings += [f"{cut.describe()}: no result for "
                          f"{', '.join(cut.without_result) or 'none of its tests'}"
@@ -82,7 +80,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     skipped = [s for item in (src, base) if item is not None and item.loaded is not None
                for s in item.loaded.skipped]
     if request.html:
-        html.write_html(request.html, html.to_html(rep, src.loaded))
+        html.write_html(request.html, html.to_html(rep))
     gate = None
     if request.fail_below is not None:
         if rep.ratio is None:

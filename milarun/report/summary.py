@@ -16,7 +16,7 @@ import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from milarun import results
 from milarun.report import energy
@@ -25,7 +25,7 @@ from milarun.errors import SummaryError
 from milarun.report.summary_file import load_summary_file
 from milarun import errors
 from milarun.errors import EmptyResults
-from milarun.results import steady
+from milarun.results import read
 
 
 
@@ -57,108 +57,6 @@ def stats(values: list[float]) -> dict[str, Any]:
             "std": math.sqrt(var)}
 
 
-def _timer_rate(record: dict[str, Any]) -> float | None:
-    if not isinstance(record, dict):
-        return None
-    rate = steady.rate(record.get("rates") or [], record.get("slice", 0.5))
-    # NaN, zero, negative or absurd rates are not measurements: the run counts as failed.
-    return rate if rate is not None and 0 < rate <= results.MAX_RATE else None
-
-
-def rank_rates(result: dict[str, Any], timer: str = "train") -> list[float | None] | None:
-    """Each rank's steady rate of a distributed result (``train_<rank>`` timers), in rank
-    order; None for a single-process result."""
-    timings = result.get("timings") or {}
-    if not isinstance(timings, dict):
-        return None
-    prefix = f"{timer}_"
-    ranks = sorted((int(k[len(prefix):]), v) for k, v in timings.items()
-                   if k.startswith(prefix) and k[len(prefix):].isdigit())
-    return [_timer_rate(v) for _, v in ranks] or None
-
-
-def run_rate(result: dict[str, Any], timer: str = "train") -> float | None:
-    """Steady examples/s of one successful result (None if it has none).
-
-    A distributed result (``train_<rank>`` timers) is the mean of its ranks' rates, as the
-    legacy suite counted scaling.k (every rank one sample of the same test); the total
-    over the ranks is this mean times the number of ranks (the summary's ``throughput``).
-    """
-    if result.get("success") is not True or _has_nan_metric(result):
-        return None
-    ranks = rank_rates(result, timer)
-    if ranks is not None:
-        return None if any(r is None for r in ranks) else math.fsum(ranks) / len(ranks)
-    timings = result.get("timings") or {}
-    return _timer_rate(timings.get(timer) or {}) if isinstance(timings, dict) else None
-
-
-def _has_nan_metric(result: dict[str, Any]) -> bool:
-    metrics = result.get("metrics") or {}
-    if not isinstance(metrics, dict):
-        return False
-    return any(v is None or (isinstance(v, float) and not math.isfinite(v))
-               for v in metrics.values())
-
-
-def failure_kind(result: dict[str, Any]) -> str:
-    """The failure kind of a result that does not count as a successful run."""
-    failure = result.get("failure")
-    if isinstance(failure, dict) and failure.get("kind"):
-        return str(failure["kind"])
-    if result.get("success") is True:
-        return "nan" if _has_nan_metric(result) else "no-rate"
-    return "unknown"
-
-
-def _program_time(result: dict[str, Any]) -> float | None:
-    program = (result.get("timings") or {}).get("program") or {}
-    value = program.get("duration", program.get("time"))
-    return float(value) if isinstance(value, (int, float)) else None
-
-
-def result_node(result: dict[str, Any]) -> str:
-    """The node a result ran on: ``node``, else (older results) the Slurm block's node,
-    else the host name."""
-    slurm = result.get("slurm")
-    for value in (result.get("node"), slurm.get("node") if isinstance(slurm, dict) else None,
-                  result.get("hostname")):
-        if isinstance(value, str) and value:
-            return value
-    return "?"
-
-
-def rank_nodes(result: dict[str, Any]) -> int | None:
-    """How many distinct nodes a distributed result's ``ranks`` ran on (None: no ranks)."""
-    ranks = result.get("ranks")
-    if not isinstance(ranks, list):
-        return None
-    return len({str(r.get("node")) for r in ranks if isinstance(r, dict)}) or None
-
-
-def spans_nodes(loaded: Iterable[dict[str, Any]]) -> bool:
-    """True when the results come from more than one node."""
-    return len({result_node(r) for r in loaded}) > 1
-
-
-def node_device(result: dict[str, Any], many_nodes: bool) -> str:
-    """A result's device as reports name it: ``<node>/<device>`` when the results span
-    nodes (two nodes' cpu:0 are two devices), else the device alone."""
-    device = str(result.get("device"))
-    return f"{result_node(result)}/{device}" if many_nodes else device
-
-
-def device_key(result: dict[str, Any]) -> str | None:
-    """The device a single-device run used; None for multi-device (scaling) runs."""
-    devices = result.get("devices")
-    if isinstance(devices, list) and len(devices) > 1:
-        return None
-    device = result.get("device")
-    if device is None or "," in str(device):
-        return None
-    return str(device)
-
-
 def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Group results by test name; a test whose runs all failed keeps null stats.
 
@@ -167,7 +65,7 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in loaded:
         by_name[str(result["name"])].append(result)
-    many_nodes = spans_nodes(loaded)
+    many_nodes = read.spans_nodes(loaded)
     out = {}
     for name in sorted(by_name):
         runs = by_name[name]
@@ -179,20 +77,21 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         good: list[dict[str, Any]] = []
         totals: list[float] = []  # distributed runs: all ranks together
         for run in runs:
-            rate = run_rate(run)
+            view = read.ResultView.from_dict(run)
+            rate = view.rate()
             if rate is None:
-                kinds[failure_kind(run)] += 1
+                kinds[view.failure_kind] += 1
                 continue
             rates.append(rate)
-            ranks = rank_rates(run)
+            ranks = view.rank_rates()
             if ranks is not None:  # the rate is the mean of the ranks: total = mean x k
                 totals.append(rate * len(ranks))
             good.append(run)
-            program = _program_time(run)
+            program = view.program_time
             if program is not None:
                 programs.append(program)
-            if device_key(run) is not None:
-                pergpu[node_device(run, many_nodes)].append(rate)
+            if view.device_key is not None:
+                pergpu[view.device_label(many_nodes)].append(rate)
             peak = _peak_memory(run)
             if peak is not None:
                 peaks.append(peak)
@@ -208,12 +107,12 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "quality": quality(good),
             **energy.summary_entries(good),  # "energy" and "throttle", where measured
         }
-        read = [r["dataset"] for r in good if isinstance(r.get("dataset"), dict)]
-        if read:  # the smallest set the runs read: what decides comparability
-            out[name]["dataset"] = min(read, key=lambda d: d.get("size") or 0)
+        datasets = [r["dataset"] for r in good if isinstance(r.get("dataset"), dict)]
+        if datasets:  # the smallest set the runs read: what decides comparability
+            out[name]["dataset"] = min(datasets, key=lambda d: d.get("size") or 0)
         if totals:  # scaling.k: train is the mean per rank, throughput all k ranks
             out[name]["throughput"] = stats(totals)
-        spans = [n for n in map(rank_nodes, runs) if n]
+        spans = [n for n in (read.ResultView.from_dict(r).rank_nodes for r in runs) if n]
         if spans:  # a distributed test: on how many nodes its ranks ran
             out[name]["nodes"] = max(spans)
         found = units.natural(good)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import logging
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +20,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from milarun.report import summary
 from milarun.measure.runner import PROGRESS_TAG
+from milarun.results import read
 SLICE_SECONDS = 0.5  # in-block seconds per slice (ratelog.SLICE_DURATION, not imported:
 #                     the supervisor never imports the measurement side)
 LIVE_REFRESH = 0.5  # seconds between redraws of the live table (progress comes at most 1/s)
@@ -53,7 +51,7 @@ def finished_line(inst: Any) -> str:
     """The permanent line of an ended instance: ``done ... examples/s`` or ``FAIL ...``."""
     res = inst.result
     if res.get("success"):
-        rate = summary.run_rate(res)
+        rate = read.ResultView.from_dict(res).rate()
         rate_text = f"{rate:,.2f}" if rate is not None else "n/a"  # e.g. a NaN metric
         return f"done   {inst.tag}  {rate_text} examples/s"
     fail = res.get("failure") or {}
@@ -212,24 +210,3 @@ class ProgressBoard:
             table.add_row(inst.name, ",".join(d.label for d in inst.devices), shown.rate,
                           shown.slices, shown.count, shown.eta, shown.elapsed, shown.state)
         return table
-
-
-class _StderrHandler(logging.StreamHandler):
-    """``milarun: warning: <message>`` on the sys.stderr of the moment: while the live
-    table is up, rich swaps in a proxy that prints above the table."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stderr
-        super().emit(record)
-
-    def format(self, record: logging.LogRecord) -> str:
-        return f"milarun: {record.levelname.lower()}: {record.getMessage()}"
-
-
-def setup_logging() -> None:
-    """Send the ``milarun`` loggers' warnings to stderr, one plain line each (once)."""
-    logger = logging.getLogger("milarun")
-    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
-        logger.addHandler(_StderrHandler())
-    logger.setLevel(logging.WARNING)
-    logger.propagate = False  # a library's root handler would print them twice

@@ -141,18 +141,19 @@ def expected_tests(selected: list[profile.Job], devs: list[devices.Device],
 def _report(title: str, expected: set[str], done: list[launch.Instance],
             outdir: Path) -> SuiteOutcome:
     from milarun.report import build as report  # pandas/matplotlib: only once jobs are done
+    from milarun.report import weights as report_weights
     from milarun.report.render import html, text as render
 
     loaded = summary.Loaded(root=outdir, results=[i.result for i in done if i.result],
                             paths=[i.result_path or outdir / "?" for i in done if i.result])
     summ = summary.summarize(loaded.results)
-    weights: Any = report.default_weights(list(summ))
+    weights: Any = report_weights.default_weights(list(summ))
     if weights:  # score what was selected and could run: the rest is not "missing"
         weights = (weights[0], {t: w for t, w in weights[1].items() if t in expected})
-    rep = report.build_report(summ, title=f"milarun {title}", weights=weights)
+    rep = report.build_report(summ, title=f"milarun {title}", weights=weights, loaded=loaded)
     page: Path | None = outdir / f"report.{results.utc_stamp()}.html"
     try:
-        html.write_html(page, html.to_html(rep, loaded))
+        html.write_html(page, html.to_html(rep))
     except errors.WriteError as err:  # the results are written: the text report still shows
         log.warning("%s; `milarun report %s --html FILE` writes it elsewhere", err, outdir)
         page = None

@@ -41,6 +41,11 @@ def short(name: str, width: int = NAME_WIDTH) -> str:
     return name[: keep - keep // 2] + "…" + name[-(keep // 2):]
 
 
+def clip(line: str, width: int = WIDTH) -> str:
+    """One line cut to ``width`` columns (its spacing kept), " ..." marking the cut."""
+    return line if len(line) <= width else line[:width - 4] + " ..."
+
+
 def ci(row: pd.Series) -> str:
     """The 95% interval as percentages around perf, e.g. -1.2/+0.8%."""
     perf, low, high = row["perf"], row["ci_low"], row["ci_high"]

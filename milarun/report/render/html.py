@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import io
-import json
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -15,10 +14,9 @@ from markupsafe import Markup
 from matplotlib.figure import Figure
 
 from milarun import results
-from milarun.machine import isolation
-from milarun.report import nodes as report_nodes, summary
 from milarun.report.render import text as render, nodes as render_nodes
 from milarun.report.build import Report
+from milarun.report.runs import Series
 from milarun import errors
 from milarun.report.render import format as fmt
 from milarun.errors import HtmlPathError
@@ -27,7 +25,6 @@ TEMPLATES = Path(__file__).parents[2] / "templates"
 # Above this many runs of one test, a chart shows each device's median run with a
 # min-max band instead of one line per run (keeps the file small and readable).
 MAX_LINES = 32
-ERROR_TAIL_LINES = 30
 
 
 def ratio_class(value: float | None) -> str:
@@ -44,19 +41,6 @@ def gpu_class(value: float) -> str:
     return "good" if value >= 0.9 else "ok" if value >= 0.8 else "warn" if value >= 0.7 else "bad"
 
 
-def _series(result: dict[str, Any]) -> tuple[list[float], float] | None:
-    """The run's rate per slice (ranks of a distributed run added up) and slice length."""
-    timings = result.get("timings") or {}
-    ranks = [v for k, v in timings.items() if k.startswith("train_") and k[6:].isdigit()]
-    timers = ranks or ([timings["train"]] if isinstance(timings.get("train"), dict) else [])
-    rates = [t.get("rates") or [] for t in timers if isinstance(t, dict)]
-    if not rates or not all(rates):
-        return None
-    length = min(len(r) for r in rates)
-    total = [sum((r[i] or 0.0) for r in rates) for i in range(length)]
-    return total, float(timers[0].get("slice") or 0.5)
-
-
 def _svg(fig: Figure) -> Markup:
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none"}):
@@ -66,14 +50,11 @@ def _svg(fig: Figure) -> Markup:
     return Markup(text[text.index("<svg"):])
 
 
-def rate_chart(runs: list[dict[str, Any]],
-               many_nodes: bool = False) -> tuple[Markup, str] | None:
+def rate_chart(runs: Iterable[Series]) -> tuple[Markup, str] | None:
     """examples/s over time for one test: a line per instance, coloured by device."""
-    by_device: dict[str, list[tuple[list[float], float]]] = defaultdict(list)
-    for run in runs:
-        series = _series(run)
-        if series:
-            by_device[summary.node_device(run, many_nodes)].append(series)
+    by_device: dict[str, list[tuple[tuple[float, ...], float]]] = defaultdict(list)
+    for series in runs:
+        by_device[series.device].append((series.rates, series.slice))
     if not by_device:
         return None
     count = sum(len(v) for v in by_device.values())
@@ -100,7 +81,7 @@ def rate_chart(runs: list[dict[str, Any]],
     return _svg(fig), note
 
 
-def _band(ax: Any, items: list[tuple[list[float], float]], colour: Any, label: str) -> None:
+def _band(ax: Any, items: list[tuple[tuple[float, ...], float]], colour: Any, label: str) -> None:
     length = min(len(r) for r, _ in items)
     step = items[0][1]
     columns = [sorted(r[i] for r, _ in items) for i in range(length)]
@@ -108,57 +89,6 @@ def _band(ax: Any, items: list[tuple[list[float], float]], colour: Any, label: s
     ax.fill_between(xs, [c[0] for c in columns], [c[-1] for c in columns], color=colour,
                     alpha=0.2, linewidth=0)
     ax.plot(xs, [c[len(c) // 2] for c in columns], color=colour, linewidth=1, label=label)
-
-
-def _failures(loaded: summary.Loaded | None, many_nodes: bool) -> list[dict[str, Any]]:
-    rows = []
-    for result, path in zip(loaded.results, loaded.paths) if loaded else ():
-        if summary.run_rate(result) is not None:
-            continue
-        failure = result.get("failure") or {}
-        error = str(result.get("error") or failure.get("message") or "")
-        rows.append({
-            "test": result.get("name"), "job_id": result.get("job_id"),
-            "device": summary.node_device(result, many_nodes), "kind": summary.failure_kind(result),
-            "message": failure.get("message") or "", "file": path.name,
-            "tail": "\n".join(error.splitlines()[-ERROR_TAIL_LINES:]),
-        })
-    return rows
-
-
-def _cpus(cpus: Iterable[int] | None) -> str:
-    """0,1,2,3,8 -> 0-3,8; "-" when the result does not say."""
-    return isolation.cpu_list(sorted(set(cpus or []))) or "-"
-
-
-def _isolation(results_: list[dict[str, Any]], many_nodes: bool) -> list[dict[str, Any]]:
-    """The isolation each instance got, one row per distinct setting with its run count."""
-    counts: Counter[tuple[str, ...]] = Counter()
-    for result in results_:
-        iso = result.get("isolation") or {}
-        groups = iso.get("cgroups") or {}
-        limit = iso.get("memory_limit")
-        key = (
-            summary.node_device(result, many_nodes), _cpus(iso.get("cpus")),
-            f"{limit / 2**30:.1f} GiB" if isinstance(limit, (int, float)) else "none",
-            str(groups.get("cpuset", "-")), str(groups.get("memory", "-")),
-            str(iso.get("torch_threads", "-")),
-        )
-        counts[key] += 1
-    names = ("device", "cpus", "memory_limit", "cpuset", "memory", "threads")
-    return [dict(zip(names, key), runs=n) for key, n in sorted(counts.items())]
-
-
-def _systems(results_: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """Each distinct system record, flattened to key -> text."""
-    seen: dict[str, dict[str, str]] = {}
-    for result in results_:
-        record = result.get("system") or {}
-        key = json.dumps(record, sort_keys=True, default=str)
-        if key not in seen:
-            seen[key] = {k: (json.dumps(v) if isinstance(v, (dict, list)) else str(v))
-                         for k, v in record.items()}
-    return list(seen.values())
 
 
 def _rows(report: Report) -> list[dict[str, Any]]:
@@ -186,26 +116,18 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def to_html(report: Report, loaded: summary.Loaded | None = None) -> str:
-    """The whole report page; charts, failures and systems need the result files."""
-    by_test: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for result in loaded.results if loaded else ():
-        by_test[str(result["name"])].append(result)
+def to_html(report: Report) -> str:
+    """The whole report page (charts drawn from the report's rate series)."""
     charts = []
-    many_nodes = summary.spans_nodes(loaded.results if loaded else [])
-    for test in sorted(by_test):
-        chart = rate_chart(by_test[test], many_nodes)
+    for test, runs in report.series.items():
+        chart = rate_chart(runs)
         if chart:
             charts.append({"test": test, "svg": chart[0], "note": chart[1]})
-    all_results = loaded.results if loaded else []
     return _environment().get_template("report.html.j2").render(
         report=report, rows=_rows(report), columns=list(report.table.columns),
         score_lines=render.score_lines(report), charts=charts,
-        failures=_failures(loaded, many_nodes), isolation=_isolation(all_results, many_nodes),
-        systems=_systems(all_results), skipped=loaded.skipped if loaded else [],
-        source=str(loaded.root) if loaded else None,
-        # the per-node section: --compare-nodes, or results from more than one node
-        nodes=report.nodes or report_nodes.section(report.test_weights, loaded),
+        failures=report.failed_runs, isolation=report.isolation, systems=report.systems,
+        skipped=report.skipped, source=report.source, nodes=report.nodes,
         explain_flags=render_nodes.explain(),
     )
 

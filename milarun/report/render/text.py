@@ -13,6 +13,7 @@ import pandas as pd
 
 from milarun.report import energy as report_energy
 from milarun.report.render import energy as render_energy, nodes as render_nodes
+from milarun.report.render import runs as render_runs
 from milarun.report.render import format as fmt
 from milarun.report.build import Report
 
@@ -188,6 +189,7 @@ def to_text(report: Report) -> str:
         out += fmt.section(f"GPU comparison ({measure}, fraction of the best device)")
         out.append(gpu_table(df))
     out += render_nodes.text_section(report)
+    out += render_runs.text_section(report)
     if report.warnings:
         out += fmt.section("Warnings")
         out += [textwrap.fill(w, fmt.WIDTH, initial_indent="- ", subsequent_indent="  ",
@@ -200,11 +202,13 @@ def to_json(report: Report) -> str:
 
 
 def to_csv(report: Report) -> str:
-    """The per-test table, one row per test, every numeric column unrounded (with
-    --compare-nodes, then the per-node blocks: milarun.report.render.nodes.csv_blocks)."""
+    """The per-test table, one row per test, every numeric column unrounded; then, each
+    after a blank line, the per-node blocks with --compare-nodes (render.nodes.csv_blocks)
+    and the failed runs and isolation rows (render.runs.csv_blocks)."""
     buf = io.StringIO()
     report.table.to_csv(buf, float_format="%.10g")
-    return buf.getvalue() + render_nodes.csv_blocks(report.nodes)
+    return (buf.getvalue() + render_nodes.csv_blocks(report.nodes)
+            + render_runs.csv_blocks(report))
 
 
 def render(report: Report, fmt: str) -> str:
@@ -243,6 +247,7 @@ def to_records(report: Report) -> dict[str, Any]:
         "natural": units_records(report.natural),
         "nodes": render_nodes.records(report.nodes),
         "warnings": report.warnings,
+        **render_runs.records(report),
     }
     render_energy.add_records(data, report)
     return data

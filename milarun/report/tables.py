@@ -1,0 +1,107 @@
+"""The summary's side tables of a report: measurement quality, scaling and per-device."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from milarun.report.nodes import device_order
+
+
+def number(value: Any) -> float:
+    """A finite float, else NaN (a summary value may be anything)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number if math.isfinite(number) else math.nan
+
+
+def quality_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Per test: steady-state diagnostics, start-up cost and efficiency (mean of runs)."""
+    rows = {}
+    for test, entry in summary.items():
+        q = entry.get("quality")
+        if not q or q.get("slices") is None:
+            continue  # a summary without diagnostics (legacy, or every run failed)
+        start = q.get("startup") or {}
+        rows[test] = {
+            "slices": q.get("slices"), "cv": q.get("cv"), "drift": q.get("drift"),
+            "warmup": q.get("warmup"), "to_first_slice": start.get("to_first_slice"),
+            "import": start.get("import"), "setup": start.get("setup"),
+            "first_step": start.get("first_step"),
+            "flops_per_example": q.get("flops_per_example"),
+            "achieved_flops": q.get("achieved_flops"),
+            "percent_of_peak": q.get("percent_of_peak"),
+            "flags": ",".join(f"{k}:{v}" for k, v in (q.get("flagged") or {}).items()),
+        }
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame.from_dict(rows, orient="index").sort_index()
+    return df.astype({c: float for c in df.columns if c != "flags"})
+
+
+def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
+    """Tests whose runs drifted beyond 2% or had too few slices for a full window."""
+    drift, few = [], []
+    for test, entry in sorted(summary.items()):
+        flagged = (entry.get("quality") or {}).get("flagged") or {}
+        if flagged.get("drift"):
+            worst = entry["quality"].get("drift") or 0.0
+            drift.append(f"{test} ({flagged['drift']} run(s), worst {worst:+.1%})")
+        if flagged.get("few-slices"):
+            few.append(f"{test} ({flagged['few-slices']} run(s))")
+    out = []
+    if drift:
+        out.append("rate drifted beyond 2% over the steady window: " + ", ".join(drift))
+    if few:
+        out.append("steady window shorter than 5 s (raise --min-slices): "
+                   + ", ".join(few))
+    return out
+
+
+def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """Distributed tests (``<suite>.<test>.<k>``, k ranks): [nodes], mean per rank (the
+    scored, legacy figure), total over the ranks, and efficiency = total / ((k / k0) x the
+    total at k0), k0 the smallest k of that test (k = 1 when present; scaling.8 for 1x8)."""
+    found = {}
+    for test, entry in summary.items():
+        total = (entry.get("throughput") or {}).get("mean")
+        prefix, _, k = test.rpartition(".")
+        if total is not None and k.isdigit() and int(k) > 0:
+            found[test] = (prefix, int(k), total, entry)
+    base = {p: min((k, t) for q, k, t, _ in found.values() if q == p)
+            for p, *_ in found.values()}
+    rows = {}
+    for test, (prefix, k, total, entry) in found.items():
+        k0, total0 = base[prefix]
+        rows[test] = {"k": k, "per_rank": (entry.get("train") or {}).get("mean"),
+                      "total": total,
+                      "efficiency": total / (k / k0 * total0) if total0 else math.nan}
+        if entry.get("nodes") is not None:
+            rows[test]["nodes"] = entry["nodes"]
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame.from_dict(rows, orient="index").sort_values("k", kind="stable")
+    return df.astype({c: float for c in ("per_rank", "total", "efficiency", "nodes")
+                      if c in df.columns})
+
+
+def gpu_tables(summary: dict[str, dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    """Per test, each device's mean/min/max rate as a fraction of the best device."""
+    tables = {}
+    for measure in ("mean", "min", "max"):
+        rows = {}
+        for test, entry in summary.items():
+            pergpu = entry.get("pergpu") or {}
+            values = {dev: number(s.get(measure)) for dev, s in pergpu.items()}
+            values = {d: v for d, v in values.items() if v > 0}
+            if len(values) > 1:  # one device alone says nothing about balance
+                best = max(values.values())
+                rows[test] = {d: v / best for d, v in values.items()}
+        if rows:
+            df = pd.DataFrame.from_dict(rows, orient="index")
+            tables[measure] = df[sorted(df.columns, key=device_order)].sort_index()
+    return tables
