@@ -25,9 +25,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from resultfactory import rate_series, result, write  # noqa: E402
 
-from milarun.report import summary  # noqa: E402
 from milarun.report import build as report
-from milarun.report.render import html, text as render
+from milarun.report import summary  # noqa: E402
+from milarun.report.render import html
+from milarun.report.render import text as render
 
 TESTS = 20
 GPUS = 8

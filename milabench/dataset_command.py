@@ -7,8 +7,8 @@ line naming the dataset and what to do.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from milabench import datasets
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from milabench import distributed
-from milarun.measure import efficiency
 from milarun.experiment import Experiment
+from milarun.measure import efficiency
 
 
 def seed_everything(seed: int) -> None:

@@ -14,8 +14,9 @@ legacy writer, whose four processes each named their images 0..n/4-1 and so over
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from milabench import datasets
 

@@ -27,8 +27,9 @@ import random
 import re
 import tarfile
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from milabench import datasets
 

@@ -6,8 +6,9 @@ names) and a :class:`~milarun.machine.gpuprobe.TorchGPUs`; nothing here imports 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from milarun.machine.gpuprobe import TorchGPUs
 

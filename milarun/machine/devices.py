@@ -14,11 +14,12 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from milarun.machine import gpuprobe
 from milarun.errors import DeviceSpecError, GPUDiscoveryError
+from milarun.machine import gpuprobe
 
 CPU_KIND = "cpu"
 GPU_KIND = "cuda"
@@ -261,7 +262,7 @@ class Monitor:
         self._thread: threading.Thread | None = None
         self._t0 = time.time()
 
-    def start(self) -> "Monitor":
+    def start(self) -> Monitor:
         if self.unavailable is None:
             self._thread = threading.Thread(target=self._loop, daemon=True, name="monitor")
             self._thread.start()

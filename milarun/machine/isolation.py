@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
 from milarun.errors import IsolationError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")

@@ -20,8 +20,9 @@ import dataclasses
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 ENV_FLAG = "MILARUN_COUNT_FLOPS"  # "0" (or false/no/off) disables the counted step
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")

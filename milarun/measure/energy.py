@@ -21,8 +21,9 @@ import bisect
 import math
 import re
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from milarun import results
 from milarun.results import steady

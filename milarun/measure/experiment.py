@@ -12,13 +12,14 @@ import argparse
 import os
 import socket
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from milarun.machine.slurmenv import node_name
 from milarun.measure.diagnostics import DEFAULT_MIN_SLICES, RunLength
 from milarun.measure.ratelog import SLICE_DURATION, RateLog
 from milarun.results.records import RateRecord, TimerRecord
-from milarun.machine.slurmenv import node_name
 
 if TYPE_CHECKING:
     from milarun.measure.efficiency import Efficiency
@@ -37,7 +38,7 @@ class Timer:
         self.duration, self.entries = 0.0, 0
         self._begin: float | None = None
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         if self.start is None:
             self.start = self.wallclock()
         self._begin = self.clock()

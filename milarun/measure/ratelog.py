@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from milarun.results.records import RateRecord
 from milarun.results import steady
+from milarun.results.records import RateRecord
 
 SLICE_DURATION = 0.5
 _EPS = 1e-12
@@ -21,7 +22,7 @@ class _Block:
 
     __slots__ = ("log", "count", "start")
 
-    def __init__(self, log: "RateLog", count: int):
+    def __init__(self, log: RateLog, count: int):
         self.log = log
         self.count = count
 
@@ -88,7 +89,7 @@ class RateLog:
         self._slice_count = 0.0
         self._unsynced = False
         # Called after a block that closed slices, outside the timed region.
-        self.on_slice: Callable[["RateLog"], None] | None = None
+        self.on_slice: Callable[[RateLog], None] | None = None
         # Start-up cost: the first block's duration and when the first slice closed.
         self.first_block: float | None = None
         self.first_slice_at: float | None = None
@@ -117,7 +118,7 @@ class RateLog:
         self._judged_at = len(self.rates)
         return False
 
-    def block(self, count: int) -> "_Block":
+    def block(self, count: int) -> _Block:
         """Time one iteration that processes ``count`` examples: ``with log.block(n):``."""
         return _Block(self, count)
 

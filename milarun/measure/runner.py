@@ -10,21 +10,19 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from milarun import results
-from milarun.machine import devices, sysinfo, watchdog
-from milarun.measure import confinement, diagnostics, energy
-from milarun.results import records
-from milarun.machine.gpuids import instance_gpus
-from milarun.measure.experiment import Experiment, BadTestArguments, RateLog
-from milarun.results.records import Failure, RateRecord, TimerRecord
-from milarun import errors
+from milarun import errors, results
 from milarun.errors import UsageError
-from milarun.results import steady
-
+from milarun.machine import devices, sysinfo, watchdog
+from milarun.machine.gpuids import instance_gpus
+from milarun.measure import confinement, diagnostics, energy
+from milarun.measure.experiment import BadTestArguments, Experiment, RateLog
+from milarun.results import records, steady
+from milarun.results.records import Failure, RateRecord, TimerRecord
 
 # The prefix of the progress lines an instance prints on stdout (the supervisor's board
 # reads them from the instance's log).

@@ -13,8 +13,9 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from milarun.machine import devices
 from milarun.measure.experiment import Experiment

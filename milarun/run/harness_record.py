@@ -11,8 +11,8 @@ from typing import Any
 
 from milarun.machine import devices as devmod
 from milarun.machine import sysinfo
-from milarun.results import records
 from milarun.machine.gpuids import instance_gpus
+from milarun.results import records
 from milarun.run.plan import Instance, LaunchOptions
 
 LOG_TAIL_LINES = 50

@@ -13,18 +13,27 @@ import os
 import signal
 import subprocess
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from milarun import results
+from milarun import errors, results
 from milarun.machine import isolation, watchdog
-from milarun.run import harness_record
 from milarun.machine.devices import Device
-from milarun.run.plan import (GRACE_PERIOD, Instance, LaunchOptions,  # noqa: F401
-                          Rendezvous, check_jobs, exec_prefix, free_port, plan_instances,
-                          plan_progression, run_prepare)
+from milarun.run import harness_record
+from milarun.run.plan import (  # noqa: F401
+    GRACE_PERIOD,
+    Instance,
+    LaunchOptions,
+    Rendezvous,
+    check_jobs,
+    exec_prefix,
+    free_port,
+    plan_instances,
+    plan_progression,
+    run_prepare,
+)
 from milarun.run.profile import Job
 from milarun.run.progress import ProgressBoard
-from milarun import errors
 
 POLL_INTERVAL = 0.1
 # Stop every instance and record it 'interrupted' (SIGHUP: the ssh session closed).

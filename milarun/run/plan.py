@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from milarun import errors
+from milarun.errors import LaunchError
 from milarun.machine import devices as devmod
 from milarun.machine import isolation
 from milarun.machine.devices import Device
 from milarun.run.profile import Job
-from milarun import errors
-from milarun.errors import LaunchError
 
 GRACE_PERIOD = 10.0
 log = logging.getLogger("milarun.run.launch")
@@ -90,7 +90,7 @@ class Rendezvous:
 
     @classmethod
     def parse(cls, nnodes: int, master: str, node_rank: int | None,
-              environ: dict[str, str] | None = None) -> "Rendezvous":
+              environ: dict[str, str] | None = None) -> Rendezvous:
         """From ``--nnodes K --master ADDR:PORT [--node-rank R]``; R defaults to Slurm's
         node index in the step (SLURM_NODEID)."""
         env = os.environ if environ is None else environ

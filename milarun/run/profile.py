@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milarun import results
-from milarun import errors
+from milarun import errors, results
 from milarun.errors import ProfileError
 
 PROFILE_DIR = Path(__file__).parent.parent / "profiles"

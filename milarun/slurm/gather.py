@@ -14,8 +14,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from milarun.machine import watchdog
 from milarun.errors import GatherError
+from milarun.machine import watchdog
 
 LOGS = "logs"  # `jobs` writes <out>/logs/<name>.J<id>.log, one per instance, appended
 
