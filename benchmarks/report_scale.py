@@ -25,10 +25,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from resultfactory import rate_series, result, write  # noqa: E402
 
-from milarun.report import build as report
+from milarun.report import build as report  # noqa: E402
 from milarun.report import summary  # noqa: E402
-from milarun.report.render import html
-from milarun.report.render import text as render
+from milarun.report.render import html  # noqa: E402
+from milarun.report.render import text as render  # noqa: E402
 
 TESTS = 20
 GPUS = 8

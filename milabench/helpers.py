@@ -74,8 +74,8 @@ def positive_int(text: str) -> int:
 
     try:
         value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from err
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} (must be >= 1)")
     return value

@@ -55,7 +55,7 @@ def resolve(spec: str) -> Any:
         return importlib.import_module(f"{module or __name__}.{name}")
     except ModuleNotFoundError as err:
         if err.name and name in err.name:
-            raise DataMissing(f"unknown dataset {spec!r} (known: {', '.join(known())})")
+            raise DataMissing(f"unknown dataset {spec!r} (known: {', '.join(known())})") from err
         raise
 
 

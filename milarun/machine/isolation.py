@@ -295,7 +295,7 @@ def teardown(students: list[Student], hier: dict[str, Hierarchy],
                 if parent and path == h.path(parent):
                     continue  # other students still live there
                 raise IsolationError(f"cannot remove {ctl}:{path}: {err.strerror} "
-                                     "(is a benchmark still running in it?)")
+                                     "(is a benchmark still running in it?)") from err
             removed.append(f"{ctl}:{path}")
     return removed
 
@@ -317,7 +317,8 @@ def check(students: list[Student], hier: dict[str, Hierarchy],
             if not d.is_dir():
                 row[ctl] = f"missing ({path})"
             elif ctl == "cpuset":
-                row[ctl] = f"{path} cpus={read_file(d / 'cpuset.cpus')} mems={read_file(d / 'cpuset.mems')}"
+                row[ctl] = (f"{path} cpus={read_file(d / 'cpuset.cpus')} "
+                            f"mems={read_file(d / 'cpuset.mems')}")
             else:
                 key = "memory.limit_in_bytes" if h.version == 1 else "memory.max"
                 row[ctl] = f"{path} limit={read_file(d / key)}"

@@ -154,10 +154,10 @@ def hold_outdir(outdir: Path) -> Iterator[Path]:
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except BlockingIOError as err:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             raise OutdirBusy(f"output folder '{outdir}' is in use by another milarun jobs "
-                             f"(pid {holder}); wait for it or pass another -o")
+                             f"(pid {holder}); wait for it or pass another -o") from err
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -208,7 +208,7 @@ class Startup:
 
 def startup(imported_at: float, called_at: float, logs: Sequence[Any]) -> Startup:
     """The start-up cost of this process, from the ``train`` log (else the first one)."""
-    log = next((l for l in logs if l.name == "train"), logs[0] if logs else None)
+    log = next((lg for lg in logs if lg.name == "train"), logs[0] if logs else None)
     start = process_start()
     imports = imported_at - start if start is not None else None
     if log is None:

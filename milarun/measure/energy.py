@@ -156,7 +156,8 @@ def energy_record(device: str, timings: Mapping[str, Any],
     if len(ranks) > len(gpus):
         return Energy(gpus=names, reason=f"rank 0 sees {len(gpus)} of the job's "
                       f"{len(ranks)} GPUs: the job's energy is not measured")
-    windows = [steady.wall_clock_window(log) if hasattr(log, "slice_ends") else None for log in logs]
+    windows = [steady.wall_clock_window(log) if hasattr(log, "slice_ends") else None
+               for log in logs]
     if any(w is None or w.end <= w.start for w in windows):
         return Energy(gpus=names, reason="no steady window with slice times")
     main = windows[0]

@@ -128,7 +128,7 @@ def _placement(job: Job, device: Device, opts: LaunchOptions) -> isolation.Place
         return isolation.placement(job.cgroup, device.id, opts.hierarchies)
     except errors.IsolationError as err:
         if not job.cgroup_optional:
-            raise errors.IsolationError(f"job {job.fullname}: {err}")
+            raise errors.IsolationError(f"job {job.fullname}: {err}") from err
         if job.fullname not in opts.unisolated_warned:
             opts.unisolated_warned.add(job.fullname)
             log.warning("%s runs WITHOUT student isolation: %s", job.fullname, err)
