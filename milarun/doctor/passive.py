@@ -17,7 +17,7 @@ import shlex
 import shutil
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,7 +219,8 @@ def _prepared(job: profile.Job) -> dict[str, tuple[list[str], int | None]]:
     return made
 
 
-def data_needs(prof: profile.Profile, read_by: dict[str, tuple[str, ...]]) -> list[DataNeed]:
+def data_needs(prof: profile.Profile,
+               read_by: Mapping[str, tuple[str, ...]]) -> list[DataNeed]:
     """Each dataset the profile's tests read (``read_by``: experiment module -> datasets)."""
     needs: dict[str, DataNeed] = {}
     for job in prof.jobs.values():

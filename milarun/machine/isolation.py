@@ -105,15 +105,18 @@ class Student:
 
 def cpu_list(cpus: list[int] | tuple[int, ...]) -> str:
     """[0, 1, 2, 5] -> "0-2,5" (the cpuset file format)."""
-    out, cpus = [], sorted(cpus)
-    start = prev = None
-    for c in cpus + [None]:
-        if start is not None and (c is None or c != prev + 1):
+    out: list[str] = []
+    start: int | None = None
+    prev = 0
+    for c in sorted(cpus):
+        if start is not None and c != prev + 1:
             out.append(f"{start}" if start == prev else f"{start}-{prev}")
             start = None
-        if c is not None and start is None:
+        if start is None:
             start = c
         prev = c
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
     return ",".join(out)
 
 

@@ -16,7 +16,7 @@ import resource
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -94,12 +94,11 @@ def _parent_gone(first_parent: int, supervisor: int) -> bool:
     return False
 
 
-def watch_parent(environ: dict[str, str] | None = None) -> threading.Thread | None:
+def watch_parent(environ: Mapping[str, str] | None = None) -> threading.Thread | None:
     """In an instance of ``jobs``: SIGKILL this process's group when its parent or the
     supervisor is gone. Nothing when not started by ``jobs`` (a plain ``milarun run`` may
     outlive its shell on purpose, e.g. under nohup)."""
-    environ = os.environ if environ is None else environ
-    value = environ.get(SUPERVISOR_ENV, "")
+    value = (os.environ if environ is None else environ).get(SUPERVISOR_ENV, "")
     if not value.isdigit():
         return None
     supervisor, first_parent = int(value), os.getppid()

@@ -14,7 +14,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from milarun.machine.slurmenv import node_name
 from milarun.measure.diagnostics import DEFAULT_MIN_SLICES, RunLength
@@ -114,7 +114,7 @@ class Experiment:
                             help="keep measuring past --max-count until the steady rate's "
                                  "95%% CI half-width is below this fraction (e.g. 0.01)")
 
-        def error(message: str) -> None:
+        def error(message: str) -> NoReturn:
             raise BadTestArguments(f"bad test argument: {message}")
 
         parser.error = error  # type: ignore[method-assign]

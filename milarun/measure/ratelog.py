@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from milarun.results import steady
 from milarun.results.records import RateRecord
@@ -36,7 +36,7 @@ class _Block:
             log.wall_start = log.wallclock()
         self.start = start
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if exc_type is None:  # an iteration that raised is not logged
             self.log._close_block(self.start, self.count)
         return False
@@ -200,6 +200,7 @@ class RateLog:
             self.last_end = (self.last_end or before) + waited
             self._unsynced = False
         if self._slice_time > _EPS:
+            assert self.last_end is not None  # time in a slice: a block has closed
             self.rates.append(self._slice_count / self._slice_time)
             self.slice_ends.append(self.wallclock() - (self.clock() - self.last_end))
             self.last_slice = self._slice_time

@@ -61,6 +61,13 @@ class Instance:
     def tag(self) -> str:
         return f"{self.name} J{self.job_id} {','.join(d.label for d in self.devices)}"
 
+    @property
+    def started_process(self) -> subprocess.Popen:
+        """The process of an instance that has started (the supervisor's view of it)."""
+        if self.process is None:
+            raise RuntimeError(f"{self.tag} has not started")
+        return self.process
+
 
 @dataclass
 class LaunchOptions:
