@@ -23,7 +23,6 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fullfs import fill_up, full_tmpfs  # noqa: E402  (shared with the tests)
-
 from milarun.results import manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
