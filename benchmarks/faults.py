@@ -16,8 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import psutil
 
@@ -130,7 +130,7 @@ def hostile_name(tmp: Path) -> tuple[bool, int, str]:
 
 def hostile_files(tmp: Path) -> tuple[bool, int, str]:
     res = tmp / "res"
-    done = milarun("run", "faulty:nan_metric", "-o", res)  # one real (failed) result
+    milarun("run", "faulty:nan_metric", "-o", res)  # one real (failed) result
     os.mkfifo(res / "fifo.json")
     (res / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     good = json.loads(next(res.glob("*.FAIL.*.json")).read_text())

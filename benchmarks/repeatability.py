@@ -18,7 +18,8 @@ import tempfile
 from pathlib import Path
 
 from milarun.machine import sysinfo
-from milarun.report import build as report, summary
+from milarun.report import build as report
+from milarun.report import summary
 
 
 def main() -> None:

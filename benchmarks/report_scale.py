@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from resultfactory import rate_series, result, write  # noqa: E402
-
+from milarun.report import build as report  # noqa: E402
 from milarun.report import summary  # noqa: E402
-from milarun.report import build as report
-from milarun.report.render import html, text as render
+from milarun.report.render import html  # noqa: E402
+from milarun.report.render import text as render  # noqa: E402
+from resultfactory import rate_series, result, write  # noqa: E402
 
 TESTS = 20
 GPUS = 8

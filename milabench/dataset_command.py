@@ -7,8 +7,8 @@ line naming the dataset and what to do.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from milabench import datasets
 
@@ -29,7 +29,7 @@ def make(specs: list[str], root: Path, synthetic: bool = False, size: int | None
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise Refused(f"data folder '{root}' cannot be created ({err.strerror or err}); "
-                      "pass -d with a folder you can write")
+                      "pass -d with a folder you can write") from err
     for spec in specs:
         try:
             module = datasets.resolve(spec)
@@ -39,9 +39,9 @@ def make(specs: list[str], root: Path, synthetic: bool = False, size: int | None
             else:
                 folder = module.download(root)
         except datasets.DataMissing as err:
-            raise Refused(str(err))
+            raise Refused(str(err)) from err
         except OSError as err:  # network or disk: say which dataset and what to do
             hint = (f"check the free space and permissions of {root}" if synthetic
                     else "check the network and the free space (or use --synthetic)")
-            raise Refused(f"{spec}: {err}; {hint}")
+            raise Refused(f"{spec}: {err}; {hint}") from err
         yield f"{spec}: {datasets.describe(folder)} in {folder}"

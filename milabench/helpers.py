@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from milabench import distributed
-from milarun.measure import efficiency
 from milarun.experiment import Experiment
+from milarun.measure import efficiency
 
 
 def seed_everything(seed: int) -> None:
@@ -73,8 +74,8 @@ def positive_int(text: str) -> int:
 
     try:
         value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from err
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} (must be >= 1)")
     return value

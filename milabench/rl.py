@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections import deque
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -151,7 +152,7 @@ class PPOConfig:
     @classmethod
     def from_args(cls, args: argparse.Namespace, minibatches: int | None = None,
                   batch_size: int | None = None, recurrence: int = 1,
-                  normalise_advantages: bool = True) -> "PPOConfig":
+                  normalise_advantages: bool = True) -> PPOConfig:
         """From :func:`add_ppo_arguments`' flags; the given default minibatching applies when
         neither --num-mini-batch nor --batch-size was given. Checks that the rollout splits."""
         frames = args.num_processes * args.num_steps

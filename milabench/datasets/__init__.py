@@ -31,9 +31,10 @@ import socket
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 MARKER = ".milarun-dataset.json"
 PARTIAL = ".milarun-partial.json"  # a synthetic set being written: what it will be
@@ -54,7 +55,7 @@ def resolve(spec: str) -> Any:
         return importlib.import_module(f"{module or __name__}.{name}")
     except ModuleNotFoundError as err:
         if err.name and name in err.name:
-            raise DataMissing(f"unknown dataset {spec!r} (known: {', '.join(known())})")
+            raise DataMissing(f"unknown dataset {spec!r} (known: {', '.join(known())})") from err
         raise
 
 
@@ -286,8 +287,13 @@ def progress(title: str, total: int, unit: str) -> Iterator[Callable[[int], None
     start = time.perf_counter()
     if sys.stderr.isatty():
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn(f"{unit}s"), TimeRemainingColumn(),

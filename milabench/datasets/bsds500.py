@@ -93,7 +93,8 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
 def _write_synthetic(root: Path, size: int, seed: int, workers: int) -> None:
     for split, count in (("train", size), ("val", max(1, size // 10)),
                          ("test", max(1, size // 10))):
-        datasets.map_chunks(_write_chunk, count, workers, lambda r: (root, split, r, seed))
+        datasets.map_chunks(_write_chunk, count, workers,
+                            lambda r, split=split: (root, split, r, seed))
 
 
 def download(root: Path) -> Path:

@@ -121,7 +121,8 @@ def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> None:
         start = first[split]
         drawn = datasets.flatten(datasets.map_chunks(
             _write_chunk, counts[split], workers,
-            lambda r: (base, split, range(start + r.start, start + r.stop), seed)))
+            lambda r, split=split, start=start:
+                (base, split, range(start + r.start, start + r.stop), seed)))
         annotations = [a for _, anns in drawn for a in anns]
         for number, annotation in enumerate(annotations, 1):
             annotation["id"] = number

@@ -14,8 +14,9 @@ legacy writer, whose four processes each named their images 0..n/4-1 and so over
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from milabench import datasets
 
@@ -73,7 +74,7 @@ def _write_synthetic(base: Path, size: int, seed: int, workers: int, image_size:
     with datasets.progress(NAME, sum(counts.values()), "image") as advance:
         for split, count in counts.items():
             datasets.map_chunks(_write_chunk, count, workers,
-                                lambda r: (base, split, r, seed, image_size, classes),
+                                lambda r, split=split: (base, split, r, seed, image_size, classes),
                                 on_result=advance, chunk=CHUNK)
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import gzip
 import shutil
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from milabench import datasets
 
@@ -115,7 +116,8 @@ def _write_synthetic(root: Path, size: int, seed: int, workers: int) -> None:
 
     raw = raw_folder(root)
     for split, count in (("train", size), ("test", max(1, size // 6))):
-        parts = datasets.map_chunks(_draw_chunk, count, workers, lambda r: (split, r, seed))
+        parts = datasets.map_chunks(_draw_chunk, count, workers,
+                                    lambda r, split=split: (split, r, seed))
         images = np.frombuffer(b"".join(p[0] for p in parts), np.uint8).reshape(-1, SIDE, SIDE)
         labels = np.frombuffer(b"".join(p[1] for p in parts), np.uint8)
         prefix = SPLITS[split]

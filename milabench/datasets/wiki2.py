@@ -151,7 +151,8 @@ def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> None:
     for split, tokens in split_sizes(size).items():
         articles = -(-tokens // ARTICLE_TOKENS)
         text = "".join(datasets.map_chunks(_write_articles, articles, workers,
-                                           lambda r: (split, r, tokens, seed)))
+                                           lambda r, split=split, tokens=tokens:
+                                               (split, r, tokens, seed)))
         # No marker yet: files left by an interrupted run are stale, and this process is
         # the only writer of each file, so replacing them is safe.
         datasets.write_new(split_file(base, split), text.encode(), replace=True)

@@ -27,8 +27,9 @@ import random
 import re
 import tarfile
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from milabench import datasets
 
@@ -298,7 +299,7 @@ def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> None:
     test = min(3003, max(1, size // 20))
     for split, stem, count in (("train", TRAIN, size), ("test", TEST, test)):
         pairs = datasets.flatten(datasets.map_chunks(_pairs_chunk, count, workers,
-                                                     lambda r: (seed, split, r)))
+                                                     lambda r, split=split: (seed, split, r)))
         write_tokenized(base, stem, pairs, workers, clean=split == "train")
     encode(base, workers)
 

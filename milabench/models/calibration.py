@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from milabench import helpers
 from milarun.experiment import Experiment
 from milarun.spin import spin
 
@@ -35,7 +36,7 @@ def own_rate(durations: list[float], batch: int,
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=helpers.positive_int, default=64)
     parser.add_argument("--step-time", type=float, default=0.005, help="seconds per step")
     args = exp.parse_args(parser, argv)
     if args.step_time <= 0:

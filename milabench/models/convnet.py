@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from milabench import helpers
-from milabench.datasets import fake_imagenet
 from milabench.classifiers import build_model, check_arch, logits
+from milabench.datasets import fake_imagenet
 from milarun.experiment import BadTestArguments, Experiment
 
 MOMENTUM = 0.9

@@ -27,7 +27,7 @@ def features(x: torch.Tensor) -> torch.Tensor:
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batch-size", type=helpers.positive_int, default=256)
     parser.add_argument("--lr", type=float, default=0.01)
     args = exp.parse_args(parser, argv)
     device = helpers.setup(exp, args)

@@ -47,9 +47,7 @@ class SubPixelCNN(nn.Module):
 
 def check_arguments(args: argparse.Namespace) -> None:
     """One-line BadTestArguments for values the data or the network cannot take."""
-    problems = []
-    if args.batch_size < 1:
-        problems.append(f"--batch-size {args.batch_size} (>= 1)")
+    problems = []  # --batch-size: the parser's positive_int
     if args.workers < 0:
         problems.append(f"--workers {args.workers} (>= 0)")
     if args.upscale_factor < 1:
@@ -62,7 +60,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=helpers.positive_int, default=64)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--upscale-factor", type=int, default=2)
     parser.add_argument("--crop-size", type=int, default=256,

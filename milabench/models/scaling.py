@@ -32,12 +32,13 @@ def main(exp: Experiment, argv: list[str]) -> None:
     exp.write_result = distributed.env_rank() == 0
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arch", default="alexnet", help="torchvision.models network name")
-    parser.add_argument("--batch-size", type=int, default=64, help="examples per rank and step")
+    parser.add_argument("--batch-size", type=helpers.positive_int, default=64,
+                        help="examples per rank and step")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--num-classes", type=int, default=1000)
     args = exp.parse_args(parser, argv)
-    for flag in ("batch_size", "image_size", "num_classes"):
+    for flag in ("image_size", "num_classes"):  # --batch-size: the parser's positive_int
         if getattr(args, flag) < 1:
             raise BadTestArguments(
                 f"bad test argument: --{flag.replace('_', '-')} {getattr(args, flag)} (>= 1)")

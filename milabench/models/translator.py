@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch import nn

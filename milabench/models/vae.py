@@ -56,13 +56,12 @@ def vae_loss(recon: torch.Tensor, x: torch.Tensor, mu: torch.Tensor,
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--batch-size", type=helpers.positive_int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3)
     helpers.add_data_arguments(parser, workers=1)  # the legacy's fixed 1 worker
     args = exp.parse_args(parser, argv)
-    if args.batch_size < 1 or args.workers < 0:
-        raise BadTestArguments(f"bad test argument: --batch-size {args.batch_size} (>= 1), "
-                               f"--workers {args.workers} (>= 0)")
+    if args.workers < 0:  # --batch-size: the parser's positive_int
+        raise BadTestArguments(f"bad test argument: --workers {args.workers} (>= 0)")
     device = helpers.setup(exp, args)
 
     from torchvision.transforms import ToTensor

@@ -6,8 +6,9 @@ names) and a :class:`~milarun.machine.gpuprobe.TorchGPUs`; nothing here imports 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from milarun.machine.gpuprobe import TorchGPUs
 
@@ -200,12 +201,12 @@ def versions(nvml: Any, torch: TorchGPUs, gpus: list[NvmlGPU]) -> Check:
               f"cuDNN {cudnn_text(v.get('cudnn'))}, NCCL {v.get('nccl') or 'none'}")
     if not v.get("cuda"):
         return Check("versions", FAIL, detail, "torch is a CPU build: install a CUDA build")
-    runtime = tuple(int(x) for x in str(v["cuda"]).split(".")[:2])
-    if runtime[0] > supports[0]:
+    torch_cuda = tuple(int(x) for x in str(v["cuda"]).split(".")[:2])
+    if torch_cuda[0] > supports[0]:
         return Check("versions", FAIL, detail + ": torch's CUDA is newer than the driver supports",
                      f"install a driver for CUDA {v['cuda']} or newer, or a torch built for "
                      f"CUDA {supports[0]}.x")
-    if runtime > supports:  # same major: CUDA's minor-version compatibility runs it, mostly
+    if torch_cuda > supports:  # same major: CUDA's minor-version compatibility runs it, mostly
         return Check("versions", WARN, detail + ": torch's CUDA is newer than the driver's "
                      "(minor-version compatibility: no PTX JIT)",
                      f"update the driver to one for CUDA {v['cuda']} or newer")

@@ -17,15 +17,16 @@ import shlex
 import shutil
 import sys
 import textwrap
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
+from milarun import errors
 from milarun.doctor import gpu as doctor_gpu
+from milarun.doctor.gpu import FAIL, INFO, PASS, WARN, Check
 from milarun.machine import devices, gpuprobe, isolation
 from milarun.run import profile
-from milarun.doctor.gpu import FAIL, INFO, PASS, WARN, Check
-from milarun import errors
 
 __all__ = ["Check", "Machine", "Request", "run_checks", "render", "summary", "exit_code",
            "PASS", "WARN", "FAIL", "INFO"]
@@ -63,7 +64,7 @@ class Machine:
     packages: tuple[str, ...] = BYTECODE_PACKAGES
 
     @classmethod
-    def here(cls) -> "Machine":
+    def here(cls) -> Machine:
         nvml, error = devices.load_nvml()
         return cls(nvml=nvml, nvml_error=error)
 
@@ -218,7 +219,8 @@ def _prepared(job: profile.Job) -> dict[str, tuple[list[str], int | None]]:
     return made
 
 
-def data_needs(prof: profile.Profile, read_by: dict[str, tuple[str, ...]]) -> list[DataNeed]:
+def data_needs(prof: profile.Profile,
+               read_by: Mapping[str, tuple[str, ...]]) -> list[DataNeed]:
     """Each dataset the profile's tests read (``read_by``: experiment module -> datasets)."""
     needs: dict[str, DataNeed] = {}
     for job in prof.jobs.values():

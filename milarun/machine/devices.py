@@ -2,8 +2,8 @@
 
 The ``jobs`` process discovers GPUs through NVML (honouring ``CUDA_VISIBLE_DEVICES``), never
 falling back to the CPU where the machine shows GPUs NVML cannot see, or takes ``--devices``
-(ids: NVML's, in PCI bus order, or UUIDs; milarun.machine.gpuids resolves them); each instance learns
-its device from ``MILARUN_DEVICE`` and ``CUDA_VISIBLE_DEVICES``. Monitors sample in a
+(ids: NVML's, in PCI bus order, or UUIDs; milarun.machine.gpuids resolves them); each instance
+learns its device from ``MILARUN_DEVICE`` and ``CUDA_VISIBLE_DEVICES``. Monitors sample in a
 background thread and record "no samples" with the reason when there is nothing to sample.
 """
 
@@ -14,11 +14,12 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
-from milarun.machine import gpuprobe
 from milarun.errors import DeviceSpecError, GPUDiscoveryError
+from milarun.machine import gpuprobe
 
 CPU_KIND = "cpu"
 GPU_KIND = "cuda"
@@ -261,7 +262,7 @@ class Monitor:
         self._thread: threading.Thread | None = None
         self._t0 = time.time()
 
-    def start(self) -> "Monitor":
+    def start(self) -> Monitor:
         if self.unavailable is None:
             self._thread = threading.Thread(target=self._loop, daemon=True, name="monitor")
             self._thread.start()
@@ -328,23 +329,27 @@ def gpu_monitor(nvml: Any = None, ids: list[str] | None = None,
     energy = None if os.environ.get("RANK", "0") != "0" else \
         getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
 
+    def read(h: Any) -> dict[str, Any]:
+        """One GPU's readings, each on its own: many GPUs do not support some (power,
+        temperature)."""
+        return {
+            "load": _nvml_read(lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0),
+            "memory": _nvml_read(lambda: _memory_mib(nvml.nvmlDeviceGetMemoryInfo(h))),
+            "temperature": _nvml_read(lambda: nvml.nvmlDeviceGetTemperature(h, 0)),
+            "power": _nvml_read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),  # W
+            # J since the driver loaded (NVML counts mJ): energy over a window
+            "energy": _nvml_read(lambda: energy(h) / 1000.0) if energy else None,
+            "sm_clock": _nvml_read(lambda: nvml.nvmlDeviceGetClockInfo(h, sm_clock)),  # MHz
+            # bitmask of why clocks are below max (power cap, thermal, ...)
+            "clock_events": _nvml_read(lambda: int(reasons(h))) if reasons else None,
+        }
+
     def probe() -> dict[str, Any]:
         out = {}
         # Wall clock of the readings, so milarun.measure.energy can place them in the steady window.
         now = time.time()
         for gid, h in handles.items():
-            # Each reading on its own: many GPUs do not support some (power, temperature).
-            reading = {
-                "load": _nvml_read(lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0),
-                "memory": _nvml_read(lambda: _memory_mib(nvml.nvmlDeviceGetMemoryInfo(h))),
-                "temperature": _nvml_read(lambda: nvml.nvmlDeviceGetTemperature(h, 0)),
-                "power": _nvml_read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),  # W
-                # J since the driver loaded (NVML counts mJ): energy over a window
-                "energy": _nvml_read(lambda: energy(h) / 1000.0) if energy else None,
-                "sm_clock": _nvml_read(lambda: nvml.nvmlDeviceGetClockInfo(h, sm_clock)),  # MHz
-                # bitmask of why clocks are below max (power cap, thermal, ...)
-                "clock_events": _nvml_read(lambda: int(reasons(h))) if reasons else None,
-            }
+            reading = read(h)
             if all(v is None for v in reading.values()):
                 raise RuntimeError(f"NVML gave no reading for GPU {gid}")
             out[gid] = reading

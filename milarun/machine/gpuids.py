@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
+from milarun.errors import DeviceSpecError
 from milarun.machine import devices
 from milarun.machine.devices import GPU_KIND, Device
-from milarun.errors import DeviceSpecError
 
 PCI_ORDER = "PCI_BUS_ID"
 log = logging.getLogger(__name__)

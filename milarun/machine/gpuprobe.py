@@ -12,9 +12,10 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # NVIDIA's per-GPU nodes (not nvidiactl / nvidia-uvm) and AMD's compute node.
 _DEVICE_FILE = re.compile(r"nvidia\d+|kfd")

@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
 from milarun.errors import IsolationError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -104,15 +105,18 @@ class Student:
 
 def cpu_list(cpus: list[int] | tuple[int, ...]) -> str:
     """[0, 1, 2, 5] -> "0-2,5" (the cpuset file format)."""
-    out, cpus = [], sorted(cpus)
-    start = prev = None
-    for c in cpus + [None]:
-        if start is not None and (c is None or c != prev + 1):
+    out: list[str] = []
+    start: int | None = None
+    prev = 0
+    for c in sorted(cpus):
+        if start is not None and c != prev + 1:
             out.append(f"{start}" if start == prev else f"{start}-{prev}")
             start = None
-        if c is not None and start is None:
+        if start is None:
             start = c
         prev = c
+    if start is not None:
+        out.append(f"{start}" if start == prev else f"{start}-{prev}")
     return ",".join(out)
 
 
@@ -295,7 +299,7 @@ def teardown(students: list[Student], hier: dict[str, Hierarchy],
                 if parent and path == h.path(parent):
                     continue  # other students still live there
                 raise IsolationError(f"cannot remove {ctl}:{path}: {err.strerror} "
-                                     "(is a benchmark still running in it?)")
+                                     "(is a benchmark still running in it?)") from err
             removed.append(f"{ctl}:{path}")
     return removed
 
@@ -317,7 +321,8 @@ def check(students: list[Student], hier: dict[str, Hierarchy],
             if not d.is_dir():
                 row[ctl] = f"missing ({path})"
             elif ctl == "cpuset":
-                row[ctl] = f"{path} cpus={read_file(d / 'cpuset.cpus')} mems={read_file(d / 'cpuset.mems')}"
+                row[ctl] = (f"{path} cpus={read_file(d / 'cpuset.cpus')} "
+                            f"mems={read_file(d / 'cpuset.mems')}")
             else:
                 key = "memory.limit_in_bytes" if h.version == 1 else "memory.max"
                 row[ctl] = f"{path} limit={read_file(d / key)}"

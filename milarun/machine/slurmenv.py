@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 NODES_FOLDER = "nodes"
 

@@ -16,9 +16,9 @@ import resource
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from milarun import errors
 
@@ -94,12 +94,11 @@ def _parent_gone(first_parent: int, supervisor: int) -> bool:
     return False
 
 
-def watch_parent(environ: dict[str, str] | None = None) -> threading.Thread | None:
+def watch_parent(environ: Mapping[str, str] | None = None) -> threading.Thread | None:
     """In an instance of ``jobs``: SIGKILL this process's group when its parent or the
     supervisor is gone. Nothing when not started by ``jobs`` (a plain ``milarun run`` may
     outlive its shell on purpose, e.g. under nohup)."""
-    environ = os.environ if environ is None else environ
-    value = environ.get(SUPERVISOR_ENV, "")
+    value = (os.environ if environ is None else environ).get(SUPERVISOR_ENV, "")
     if not value.isdigit():
         return None
     supervisor, first_parent = int(value), os.getppid()
@@ -154,10 +153,10 @@ def hold_outdir(outdir: Path) -> Iterator[Path]:
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except BlockingIOError as err:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             raise OutdirBusy(f"output folder '{outdir}' is in use by another milarun jobs "
-                             f"(pid {holder}); wait for it or pass another -o")
+                             f"(pid {holder}); wait for it or pass another -o") from err
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
 from milarun.results import steady
 
@@ -207,7 +208,7 @@ class Startup:
 
 def startup(imported_at: float, called_at: float, logs: Sequence[Any]) -> Startup:
     """The start-up cost of this process, from the ``train`` log (else the first one)."""
-    log = next((l for l in logs if l.name == "train"), logs[0] if logs else None)
+    log = next((lg for lg in logs if lg.name == "train"), logs[0] if logs else None)
     start = process_start()
     imports = imported_at - start if start is not None else None
     if log is None:

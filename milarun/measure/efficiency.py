@@ -20,8 +20,9 @@ import dataclasses
 import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 ENV_FLAG = "MILARUN_COUNT_FLOPS"  # "0" (or false/no/off) disables the counted step
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
@@ -158,7 +159,7 @@ def count_step(step: Callable[[], Any]) -> dict[str, Any]:
     from torch.utils.flop_counter import FlopCounterMode
 
     # torch < 2.12 has no skip_unsupported (it always skipped ops without a formula).
-    options = {"display": False}
+    options: dict[str, Any] = {"display": False}
     if "skip_unsupported" in inspect.signature(FlopCounterMode.__init__).parameters:
         options["skip_unsupported"] = True
     counter = FlopCounterMode(**options)
@@ -169,7 +170,7 @@ def count_step(step: Callable[[], Any]) -> dict[str, Any]:
 
         supports_higher_order_operators = True
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             formula = counter.flop_registry.get(getattr(func, "_overloadpacket", func))

@@ -20,8 +20,9 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from milarun import results
 from milarun.results import steady
@@ -83,8 +84,10 @@ def _series(samples: Sequence[Any], gid: str, key: str) -> list[tuple[float, flo
     for sample in samples:
         if not isinstance(sample, dict) or not isinstance(sample.get("gpus"), dict):
             continue
-        when, reading = sample.get("time"), sample["gpus"].get(gid)
-        value = reading.get(key) if isinstance(reading, dict) else None
+        # JSON values: is_finite below tells the numbers
+        when: Any = sample.get("time")
+        reading = sample["gpus"].get(gid)
+        value: Any = reading.get(key) if isinstance(reading, dict) else None
         if results.is_finite(when) and results.is_finite(value):
             out.append((float(when), float(value)))
     return sorted(out)
@@ -153,8 +156,10 @@ def energy_record(device: str, timings: Mapping[str, Any],
     if len(ranks) > len(gpus):
         return Energy(gpus=names, reason=f"rank 0 sees {len(gpus)} of the job's "
                       f"{len(ranks)} GPUs: the job's energy is not measured")
-    windows = [steady.wall_clock_window(log) if hasattr(log, "slice_ends") else None for log in logs]
-    if any(w is None or w.end <= w.start for w in windows):
+    candidates = [steady.wall_clock_window(log) if hasattr(log, "slice_ends") else None
+                  for log in logs]
+    windows = [w for w in candidates if w is not None and w.end > w.start]
+    if len(windows) < len(candidates):
         return Energy(gpus=names, reason="no steady window with slice times")
     main = windows[0]
     joules, methods = 0.0, set()
@@ -191,8 +196,8 @@ def throttle_record(record: Any, monitor: Mapping[str, Any] | None,
     None when there is no window or no sample has clock-event reasons."""
     window = steady.wall_clock_window(record) if hasattr(record, "slice_ends") else None
     samples = (monitor or {}).get("samples") or []
-    interval = (monitor or {}).get("interval")
-    interval = float(interval) if results.is_finite(interval) and interval > 0 else 1.0
+    given: Any = (monitor or {}).get("interval")  # JSON: is_finite tells a number
+    interval = float(given) if results.is_finite(given) and given > 0 else 1.0
     if window is None:
         return None
     flagged: set[int] = set()

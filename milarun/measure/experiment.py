@@ -12,13 +12,14 @@ import argparse
 import os
 import socket
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from milarun.machine.slurmenv import node_name
 from milarun.measure.diagnostics import DEFAULT_MIN_SLICES, RunLength
 from milarun.measure.ratelog import SLICE_DURATION, RateLog
 from milarun.results.records import RateRecord, TimerRecord
-from milarun.machine.slurmenv import node_name
 
 if TYPE_CHECKING:
     from milarun.measure.efficiency import Efficiency
@@ -37,7 +38,7 @@ class Timer:
         self.duration, self.entries = 0.0, 0
         self._begin: float | None = None
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         if self.start is None:
             self.start = self.wallclock()
         self._begin = self.clock()
@@ -113,7 +114,7 @@ class Experiment:
                             help="keep measuring past --max-count until the steady rate's "
                                  "95%% CI half-width is below this fraction (e.g. 0.01)")
 
-        def error(message: str) -> None:
+        def error(message: str) -> NoReturn:
             raise BadTestArguments(f"bad test argument: {message}")
 
         parser.error = error  # type: ignore[method-assign]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, Literal
 
-from milarun.results.records import RateRecord
 from milarun.results import steady
+from milarun.results.records import RateRecord
 
 SLICE_DURATION = 0.5
 _EPS = 1e-12
@@ -21,7 +22,7 @@ class _Block:
 
     __slots__ = ("log", "count", "start")
 
-    def __init__(self, log: "RateLog", count: int):
+    def __init__(self, log: RateLog, count: int):
         self.log = log
         self.count = count
 
@@ -35,7 +36,7 @@ class _Block:
             log.wall_start = log.wallclock()
         self.start = start
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if exc_type is None:  # an iteration that raised is not logged
             self.log._close_block(self.start, self.count)
         return False
@@ -88,7 +89,7 @@ class RateLog:
         self._slice_count = 0.0
         self._unsynced = False
         # Called after a block that closed slices, outside the timed region.
-        self.on_slice: Callable[["RateLog"], None] | None = None
+        self.on_slice: Callable[[RateLog], None] | None = None
         # Start-up cost: the first block's duration and when the first slice closed.
         self.first_block: float | None = None
         self.first_slice_at: float | None = None
@@ -117,7 +118,7 @@ class RateLog:
         self._judged_at = len(self.rates)
         return False
 
-    def block(self, count: int) -> "_Block":
+    def block(self, count: int) -> _Block:
         """Time one iteration that processes ``count`` examples: ``with log.block(n):``."""
         return _Block(self, count)
 
@@ -199,6 +200,7 @@ class RateLog:
             self.last_end = (self.last_end or before) + waited
             self._unsynced = False
         if self._slice_time > _EPS:
+            assert self.last_end is not None  # time in a slice: a block has closed
             self.rates.append(self._slice_count / self._slice_time)
             self.slice_ends.append(self.wallclock() - (self.clock() - self.last_end))
             self.last_slice = self._slice_time

@@ -10,21 +10,19 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from milarun import results
-from milarun.machine import devices, sysinfo, watchdog
-from milarun.measure import confinement, diagnostics, energy
-from milarun.results import records
-from milarun.machine.gpuids import instance_gpus
-from milarun.measure.experiment import Experiment, BadTestArguments, RateLog
-from milarun.results.records import Failure, RateRecord, TimerRecord
-from milarun import errors
+from milarun import errors, results
 from milarun.errors import UsageError
-from milarun.results import steady
-
+from milarun.machine import devices, sysinfo, watchdog
+from milarun.machine.gpuids import instance_gpus
+from milarun.measure import confinement, diagnostics, energy
+from milarun.measure.experiment import BadTestArguments, Experiment, RateLog
+from milarun.results import records, steady
+from milarun.results.records import Failure, RateRecord, TimerRecord
 
 # The prefix of the progress lines an instance prints on stdout (the supervisor's board
 # reads them from the instance's log).
@@ -47,7 +45,7 @@ def resolve_function(spec: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise UsageError(f"cannot import module '{module_name}' of '{spec}': {err}")
+        raise UsageError(f"cannot import module '{module_name}' of '{spec}': {err}") from err
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise UsageError(f"module '{module_name}' has no function '{attr}' (from '{spec}')")
@@ -364,7 +362,7 @@ def check_dataroot(dataroot: Path) -> None:
         Path(dataroot).mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"data folder '{dataroot}' cannot be created "
-                         f"({err.strerror or err}); pass -d with a folder you can write")
+                         f"({err.strerror or err}); pass -d with a folder you can write") from err
 
 
 WRITE_CHECK_BYTES = 256 * 1024  # about one result with its rate series and monitor samples
@@ -384,7 +382,7 @@ def check_outdir(outdir: Path) -> None:
         raise UsageError(
             f"output folder '{outdir}' is not writable ({err.strerror}); pass -o with a "
             "folder you can write, with room for the results"
-        )
+        ) from err
     finally:
         try:
             probe.unlink()

@@ -13,8 +13,9 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from milarun.machine import devices
 from milarun.measure.experiment import Experiment
@@ -129,7 +130,7 @@ class Measurement:
         return data
 
 
-def bare_loop(spin: Callable[[float], None], step_time: float,
+def bare_loop(spin: Callable[[float], object], step_time: float,
               steps: int) -> tuple[float, float]:
     """Wall time and on-CPU time of ``steps`` spins with nothing around them."""
     cpu, start = time.thread_time(), time.perf_counter()
@@ -138,7 +139,7 @@ def bare_loop(spin: Callable[[float], None], step_time: float,
     return time.perf_counter() - start, time.thread_time() - cpu
 
 
-def instrumented_loop(spin: Callable[[float], None], step_time: float, steps: int,
+def instrumented_loop(spin: Callable[[float], object], step_time: float, steps: int,
                       batch: int = BATCH) -> tuple[float, float, Experiment]:
     """Wall and on-CPU time of ``steps`` spins run as the calibration test runs them.
 
@@ -170,7 +171,7 @@ def instrumented_loop(spin: Callable[[float], None], step_time: float, steps: in
 
 
 def measure(spec: StepSpec, seconds: float = DEFAULT_SECONDS, batch: int = BATCH,
-            spin: Callable[[float], None] | None = None) -> Measurement:
+            spin: Callable[[float], object] | None = None) -> Measurement:
     """Run one step time both ways for about ``seconds`` each.
 
     The bare loop is split around the instrumented run (half before, half after) so a

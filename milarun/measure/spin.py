@@ -7,7 +7,7 @@ calibration test (a model) runs the same steps; the harness never imports a mode
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 def spin(duration: float, clock: Callable[[], float] = time.perf_counter) -> float:

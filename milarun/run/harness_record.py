@@ -11,8 +11,8 @@ from typing import Any
 
 from milarun.machine import devices as devmod
 from milarun.machine import sysinfo
-from milarun.results import records
 from milarun.machine.gpuids import instance_gpus
+from milarun.results import records
 from milarun.run.plan import Instance, LaunchOptions
 
 LOG_TAIL_LINES = 50
@@ -21,7 +21,7 @@ CRASH_SIGNALS = {signal.SIGILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, si
 
 def failure_kind(inst: Instance, oom: bool = False) -> tuple[str, str]:
     """Why an instance ended without writing its own result."""
-    code = inst.process.returncode
+    code = inst.started_process.returncode
     if oom:
         limit = inst.placement.groups.get("memory") if inst.placement else None
         return "oom", f"killed by the OOM killer of its memory cgroup ({limit})"
@@ -52,7 +52,7 @@ def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
                     ) -> dict[str, Any]:
     """The FAIL result the harness writes for an instance that wrote none."""
     kind, message = failure_kind(inst, oom)
-    code = inst.process.returncode
+    code = inst.started_process.returncode
     labels = [d.label for d in inst.devices]
     system = sysinfo.system_record()
     gpus = instance_gpus(inst.env)

@@ -13,18 +13,27 @@ import os
 import signal
 import subprocess
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from milarun import results
+from milarun import errors, results
 from milarun.machine import isolation, watchdog
-from milarun.run import harness_record
 from milarun.machine.devices import Device
-from milarun.run.plan import (GRACE_PERIOD, Instance, LaunchOptions,  # noqa: F401
-                          Rendezvous, check_jobs, exec_prefix, free_port, plan_instances,
-                          plan_progression, run_prepare)
+from milarun.run import harness_record
+from milarun.run.plan import (  # noqa: F401
+    GRACE_PERIOD,
+    Instance,
+    LaunchOptions,
+    Rendezvous,
+    check_jobs,
+    exec_prefix,
+    free_port,
+    plan_instances,
+    plan_progression,
+    run_prepare,
+)
 from milarun.run.profile import Job
 from milarun.run.progress import ProgressBoard
-from milarun import errors
 
 POLL_INTERVAL = 0.1
 # Stop every instance and record it 'interrupted' (SIGHUP: the ssh session closed).
@@ -91,7 +100,7 @@ class Supervisor:
             now = time.monotonic()
             for inst in running:
                 self._enforce_deadline(inst, now)
-                if inst.process.poll() is not None:
+                if inst.started_process.poll() is not None:
                     self._finish(inst)
             running = [i for i in running if not i.result]
             self.board.update(running)
@@ -149,7 +158,7 @@ class Supervisor:
 
     def _signal_group(self, inst: Instance, sig: int) -> None:
         try:
-            os.killpg(inst.process.pid, sig)
+            os.killpg(inst.started_process.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -158,7 +167,7 @@ class Supervisor:
         if inst.alarm_sent is None and elapsed > inst.job.max_duration:
             inst.alarm_sent = now
             try:  # the test process turns SIGALRM into a 'timeout' result of its own
-                inst.process.send_signal(signal.SIGALRM)
+                inst.started_process.send_signal(signal.SIGALRM)
             except ProcessLookupError:
                 pass
         elif inst.alarm_sent is not None and not inst.killed \
@@ -173,13 +182,14 @@ class Supervisor:
                 inst.stopped_by = reason
                 self._signal_group(inst, signal.SIGTERM)
         deadline = time.monotonic() + self.opts.grace
-        while time.monotonic() < deadline and any(i.process.poll() is None for i in running):
+        while time.monotonic() < deadline and any(i.started_process.poll() is None
+                                                  for i in running):
             time.sleep(POLL_INTERVAL)
         for inst in running:
-            if inst.process.poll() is None:
+            if inst.started_process.poll() is None:
                 inst.killed = True
                 self._signal_group(inst, signal.SIGKILL)
-            inst.process.wait()
+            inst.started_process.wait()
 
     def _finish(self, inst: Instance) -> None:
         self.board.read([inst])  # the last lines of its output (no redraw of the table)
@@ -197,7 +207,7 @@ class Supervisor:
         elif inst.recorded_on_head:
             # One record per run: rank 0's, on the head node; the head's ranks fail with
             # ours, so a FAIL of ours here would count one failed run twice.
-            code = inst.process.returncode
+            code = inst.started_process.returncode
             inst.result = {"success": code == 0, "recorded_on_head": True}
             self.board.say(
                 f"{'done ' if code == 0 else 'FAIL '}  {inst.tag}: this node's ranks "

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from milarun import errors
+from milarun.errors import LaunchError
 from milarun.machine import devices as devmod
 from milarun.machine import isolation
 from milarun.machine.devices import Device
 from milarun.run.profile import Job
-from milarun import errors
-from milarun.errors import LaunchError
 
 GRACE_PERIOD = 10.0
 log = logging.getLogger("milarun.run.launch")
@@ -61,6 +61,13 @@ class Instance:
     def tag(self) -> str:
         return f"{self.name} J{self.job_id} {','.join(d.label for d in self.devices)}"
 
+    @property
+    def started_process(self) -> subprocess.Popen:
+        """The process of an instance that has started (the supervisor's view of it)."""
+        if self.process is None:
+            raise RuntimeError(f"{self.tag} has not started")
+        return self.process
+
 
 @dataclass
 class LaunchOptions:
@@ -90,7 +97,7 @@ class Rendezvous:
 
     @classmethod
     def parse(cls, nnodes: int, master: str, node_rank: int | None,
-              environ: dict[str, str] | None = None) -> "Rendezvous":
+              environ: dict[str, str] | None = None) -> Rendezvous:
         """From ``--nnodes K --master ADDR:PORT [--node-rank R]``; R defaults to Slurm's
         node index in the step (SLURM_NODEID)."""
         env = os.environ if environ is None else environ
@@ -128,7 +135,7 @@ def _placement(job: Job, device: Device, opts: LaunchOptions) -> isolation.Place
         return isolation.placement(job.cgroup, device.id, opts.hierarchies)
     except errors.IsolationError as err:
         if not job.cgroup_optional:
-            raise errors.IsolationError(f"job {job.fullname}: {err}")
+            raise errors.IsolationError(f"job {job.fullname}: {err}") from err
         if job.fullname not in opts.unisolated_warned:
             opts.unisolated_warned.add(job.fullname)
             log.warning("%s runs WITHOUT student isolation: %s", job.fullname, err)

@@ -10,8 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milarun import results
-from milarun import errors
+from milarun import errors, results
 from milarun.errors import ProfileError
 
 PROFILE_DIR = Path(__file__).parent.parent / "profiles"
@@ -116,9 +115,9 @@ def load_profile(spec: str) -> Profile:
     except json.JSONDecodeError as err:
         raise ProfileError(
             f"profile {path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}"
-        )
+        ) from err
     except (OSError, UnicodeDecodeError) as err:
-        raise ProfileError(f"profile {path}: cannot read it ({err})")
+        raise ProfileError(f"profile {path}: cannot read it ({err})") from err
     except RecursionError:
         deep = True
     if deep or results.too_deep(data, results.MAX_DEPTH):
@@ -149,7 +148,7 @@ def _check_name(path: Path, suite: str, name: str) -> None:
         # room for a gpu-progression step's ``.<k>``
         results.safe_name(f"{suite}.{name}", "test name", results.MAX_NAME - 8)
     except errors.InputError as err:
-        raise ProfileError(f"profile {path}, job {name[:60]!r}: {err}; rename it")
+        raise ProfileError(f"profile {path}, job {name[:60]!r}: {err}; rename it") from err
 
 
 def _check_keys(path: Path, name: str, definition: Any) -> None:

@@ -14,16 +14,22 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from milarun import results
+from milarun.errors import SlurmError
 from milarun.machine import slurmenv
 from milarun.results import manifest, records
-from milarun.slurm.submit import SLURM_FOLDER, Submission, expand_nodelist, \
-    load_submissions, slurm_command
-from milarun.errors import SlurmError
+from milarun.slurm.submit import (
+    SLURM_FOLDER,
+    Submission,
+    expand_nodelist,
+    load_submissions,
+    slurm_command,
+)
 
 POLL_FIRST, POLL_MAX = 1.0, 5.0  # seconds between polls: growing while nothing changes
 # A shared file system may list another node's new files late (NFS caches directory

@@ -3,8 +3,9 @@
 A fleet run with ``--local-dir`` writes each node's results on that node's own disk (fast,
 and no shared file system traffic while measuring); at the end of its task, each node copies
 its folder into the shared ``<out>/nodes/<node>/``. Every copy is compared byte for byte
-with its source (logs are appended to the node's earlier ones, as `jobs` does); the local copy is removed only when all match, and a file already in the shared
-folder is never overwritten.
+with its source (logs are appended to the node's earlier ones, as `jobs` does); the local
+copy is removed only when all match, and a file already in the shared folder is never
+overwritten.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from milarun.machine import watchdog
 from milarun.errors import GatherError
+from milarun.machine import watchdog
 
 LOGS = "logs"  # `jobs` writes <out>/logs/<name>.J<id>.log, one per instance, appended
 

@@ -22,12 +22,11 @@ from pathlib import Path
 
 import jinja2
 
-from milarun import results
+from milarun import errors, results
+from milarun.errors import SlurmError
 from milarun.machine import devices, sysinfo
 from milarun.measure import runner
 from milarun.run import profile, suite
-from milarun import errors
-from milarun.errors import SlurmError
 
 SLURM_FOLDER = "slurm"
 SUBMISSION_SUFFIX = ".submission"  # JSON, but not a result: not *.json
