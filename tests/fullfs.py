@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 
 @contextlib.contextmanager

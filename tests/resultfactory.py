@@ -1,7 +1,8 @@
 """Result files with known numbers, for report tests and the report scale benchmark.
 
-The results have the shape `milarun run` writes (DESIGN section 5), with rate series chosen
-so that the steady rate (mean of ``rates[-20:-2]``) is exactly the value asked for.
+Each result is made by the harness's own builder (results.records.ResultRecord), so it has
+exactly the keys and shape `milarun run` writes (DESIGN section 5); the rate series are
+chosen so that the steady rate (mean of ``rates[-20:-2]``) is exactly the value asked for.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import json
 import random
 from pathlib import Path
 from typing import Any
+
+from milarun.results.records import Call, Failure, RateRecord, ResultRecord, TimerRecord
 
 SYSTEM = {
     "hostname": "node1", "os": "Linux", "cpu": {"model": "Test CPU", "count": 16},
@@ -36,35 +39,43 @@ def rate_series(steady: float, slices: int = 24, noise: float = 0.0, warmup: int
     return head + middle + window + [steady, steady]
 
 
+def rate_record(rates: list[float], slice_duration: float = 0.5) -> RateRecord:
+    """A train timer as the rate log writes it, for a series of 64-example blocks."""
+    in_block = len(rates) * slice_duration
+    return RateRecord(start=0.0, duration=in_block, in_block=in_block,
+                      count=64 * len(rates),
+                      max_count=None, blocks=len(rates), syncs=len(rates),
+                      slice=slice_duration, last_slice=None, rates=tuple(rates))
+
+
 def result(name: str, job_id: str, steady: float | None, *, device: str = "cpu:0",
            failure: dict[str, str] | None = None, metrics: dict[str, Any] | None = None,
            rates: list[float] | None = None, ranks: list[float] | None = None,
            program: float = 30.0, node: str | None = None, **extra: Any) -> dict[str, Any]:
     """One result dict; ``steady=None`` with a failure makes a failed run; ``node``: the
-    result's ``node`` and host name (without it, no ``node`` key and host node1)."""
-    success = failure is None
-    timings: dict[str, Any] = {"program": {"type": "timer", "duration": program, "entries": 1}}
+    result's ``node`` and host name (default node1). ``extra`` keys replace the record's."""
+    timings: dict[str, Any] = {"program": TimerRecord(None, program, 1)}
     if ranks is not None:
         for rank, value in enumerate(ranks):
-            timings[f"train_{rank}"] = {"type": "rate", "slice": 0.5,
-                                        "rates": rate_series(value)}
+            timings[f"train_{rank}"] = rate_record(rate_series(value))
     elif steady is not None or rates is not None:
-        timings["train"] = {"type": "rate", "slice": 0.5,
-                            "rates": rates if rates is not None else rate_series(steady)}
-    data = {
-        "name": name, "job_id": job_id, "device": device, "devices": [device],
-        "call": {"function": "milabench.models.x:main", "argv": [], "arguments": {}},
-        "success": success, "error": (failure or {}).get("message"),
-        "hostname": "node1", "environ": {}, "metrics": metrics or {"loss": 0.5},
-        "timings": timings, "gpu_monitor": {"samples": []}, "cpu_monitor": {"samples": []},
-        "milarun_version": "0.1.0", "system": SYSTEM,
-        "isolation": {"cgroups": {"cpuset": f"/student{device[-1]}",
-                                  "memory": f"/student{device[-1]}"},
-                      "cpus": [0, 1], "memory_limit": 8 * 2**30, "torch_threads": 2},
-        "failure": failure, "returncode": 0 if success else 1,
-    }
-    if node is not None:
-        data.update(node=node, hostname=node)
+        timings["train"] = rate_record(rates if rates is not None else rate_series(steady))
+    host = node or "node1"
+    record = ResultRecord(
+        name=name, job_id=job_id, dataroot="/data", outdir="/results",
+        call=Call("milabench.models.x:main", [], {}),
+        failure=Failure(failure["kind"], failure["message"]) if failure else None,
+        error=(failure or {}).get("message"), device=device, devices=[device], gpu=None,
+        device_count=0 if device.startswith("cpu") else 1, environ={},
+        isolation={"cgroups": {"cpuset": f"/student{device[-1]}",
+                               "memory": f"/student{device[-1]}"},
+                   "cpus": [0, 1], "memory_limit": 8 * 2**30, "torch_threads": 2},
+        returncode=0 if failure is None else 1, metrics=metrics or {"loss": 0.5},
+        timings=timings, gpu_monitor={"samples": []}, cpu_monitor={"samples": []},
+        node=host, slurm=None, system=SYSTEM, hostname=host, milarun_version="0.1.0",
+        finished_at=1767225600.0,
+    )
+    data = record.to_dict()
     data.update(extra)
     return data
 

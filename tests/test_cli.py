@@ -13,6 +13,7 @@ from conftest import QUICK_RUN_SLICES, QUICK_TESTS, load_all, milarun
 from milarun import results
 from milarun.results import steady
 
+
 def slice_threads(slices: int) -> str:
     """The torch threads an instance gets: its share of the CPUs this process may use, at
     least one (conftest.milarun clears the caller's OMP_NUM_THREADS)."""

@@ -11,7 +11,6 @@ from conftest import QUICK_TESTS, load_all, milarun, one_line_error
 from milarun import results
 
 
-
 def test_unknown_name_lists_the_valid_ones(tmp_path):
     done = milarun("jobs", "quick", "--name", "nope", "-o", tmp_path)
     assert done.returncode == 1

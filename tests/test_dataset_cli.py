@@ -4,8 +4,8 @@ missing data names the command) and `milarun dataset` through the CLI."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from milarun import errors
 from milarun.machine import devices, gpuprobe, sysinfo
 from milarun.machine.devices import (
     CPU_KIND,
@@ -21,7 +22,6 @@ from milarun.machine.devices import (
     instance_environ,
     parse_device_spec,
 )
-from milarun import errors
 
 MiB = 2**20
 

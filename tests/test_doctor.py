@@ -19,9 +19,10 @@ import pytest
 
 from conftest import ROOT, milarun
 from milabench import datasets as ds
-from milarun.doctor import passive as doctor, gpu as doctor_gpu
-from milarun.machine import devices, isolation
+from milarun.doctor import gpu as doctor_gpu
+from milarun.doctor import passive as doctor
 from milarun.doctor.passive import FAIL, INFO, PASS, WARN, Machine, Request
+from milarun.machine import devices, isolation
 from milarun.machine.gpuprobe import TorchGPUs
 
 H100 = json.loads((Path(__file__).parent / "data" / "nvml_h100.json").read_text())

@@ -8,9 +8,9 @@ import types
 
 import pytest
 
+from conftest import milarun
 from milarun.measure import efficiency
 from milarun.measure.experiment import Experiment, RateLog
-from conftest import milarun
 
 torch = pytest.importorskip("torch")
 

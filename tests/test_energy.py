@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from conftest import load_all, milarun
-from resultfactory import result, write
-from test_devices import FakeNVML
 from milarun.machine import devices
 from milarun.measure import energy, runner
 from milarun.measure.diagnostics import steady_state
 from milarun.measure.experiment import RateLog
-from milarun.results.records import RateRecord
 from milarun.results import steady
+from milarun.results.records import RateRecord
+from resultfactory import result, write
+from test_devices import FakeNVML
 
 POWER_CAP, HW_SLOWDOWN, THERMAL, IDLE, SYNC_BOOST = 4, 8, 32, 1, 16
 

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from milarun.measure.experiment import Experiment, RateLog, BadTestArguments
+from milarun.measure.experiment import BadTestArguments, Experiment, RateLog
 from milarun.results import steady
 
 

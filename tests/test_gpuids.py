@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from conftest import BENCHES, load_all, milarun
-from milarun.machine import devices, gpuids
-from milarun.cli import options
-from milarun.run import launch, profile
-from milarun.machine.devices import GPU_KIND, Device, parse_device_spec
-from test_devices import FakeNVML
 from milarun import errors
+from milarun.cli import options
+from milarun.machine import devices, gpuids
+from milarun.machine.devices import GPU_KIND, Device, parse_device_spec
+from milarun.run import launch, profile
+from test_devices import FakeNVML
 
 H100 = json.loads((Path(__file__).parent / "data" / "nvml_h100.json").read_text())
 MiB = 2**20

@@ -12,8 +12,8 @@ import pytest
 
 from conftest import milarun, milarun_process, one_line_error
 from fullfs import fill_up, full_tmpfs
-from resultfactory import result, write
 from milarun import errors
+from resultfactory import result, write
 
 
 def no_json_below(folder, but=()) -> bool:
@@ -108,7 +108,8 @@ def test_summary_skips_every_unusable_file_with_its_reason(hostile_dir, tmp_path
     assert overflow["failures"] == 2 and overflow["train"]["mean"] is None
     for fragment in ("rates.J0", "'timings.train.rates'", "'metrics'", "'failure'",
                      "'cpu_monitor.samples'", "'timings.train.slice'", "deep.J0",
-                     "'system' is nested deeper", "deeper.J0", "JSON nested deeper", "latin1.J0", "not UTF-8", "fifo.J0",
+                     "'system' is nested deeper", "deeper.J0", "JSON nested deeper",
+                     "latin1.J0", "not UTF-8", "fifo.J0",
                      "not a regular file", "huge.J0", "larger than 64 MiB"):
         assert fragment in done.stderr, (fragment, done.stderr)
 
@@ -311,7 +312,8 @@ def test_a_full_disk_loses_no_measurement_and_leaves_no_temp_file(tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert "cannot write" in line and "MILARUN_UNWRITTEN_RESULT" in line
-    printed = [l for l in done.stdout.splitlines() if l.startswith("MILARUN_UNWRITTEN_RESULT")]
+    printed = [line for line in done.stdout.splitlines()
+               if line.startswith("MILARUN_UNWRITTEN_RESULT")]
     result = json.loads(printed[0].split(" ", 1)[1])
     assert result["success"] is True and len(result["timings"]["train"]["rates"]) >= 5
 

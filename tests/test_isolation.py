@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import load_all, milarun
-from milarun.machine import isolation
-from milarun.measure import confinement
-from milarun.machine.isolation import Hierarchy
 from milarun import errors
+from milarun.machine import isolation
+from milarun.machine.isolation import Hierarchy
+from milarun.measure import confinement
 
 
 # -- planning -------------------------------------------------------------------------------

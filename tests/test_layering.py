@@ -274,7 +274,8 @@ def test_the_wing_rules_catch_a_planted_import(tmp_path):
     copy = tmp_path / "milarun"
     shutil.copytree(ROOT / "milarun", copy, ignore=shutil.ignore_patterns("__pycache__"))
     steady = copy / "results" / "steady.py"
-    steady.write_text(steady.read_text() + "\n\ndef late():\n    from milarun.report import stats\n")
+    steady.write_text(steady.read_text()
+                      + "\n\ndef late():\n    from milarun.report import stats\n")
     (copy / "report" / "stats.py").write_text(
         (copy / "report" / "stats.py").read_text() + "\nfrom milarun.measure import runner\n")
     graph = import_graph(copy)

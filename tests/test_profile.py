@@ -365,6 +365,6 @@ def test_cli_bad_profile_is_one_line_error(tmp_path):
 
 
 def test_nan_max_duration_rejected(tmp_path):
-    path = write(tmp_path, '{"j": {"experiment": "%s", "max_duration": NaN}}' % EXP)
+    path = write(tmp_path, '{"j": {"experiment": "' + EXP + '", "max_duration": NaN}}')
     msg = error_of(path)
     assert "key 'max_duration'" in msg

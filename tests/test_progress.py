@@ -8,10 +8,10 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-import resultfactory
-from conftest import ROOT
 from rich.console import Console
 
+import resultfactory
+from conftest import ROOT
 from milarun.run.progress import PROGRESS_TAG, ProgressBoard, finished_line
 
 

@@ -11,9 +11,10 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
+
 from conftest import BENCHES, ROOT
 
 TMUX = shutil.which("tmux")

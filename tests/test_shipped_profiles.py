@@ -8,8 +8,8 @@ import json
 import pytest
 
 from milarun.measure.experiment import Experiment
-from milarun.run.profile import PROFILE_DIR, arguments_to_argv, load_profile
 from milarun.report.weights import WEIGHTS_DIR, load_weights
+from milarun.run.profile import PROFILE_DIR, arguments_to_argv, load_profile
 
 PROFILES = sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
 

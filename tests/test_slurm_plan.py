@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from conftest import milarun, one_line_error
-from milarun.machine import devices, slurmenv
-from milarun.results import manifest
-from milarun.run import launch, plan, profile
-from milarun.slurm import gather, submit as slurm, follow as slurm_follow
-from milarun.results.records import Call, ResultRecord
-from milarun.results import write_result
 from milarun import errors
+from milarun.machine import devices, slurmenv
+from milarun.results import manifest, write_result
+from milarun.results.records import Call, ResultRecord
+from milarun.run import launch, plan, profile
+from milarun.slurm import follow as slurm_follow
+from milarun.slurm import gather
+from milarun.slurm import submit as slurm
 
 NO_SLURM = {"PATH": "/nonexistent", "SLURM_CONF": "/nonexistent/slurm.conf"}
 TASK = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node2", "SLURM_NODEID": "1",

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from conftest import milarun
+from milarun.report import units
 from modelrun import assert_rejected, run_trained
 from resultfactory import result, write
-from milarun.report import units
 
 SINE_ARGS = ["--seq-len", "50", "--min-slices", "6"]
 

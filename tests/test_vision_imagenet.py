@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from modelrun import assert_rejected, run_trained, run_without_data
 from milabench import datasets
 from milabench.datasets import fake_imagenet
 from milabench.models import convnet, dcgan, fast_style, loader
 from milarun.measure.experiment import Experiment
+from modelrun import assert_rejected, run_trained, run_without_data
 
 TRAIN, SIDE, CLASSES = 128, 48, 4
 # tiny arguments of each CLI run; each trains for 6 slices of 0.5 s whatever the machine

@@ -117,8 +117,8 @@ def test_model_without_data_fails_at_once(tmp_path, model):
 @pytest.mark.parametrize("model, argv, message", [
     ("reso", ["--crop-size", "400"], "--crop-size 400"),
     ("reso", ["--upscale-factor", "0"], "--upscale-factor 0"),
-    ("reso", ["--batch-size", "0"], "--batch-size 0"),
-    ("vae", ["--batch-size", "0"], "--batch-size 0"),
+    ("reso", ["--batch-size", "0"], "--batch-size: 0"),
+    ("vae", ["--batch-size", "0"], "--batch-size: 0"),
 ])
 def test_bad_arguments(model, argv, message):
     assert_rejected(model, argv, message)

@@ -22,10 +22,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from modelrun import assert_rejected, run_trained, run_without_data
 
 from milabench import datasets
 from milabench.datasets import coco
+from modelrun import assert_rejected, run_trained, run_without_data
 
 TRAIN = 12
 SEED = 3

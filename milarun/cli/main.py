@@ -39,7 +39,8 @@ def _parse_extra(text: str | None) -> dict[str, Any]:
     try:
         extra = json.loads(text)
     except json.JSONDecodeError as err:
-        raise errors.UsageError(f"--extra is not valid JSON ({err.msg} at column {err.colno})")
+        raise errors.UsageError(
+            f"--extra is not valid JSON ({err.msg} at column {err.colno})") from None
     if not isinstance(extra, dict):
         raise errors.UsageError("--extra must be a JSON object")
     return extra
@@ -280,7 +281,7 @@ class Commands:
             for line in command.make(specs, root, synthetic, size, seed, workers):
                 print(line, flush=True)
         except command.Refused as err:
-            raise errors.UsageError(str(err))
+            raise errors.UsageError(str(err)) from None
         return 0
 
     def cgroups(test_args: list[str]) -> int:

@@ -55,7 +55,8 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
     print()
     print(outcome.text, end="")
     print(f"\nresults: {out.resolve()}")
-    print(f"report:  {outcome.html.resolve()}")
+    if outcome.html is not None:  # always asked for above
+        print(f"report:  {outcome.html.resolve()}")
     failed = [f"job {s.job_id} {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "")
               for s in states.values() if not s.ok]
     failed_runs = slurm_follow.failed_runs(out, submission)
@@ -86,7 +87,7 @@ def _submit(request: slurm.SlurmRequest, dry_run: bool, wait: bool) -> int:
 
 @tooled
 def _allocation(kind: str, test_args: list[str], **request: Any
-                ) -> "tuple[slurm.SlurmRequest, bool, bool]":  # a string: ptera re-executes it
+                ) -> "tuple[slurm.SlurmRequest, bool, bool]":  # noqa: UP037 (ptera evaluates it)
     """The options fleet and scaling share, with the request they make and its mode."""
     # Profile name (quick, standard, ...) or path to a profile JSON file
     # [positional]

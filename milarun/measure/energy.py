@@ -25,8 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from milarun import results
-from milarun.results import steady
-from milarun.results import read
+from milarun.results import read, steady
 
 # NVML's clock-event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*)
 # that mean power or heat slowed the GPU; idle (1), application clocks (2), sync boost (16)

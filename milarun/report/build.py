@@ -13,10 +13,11 @@ from typing import Any
 
 import pandas as pd
 
-from milarun.report import comparability, runs, stats, tables, units
+from milarun.report import comparability, stats, tables, units
 from milarun.report import energy as report_energy
 from milarun.report import nodes as report_nodes
 from milarun.report.nodes import NodeReport
+from milarun.report.runs import FailedRun, IsolationRow, Series, runs_section
 from milarun.report.summary import Loaded, Skipped
 
 FAILURE_RATE_LIMIT = 0.01
@@ -99,10 +100,10 @@ class Report:
     # From the result files (none for a summary file): the runs that failed with their log
     # tails, the isolation and system each run had, each test's rate series (charts), the
     # folder read and the files in it that were no result.
-    failed_runs: tuple[runs.FailedRun, ...] = ()
-    isolation: tuple[runs.IsolationRow, ...] = ()
+    failed_runs: tuple[FailedRun, ...] = ()
+    isolation: tuple[IsolationRow, ...] = ()
     systems: tuple[dict[str, str], ...] = ()
-    series: dict[str, tuple[runs.Series, ...]] = field(default_factory=dict)
+    series: dict[str, tuple[Series, ...]] = field(default_factory=dict)
     source: str | None = None
     skipped: list[Skipped] = field(default_factory=list)
 
@@ -178,7 +179,7 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
     if not energy.table.empty and not report.table.empty:
         column = report_energy.COLUMN
         report.table[column] = energy.table[column].reindex(report.table.index)
-    details = runs.runs_section(loaded)
+    details = runs_section(loaded)
     report.failed_runs, report.isolation = details.failed, details.isolation
     report.systems, report.series = details.systems, details.series
     if loaded is not None:

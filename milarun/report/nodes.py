@@ -36,15 +36,15 @@ import re
 import statistics
 import warnings
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from milarun import results
 from milarun.report import stats, summary
 from milarun.results import read
-
 
 MARGIN = 0.95  # practical margin: below 95% of the siblings' median
 ALPHA = 0.01  # significance of the combined one-sided Welch tests

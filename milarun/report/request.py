@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from milarun import errors
 from milarun.report import summary
 from milarun.results import manifest
-from milarun import errors
 
 
 @dataclass(frozen=True)

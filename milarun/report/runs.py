@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from milarun.machine import isolation
 from milarun.report.summary import Loaded
@@ -100,7 +101,8 @@ def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool
             str(groups.get("cpuset", "-")), str(groups.get("memory", "-")),
             str(iso.get("torch_threads", "-")),
         )] += 1
-    return [IsolationRow(*key, runs=n) for key, n in sorted(counts.items())]
+    return [IsolationRow(device, cpus, limit, cpuset, memory, threads, n) for
+            (device, cpus, limit, cpuset, memory, threads), n in sorted(counts.items())]
 
 
 def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:

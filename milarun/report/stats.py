@@ -8,8 +8,8 @@ score interval is wide.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -81,8 +81,9 @@ def score_interval(tests: dict[str, RunSet], weights: dict[str, float],
     """Bootstrap distribution and 95% interval of the weighted geometric-mean score.
 
     Each resample draws every test's runs with replacement and recomputes perf_adj and the
-    score exactly as the report does (single-run tests are held fixed; None if all are). A resample where a scored test has no successful
-    run scores 0 (its log is -inf): that is what such a rerun would give.
+    score exactly as the report does (single-run tests are held fixed; None if all are). A
+    resample where a scored test has no successful run scores 0 (its log is -inf): that is
+    what such a rerun would give.
     """
     names = [t for t in tests if weights.get(t, 0) > 0]
     if not any(tests[t].n >= 2 for t in names):

@@ -18,15 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milarun import results
-from milarun.report import energy
-from milarun.report import units
-from milarun.errors import SummaryError
+from milarun import errors, results
+from milarun.errors import EmptyResults, SummaryError
+from milarun.report import energy, units
 from milarun.report.summary_file import load_summary_file
-from milarun import errors
-from milarun.errors import EmptyResults
 from milarun.results import read
-
 
 
 @dataclass

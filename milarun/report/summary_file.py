@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from milarun import results
-from milarun.report import energy
 from milarun.errors import SummaryError
+from milarun.report import energy
 
 # Keys a summary entry must have for the report's math (the rest is informative).
 REQUIRED_ENTRY_KEYS = ("n", "failures", "train")

@@ -69,9 +69,9 @@ def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     found = {}
     for test, entry in summary.items():
         total = (entry.get("throughput") or {}).get("mean")
-        prefix, _, k = test.rpartition(".")
-        if total is not None and k.isdigit() and int(k) > 0:
-            found[test] = (prefix, int(k), total, entry)
+        prefix, _, size = test.rpartition(".")
+        if total is not None and size.isdigit() and int(size) > 0:
+            found[test] = (prefix, int(size), total, entry)
     base = {p: min((k, t) for q, k, t, _ in found.values() if q == p)
             for p, *_ in found.values()}
     rows = {}

@@ -55,6 +55,7 @@ def natural_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
         perf = _positive((entry.get("train") or {}).get("mean")) if per else None
         if per is None or perf is None:
             continue  # no natural unit, or no successful run to convert
+        assert isinstance(found, dict)  # per is None otherwise
         rows[test] = {"unit": str(found["unit"]), "perf": perf, "per_example": per,
                       "natural": perf * per}
     if not rows:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 from milarun.machine import slurmenv, sysinfo
-from milarun.results import LAUNCH_KEYS, OWN_KEYS, WRITTEN_BY
+from milarun.results import LAUNCH_KEYS, OWN_KEYS, RECORD_KEYS, WRITTEN_BY
 
 # Environment variables worth recording (and restoring on rerun); never the whole
 # environment, which may hold secrets.
@@ -176,8 +176,10 @@ class ResultRecord:
         return self.failure is None
 
     def to_dict(self) -> dict[str, Any]:
-        """The file's JSON object (the only place a result is serialised)."""
-        return {
+        """The file's JSON object (the only place a result is serialised): the keys of
+        results.RECORD_KEYS, the one declaration of the schema, in its order; a key
+        declared there and given no value here (or the reverse) fails on the first write."""
+        values = {
             "name": self.name, "job_id": self.job_id, "dataroot": self.dataroot,
             "outdir": self.outdir, "job": self.launch.get("job"), "device": self.device,
             "devices": list(self.devices), "call": self.call.to_dict(),
@@ -199,7 +201,13 @@ class ResultRecord:
             "node": self.node, "slurm": dict(self.slurm) if self.slurm else None,
             "ranks": [dict(r) for r in self.ranks] or None,
             "signal": self.signal, "log": self.log, "finished_at": self.finished_at,
-            **{key: None for key in LAUNCH_KEYS},
-            **{k: v for k, v in self.launch.items() if k != "job"},
+            **{key: self.launch.get(key) for key in LAUNCH_KEYS},
+        }
+        if values.keys() != set(RECORD_KEYS):
+            raise AssertionError(f"result keys differ from the schema: "
+                                 f"{sorted(values.keys() ^ set(RECORD_KEYS))}")
+        return {
+            **{key: values[key] for key in RECORD_KEYS},
+            **{k: v for k, v in self.launch.items() if k not in RECORD_KEYS},
             **({WRITTEN_BY: self.written_by} if self.written_by else {}),
         }

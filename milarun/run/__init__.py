@@ -1,1 +1,2 @@
-"""The supervisor (``milarun jobs``): suites, profiles, the plan of instances, their launch and progress."""
+"""The supervisor (``milarun jobs``): suites, profiles, the plan of instances, their launch
+and progress."""

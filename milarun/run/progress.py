@@ -22,6 +22,7 @@ from rich.table import Table
 
 from milarun.measure.runner import PROGRESS_TAG
 from milarun.results import read
+
 SLICE_SECONDS = 0.5  # in-block seconds per slice (ratelog.SLICE_DURATION, not imported:
 #                     the supervisor never imports the measurement side)
 LIVE_REFRESH = 0.5  # seconds between redraws of the live table (progress comes at most 1/s)

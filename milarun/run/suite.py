@@ -6,18 +6,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from milarun import results
+from milarun import errors, results
 from milarun.machine import devices, isolation, slurmenv, watchdog
+from milarun.machine.gpuids import resolve_gpus
 from milarun.measure import runner
 from milarun.report import summary
 from milarun.results import manifest
 from milarun.run import launch, profile
-from milarun.machine.gpuids import resolve_gpus
-from milarun import errors
 
 log = logging.getLogger("milarun")
 
@@ -142,7 +142,8 @@ def _report(title: str, expected: set[str], done: list[launch.Instance],
             outdir: Path) -> SuiteOutcome:
     from milarun.report import build as report  # pandas/matplotlib: only once jobs are done
     from milarun.report import weights as report_weights
-    from milarun.report.render import html, text as render
+    from milarun.report.render import html
+    from milarun.report.render import text as render
 
     loaded = summary.Loaded(root=outdir, results=[i.result for i in done if i.result],
                             paths=[i.result_path or outdir / "?" for i in done if i.result])
@@ -151,9 +152,10 @@ def _report(title: str, expected: set[str], done: list[launch.Instance],
     if weights:  # score what was selected and could run: the rest is not "missing"
         weights = (weights[0], {t: w for t, w in weights[1].items() if t in expected})
     rep = report.build_report(summ, title=f"milarun {title}", weights=weights, loaded=loaded)
-    page: Path | None = outdir / f"report.{results.utc_stamp()}.html"
+    path = outdir / f"report.{results.utc_stamp()}.html"
+    page: Path | None = path
     try:
-        html.write_html(page, html.to_html(rep))
+        html.write_html(path, html.to_html(rep))
     except errors.WriteError as err:  # the results are written: the text report still shows
         log.warning("%s; `milarun report %s --html FILE` writes it elsewhere", err, outdir)
         page = None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from milarun.report.render import format as fmt
 from milarun.report.build import Report
+from milarun.report.render import format as fmt
 
 
 def score_lines(report: Report) -> list[tuple[str, str]]:

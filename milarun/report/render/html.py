@@ -5,21 +5,22 @@ from __future__ import annotations
 import io
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import jinja2
 import matplotlib
 from markupsafe import Markup
 from matplotlib.figure import Figure
 
-from milarun import results
-from milarun.report.render import text as render, nodes as render_nodes
-from milarun.report.build import Report
-from milarun.report.runs import Series
-from milarun import errors
-from milarun.report.render import format as fmt
+from milarun import errors, results
 from milarun.errors import HtmlPathError
+from milarun.report.build import Report
+from milarun.report.render import format as fmt
+from milarun.report.render import nodes as render_nodes
+from milarun.report.render import text as render
+from milarun.report.runs import Series
 
 TEMPLATES = Path(__file__).parents[2] / "templates"
 # Above this many runs of one test, a chart shows each device's median run with a
@@ -154,6 +155,7 @@ def write_html(path: Path, text: str) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise errors.WriteError(f"{path.parent}: cannot create ({err.strerror or err})")
+        raise errors.WriteError(
+            f"{path.parent}: cannot create ({err.strerror or err})") from None
     return results.write_text_atomic(path, text, replace=True)
 

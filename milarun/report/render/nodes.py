@@ -9,8 +9,8 @@ import textwrap
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from milarun.report.render import format as fmt
 from milarun.report.nodes import ALPHA, MARGIN, NodeReport
+from milarun.report.render import format as fmt
 
 if TYPE_CHECKING:
     from milarun.report.build import Report

@@ -12,10 +12,11 @@ import numpy as np
 import pandas as pd
 
 from milarun.report import energy as report_energy
-from milarun.report.render import energy as render_energy, nodes as render_nodes
-from milarun.report.render import runs as render_runs
-from milarun.report.render import format as fmt
 from milarun.report.build import Report
+from milarun.report.render import energy as render_energy
+from milarun.report.render import format as fmt
+from milarun.report.render import nodes as render_nodes
+from milarun.report.render import runs as render_runs
 
 FORMATS = ("text", "json", "csv")
 
