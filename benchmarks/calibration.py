@@ -26,10 +26,24 @@ BATCH = 64
 def measure(step_time: float, seconds: float, outdir: Path) -> dict:
     out = outdir / f"calibration-{step_time}.json"
     subprocess.run(
-        [sys.executable, "-m", "milarun", "run", "milabench.models.calibration:main",
-         "-o", str(out), "--", "--batch-size", str(BATCH), "--step-time", str(step_time),
-         "--min-slices", str(max(5, round(seconds / 0.5)))],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "milarun",
+            "run",
+            "milabench.models.calibration:main",
+            "-o",
+            str(out),
+            "--",
+            "--batch-size",
+            str(BATCH),
+            "--step-time",
+            str(step_time),
+            "--min-slices",
+            str(max(5, round(seconds / 0.5))),
+        ],
+        check=True,
+        capture_output=True,
     )
     result = json.loads(out.read_text())
     train = result["timings"]["train"]
@@ -48,17 +62,25 @@ def measure(step_time: float, seconds: float, outdir: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=15.0,
-                        help="in-block seconds of each run (its --min-slices)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=15.0,
+        help="in-block seconds of each run (its --min-slices)",
+    )
     args = parser.parse_args()
-    print(f"{'step ms':>8} {'true ex/s':>12} {'measured':>12} {'error %':>9} "
-          f"{'vs own %':>9} {'outside %':>10} {'slices':>7}")
+    print(
+        f"{'step ms':>8} {'true ex/s':>12} {'measured':>12} {'error %':>9} "
+        f"{'vs own %':>9} {'outside %':>10} {'slices':>7}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for step_time in STEP_TIMES:
             row = measure(step_time, args.seconds, Path(tmp))
-            print(f"{row['step_ms']:8.1f} {row['true_rate']:12,.0f} {row['measured']:12,.1f} "
-                  f"{row['error_pct']:9.3f} {row['own_error_pct']:9.3f} "
-                  f"{row['outside_blocks_pct']:10.3f} {row['slices']:7d}")
+            print(
+                f"{row['step_ms']:8.1f} {row['true_rate']:12,.0f} {row['measured']:12,.1f} "
+                f"{row['error_pct']:9.3f} {row['own_error_pct']:9.3f} "
+                f"{row['outside_blocks_pct']:10.3f} {row['slices']:7d}"
+            )
 
 
 if __name__ == "__main__":

@@ -32,14 +32,24 @@ SLOW = {"experiment": "milabench.models.calibration:main", "arguments": {"--min-
 
 
 def milarun(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "milarun", *map(str, args)], env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "milarun", *map(str, args)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start(*args: object) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "milarun", *map(str, args)], env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "milarun", *map(str, args)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def profile(folder: Path, **jobs: dict) -> Path:
@@ -80,15 +90,20 @@ def supervisor_killed(tmp: Path, sig: int) -> tuple[bool, int, str]:
     lost = 0 if sig == signal.SIGKILL else max(0, 2 - len(records))
     kinds = sorted((r.get("failure") or {}).get("kind") or "ok" for r in records)
     cut = manifest.cut_short(out)  # the folder says the run was cut short, and why
-    return (not left and (sig == signal.SIGKILL or len(records) == 2) and len(cut) == 1,
-            lost, f"exit {proc.returncode}, {len(left)} process(es) left, records {kinds}, "
-                  f"manifest: {cut[0].reason if cut else 'not cut short?'}")
+    return (
+        not left and (sig == signal.SIGKILL or len(records) == 2) and len(cut) == 1,
+        lost,
+        f"exit {proc.returncode}, {len(left)} process(es) left, records {kinds}, "
+        f"manifest: {cut[0].reason if cut else 'not cut short?'}",
+    )
 
 
 def piped_into_head(tmp: Path) -> tuple[bool, int, str]:
     out = tmp / "out"
-    cmd = (f"{sys.executable} -m milarun jobs {profile(tmp, slow=SLOW)} --devices cpu:2 "
-           f"-o {out} | head -1")
+    cmd = (
+        f"{sys.executable} -m milarun jobs {profile(tmp, slow=SLOW)} --devices cpu:2 "
+        f"-o {out} | head -1"
+    )
     subprocess.run(["bash", "-c", cmd], env=ENV, capture_output=True, timeout=300)
     time.sleep(5)
     left = leftovers(str(out))
@@ -99,9 +114,18 @@ def piped_into_head(tmp: Path) -> tuple[bool, int, str]:
 
 def hostile_test_output(tmp: Path) -> tuple[bool, int, str]:
     out = tmp / "out"
-    done = milarun("jobs", profile(tmp, h={"experiment": "faulty:hostile_progress"},
-                                   inf={"experiment": "faulty:inf_metric"}),
-                   "--devices", "cpu:1", "-o", out)
+    done = milarun(
+        "jobs",
+        profile(
+            tmp,
+            h={"experiment": "faulty:hostile_progress"},
+            inf={"experiment": "faulty:inf_metric"},
+        ),
+        "--devices",
+        "cpu:1",
+        "-o",
+        out,
+    )
     kinds = {r["name"]: (r.get("failure") or {}).get("kind") for r in results_in(out)}
     ok = clean(done) and kinds == {"p.h": None, "p.inf": "nan"}
     return ok, max(0, 2 - len(kinds)), f"exit {done.returncode}, {kinds}"
@@ -115,17 +139,27 @@ def two_runs_one_folder(tmp: Path) -> tuple[bool, int, str]:
     first.wait(timeout=300)
     mine = results_in(out)
     ok = second.returncode != 0 and clean(second) and len(mine) == 1 and first.returncode == 0
-    return ok, max(0, 1 - len(mine)), (f"second exit {second.returncode}: "
-                                       f"{second.stderr.strip()[-120:]!r}; {len(mine)} result(s)")
+    return (
+        ok,
+        max(0, 1 - len(mine)),
+        (
+            f"second exit {second.returncode}: "
+            f"{second.stderr.strip()[-120:]!r}; {len(mine)} result(s)"
+        ),
+    )
 
 
 def hostile_name(tmp: Path) -> tuple[bool, int, str]:
-    done = milarun("jobs", profile(tmp, **{"../escape": SLOW}), "--devices", "cpu:1",
-                   "-o", tmp / "out")
+    done = milarun(
+        "jobs", profile(tmp, **{"../escape": SLOW}), "--devices", "cpu:1", "-o", tmp / "out"
+    )
     escaped = list(tmp.glob("escape*")) + list((tmp / "out").parent.glob("*escape*"))
     one_line = len(done.stderr.strip().splitlines()) == 1
-    return done.returncode != 0 and clean(done) and one_line and not escaped, 0, (
-        f"exit {done.returncode}: {done.stderr.strip()[-120:]!r}")
+    return (
+        done.returncode != 0 and clean(done) and one_line and not escaped,
+        0,
+        (f"exit {done.returncode}: {done.stderr.strip()[-120:]!r}"),
+    )
 
 
 def hostile_files(tmp: Path) -> tuple[bool, int, str]:
@@ -155,16 +189,28 @@ def full_disk(tmp: Path) -> tuple[bool, int, str]:
     res = tmp / "res"
     milarun("run", "milabench.models.calibration:main", "-o", res, "--", "--min-slices", "5")
     with full_tmpfs(tmp / "disk") as disk:
-        runs = [milarun("jobs", profile(tmp, slow=SLOW), "--devices", "cpu:1", "-o",
-                        disk / "out"),
-                milarun("summary", res, "-o", disk / "s.json"),
-                milarun("report", res, "--html", disk / "r.html")]
+        runs = [
+            milarun("jobs", profile(tmp, slow=SLOW), "--devices", "cpu:1", "-o", disk / "out"),
+            milarun("summary", res, "-o", disk / "s.json"),
+            milarun("report", res, "--html", disk / "r.html"),
+        ]
         temps = [p.name for p in disk.rglob("*tmp*")]
         logs = list(disk.rglob("*.log"))
-    ok = all(d.returncode != 0 and clean(d) and len(d.stderr.strip().splitlines()) == 1
-             for d in runs) and not temps and not logs
-    return ok, 0, (f"exits {[d.returncode for d in runs]}, temp files {temps}: "
-                   f"{(runs[0].stderr.strip().splitlines() or [''])[-1][:80]!r}")
+    ok = (
+        all(
+            d.returncode != 0 and clean(d) and len(d.stderr.strip().splitlines()) == 1 for d in runs
+        )
+        and not temps
+        and not logs
+    )
+    return (
+        ok,
+        0,
+        (
+            f"exits {[d.returncode for d in runs]}, temp files {temps}: "
+            f"{(runs[0].stderr.strip().splitlines() or [''])[-1][:80]!r}"
+        ),
+    )
 
 
 def disk_fills_during_a_run(tmp: Path) -> tuple[bool, int, str]:
@@ -173,8 +219,15 @@ def disk_fills_during_a_run(tmp: Path) -> tuple[bool, int, str]:
     if os.geteuid() != 0:
         return True, 0, "skipped: needs root to mount a tmpfs"
     with full_tmpfs(tmp / "disk", size="2m", fill=False) as disk:
-        proc = start("run", "milabench.models.calibration:main", "-o", disk / "out", "--",
-                     "--min-slices", "8")
+        proc = start(
+            "run",
+            "milabench.models.calibration:main",
+            "-o",
+            disk / "out",
+            "--",
+            "--min-slices",
+            "8",
+        )
         for line in proc.stdout:
             if line.startswith("MILARUN_PROGRESS"):
                 fill_up(disk)
@@ -183,31 +236,63 @@ def disk_fills_during_a_run(tmp: Path) -> tuple[bool, int, str]:
         temps = [p.name for p in disk.rglob("*tmp*")]
     kept = any(line.startswith("MILARUN_UNWRITTEN_RESULT") for line in stdout.splitlines())
     ok = proc.returncode != 0 and "Traceback" not in stderr and not temps
-    return ok and kept, 0 if kept else 1, (
-        f"exit {proc.returncode}, measurement printed: {kept}, temp files {temps}")
+    return (
+        ok and kept,
+        0 if kept else 1,
+        (f"exit {proc.returncode}, measurement printed: {kept}, temp files {temps}"),
+    )
 
 
 def log_without_end(tmp: Path) -> tuple[bool, int, str]:
     """A test that prints without end: its log stops at the cap, the run is a FAIL."""
     env = {**ENV, "MILARUN_LOG_LIMIT_MB": "4"}
-    done = subprocess.run([sys.executable, "-m", "milarun", "jobs",
-                           profile(tmp, chatty={"experiment": "faulty:chatty"}),
-                           "--devices", "cpu:1", "-o", tmp / "out"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "milarun",
+            "jobs",
+            profile(tmp, chatty={"experiment": "faulty:chatty"}),
+            "--devices",
+            "cpu:1",
+            "-o",
+            tmp / "out",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     sizes = [p.stat().st_size for p in (tmp / "out" / "logs").glob("*.log")]
     records = results_in(tmp / "out")
-    ok = (clean(done) and sizes and max(sizes) <= 4 * 2**20 and len(records) == 1
-          and not records[0]["success"])
+    ok = (
+        clean(done)
+        and sizes
+        and max(sizes) <= 4 * 2**20
+        and len(records) == 1
+        and not records[0]["success"]
+    )
     return ok, max(0, 1 - len(records)), f"exit {done.returncode}, log bytes {sizes}"
 
 
 def uncreatable_data_root(tmp: Path) -> tuple[bool, int, str]:
     (tmp / "file").write_text("")
-    runs = [milarun("jobs", profile(tmp, slow=SLOW), "--devices", "cpu:1", "-o", tmp / "o",
-                    "-d", tmp / "file" / "data"),
-            milarun("dataset", "mnist", "--synthetic", "-d", tmp / "file" / "data")]
-    ok = all(d.returncode != 0 and clean(d) and len(d.stderr.strip().splitlines()) == 1
-             for d in runs)
+    runs = [
+        milarun(
+            "jobs",
+            profile(tmp, slow=SLOW),
+            "--devices",
+            "cpu:1",
+            "-o",
+            tmp / "o",
+            "-d",
+            tmp / "file" / "data",
+        ),
+        milarun("dataset", "mnist", "--synthetic", "-d", tmp / "file" / "data"),
+    ]
+    ok = all(
+        d.returncode != 0 and clean(d) and len(d.stderr.strip().splitlines()) == 1 for d in runs
+    )
     return ok, 0, f"exits {[d.returncode for d in runs]}: {runs[0].stderr.strip()[:80]!r}"
 
 
@@ -233,8 +318,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="milarun-fault-") as tmp:
             ok, runs_lost, detail = scenario(Path(tmp))
         tried, survived, lost = tried + 1, survived + ok, lost + runs_lost
-        print(f"{'SURVIVED' if ok else 'FAILED  '}  {name:22s} lost {runs_lost}  {detail}",
-              flush=True)
+        print(
+            f"{'SURVIVED' if ok else 'FAILED  '}  {name:22s} lost {runs_lost}  {detail}", flush=True
+        )
     print(f"\ntried {tried}, survived {survived}, runs lost {lost}")
     sys.exit(0 if survived == tried and lost == 0 else 1)
 

@@ -26,8 +26,12 @@ CGROUP = "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"
 
 
 def milarun(*args: str, env: dict[str, str] | None = None) -> None:
-    done = subprocess.run([sys.executable, "-m", "milarun", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})})
+    done = subprocess.run(
+        [sys.executable, "-m", "milarun", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     if done.returncode != 0:
         raise SystemExit(f"milarun {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
@@ -42,8 +46,9 @@ def rates(folder: Path) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--min-slices", type=int, default=30,
-                        help="length of each run in 0.5 s slices")
+    parser.add_argument(
+        "--min-slices", type=int, default=30, help="length of each run in 0.5 s slices"
+    )
     args = parser.parse_args()
     test_args = ["--", "--min-slices", str(args.min_slices)]
     parent = f"milarun-bench-{uuid.uuid4().hex[:6]}"
@@ -51,21 +56,60 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         profile = tmp / "iso.json"
-        profile.write_text(json.dumps({"polynome": {
-            "experiment": TEST, "partition_scheme": {"type": "per-gpu", "cgroup": CGROUP}}}))
+        profile.write_text(
+            json.dumps(
+                {
+                    "polynome": {
+                        "experiment": TEST,
+                        "partition_scheme": {"type": "per-gpu", "cgroup": CGROUP},
+                    }
+                }
+            )
+        )
         # Solo: one instance, one thread, pinned to core 0.
         solo_dir = tmp / "solo"
-        subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "milarun", "run", TEST,
-                        "-o", str(solo_dir), *test_args], check=True, capture_output=True,
-                       env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "",
-                            "MILARUN_DEVICE": "cpu:0"})
+        subprocess.run(
+            [
+                "taskset",
+                "-c",
+                "0",
+                sys.executable,
+                "-m",
+                "milarun",
+                "run",
+                TEST,
+                "-o",
+                str(solo_dir),
+                *test_args,
+            ],
+            check=True,
+            capture_output=True,
+            env={**os.environ, **env, "CUDA_VISIBLE_DEVICES": "", "MILARUN_DEVICE": "cpu:0"},
+        )
         solo = rates(solo_dir)["cpu:0"]
-        milarun("jobs", str(profile), "--devices", "cpu:2", "--no-cgexec",
-                "-o", str(tmp / "free"), *test_args, env=env)
+        milarun(
+            "jobs",
+            str(profile),
+            "--devices",
+            "cpu:2",
+            "--no-cgexec",
+            "-o",
+            str(tmp / "free"),
+            *test_args,
+            env=env,
+        )
         milarun("cgroups", "setup", "--devices", "cpu:2", env=env)
         try:
-            milarun("jobs", str(profile), "--devices", "cpu:2", "-o", str(tmp / "iso"),
-                    *test_args, env=env)
+            milarun(
+                "jobs",
+                str(profile),
+                "--devices",
+                "cpu:2",
+                "-o",
+                str(tmp / "iso"),
+                *test_args,
+                env=env,
+            )
         finally:
             milarun("cgroups", "teardown", "--devices", "cpu:2", env=env)
         print(f"solo on one core: {solo:,.0f} examples/s")
@@ -77,8 +121,10 @@ def main() -> None:
                 if folder == "iso":
                     worst = min(worst, rate / solo)
         verdict = "PASS" if worst >= 0.95 else "FAIL"
-        print(f"with cgroups the slowest instance keeps {worst:.1%} of solo: {verdict} "
-              "(target >= 95%)")
+        print(
+            f"with cgroups the slowest instance keeps {worst:.1%} of solo: {verdict} "
+            "(target >= 95%)"
+        )
 
 
 if __name__ == "__main__":

@@ -23,16 +23,23 @@ def header() -> str:
     system = sysinfo.system_record()
     cpu = system["cpu"]
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"{now}  {system['hostname']}\n"
-            f"cpu: {cpu['model']} ({cpu['count']} logical, {cpu['physical']} physical)\n"
-            f"python {system['python']}, torch {system['torch']}, milarun {system['milarun']}")
+    return (
+        f"{now}  {system['hostname']}\n"
+        f"cpu: {cpu['model']} ({cpu['count']} logical, {cpu['physical']} physical)\n"
+        f"python {system['python']}, torch {system['torch']}, milarun {system['milarun']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=selftest.DEFAULT_SECONDS,
-                        help="seconds per step time and way")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=selftest.DEFAULT_SECONDS,
+        help="seconds per step time and way",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="run the selftest this often")
     args = parser.parse_args(argv)
     print(header())

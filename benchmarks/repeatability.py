@@ -29,9 +29,21 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="keep the results in this folder")
     args = parser.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="milarun-repeat-"))
-    command = [sys.executable, "-m", "milarun", "jobs", "quick", "--devices", "cpu:1",
-               "--repeat", str(args.repeat), "-o", str(out / "results"),
-               "-d", str(out / "data")]
+    command = [
+        sys.executable,
+        "-m",
+        "milarun",
+        "jobs",
+        "quick",
+        "--devices",
+        "cpu:1",
+        "--repeat",
+        str(args.repeat),
+        "-o",
+        str(out / "results"),
+        "-d",
+        str(out / "data"),
+    ]
     if args.name:
         command += ["--name", *args.name]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -43,16 +55,20 @@ def main() -> None:
     system = sysinfo.system_record()
     cpu = system.get("cpu") or {}
     print(f"# repeatability: quick suite, cpu:1, {args.repeat} runs per test")
-    print(f"# {dt.date.today().isoformat()}, {cpu.get('model')} x{cpu.get('count')}, "
-          f"torch {system.get('torch')}; results in {out / 'results'}\n")
+    print(
+        f"# {dt.date.today().isoformat()}, {cpu.get('model')} x{cpu.get('count')}, "
+        f"torch {system.get('torch')}; results in {out / 'results'}\n"
+    )
     print("| test | runs (fail) | mean examples/s | std% | window CV% | worst drift% |")
     print("|---|---|---|---|---|---|")
     for test, row in rep.table.iterrows():
         q = quality.loc[test] if test in quality.index else None
         cv = f"{100 * q['cv']:.1f}" if q is not None else "-"
         drift = f"{100 * q['drift']:+.1f}" if q is not None else "-"
-        print(f"| {test} | {int(row['n'])} ({int(row['fail'])}) | {row['perf']:,.2f} | "
-              f"{row['std%']:.2f} | {cv} | {drift} |")
+        print(
+            f"| {test} | {int(row['n'])} ({int(row['fail'])}) | {row['perf']:,.2f} | "
+            f"{row['std%']:.2f} | {cv} | {drift} |"
+        )
 
 
 if __name__ == "__main__":

@@ -35,15 +35,33 @@ TARGET_FILES, TARGET_SECONDS = 10_000, 5.0
 
 
 def monitors(rng: random.Random, gpu: int) -> dict:
-    gpu_samples = [{"t": float(t), "gpus": {str(gpu): {
-        "load": rng.uniform(0.9, 1.0), "memory": [rng.uniform(30000, 32000), 81920.0],
-        "temperature": rng.randint(50, 70), "power": rng.uniform(300, 400)}}}
-        for t in range(60)]
-    cpu_samples = [{"t": float(t), "cpu_percent": rng.uniform(90, 100),
-                    "rss_mb": rng.uniform(2000, 2100), "ram_used_percent": 20.0}
-                   for t in range(60)]
-    return {"gpu_monitor": {"interval": 1.0, "samples": gpu_samples},
-            "cpu_monitor": {"interval": 1.0, "samples": cpu_samples}}
+    gpu_samples = [
+        {
+            "t": float(t),
+            "gpus": {
+                str(gpu): {
+                    "load": rng.uniform(0.9, 1.0),
+                    "memory": [rng.uniform(30000, 32000), 81920.0],
+                    "temperature": rng.randint(50, 70),
+                    "power": rng.uniform(300, 400),
+                }
+            },
+        }
+        for t in range(60)
+    ]
+    cpu_samples = [
+        {
+            "t": float(t),
+            "cpu_percent": rng.uniform(90, 100),
+            "rss_mb": rng.uniform(2000, 2100),
+            "ram_used_percent": 20.0,
+        }
+        for t in range(60)
+    ]
+    return {
+        "gpu_monitor": {"interval": 1.0, "samples": gpu_samples},
+        "cpu_monitor": {"interval": 1.0, "samples": cpu_samples},
+    }
 
 
 def populate(folder: Path, repeats: int, seed: int = 0) -> int:
@@ -54,23 +72,30 @@ def populate(folder: Path, repeats: int, seed: int = 0) -> int:
         for r in range(repeats):
             for g in range(GPUS):
                 steady = base * rng.uniform(0.97, 1.03)
-                data = result(f"standard.test{t:02d}", f"{r}.{g}", None, device=f"cuda:{g}",
-                              rates=rate_series(steady, slices=120, noise=0.02, rng=rng),
-                              environ={"CUDA_VISIBLE_DEVICES": str(g), "OMP_NUM_THREADS": "8"},
-                              **monitors(rng, g))
+                data = result(
+                    f"standard.test{t:02d}",
+                    f"{r}.{g}",
+                    None,
+                    device=f"cuda:{g}",
+                    rates=rate_series(steady, slices=120, noise=0.02, rng=rng),
+                    environ={"CUDA_VISIBLE_DEVICES": str(g), "OMP_NUM_THREADS": "8"},
+                    **monitors(rng, g),
+                )
                 write(folder, data)
                 count += 1
     return count
 
 
-def measure(folder: Path, weights: tuple[str, dict[str, float]],
-            baseline: dict) -> tuple[float, float, float]:
+def measure(
+    folder: Path, weights: tuple[str, dict[str, float]], baseline: dict
+) -> tuple[float, float, float]:
     """Seconds to load + summarise, to build the report, to render the text."""
     t0 = time.perf_counter()
     source = summary.load_source(folder)
     t1 = time.perf_counter()
-    rep = report.build_report(source.summary, weights=weights,
-                              compare=("baseline", baseline), compare_gpus=True)
+    rep = report.build_report(
+        source.summary, weights=weights, compare=("baseline", baseline), compare_gpus=True
+    )
     t2 = time.perf_counter()
     render.to_text(rep)
     t3 = time.perf_counter()
@@ -84,8 +109,14 @@ def main() -> None:
     weights = ("synthetic", {f"standard.test{t:02d}": 8.0 for t in range(TESTS)})
     rows = []
     # Warm up (lazy imports of scipy and friends) so the first N is not charged for them.
-    warm = {"w.t": {"n": 2, "failures": 0, "train": {"n": 2, "mean": 1.0, "std": 0.1},
-                    "rates": [0.9, 1.1]}}
+    warm = {
+        "w.t": {
+            "n": 2,
+            "failures": 0,
+            "train": {"n": 2, "mean": 1.0, "std": 0.1},
+            "rates": [0.9, 1.1],
+        }
+    }
     report.build_report(warm, weights=("w", {"w.t": 1.0}), compare=("w", warm))
     with tempfile.TemporaryDirectory(prefix="milarun-scale-") as tmp:
         for repeats in args.repeats:
@@ -97,18 +128,26 @@ def main() -> None:
             load, build, text = measure(folder, weights, baseline)
             total = load + build + text
             rows.append((count, total))
-            print(f"N={count:6d} files ({size:6.0f} MiB): load+summary {load:5.2f} s, "
-                  f"report {build:5.2f} s, text {text:5.3f} s, total {total:5.2f} s "
-                  f"({1e3 * total / count:.3f} ms/file)", flush=True)
+            print(
+                f"N={count:6d} files ({size:6.0f} MiB): load+summary {load:5.2f} s, "
+                f"report {build:5.2f} s, text {text:5.3f} s, total {total:5.2f} s "
+                f"({1e3 * total / count:.3f} ms/file)",
+                flush=True,
+            )
         biggest = folder
         t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "milarun", "report", str(biggest),
-                               "--compare-gpus"], capture_output=True, text=True, cwd=ROOT)
+        done = subprocess.run(
+            [sys.executable, "-m", "milarun", "report", str(biggest), "--compare-gpus"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         cli = time.perf_counter() - t0
         assert done.returncode == 0, done.stderr
         source = summary.load_source(biggest)
-        rep = report.build_report(source.summary, weights=weights, compare_gpus=True,
-                                  loaded=source.loaded)
+        rep = report.build_report(
+            source.summary, weights=weights, compare_gpus=True, loaded=source.loaded
+        )
         t0 = time.perf_counter()
         page = html.to_html(rep)
         page_time = time.perf_counter() - t0
@@ -119,8 +158,7 @@ def main() -> None:
     print(f"linearity: ms/file from {1e3 * min(per_file):.3f} to {1e3 * max(per_file):.3f}")
     scaled = total * TARGET_FILES / count
     verdict = "PASS" if scaled <= TARGET_SECONDS else "FAIL"
-    print(f"target: {TARGET_FILES} files in <= {TARGET_SECONDS:.0f} s -> "
-          f"{scaled:.2f} s: {verdict}")
+    print(f"target: {TARGET_FILES} files in <= {TARGET_SECONDS:.0f} s -> {scaled:.2f} s: {verdict}")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,14 @@ class Refused(ValueError):
     """A dataset request that cannot be carried out, with what to do instead."""
 
 
-def make(specs: list[str], root: Path, synthetic: bool = False, size: int | None = None,
-         seed: int = 0, workers: int | None = None) -> Iterator[str]:
+def make(
+    specs: list[str],
+    root: Path,
+    synthetic: bool = False,
+    size: int | None = None,
+    seed: int = 0,
+    workers: int | None = None,
+) -> Iterator[str]:
     """Download (or, with ``synthetic``, generate) each dataset into ``root``; yields one
     line per dataset saying what is where."""
     if size is not None and size < 1:
@@ -28,20 +34,29 @@ def make(specs: list[str], root: Path, synthetic: bool = False, size: int | None
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise Refused(f"data folder '{root}' cannot be created ({err.strerror or err}); "
-                      "pass -d with a folder you can write") from err
+        raise Refused(
+            f"data folder '{root}' cannot be created ({err.strerror or err}); "
+            "pass -d with a folder you can write"
+        ) from err
     for spec in specs:
         try:
             module = datasets.resolve(spec)
             if synthetic:
-                folder = module.synthesize(root, size or module.DEFAULT_SIZE, seed=seed,
-                                           workers=workers or datasets.default_workers())
+                folder = module.synthesize(
+                    root,
+                    size or module.DEFAULT_SIZE,
+                    seed=seed,
+                    workers=workers or datasets.default_workers(),
+                )
             else:
                 folder = module.download(root)
         except datasets.DataMissing as err:
             raise Refused(str(err)) from err
         except OSError as err:  # network or disk: say which dataset and what to do
-            hint = (f"check the free space and permissions of {root}" if synthetic
-                    else "check the network and the free space (or use --synthetic)")
+            hint = (
+                f"check the free space and permissions of {root}"
+                if synthetic
+                else "check the network and the free space (or use --synthetic)"
+            )
             raise Refused(f"{spec}: {err}; {hint}") from err
         yield f"{spec}: {datasets.describe(folder)} in {folder}"

@@ -92,8 +92,9 @@ class StopAgreement:
             if int(self._flag.item()):
                 return True
         self._flag = torch.tensor([int(log.done)], dtype=torch.int32)
-        self._pending = dist.all_reduce(self._flag, op=dist.ReduceOp.MIN, group=self._group,
-                                        async_op=True)
+        self._pending = dist.all_reduce(
+            self._flag, op=dist.ReduceOp.MIN, group=self._group, async_op=True
+        )
         return False
 
 

@@ -30,9 +30,14 @@ def setup(exp: Experiment, args: Any, device: Any = None) -> Any:
     return exp.device
 
 
-def train(exp: Experiment, step: Callable[..., Any], batch_size: int,
-          metric: str = "loss", count_flops: bool | None = None,
-          fetch: Callable[[], Any] | None = None) -> Any:
+def train(
+    exp: Experiment,
+    step: Callable[..., Any],
+    batch_size: int,
+    metric: str = "loss",
+    count_flops: bool | None = None,
+    fetch: Callable[[], Any] | None = None,
+) -> Any:
     """Run ``step()`` (one iteration of ``batch_size`` examples) until the run has measured
     enough: ``--max-count`` examples if given, and ``--min-slices`` slices (RateLog.done;
     under torchrun every rank stops after the same step).
@@ -60,8 +65,11 @@ def train(exp: Experiment, step: Callable[..., Any], batch_size: int,
     counted = step if fetch is None else (lambda: step(fetch()))
     # The counted step trains once more; metrics the test records after this function
     # describe that step, so the loss recorded here comes from it too.
-    exp.set_efficiency(efficiency.measure(exp, counted, batch_size, log, count_flops,
-                                          keep=lambda v: last.__setitem__(0, v)))
+    exp.set_efficiency(
+        efficiency.measure(
+            exp, counted, batch_size, log, count_flops, keep=lambda v: last.__setitem__(0, v)
+        )
+    )
     value = last[0]
     if value is not None:
         exp.metric(metric, value.item() if hasattr(value, "item") else value)
@@ -91,28 +99,49 @@ def default_workers() -> int:
 
 def add_data_arguments(parser: Any, workers: int | None = None) -> None:
     """--workers (DataLoader processes) for tests that read files."""
-    parser.add_argument("--workers", type=int,
-                        default=default_workers() if workers is None else workers,
-                        help="DataLoader worker processes (default: "
-                             + ("the instance's CPUs - 1)" if workers is None else f"{workers})"))
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=default_workers() if workers is None else workers,
+        help="DataLoader worker processes (default: "
+        + ("the instance's CPUs - 1)" if workers is None else f"{workers})"),
+    )
 
 
-def data_loader(dataset: Any, batch_size: int, workers: int, shuffle: bool = True,
-                collate_fn: Any = None, seed: int = 0, batch_sampler: Any = None) -> Any:
+def data_loader(
+    dataset: Any,
+    batch_size: int,
+    workers: int,
+    shuffle: bool = True,
+    collate_fn: Any = None,
+    seed: int = 0,
+    batch_sampler: Any = None,
+) -> Any:
     """A DataLoader with full batches only, seeded shuffling, pinned memory on GPUs
     (``batch_sampler``: the test's own batches of indices instead; ``seed`` still seeds
     the workers)."""
     import torch
 
     if len(dataset) < batch_size:
-        raise ValueError(f"dataset has {len(dataset)} examples, fewer than one batch of "
-                         f"{batch_size}: make a bigger one (milarun dataset ... --size)")
+        raise ValueError(
+            f"dataset has {len(dataset)} examples, fewer than one batch of "
+            f"{batch_size}: make a bigger one (milarun dataset ... --size)"
+        )
     generator = torch.Generator().manual_seed(seed)
-    batching = ({"batch_sampler": batch_sampler} if batch_sampler is not None else
-                {"batch_size": batch_size, "shuffle": shuffle, "drop_last": True})
+    batching = (
+        {"batch_sampler": batch_sampler}
+        if batch_sampler is not None
+        else {"batch_size": batch_size, "shuffle": shuffle, "drop_last": True}
+    )
     return torch.utils.data.DataLoader(
-        dataset, num_workers=workers, collate_fn=collate_fn, generator=generator,
-        pin_memory=torch.cuda.is_available(), persistent_workers=workers > 0, **batching)
+        dataset,
+        num_workers=workers,
+        collate_fn=collate_fn,
+        generator=generator,
+        pin_memory=torch.cuda.is_available(),
+        persistent_workers=workers > 0,
+        **batching,
+    )
 
 
 def endless(loader: Any) -> Any:
@@ -200,9 +229,13 @@ class Precision:
 
 
 def add_precision_argument(parser: Any, default: str = "fp32") -> None:
-    parser.add_argument("--precision", default=default, choices=PRECISIONS,
-                        help="fp32, or mixed precision with torch.autocast (auto: fp16 on "
-                             "CUDA, bf16 on CPUs that support it, else fp16)")
+    parser.add_argument(
+        "--precision",
+        default=default,
+        choices=PRECISIONS,
+        help="fp32, or mixed precision with torch.autocast (auto: fp16 on "
+        "CUDA, bf16 on CPUs that support it, else fp16)",
+    )
 
 
 def reject(problems: list[str]) -> None:

@@ -52,9 +52,17 @@ def default_boxes(image_size: int, feature_sizes: list[int]) -> torch.Tensor:
         centres = (torch.arange(side, dtype=torch.float64) + 0.5) / cells[k]
         cy, cx = torch.meshgrid(centres, centres, indexing="ij")
         for w, h in shapes:
-            out.append(torch.stack([cx.flatten(), cy.flatten(),
-                                    torch.full_like(cx.flatten(), w),
-                                    torch.full_like(cx.flatten(), h)], 1))
+            out.append(
+                torch.stack(
+                    [
+                        cx.flatten(),
+                        cy.flatten(),
+                        torch.full_like(cx.flatten(), w),
+                        torch.full_like(cx.flatten(), h),
+                    ],
+                    1,
+                )
+            )
     return torch.cat(out).float().clamp_(0, 1)
 
 
@@ -121,8 +129,9 @@ def offsets_to_xywh(offsets: torch.Tensor, anchors: torch.Tensor) -> torch.Tenso
     return torch.cat([xy, wh], -2)
 
 
-def hard_negatives(losses: torch.Tensor, positive: torch.Tensor,
-                   ratio: int = NEGATIVES_PER_POSITIVE) -> torch.Tensor:
+def hard_negatives(
+    losses: torch.Tensor, positive: torch.Tensor, ratio: int = NEGATIVES_PER_POSITIVE
+) -> torch.Tensor:
     """The background anchors the confidence loss keeps: per image, the ``ratio`` x
     positives ones with the highest loss (B x A mask), found by ranking every anchor."""
     background = losses.detach().masked_fill(positive, 0)
@@ -141,8 +150,9 @@ class MultiBoxLoss(torch.nn.Module):
         super().__init__()
         self.register_buffer("anchors", anchors_xywh.t().contiguous())  # 4 x A
 
-    def forward(self, ploc: torch.Tensor, plabel: torch.Tensor, gloc: torch.Tensor,
-                glabel: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, ploc: torch.Tensor, plabel: torch.Tensor, gloc: torch.Tensor, glabel: torch.Tensor
+    ) -> torch.Tensor:
         """ploc B x 4 x A, plabel B x C x A (the heads); gloc B x 4 x A (xywh), glabel B x A."""
         positive = glabel > 0
         count = positive.sum(1)
@@ -165,8 +175,9 @@ class SSDCrop:
 
     MODES = (None, 0.1, 0.3, 0.5, 0.7, 0.9, -math.inf)  # None: the whole image
 
-    def __call__(self, picture: Any, boxes: torch.Tensor,
-                 labels: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, picture: Any, boxes: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[Any, torch.Tensor, torch.Tensor]:
         while True:
             min_iou = self.MODES[int(torch.randint(len(self.MODES), ()))]
             if min_iou is None:
@@ -182,12 +193,19 @@ class SSDCrop:
             inside = ((centre > crop[0, :2]) & (centre < crop[0, 2:])).all(1)
             if not bool(inside.any()):
                 continue
-            kept = torch.maximum(torch.minimum(boxes[inside], crop[0, 2:].repeat(2)),
-                                 crop[0, :2].repeat(2))
+            kept = torch.maximum(
+                torch.minimum(boxes[inside], crop[0, 2:].repeat(2)), crop[0, :2].repeat(2)
+            )
             kept = (kept - crop[0, :2].repeat(2)) / torch.tensor([w, h, w, h])
             width, height = picture.size
-            picture = picture.crop((int(left * width), int(top * height),
-                                    int((left + w) * width), int((top + h) * height)))
+            picture = picture.crop(
+                (
+                    int(left * width),
+                    int(top * height),
+                    int((left + w) * width),
+                    int((top + h) * height),
+                )
+            )
             return picture, kept, labels[inside]
 
 
@@ -202,15 +220,18 @@ class TrainTransform:
 
         self.encoder = encoder
         self.crop = SSDCrop()
-        self.pixels = transforms.Compose([
-            transforms.Resize((image_size, image_size)),
-            transforms.ColorJitter(brightness=0.125, contrast=0.5, saturation=0.5, hue=0.05),
-            transforms.ToTensor(),
-            transforms.Normalize(MEAN, STD),
-        ])
+        self.pixels = transforms.Compose(
+            [
+                transforms.Resize((image_size, image_size)),
+                transforms.ColorJitter(brightness=0.125, contrast=0.5, saturation=0.5, hue=0.05),
+                transforms.ToTensor(),
+                transforms.Normalize(MEAN, STD),
+            ]
+        )
 
-    def __call__(self, picture: Any, boxes: torch.Tensor,
-                 labels: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def __call__(
+        self, picture: Any, boxes: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
         picture, boxes, labels = self.crop(picture, boxes, labels)
         if float(torch.rand(())) < 0.5:
             from PIL import Image

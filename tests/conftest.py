@@ -18,20 +18,30 @@ def _cli_env(env: dict[str, str] | None) -> dict[str, str]:
     return full_env
 
 
-def milarun(*args: str, cwd: Path | None = None, timeout: float = 600,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def milarun(
+    *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run the real ``milarun`` CLI in a subprocess."""
     return subprocess.run(
-        [sys.executable, "-m", "milarun", *map(str, args)], cwd=cwd or ROOT,
-        capture_output=True, text=True, timeout=timeout, env=_cli_env(env),
+        [sys.executable, "-m", "milarun", *map(str, args)],
+        cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_cli_env(env),
     )
 
 
 def milarun_process(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """The real ``milarun`` CLI started in a subprocess, its output piped (text)."""
-    return subprocess.Popen([sys.executable, "-m", "milarun", *map(str, args)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_cli_env(env))
+    return subprocess.Popen(
+        [sys.executable, "-m", "milarun", *map(str, args)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_cli_env(env),
+    )
 
 
 # per-device tests of quick.json run by quick_run (sine_wave has its own tests: suite time)
@@ -57,7 +67,20 @@ def quick_run(tmp_path_factory):
     """One real ``milarun jobs quick --devices cpu:2`` shared by several tests: the harness,
     a toy and the scaling jobs (each model has its own test; the whole suite takes minutes)."""
     out = tmp_path_factory.mktemp("quick")
-    done = milarun("jobs", "quick", "--name", *QUICK_TESTS, "scaling", "--devices", "cpu:2",
-                   "-o", out, "-d", tmp_path_factory.mktemp("data"),
-                   "--", "--min-slices", str(QUICK_RUN_SLICES))
+    done = milarun(
+        "jobs",
+        "quick",
+        "--name",
+        *QUICK_TESTS,
+        "scaling",
+        "--devices",
+        "cpu:2",
+        "-o",
+        out,
+        "-d",
+        tmp_path_factory.mktemp("data"),
+        "--",
+        "--min-slices",
+        str(QUICK_RUN_SLICES),
+    )
     return done, out

@@ -16,10 +16,21 @@ def run_model(*args: object, env: dict[str, str] | None = None) -> subprocess.Co
     """``python -m milarun ...`` in a subprocess, on the CPU with one torch thread (``env``:
     more variables)."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1",
-           "CUDA_VISIBLE_DEVICES": "", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "milarun", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "milarun", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
 
 
 def describe(done: subprocess.CompletedProcess) -> str:
@@ -34,16 +45,27 @@ def only_result(out: Path) -> dict:
 
 def tree_bytes(folder: Path) -> dict[str, bytes]:
     """Every file below ``folder`` by relative path (to compare generated data)."""
-    return {str(p.relative_to(folder)): p.read_bytes()
-            for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(Path(folder).rglob("*"))
+        if p.is_file()
+    }
 
 
 def run_without_data(model: str, tmp_path: Path, *argv: object) -> dict:
     """Run a model on an empty data folder: it must fail at once, recording a failure whose
     message names the `milarun dataset` command that makes the data. Returns the result."""
     out = Path(tmp_path) / "out"
-    done = run_model("run", f"milabench.models.{model}:main", "-o", out,
-                     "-d", Path(tmp_path) / "empty", "--", *(argv or ("--min-slices", "6")))
+    done = run_model(
+        "run",
+        f"milabench.models.{model}:main",
+        "-o",
+        out,
+        "-d",
+        Path(tmp_path) / "empty",
+        "--",
+        *(argv or ("--min-slices", "6")),
+    )
     assert done.returncode == 1, describe(done)
     result = only_result(out)
     assert result["success"] is False
@@ -53,17 +75,24 @@ def run_without_data(model: str, tmp_path: Path, *argv: object) -> dict:
     return result
 
 
-def run_trained(model: str, dataroot: Path | None, tmp_path: Path, args: list[str],
-                metrics: tuple[str, ...] = ("loss",), env: dict[str, str] | None = None,
-                synthetic: bool | None = True) -> dict:
+def run_trained(
+    model: str,
+    dataroot: Path | None,
+    tmp_path: Path,
+    args: list[str],
+    metrics: tuple[str, ...] = ("loss",),
+    env: dict[str, str] | None = None,
+    synthetic: bool | None = True,
+) -> dict:
     """Train a model through the CLI (on the data in ``dataroot``; None: a test without
     data): a successful result recording ``synthetic`` as its synthetic_data, with finite
     ``metrics``, and at least --min-slices rate slices (the run's length is measured, so it
     holds on any machine). Returns the result."""
     out = Path(tmp_path) / "out"
     data = () if dataroot is None else ("-d", dataroot)
-    done = run_model("run", f"milabench.models.{model}:main", "-o", out, *data,
-                     "--", *args, env=env)
+    done = run_model(
+        "run", f"milabench.models.{model}:main", "-o", out, *data, "--", *args, env=env
+    )
     assert done.returncode == 0, describe(done)
     result = only_result(out)
     assert result["success"], result["error"]
@@ -77,8 +106,7 @@ def run_trained(model: str, dataroot: Path | None, tmp_path: Path, args: list[st
     return result
 
 
-def assert_rejected(model: str, argv: list[str], message: str,
-                    dataroot: Path | str = ".") -> None:
+def assert_rejected(model: str, argv: list[str], message: str, dataroot: Path | str = ".") -> None:
     """``milabench.models.<model>.main`` refuses ``argv``, in this process and on the CPU,
     with a one-line "bad test argument" BadTestArguments that contains ``message``."""
     import importlib

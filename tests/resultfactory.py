@@ -15,14 +15,25 @@ from typing import Any
 from milarun.results.records import Call, Failure, RateRecord, ResultRecord, TimerRecord
 
 SYSTEM = {
-    "hostname": "node1", "os": "Linux", "cpu": {"model": "Test CPU", "count": 16},
-    "ram_gb": 64.0, "python": "3.11", "torch": "2.5.0", "cuda": "12.4", "driver": "550.1",
+    "hostname": "node1",
+    "os": "Linux",
+    "cpu": {"model": "Test CPU", "count": 16},
+    "ram_gb": 64.0,
+    "python": "3.11",
+    "torch": "2.5.0",
+    "cuda": "12.4",
+    "driver": "550.1",
     "gpus": ["NVIDIA A100-SXM4-80GB"] * 8,
 }
 
 
-def rate_series(steady: float, slices: int = 24, noise: float = 0.0, warmup: int = 2,
-                rng: random.Random | None = None) -> list[float]:
+def rate_series(
+    steady: float,
+    slices: int = 24,
+    noise: float = 0.0,
+    warmup: int = 2,
+    rng: random.Random | None = None,
+) -> list[float]:
     """A rate series whose steady window (``rates[-20:-2]``) averages exactly ``steady``.
 
     The first ``warmup`` slices are slower (they fall outside the window as long as
@@ -42,16 +53,34 @@ def rate_series(steady: float, slices: int = 24, noise: float = 0.0, warmup: int
 def rate_record(rates: list[float], slice_duration: float = 0.5) -> RateRecord:
     """A train timer as the rate log writes it, for a series of 64-example blocks."""
     in_block = len(rates) * slice_duration
-    return RateRecord(start=0.0, duration=in_block, in_block=in_block,
-                      count=64 * len(rates),
-                      max_count=None, blocks=len(rates), syncs=len(rates),
-                      slice=slice_duration, last_slice=None, rates=tuple(rates))
+    return RateRecord(
+        start=0.0,
+        duration=in_block,
+        in_block=in_block,
+        count=64 * len(rates),
+        max_count=None,
+        blocks=len(rates),
+        syncs=len(rates),
+        slice=slice_duration,
+        last_slice=None,
+        rates=tuple(rates),
+    )
 
 
-def result(name: str, job_id: str, steady: float | None, *, device: str = "cpu:0",
-           failure: dict[str, str] | None = None, metrics: dict[str, Any] | None = None,
-           rates: list[float] | None = None, ranks: list[float] | None = None,
-           program: float = 30.0, node: str | None = None, **extra: Any) -> dict[str, Any]:
+def result(
+    name: str,
+    job_id: str,
+    steady: float | None,
+    *,
+    device: str = "cpu:0",
+    failure: dict[str, str] | None = None,
+    metrics: dict[str, Any] | None = None,
+    rates: list[float] | None = None,
+    ranks: list[float] | None = None,
+    program: float = 30.0,
+    node: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """One result dict; ``steady=None`` with a failure makes a failed run; ``node``: the
     result's ``node`` and host name (default node1). ``extra`` keys replace the record's."""
     timings: dict[str, Any] = {"program": TimerRecord(None, program, 1)}
@@ -62,17 +91,34 @@ def result(name: str, job_id: str, steady: float | None, *, device: str = "cpu:0
         timings["train"] = rate_record(rates if rates is not None else rate_series(steady))
     host = node or "node1"
     record = ResultRecord(
-        name=name, job_id=job_id, dataroot="/data", outdir="/results",
+        name=name,
+        job_id=job_id,
+        dataroot="/data",
+        outdir="/results",
         call=Call("milabench.models.x:main", [], {}),
         failure=Failure(failure["kind"], failure["message"]) if failure else None,
-        error=(failure or {}).get("message"), device=device, devices=[device], gpu=None,
-        device_count=0 if device.startswith("cpu") else 1, environ={},
-        isolation={"cgroups": {"cpuset": f"/student{device[-1]}",
-                               "memory": f"/student{device[-1]}"},
-                   "cpus": [0, 1], "memory_limit": 8 * 2**30, "torch_threads": 2},
-        returncode=0 if failure is None else 1, metrics=metrics or {"loss": 0.5},
-        timings=timings, gpu_monitor={"samples": []}, cpu_monitor={"samples": []},
-        node=host, slurm=None, system=SYSTEM, hostname=host, milarun_version="0.1.0",
+        error=(failure or {}).get("message"),
+        device=device,
+        devices=[device],
+        gpu=None,
+        device_count=0 if device.startswith("cpu") else 1,
+        environ={},
+        isolation={
+            "cgroups": {"cpuset": f"/student{device[-1]}", "memory": f"/student{device[-1]}"},
+            "cpus": [0, 1],
+            "memory_limit": 8 * 2**30,
+            "torch_threads": 2,
+        },
+        returncode=0 if failure is None else 1,
+        metrics=metrics or {"loss": 0.5},
+        timings=timings,
+        gpu_monitor={"samples": []},
+        cpu_monitor={"samples": []},
+        node=host,
+        slurm=None,
+        system=SYSTEM,
+        hostname=host,
+        milarun_version="0.1.0",
         finished_at=1767225600.0,
     )
     data = record.to_dict()

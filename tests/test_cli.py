@@ -38,8 +38,9 @@ def test_jobs_quick_writes_one_result_per_test_and_device(quick_run):
     (path,) = out.glob(".milarun-run.*.manifest")
     run = json.loads(path.read_text())
     assert run["status"] == "complete" and run["finished_at"] >= run["started_at"]
-    assert run["planned"] == sorted([f"quick.{t}" for t in QUICK_TESTS]
-                                    + ["quick.scaling.1", "quick.scaling.2"])
+    assert run["planned"] == sorted(
+        [f"quick.{t}" for t in QUICK_TESTS] + ["quick.scaling.1", "quick.scaling.2"]
+    )
     assert sorted(e["result"] for e in run["ended"]) == names
     assert all(e["success"] for e in run["ended"])
     assert str(out.resolve()) in done.stdout  # says where the results are
@@ -66,7 +67,8 @@ def test_quick_results_carry_every_design_key(quick_run):
             k = int(result["name"].rsplit(".", 1)[1])
             assert result["metrics"]["world_size"] == k
             assert sorted(t for t in result["timings"] if re.fullmatch(r"train_\d+", t)) == [
-                f"train_{r}" for r in range(k)]
+                f"train_{r}" for r in range(k)
+            ]
             assert result["device"] == ",".join(f"cpu:{r}" for r in range(k))
             continue
         assert result["device"] in ("cpu:0", "cpu:1")
@@ -78,8 +80,7 @@ def test_quick_results_carry_every_design_key(quick_run):
         assert result["synthetic_data"] is True or result["name"] == "quick.calibration"
         train = result["timings"]["train"]
         assert len(steady.window(train["rates"])) >= 3
-        assert len(train["rates"]) >= result["call"]["arguments"]["min_slices"] \
-            == QUICK_RUN_SLICES
+        assert len(train["rates"]) >= result["call"]["arguments"]["min_slices"] == QUICK_RUN_SLICES
         assert result["timings"]["program"]["duration"] > train["duration"]
         assert re.fullmatch(r".+\.J0\.[01]\.\d{8}-\d{6}-\d{6}\.json", name)
 
@@ -122,8 +123,9 @@ def test_rerun_reproduces_the_call_and_records_rerun_of(quick_run, tmp_path):
     _, out = quick_run
     original_path = sorted(out.glob("quick.calibration.J0.1.*.json"))[0]
     original = json.loads(original_path.read_text())
-    done = milarun("rerun", original_path, "-o", tmp_path, "--", "--step-time", "0.0025",
-                   "--min-slices", "4")
+    done = milarun(
+        "rerun", original_path, "-o", tmp_path, "--", "--step-time", "0.0025", "--min-slices", "4"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (new_path,) = tmp_path.glob("*.json")
     new = json.loads(new_path.read_text())
@@ -131,7 +133,11 @@ def test_rerun_reproduces_the_call_and_records_rerun_of(quick_run, tmp_path):
     assert new["name"] == original["name"] and new["job_id"] == original["job_id"]
     assert new["call"]["function"] == original["call"]["function"]
     assert new["call"]["argv"] == original["call"]["argv"] + [
-        "--step-time", "0.0025", "--min-slices", "4"]
+        "--step-time",
+        "0.0025",
+        "--min-slices",
+        "4",
+    ]
     assert new["call"]["arguments"]["step_time"] == 0.0025  # the new values won
     assert new["rerun_of"] == str(original_path.resolve())
     assert new["environ"]["MILARUN_DEVICE"] == original["environ"]["MILARUN_DEVICE"]

@@ -34,11 +34,14 @@ def test_failing_test_writes_a_fail_result_and_exits_nonzero(tmp_path):
     assert result["returncode"] == 1
 
 
-@pytest.mark.parametrize("function, kind", [
-    ("faulty:nan_metric", "nan"),
-    ("faulty:inf_metric", "nan"),  # a diverged loss is not a success either
-    ("faulty:too_short", "too-short"),
-])
+@pytest.mark.parametrize(
+    "function, kind",
+    [
+        ("faulty:nan_metric", "nan"),
+        ("faulty:inf_metric", "nan"),  # a diverged loss is not a success either
+        ("faulty:too_short", "too-short"),
+    ],
+)
 def test_bad_measurements_are_failures(tmp_path, function, kind):
     done = milarun("run", function, "-o", tmp_path)
     assert done.returncode == 1
@@ -76,17 +79,20 @@ def test_crashes_and_timeouts_get_harness_fail_records(tmp_path):
         assert all(k in result for k in results.RESULT_KEYS)
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["jobs", "quick", "--repeat", "abc"], "--repeat"),
-    (["jobs", "quick", "--repeat", "0"], "--repeat"),
-    (["jobs", "quick", "--devices", "gpu:x"], "gpu:x"),
-    (["jobs", "missing-profile"], "missing-profile"),
-    (["run", "no.such.module:main"], "no.such.module"),
-    (["run", "milabench.models.polynome:nope"], "nope"),
-    (["run", "polynome"], "MODULE:FUNCTION"),
-    (["run", "milabench.models.polynome:main", "--extra", "{bad"], "--extra"),
-    (["rerun", "/nonexistent/result.json"], "/nonexistent/result.json"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["jobs", "quick", "--repeat", "abc"], "--repeat"),
+        (["jobs", "quick", "--repeat", "0"], "--repeat"),
+        (["jobs", "quick", "--devices", "gpu:x"], "gpu:x"),
+        (["jobs", "missing-profile"], "missing-profile"),
+        (["run", "no.such.module:main"], "no.such.module"),
+        (["run", "milabench.models.polynome:nope"], "nope"),
+        (["run", "polynome"], "MODULE:FUNCTION"),
+        (["run", "milabench.models.polynome:main", "--extra", "{bad"], "--extra"),
+        (["rerun", "/nonexistent/result.json"], "/nonexistent/result.json"),
+    ],
+)
 def test_bad_input_gets_one_line(tmp_path, args, fragment):
     done = milarun(*args, "-o", tmp_path / "out")
     assert done.returncode != 0
@@ -104,10 +110,16 @@ def test_unwritable_output_folder(tmp_path):
 
 
 def test_cgroup_profile_refuses_to_run_unisolated(tmp_path):
-    prof = write_profile(tmp_path / "iso.json", t={
-        "experiment": "milabench.models.polynome:main",
-        "partition_scheme": {"type": "per-gpu",
-                             "cgroup": "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"}})
+    prof = write_profile(
+        tmp_path / "iso.json",
+        t={
+            "experiment": "milabench.models.polynome:main",
+            "partition_scheme": {
+                "type": "per-gpu",
+                "cgroup": "cpuset,memory:student{CUDA_VISIBLE_DEVICES}",
+            },
+        },
+    )
     done = milarun("jobs", prof, "-o", tmp_path / "out")
     assert done.returncode == 1
     assert "--no-cgexec" in one_line_error(done)
@@ -115,8 +127,13 @@ def test_cgroup_profile_refuses_to_run_unisolated(tmp_path):
 
 
 def test_gpu_instance_without_a_gpu_fails_instead_of_using_the_cpu(tmp_path):
-    done = milarun("run", "milabench.models.polynome:main", "-o", tmp_path,
-                   env={"CUDA_VISIBLE_DEVICES": "0", "MILARUN_DEVICE": "cuda"})
+    done = milarun(
+        "run",
+        "milabench.models.polynome:main",
+        "-o",
+        tmp_path,
+        env={"CUDA_VISIBLE_DEVICES": "0", "MILARUN_DEVICE": "cuda"},
+    )
     assert done.returncode == 1
     (path,) = tmp_path.glob("*.FAIL.*.json")
     result = json.loads(path.read_text())
@@ -134,13 +151,19 @@ def test_ctrl_c_stops_every_instance_and_records_them(tmp_path):
 
     from conftest import BENCHES, ROOT
 
-    prof = write_profile(tmp_path / "long.json",
-                         wait={"experiment": "faulty:sleepy", "max_duration": 120})
+    prof = write_profile(
+        tmp_path / "long.json", wait={"experiment": "faulty:sleepy", "max_duration": 120}
+    )
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}"}
-    proc = subprocess.Popen([sys.executable, "-m", "milarun", "jobs", str(prof), "--devices",
-                             "cpu:2", "-o", str(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "milarun", "jobs", str(prof), "--devices", "cpu:2", "-o", str(out)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
     children = []
     while time.time() < deadline and len(children) < 2:
@@ -162,10 +185,15 @@ def test_ctrl_c_stops_every_instance_and_records_them(tmp_path):
 
 
 def test_repeat_adds_a_round_and_a_failing_prepare_warns_once_and_is_recorded(tmp_path):
-    prof = write_profile(tmp_path / "prep.json", cal={
-        "experiment": "milabench.models.calibration:main",
-        "arguments": {"--min-slices": 4, "--step-time": 0.001},
-        "prepare": ["echo needs root >&2; exit 1"], "max_duration": 60})
+    prof = write_profile(
+        tmp_path / "prep.json",
+        cal={
+            "experiment": "milabench.models.calibration:main",
+            "arguments": {"--min-slices": 4, "--step-time": 0.001},
+            "prepare": ["echo needs root >&2; exit 1"],
+            "max_duration": 60,
+        },
+    )
     out = tmp_path / "out"
     done = milarun("jobs", prof, "--repeat", "2", "-o", out, "--devices", "cpu:2")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -176,13 +204,13 @@ def test_repeat_adds_a_round_and_a_failing_prepare_warns_once_and_is_recorded(tm
     runs = load_all(out).values()
     assert len(runs) == 4
     for result in runs:
-        assert result["prepare"] == [{"command": "echo needs root >&2; exit 1",
-                                      "returncode": 1}]
+        assert result["prepare"] == [{"command": "echo needs root >&2; exit 1", "returncode": 1}]
 
 
 def test_one_killed_instance_leaves_a_record_and_its_sibling_succeeds(tmp_path):
-    prof = write_profile(tmp_path / "kill.json",
-                         k={"experiment": "faulty:killed_on_first_slice", "max_duration": 60})
+    prof = write_profile(
+        tmp_path / "kill.json", k={"experiment": "faulty:killed_on_first_slice", "max_duration": 60}
+    )
     done = milarun("jobs", prof, "--devices", "cpu:2", "-o", tmp_path / "out")
     assert done.returncode == 1
     found = {r["device"]: r for r in load_all(tmp_path / "out").values()}
@@ -192,8 +220,7 @@ def test_one_killed_instance_leaves_a_record_and_its_sibling_succeeds(tmp_path):
 
 
 def test_extra_that_would_overwrite_a_harness_field_is_refused_before_running(tmp_path):
-    done = milarun("run", "faulty:raises", "-o", tmp_path / "out",
-                   "--extra", '{"success": true}')
+    done = milarun("run", "faulty:raises", "-o", tmp_path / "out", "--extra", '{"success": true}')
     assert done.returncode == 1
     assert "--extra key 'success'" in one_line_error(done)
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))
@@ -201,8 +228,19 @@ def test_extra_that_would_overwrite_a_harness_field_is_refused_before_running(tm
 
 def test_jobs_scores_only_what_could_run(tmp_path):
     """On one device a gpu-progression job makes only scaling.1: scaling.2 is not missing."""
-    done = milarun("jobs", "quick", "--name", "scaling", "--devices", "cpu:1",
-                   "-o", tmp_path, "--", "--min-slices", "5")
+    done = milarun(
+        "jobs",
+        "quick",
+        "--name",
+        "scaling",
+        "--devices",
+        "cpu:1",
+        "-o",
+        tmp_path,
+        "--",
+        "--min-slices",
+        "5",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"Score: +[0-9,.]+  \(coverage 100%\)", done.stdout), done.stdout
     assert "Missing" not in done.stdout

@@ -17,21 +17,22 @@ LEGACY_V100_SCORE = 1054.78  # the legacy report code's score for baselines/stan
 
 def legacy_summary(tests: dict[str, float]) -> dict:
     """A summary as the legacy milarun wrote it: stats only, no per-run rates."""
-    stats = {name: {"n": 2, "min": v, "max": v, "mean": v, "std": 0.0}
-             for name, v in tests.items()}
-    return {name: {"n": 2, "failures": 0, "train": s, "total": s, "pergpu": {}}
-            for name, s in stats.items()}
+    stats = {name: {"n": 2, "min": v, "max": v, "mean": v, "std": 0.0} for name, v in tests.items()}
+    return {
+        name: {"n": 2, "failures": 0, "train": s, "total": s, "pergpu": {}}
+        for name, s in stats.items()
+    }
 
 
 def test_every_standard_test_has_a_row_and_every_row_a_reason():
-    standard = {comparability.legacy_name(j.fullname)
-                for j in load_profile("standard").select([], [])}
+    standard = {
+        comparability.legacy_name(j.fullname) for j in load_profile("standard").select([], [])
+    }
     assert standard <= set(comparability.LEGACY), standard - set(comparability.LEGACY)
     for name, (verdict, note) in comparability.LEGACY.items():
         assert verdict in (comparability.YES, comparability.APPROX, comparability.NO), name
         assert (note is None) == (verdict == comparability.YES), name  # approx/no say why
-    assert comparability.judge("standard.scaling.4", legacy=True) == comparability.LEGACY[
-        "scaling"]
+    assert comparability.judge("standard.scaling.4", legacy=True) == comparability.LEGACY["scaling"]
     assert comparability.judge("standard.ssd", legacy=False) == (comparability.YES, None)
     assert comparability.judge("standard.newtest", legacy=True)[0] == comparability.NO
 
@@ -43,8 +44,9 @@ def test_a_summary_without_rates_is_legacy(tmp_path):
 
 def test_the_legacy_v100_against_itself_by_name():
     """The shipped file resolves by name and scores as the legacy report code did."""
-    done = milarun("report", "baselines/standard/v100.json", "--compare", "standard/v100",
-                   "--format", "json")
+    done = milarun(
+        "report", "baselines/standard/v100.json", "--compare", "standard/v100", "--format", "json"
+    )
     assert done.returncode == 0, done.stderr
     scores = json.loads(done.stdout)["scores"]
     assert round(scores["score"], 2) == LEGACY_V100_SCORE
@@ -88,32 +90,44 @@ def test_report_says_like_with_like_and_scores_only_alike(against_legacy, tmp_pa
 
 def test_against_a_milarun_baseline_everything_is_alike(against_legacy):
     res, _, weights = against_legacy
-    data = json.loads(milarun("report", res, "--weights", weights, "--compare", res,
-                              "--format", "json").stdout)
+    data = json.loads(
+        milarun("report", res, "--weights", weights, "--compare", res, "--format", "json").stdout
+    )
     assert {t["comparable"] for t in data["tests"].values()} == {"yes"}
     assert data["scores"]["not_compared"] == []
 
 
 def test_fake_imagenet_tests_are_alike_only_on_the_legacy_sized_set(tmp_path):
-    small = comparability.judge("standard.loader", True, {"name": "fake_imagenet",
-                                                           "size": 1000, "synthetic": True})
+    small = comparability.judge(
+        "standard.loader", True, {"name": "fake_imagenet", "size": 1000, "synthetic": True}
+    )
     assert small == (comparability.APPROX, "fake ImageNet of 1,000 images (legacy: 100,000)")
     full = {"name": "fake_imagenet", "size": 100_000, "synthetic": True}
     assert comparability.judge("standard.loader", True, full) == (comparability.YES, None)
     assert comparability.judge("standard.dcgan", True, full) == comparability.LEGACY["dcgan"]
     assert comparability.judge("standard.convnet", True, None)[1].startswith(
-        "fake ImageNet of unknown size")
+        "fake ImageNet of unknown size"
+    )
     # through the summary: the smallest set the runs read decides
     res = tmp_path / "res"
     for i, size in enumerate([100_000, 2_000]):
-        write(res, result("standard.loader", f"0.{i}", 500.0,
-                          dataset={"name": "fake_imagenet", "size": size, "synthetic": True}))
+        write(
+            res,
+            result(
+                "standard.loader",
+                f"0.{i}",
+                500.0,
+                dataset={"name": "fake_imagenet", "size": size, "synthetic": True},
+            ),
+        )
     base = tmp_path / "legacy.json"
     base.write_text(json.dumps(legacy_summary({"standard.loader": 535.0})))
     data = json.loads(milarun("report", res, "--compare", base, "--format", "json").stdout)
     row = data["tests"]["standard.loader"]
     assert (row["comparable"], row["comparable_note"]) == (
-        comparability.APPROX, "fake ImageNet of 2,000 images (legacy: 100,000)")
+        comparability.APPROX,
+        "fake ImageNet of 2,000 images (legacy: 100,000)",
+    )
 
 
 def test_a_test_the_baseline_lacks_is_not_like_with_like(against_legacy):

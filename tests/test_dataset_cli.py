@@ -25,8 +25,15 @@ COUNT: dict[str, Callable[[Path], int]] = {
     "wiki2": lambda root: len(wiki2.corpus(root).train),
     "wmt16": lambda root: len(wmt16.train_set(root, max_length=1000)),
 }
-SIZE = {"bsds500": 4, "coco": 8, "fake_imagenet": 16, "ml20m": 25, "mnist": 60,
-        "wiki2": 9000, "wmt16": 30}
+SIZE = {
+    "bsds500": 4,
+    "coco": 8,
+    "fake_imagenet": 16,
+    "ml20m": 25,
+    "mnist": 60,
+    "wiki2": 9000,
+    "wmt16": 30,
+}
 
 
 def digest(folder):
@@ -52,8 +59,7 @@ def test_synthetic_data_contract(tmp_path, name):
     assert count(tmp_path / "a") == size
     assert datasets.is_synthetic(one) is True
     # what every result that reads it records
-    assert datasets.summary(one, tmp_path / "a") == {"name": name, "size": size,
-                                                     "synthetic": True}
+    assert datasets.summary(one, tmp_path / "a") == {"name": name, "size": size, "synthetic": True}
     # Finished data is kept: a smaller request is satisfied, a bigger one refused.
     assert module.synthesize(tmp_path / "a", size // 2, seed=9) == one
     with pytest.raises(datasets.DataMissing, match=f"already holds {size} synthetic examples"):
@@ -69,17 +75,34 @@ def test_real_data_summary(tmp_path):
     datasets.mark_complete(mnist.folder(tmp_path), False, size=60_000)
     datasets.mark_complete(ml20m.folder(tmp_path), False, users=138_493, items=26_744)
     assert datasets.summary(mnist.folder(tmp_path), tmp_path) == {
-        "name": "mnist", "size": 60_000, "synthetic": False}
+        "name": "mnist",
+        "size": 60_000,
+        "synthetic": False,
+    }
     assert datasets.summary(ml20m.folder(tmp_path), tmp_path) == {
-        "name": "ml20m", "size": 138_493, "synthetic": False}
+        "name": "ml20m",
+        "size": 138_493,
+        "synthetic": False,
+    }
 
 
 def test_dataset_command_makes_every_dataset(tmp_path):
     """Short and full names, --size, --seed and --workers reach every dataset."""
     names = sorted(COUNT)
     specs = [f"milabench.datasets:{names[0]}", *names[1:]]
-    done = milarun("dataset", *specs, "--synthetic", "--size", "12", "--seed", "5",
-                   "--workers", "2", "-d", tmp_path / "cli")
+    done = milarun(
+        "dataset",
+        *specs,
+        "--synthetic",
+        "--size",
+        "12",
+        "--seed",
+        "5",
+        "--workers",
+        "2",
+        "-d",
+        tmp_path / "cli",
+    )
     assert done.returncode == 0, done.stderr
     for spec, name in zip(specs, names):
         assert f"{spec}: 12 synthetic examples in " in done.stdout

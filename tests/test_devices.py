@@ -34,8 +34,13 @@ class FakeNVML:
     power mW). Every handle lookup is recorded in ``asked``; every reading in ``read``.
     """
 
-    def __init__(self, gpus: list[dict] | None = None, driver: str | bytes = "550.54.15",
-                 fail_handles: bool = False, fail_power: bool = False) -> None:
+    def __init__(
+        self,
+        gpus: list[dict] | None = None,
+        driver: str | bytes = "550.54.15",
+        fail_handles: bool = False,
+        fail_power: bool = False,
+    ) -> None:
         self.gpus = gpus if gpus is not None else []
         self.driver = driver
         self.fail_handles = fail_handles
@@ -105,18 +110,39 @@ class FakeNVML:
 
 def two_gpus() -> list[dict]:
     return [
-        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-aaaa-0000", "util": 10,
-         "used": 512 * MiB, "total": 40960 * MiB, "temp": 40, "power_mw": 60000},
-        {"name": b"NVIDIA H100 80GB HBM3", "uuid": "GPU-bbbb-1111", "util": 75,
-         "used": 3 * 1024 * MiB, "total": 81920 * MiB, "temp": 67, "power_mw": 312500},
+        {
+            "name": "NVIDIA A100-SXM4-40GB",
+            "uuid": "GPU-aaaa-0000",
+            "util": 10,
+            "used": 512 * MiB,
+            "total": 40960 * MiB,
+            "temp": 40,
+            "power_mw": 60000,
+        },
+        {
+            "name": b"NVIDIA H100 80GB HBM3",
+            "uuid": "GPU-bbbb-1111",
+            "util": 75,
+            "used": 3 * 1024 * MiB,
+            "total": 81920 * MiB,
+            "temp": 67,
+            "power_mw": 312500,
+        },
     ]
 
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for var in ("CUDA_VISIBLE_DEVICES", "MILARUN_DEVICE", "OMP_NUM_THREADS", "LOCAL_RANK",
-                "OMP_WAIT_POLICY", "CUDA_DEVICE_ORDER", "MILARUN_PCI_BUS_IDS",
-                "MILARUN_DEV_DIR"):
+    for var in (
+        "CUDA_VISIBLE_DEVICES",
+        "MILARUN_DEVICE",
+        "OMP_NUM_THREADS",
+        "LOCAL_RANK",
+        "OMP_WAIT_POLICY",
+        "CUDA_DEVICE_ORDER",
+        "MILARUN_PCI_BUS_IDS",
+        "MILARUN_DEV_DIR",
+    ):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
@@ -199,8 +225,9 @@ def test_discover_count_error_falls_back_to_cpu(clean_env):
 
     fake.nvmlDeviceGetCount = broken
     clean_env.setenv("MILARUN_DEV_DIR", "/nonexistent")  # no device file, and torch:
-    assert discover_devices(nvml=fake, probe=lambda: gpuprobe.TorchGPUs()) == \
-        [Device(CPU_KIND, "0", 1)]  # sees none: a CPU machine
+    assert discover_devices(nvml=fake, probe=lambda: gpuprobe.TorchGPUs()) == [
+        Device(CPU_KIND, "0", 1)
+    ]  # sees none: a CPU machine
 
 
 def test_discover_without_nvml_on_this_machine(clean_env):
@@ -249,8 +276,10 @@ def test_device_file_and_failing_nvml_is_an_error_not_a_cpu_run(clean_env, tmp_p
     with pytest.raises(errors.GPUDiscoveryError) as info:
         discover_devices(nvml=broken_count(), probe=torch_sees(0, asked))
     message = str(info.value)
-    assert f"{tmp_path / 'dev' / 'nvidia0'} exists, but NVML failed: " \
-           "NVML_ERROR_LIB_RM_VERSION_MISMATCH" in message
+    assert (
+        f"{tmp_path / 'dev' / 'nvidia0'} exists, but NVML failed: "
+        "NVML_ERROR_LIB_RM_VERSION_MISMATCH" in message
+    )
     assert "nvidiactl" not in message  # only the per-GPU nodes are evidence
     assert "libnvidia-ml" in message and "--devices cpu:N" in message
     assert "\n" not in message
@@ -260,8 +289,9 @@ def test_device_file_and_failing_nvml_is_an_error_not_a_cpu_run(clean_env, tmp_p
 
 def test_device_files_but_nvml_sees_no_gpu(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "dev", "nvidia1", "nvidia0")
-    with pytest.raises(errors.GPUDiscoveryError,
-                       match=r"nvidia0, .*nvidia1 exist, but NVML sees no GPU; install"):
+    with pytest.raises(
+        errors.GPUDiscoveryError, match=r"nvidia0, .*nvidia1 exist, but NVML sees no GPU; install"
+    ):
         discover_devices(nvml=FakeNVML([]), probe=torch_sees(0))
 
 
@@ -273,30 +303,33 @@ def test_amd_device_file_says_to_name_the_gpus(clean_env, tmp_path):
 
 def test_failing_nvml_without_device_files_asks_torch(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "empty")
-    with pytest.raises(errors.GPUDiscoveryError,
-                       match=r"^torch sees 1 GPU, but NVML failed: NVML_ERROR_LIB_RM"):
+    with pytest.raises(
+        errors.GPUDiscoveryError, match=r"^torch sees 1 GPU, but NVML failed: NVML_ERROR_LIB_RM"
+    ):
         discover_devices(nvml=broken_count(), probe=torch_sees(1))
     asked: list = []
-    assert discover_devices(nvml=broken_count(), probe=torch_sees(0, asked)) == \
-        [Device(CPU_KIND, "0", 1)]  # a CPU machine: one CPU slice, as before
+    assert discover_devices(nvml=broken_count(), probe=torch_sees(0, asked)) == [
+        Device(CPU_KIND, "0", 1)
+    ]  # a CPU machine: one CPU slice, as before
     assert asked == [1]
 
 
 def test_nvml_that_works_never_asks_torch(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "empty")
     asked: list = []
-    assert discover_devices(nvml=FakeNVML([]), probe=torch_sees(2, asked)) == \
-        [Device(CPU_KIND, "0", 1)]  # NVML works and counts 0, no device file: a CPU box
-    assert [d.id for d in discover_devices(nvml=FakeNVML(two_gpus()),
-                                           probe=torch_sees(2, asked))] == ["0", "1"]
+    assert discover_devices(nvml=FakeNVML([]), probe=torch_sees(2, asked)) == [
+        Device(CPU_KIND, "0", 1)
+    ]  # NVML works and counts 0, no device file: a CPU box
+    assert [
+        d.id for d in discover_devices(nvml=FakeNVML(two_gpus()), probe=torch_sees(2, asked))
+    ] == ["0", "1"]
     assert asked == []
 
 
 def test_gpus_hidden_on_purpose_run_on_the_cpu(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "dev", "nvidia0")
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert discover_devices(nvml=broken_count(), probe=torch_sees(1)) == \
-        [Device(CPU_KIND, "0", 1)]
+    assert discover_devices(nvml=broken_count(), probe=torch_sees(1)) == [Device(CPU_KIND, "0", 1)]
 
 
 def test_jobs_refuses_a_gpu_machine_without_nvml(tmp_path):
@@ -309,8 +342,15 @@ def test_jobs_refuses_a_gpu_machine_without_nvml(tmp_path):
         pytest.skip("this machine has a working NVML")
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidia0").touch()
-    done = milarun("jobs", "quick", "--name", "calibration", "-o", tmp_path / "out",
-                   env={"MILARUN_DEV_DIR": str(tmp_path / "dev")})
+    done = milarun(
+        "jobs",
+        "quick",
+        "--name",
+        "calibration",
+        "-o",
+        tmp_path / "out",
+        env={"MILARUN_DEV_DIR": str(tmp_path / "dev")},
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("milarun: error: "), done.stderr
@@ -511,16 +551,19 @@ def test_instance_environ_respects_user_omp(clean_env):
 
 
 # -- instance_device_label -----------------------------------------------------------------
-@pytest.mark.parametrize("milarun_device, visible, expected", [
-    ("cpu:1", None, "cpu:1"),
-    ("cpu:0", "", "cpu:0"),
-    ("cpu:1", "0", "cpu:1"),  # a CPU slice wins over a stray CUDA_VISIBLE_DEVICES
-    ("cuda", "2", "cuda:2"),
-    ("cuda", "3,1", "cuda:3"),
-    ("cuda", None, "cuda:0"),
-    (None, "5", "cuda:5"),
-    (None, "", "cpu:0"),
-])
+@pytest.mark.parametrize(
+    "milarun_device, visible, expected",
+    [
+        ("cpu:1", None, "cpu:1"),
+        ("cpu:0", "", "cpu:0"),
+        ("cpu:1", "0", "cpu:1"),  # a CPU slice wins over a stray CUDA_VISIBLE_DEVICES
+        ("cuda", "2", "cuda:2"),
+        ("cuda", "3,1", "cuda:3"),
+        ("cuda", None, "cuda:0"),
+        (None, "5", "cuda:5"),
+        (None, "", "cpu:0"),
+    ],
+)
 def test_instance_device_label(clean_env, milarun_device, visible, expected):
     if milarun_device is not None:
         clean_env.setenv("MILARUN_DEVICE", milarun_device)

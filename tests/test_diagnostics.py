@@ -20,9 +20,17 @@ def test_flat_series():
     assert d.slices == 30 and d.window_slices == 18
     assert d.cv == 0 and d.drift == 0 and d.warmup == 0
     assert d.ci95 == 0 and d.flags == ()
-    assert d.to_dict() == {"slices": 30, "window_slices": 18, "cv": 0, "drift": 0,
-                           "warmup": 0, "ci95": 0, "flags": [], "extension": None,
-                           "throttle": None}
+    assert d.to_dict() == {
+        "slices": 30,
+        "window_slices": 18,
+        "cv": 0,
+        "drift": 0,
+        "warmup": 0,
+        "ci95": 0,
+        "flags": [],
+        "extension": None,
+        "throttle": None,
+    }
 
 
 def test_ramp_then_flat_has_a_warmup():
@@ -82,7 +90,11 @@ def test_extension_keeps_measuring_until_min_slices():
     # extended run does not sync on every block.
     assert log.syncs == 8
     assert log_record(log).extension.to_dict() == {
-        "min_slices": 8, "ci_target": None, "deadline": 4e9, "stopped_by": "target"}
+        "min_slices": 8,
+        "ci_target": None,
+        "deadline": 4e9,
+        "stopped_by": "target",
+    }
 
 
 def test_extension_stops_at_the_deadline():
@@ -94,9 +106,21 @@ def test_extension_stops_at_the_deadline():
 
 
 def test_results_record_startup_and_diagnostics(tmp_path):
-    done = milarun("run", "milabench.models.calibration:main", "-o", tmp_path, "--",
-                   "--step-time", "0.01", "--batch-size", "10", "--max-count", "100",
-                   "--min-slices", "9")
+    done = milarun(
+        "run",
+        "milabench.models.calibration:main",
+        "-o",
+        tmp_path,
+        "--",
+        "--step-time",
+        "0.01",
+        "--batch-size",
+        "10",
+        "--max-count",
+        "100",
+        "--min-slices",
+        "9",
+    )
     assert done.returncode == 0, done.stderr
     (path,) = tmp_path.glob("*.json")
     result = json.loads(path.read_text())
@@ -107,8 +131,9 @@ def test_results_record_startup_and_diagnostics(tmp_path):
     assert diag["slices"] >= 9  # --max-count alone gives 1 s: the extension made it 9
     assert diag["extension"]["min_slices"] == 9 and diag["extension"]["stopped_by"]
     assert result["timings"]["train"]["count"] > 100
-    bad = milarun("run", "milabench.models.calibration:main", "-o", tmp_path / "b", "--",
-                  "--ci-target", "-1")
+    bad = milarun(
+        "run", "milabench.models.calibration:main", "-o", tmp_path / "b", "--", "--ci-target", "-1"
+    )
     assert bad.returncode == 1 and "--ci-target -1" in bad.stdout + bad.stderr
 
 

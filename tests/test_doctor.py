@@ -59,23 +59,56 @@ class FakeNVML:
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> dict:
         return next(g for g in self.gpus if g["uuid"] == uuid)
 
-    def nvmlDeviceGetName(self, h): return h["name"]
-    def nvmlDeviceGetUUID(self, h): return h["uuid"]
-    def nvmlDeviceGetPciInfo(self, h): return SimpleNamespace(busId=h["pci_bus_id"].encode())
-    def nvmlDeviceGetMemoryInfo(self, h): return SimpleNamespace(total=h["memory"], used=0)
-    def nvmlDeviceGetPersistenceMode(self, h): return h["persistence"]
-    def nvmlDeviceGetMigMode(self, h): return h["mig"]
-    def nvmlDeviceGetEccMode(self, h): return h["ecc_mode"]
-    def nvmlDeviceGetMaxClockInfo(self, h, kind): return self._sm(kind, h["max_clock_sm"])
-    def nvmlDeviceGetClockInfo(self, h, kind): return self._sm(kind, h["clock_sm"])
-    def nvmlDeviceGetApplicationsClock(self, h, kind): return self._sm(kind, h["app_clock_sm"])
-    def nvmlDeviceGetEnforcedPowerLimit(self, h): return h["enforced_power_limit_mw"]
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, h): return h["power_default_limit_mw"]
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, h): return h["pcie_gen"]
-    def nvmlDeviceGetCurrPcieLinkWidth(self, h): return h["pcie_width"]
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h): return h["pcie_max_gen"]
-    def nvmlDeviceGetMaxPcieLinkWidth(self, h): return h["pcie_max_width"]
-    def nvmlDeviceGetCpuAffinity(self, h, words): return h["cpu_affinity"][:words]
+    def nvmlDeviceGetName(self, h):
+        return h["name"]
+
+    def nvmlDeviceGetUUID(self, h):
+        return h["uuid"]
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=h["pci_bus_id"].encode())
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(total=h["memory"], used=0)
+
+    def nvmlDeviceGetPersistenceMode(self, h):
+        return h["persistence"]
+
+    def nvmlDeviceGetMigMode(self, h):
+        return h["mig"]
+
+    def nvmlDeviceGetEccMode(self, h):
+        return h["ecc_mode"]
+
+    def nvmlDeviceGetMaxClockInfo(self, h, kind):
+        return self._sm(kind, h["max_clock_sm"])
+
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        return self._sm(kind, h["clock_sm"])
+
+    def nvmlDeviceGetApplicationsClock(self, h, kind):
+        return self._sm(kind, h["app_clock_sm"])
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return h["enforced_power_limit_mw"]
+
+    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+        return h["power_default_limit_mw"]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return h["pcie_gen"]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return h["pcie_width"]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return h["pcie_max_gen"]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return h["pcie_max_width"]
+
+    def nvmlDeviceGetCpuAffinity(self, h, words):
+        return h["cpu_affinity"][:words]
 
     def nvmlDeviceGetDefaultApplicationsClock(self, h, kind):
         return self._sm(kind, h.get("default_app_clock_sm", h["app_clock_sm"]))
@@ -117,12 +150,22 @@ def h100(**changes) -> dict:
 
 def torch_entry(gpu: dict, index: int = 0) -> dict:
     """What gpuprobe's child reports for a GPU (torch's own readings in the H100 file)."""
-    return {"index": index, "name": H100["torch_name"], "memory": H100["torch_memory"],
-            "uuid": gpu["uuid"], "pci_bus_id": gpu["pci_bus_id"]}
+    return {
+        "index": index,
+        "name": H100["torch_name"],
+        "memory": H100["torch_memory"],
+        "uuid": gpu["uuid"],
+        "pci_bus_id": gpu["pci_bus_id"],
+    }
 
 
-TORCH_VERSIONS = {"torch": H100["torch"], "cuda": H100["torch_cuda"], "hip": None,
-                  "cudnn": H100["cudnn"], "nccl": ".".join(map(str, H100["nccl"]))}
+TORCH_VERSIONS = {
+    "torch": H100["torch"],
+    "cuda": H100["torch_cuda"],
+    "hip": None,
+    "cudnn": H100["cudnn"],
+    "nccl": ".".join(map(str, H100["nccl"])),
+}
 
 
 def torch_sees(*entries: dict, **versions) -> TorchGPUs:
@@ -145,20 +188,29 @@ def host(tmp_path, monkeypatch):
     dev = tmp_path / "dev"
     dev.mkdir()
 
-    def make(gpus: list[dict] | None = None, torch: TorchGPUs | None = None,
-             students: dict[str, str] | None = None, **fields) -> Machine:
+    def make(
+        gpus: list[dict] | None = None,
+        torch: TorchGPUs | None = None,
+        students: dict[str, str] | None = None,
+        **fields,
+    ) -> Machine:
         gpus = [h100()] if gpus is None else gpus
-        torch = torch_sees(*(torch_entry(g, i) for i, g in enumerate(gpus))) \
-            if torch is None else torch
+        torch = (
+            torch_sees(*(torch_entry(g, i) for i, g in enumerate(gpus))) if torch is None else torch
+        )
         for name, cpus in (students if students is not None else {"student0": "0"}).items():
             (cgroups / name).mkdir(exist_ok=True)
             (cgroups / name / "cpuset.cpus").write_text(cpus)
         hier = {c: isolation.Hierarchy(c, 2, cgroups, "/") for c in isolation.CONTROLLERS}
-        options = dict(nvml=FakeNVML(gpus) if gpus else None, nvml_error="NVML unavailable: "
-                       "Driver Not Loaded", torch=lambda: torch, dev=dev,
-                       hierarchies=lambda: hier,
-                       disk_usage=lambda path: SimpleNamespace(free=10**12),
-                       packages=("compiled_pkg",))
+        options = dict(
+            nvml=FakeNVML(gpus) if gpus else None,
+            nvml_error="NVML unavailable: Driver Not Loaded",
+            torch=lambda: torch,
+            dev=dev,
+            hierarchies=lambda: hier,
+            disk_usage=lambda path: SimpleNamespace(free=10**12),
+            packages=("compiled_pkg",),
+        )
         return Machine(**{**options, **fields})
 
     make.dev = dev
@@ -190,11 +242,14 @@ def test_doctor_on_this_cpu_machine_says_no_gpu_and_exits_0(tmp_path):
     assert max(map(len, done.stdout.splitlines())) <= 100
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["--profile", "nope"], "profile 'nope' not found"),
-    (["--devices", "0,x"], "is not a device list"),
-    (["--", "extra"], "doctor takes no arguments after --"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--profile", "nope"], "profile 'nope' not found"),
+        (["--devices", "0,x"], "is not a device list"),
+        (["--", "extra"], "doctor takes no arguments after --"),
+    ],
+)
 def test_bad_input_is_one_line(args, fragment):
     done = milarun("doctor", *args, timeout=60)
     assert done.returncode == 1
@@ -207,18 +262,21 @@ def test_healthy_h100_passes_everything(host, tmp_path):
     checks = run(host(), tmp_path)
     assert problems(checks) == []
     assert named(checks, "GPUs").status == PASS
-    assert named(checks, "gpu0").detail == ("NVIDIA H100 80GB HBM3, 79.6 GiB, bus "
-                                            "00000000:00:06.0, GPU-a2325795-1c9f-084d-8b93-"
-                                            "322f176dd787")
+    assert named(checks, "gpu0").detail == (
+        "NVIDIA H100 80GB HBM3, 79.6 GiB, bus "
+        "00000000:00:06.0, GPU-a2325795-1c9f-084d-8b93-"
+        "322f176dd787"
+    )
     assert named(checks, "versions").detail == (
-        "driver 580.159.04 (CUDA 13.0); torch 2.11.0+cu130: CUDA 13.0, cuDNN 9.19.0, "
-        "NCCL 2.28.9")
+        "driver 580.159.04 (CUDA 13.0); torch 2.11.0+cu130: CUDA 13.0, cuDNN 9.19.0, NCCL 2.28.9"
+    )
     assert named(checks, "gpu0 persistence").detail == "on"
     assert named(checks, "gpu0 MIG").detail == "off"
     assert named(checks, "gpu0 memory errors").detail.startswith("ECC on, no uncorrected")
     assert named(checks, "gpu0 pending pages").detail == "no row remaps pending"
     assert named(checks, "gpu0 clocks").detail == (
-        "SM 345 MHz now, max 1980, application 1980 MHz (an idle GPU clocks down)")
+        "SM 345 MHz now, max 1980, application 1980 MHz (an idle GPU clocks down)"
+    )
     assert named(checks, "gpu0 power").detail == "limit 700 W, default 700 W"
     assert named(checks, "gpu0 PCIe").detail == "gen 5 x16 (max gen 5 x16)"
     assert named(checks, "gpu0 temperature").detail == "38 C"
@@ -229,13 +287,16 @@ def test_healthy_h100_passes_everything(host, tmp_path):
 
 
 def test_no_gpu_and_no_device_file_is_a_cpu_machine(host, tmp_path):
-    for machine in (host(gpus=[], torch=torch_sees(cuda=None)),
-                    host(gpus=[], torch=torch_sees(), nvml=FakeNVML([]))):
+    for machine in (
+        host(gpus=[], torch=torch_sees(cuda=None)),
+        host(gpus=[], torch=torch_sees(), nvml=FakeNVML([])),
+    ):
         checks = run(machine, tmp_path)
         gpu_lines = [c for c in checks if c.name.startswith("gpu")]
         assert named(checks, "GPUs").status == INFO and gpu_lines == []
-        assert named(checks, "GPUs").detail == ("no GPU: this machine benchmarks CPU slices "
-                                                "(--devices cpu:N)")
+        assert named(checks, "GPUs").detail == (
+            "no GPU: this machine benchmarks CPU slices (--devices cpu:N)"
+        )
         assert doctor.exit_code(checks) == 0
 
 
@@ -256,8 +317,10 @@ def test_nvml_failing_while_torch_sees_gpus_fails(host, tmp_path):
 
 
 def other_gpu(index: int = 1) -> dict:
-    return h100(uuid=f"GPU-00000000-0000-0000-0000-00000000000{index}",
-                pci_bus_id=f"00000000:00:0{6 + index}.0")
+    return h100(
+        uuid=f"GPU-00000000-0000-0000-0000-00000000000{index}",
+        pci_bus_id=f"00000000:00:0{6 + index}.0",
+    )
 
 
 @pytest.mark.parametrize("case", ["torch sees fewer", "other UUID and bus", "NVML sees fewer"])
@@ -283,49 +346,59 @@ def test_torch_without_uuids_is_matched_by_pci_bus(host, tmp_path):
     assert named(run(host(torch=torch_sees(entry)), tmp_path), "GPUs").status == PASS
 
 
-@pytest.mark.parametrize("cuda, status", [("13.0", PASS), ("12.4", PASS), ("13.1", WARN),
-                                          ("14.0", FAIL), (None, FAIL)])
+@pytest.mark.parametrize(
+    "cuda, status", [("13.0", PASS), ("12.4", PASS), ("13.1", WARN), ("14.0", FAIL), (None, FAIL)]
+)
 def test_torch_cuda_newer_than_the_driver(host, tmp_path, cuda, status):
     gpu = h100()
-    check = named(run(host(torch=torch_sees(torch_entry(gpu), cuda=cuda)), tmp_path),
-                  "versions")
+    check = named(run(host(torch=torch_sees(torch_entry(gpu), cuda=cuda)), tmp_path), "versions")
     assert check.status == status, check
 
 
 def test_torch_that_does_not_import_fails_once(host, tmp_path):
-    broken = TorchGPUs(error="torch probe failed (exit 1): ModuleNotFoundError: No module named "
-                             "'torch'")
+    broken = TorchGPUs(
+        error="torch probe failed (exit 1): ModuleNotFoundError: No module named 'torch'"
+    )
     checks = run(host(torch=broken), tmp_path)
     assert named(checks, "GPUs").status == INFO  # NVML's GPUs are still listed and checked
-    assert named(checks, "versions").status == FAIL and "No module named" in named(
-        checks, "versions").detail
+    assert (
+        named(checks, "versions").status == FAIL
+        and "No module named" in named(checks, "versions").detail
+    )
     assert [c.name for c in checks if c.status == FAIL] == ["versions"]
     assert named(checks, "gpu0 power").status == PASS
 
 
-@pytest.mark.parametrize("number, text", [(91900, "9.19.0"), (90100, "9.1.0"),
-                                          (8902, "8.9.2"), (None, "none")])
+@pytest.mark.parametrize(
+    "number, text", [(91900, "9.19.0"), (90100, "9.1.0"), (8902, "8.9.2"), (None, "none")]
+)
 def test_cudnn_version_numbers(number, text):
     assert doctor_gpu.cudnn_text(number) == text
 
 
 # -- each GPU's health -------------------------------------------------------------------------
-@pytest.mark.parametrize("changes, name, status, words", [
-    ({"ecc_uncorrected_volatile": 3}, "memory errors", FAIL, ["3 uncorrected", "-r"]),
-    ({"persistence": 0}, "persistence", WARN, ["off", "nvidia-smi -i 0 -pm 1"]),
-    ({"mig": [1, 1]}, "MIG", WARN, ["enabled", "whole GPUs", "-mig 0"]),
-    ({"remapped_rows": [0, 2, 1, 0]}, "pending pages", WARN, ["pending a reset"]),
-    ({"remapped_rows": [0, 2, 0, 1]}, "pending pages", FAIL, ["RMA"]),
-    ({"app_clock_sm": 1500, "default_app_clock_sm": 1980}, "clocks", WARN, ["-rac"]),
-    ({"enforced_power_limit_mw": 500000}, "power", WARN,
-     ["limit 500 W, default 700 W", "nvidia-smi -i 0 -pl 700"]),
-    ({"pcie_width": 8}, "PCIe", WARN, ["gen 5 x8 (max gen 5 x16)", "lanes", "slot"]),
-    ({"pcie_gen": 1}, "PCIe", WARN, ["gen 1 x16", "idle GPU may lower its link generation"]),
-    ({"temperature": 84, "slowdown_temperature": 87}, "temperature", WARN, ["84 C", "cooling"]),
-])
+@pytest.mark.parametrize(
+    "changes, name, status, words",
+    [
+        ({"ecc_uncorrected_volatile": 3}, "memory errors", FAIL, ["3 uncorrected", "-r"]),
+        ({"persistence": 0}, "persistence", WARN, ["off", "nvidia-smi -i 0 -pm 1"]),
+        ({"mig": [1, 1]}, "MIG", WARN, ["enabled", "whole GPUs", "-mig 0"]),
+        ({"remapped_rows": [0, 2, 1, 0]}, "pending pages", WARN, ["pending a reset"]),
+        ({"remapped_rows": [0, 2, 0, 1]}, "pending pages", FAIL, ["RMA"]),
+        ({"app_clock_sm": 1500, "default_app_clock_sm": 1980}, "clocks", WARN, ["-rac"]),
+        (
+            {"enforced_power_limit_mw": 500000},
+            "power",
+            WARN,
+            ["limit 500 W, default 700 W", "nvidia-smi -i 0 -pl 700"],
+        ),
+        ({"pcie_width": 8}, "PCIe", WARN, ["gen 5 x8 (max gen 5 x16)", "lanes", "slot"]),
+        ({"pcie_gen": 1}, "PCIe", WARN, ["gen 1 x16", "idle GPU may lower its link generation"]),
+        ({"temperature": 84, "slowdown_temperature": 87}, "temperature", WARN, ["84 C", "cooling"]),
+    ],
+)
 def test_a_fault_on_one_gpu(host, tmp_path, changes, name, status, words):
-    checks = run(host([h100(), {**other_gpu(), **changes}], students={}), tmp_path,
-                 devices="0,1")
+    checks = run(host([h100(), {**other_gpu(), **changes}], students={}), tmp_path, devices="0,1")
     check = named(checks, f"gpu1 {name}")
     assert check.status == status, check
     text = f"{check.detail} {check.fix}"
@@ -379,8 +452,9 @@ def test_quick_profile_data(host, tmp_path):
     checks = run(host(), tmp_path, profile="quick")
 
     assert named(checks, "data mnist").status == PASS
-    assert named(checks, "data mnist").detail == (f"1200 synthetic examples in {root}/MNIST; "
-                                                  "read by vae")
+    assert named(checks, "data mnist").detail == (
+        f"1200 synthetic examples in {root}/MNIST; read by vae"
+    )
     assert named(checks, "data coco").status == PASS
     smaller = named(checks, "data bsds500")
     assert smaller.status == WARN and "already holds 4 synthetic examples" in smaller.fix
@@ -389,10 +463,14 @@ def test_quick_profile_data(host, tmp_path):
     assert f"--synthetic --size 20000 --seed 0 -d {root}" in interrupted.fix
     missing = named(checks, "data fake_imagenet")  # quick's prepare step makes it
     assert missing.status == INFO
-    assert missing.detail == (f"not in {root}/ImageNet yet; `jobs quick` makes it first; read "
-                              "by loader, convnet, convnet_fp16, dcgan, fast_style")
-    assert missing.fix == (f"`milarun dataset fake_imagenet --synthetic --size 256 -d {root}` "
-                           "(what `jobs quick` runs first)")
+    assert missing.detail == (
+        f"not in {root}/ImageNet yet; `jobs quick` makes it first; read "
+        "by loader, convnet, convnet_fp16, dcgan, fast_style"
+    )
+    assert missing.fix == (
+        f"`milarun dataset fake_imagenet --synthetic --size 256 -d {root}` "
+        "(what `jobs quick` runs first)"
+    )
     assert {c.name for c in checks if c.status == FAIL} == {"data wiki2"}
     disk = named(checks, "disk")
     assert disk.status == PASS and "fake_imagenet 45 MB" in disk.detail
@@ -419,9 +497,12 @@ def test_profile_without_data_passes_the_data_check(host, tmp_path):
 
 def test_every_dataset_a_model_imports_is_in_the_table():
     for path in sorted((ROOT / "milabench" / "models").glob("*.py")):
-        imported = {alias.name for node in ast.walk(ast.parse(path.read_text()))
-                    if isinstance(node, ast.ImportFrom) and node.module == "milabench.datasets"
-                    for alias in node.names}
+        imported = {
+            alias.name
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module == "milabench.datasets"
+            for alias in node.names
+        }
         assert set(ds.READ_BY.get(f"milabench.models.{path.stem}", ())) == imported, path.name
     assert set(ds.DISK_BYTES) == set(ds.known())
 
@@ -439,8 +520,12 @@ def test_a_package_without_bytecode_warns(tmp_path, monkeypatch):
 
 # -- output ----------------------------------------------------------------------------------
 def test_lines_fit_100_columns_and_commands_stay_whole():
-    check = doctor.Check("data fake_imagenet", FAIL, "word " * 40,
-                         "run " * 12 + "`milarun dataset fake_imagenet --synthetic -d /data`")
+    check = doctor.Check(
+        "data fake_imagenet",
+        FAIL,
+        "word " * 40,
+        "run " * 12 + "`milarun dataset fake_imagenet --synthetic -d /data`",
+    )
     text = doctor.render(check)
     assert max(map(len, text.splitlines())) <= 100
     assert "`milarun dataset fake_imagenet --synthetic -d /data`" in text

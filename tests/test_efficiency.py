@@ -20,8 +20,9 @@ BATCH, IN, HIDDEN, OUT = 16, 8, 32, 4
 def two_layer_step(autocast: bool = False):
     """A training step (forward, backward, SGD) of Linear(IN, HIDDEN) -> Linear(HIDDEN, OUT)."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(),
-                                torch.nn.Linear(HIDDEN, OUT))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT)
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(BATCH, IN)
 
@@ -108,7 +109,8 @@ def test_measure_builds_the_record_on_cpu():
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
         "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "cudnn_deterministic": torch.backends.cudnn.deterministic}
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+    }
 
 
 def test_the_settings_are_those_the_test_left_in_force(monkeypatch):
@@ -135,8 +137,17 @@ def test_measure_on_a_known_gpu_gives_percent_of_peak():
     assert record.peak_flops == 312e12
     assert record.note is None
     assert list(record.to_dict()) == [
-        "flops_per_example", "flops_per_step", "precision", "flops_by_precision",
-        "achieved_flops", "device_name", "peak_flops", "percent_of_peak", "note", "settings"]
+        "flops_per_example",
+        "flops_per_step",
+        "precision",
+        "flops_by_precision",
+        "achieved_flops",
+        "device_name",
+        "peak_flops",
+        "percent_of_peak",
+        "note",
+        "settings",
+    ]
 
 
 def test_disabled_by_environment(monkeypatch):
@@ -172,8 +183,9 @@ def test_a_step_without_matmuls_has_no_count():
 
 
 def test_record_in_a_real_result(tmp_path):
-    done = milarun("run", "milabench.models.polynome:main", "-o", tmp_path, "--",
-                   "--min-slices", "4")
+    done = milarun(
+        "run", "milabench.models.polynome:main", "-o", tmp_path, "--", "--min-slices", "4"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (path,) = tmp_path.glob("*.json")
     eff = json.loads(path.read_text())["efficiency"]
@@ -186,23 +198,50 @@ def test_record_in_a_real_result(tmp_path):
 
 # -- peak table ------------------------------------------------------------------------
 SPELLINGS = {
-    "Tesla V100-SXM2-16GB": "V100-SXM2", "Tesla V100-SXM2-32GB": "V100-SXM2",
-    "NVIDIA V100-SXM2-32GB": "V100-SXM2", "Tesla V100-PCIE-16GB": "V100-PCIe",
-    "Tesla V100-PCIE-32GB": "V100-PCIe", "Tesla V100S-PCIE-32GB": "V100S-PCIe",
-    "NVIDIA A100-SXM4-40GB": "A100-SXM", "NVIDIA A100-SXM4-80GB": "A100-SXM",
-    "NVIDIA A100-PCIE-40GB": "A100-PCIe", "NVIDIA A100 80GB PCIe": "A100-PCIe",
-    "NVIDIA H100 80GB HBM3": "H100-SXM", "NVIDIA H100 SXM5 80GB": "H100-SXM",
-    "NVIDIA H100 PCIe": "H100-PCIe", "NVIDIA H200": "H200-SXM",
-    "AMD Instinct MI250X": "MI250X", "AMD Instinct MI250X / MI250": "MI250X",
-    "AMD Instinct MI300X": "MI300X", "AMD Instinct MI300X VF": "MI300X",
+    "Tesla V100-SXM2-16GB": "V100-SXM2",
+    "Tesla V100-SXM2-32GB": "V100-SXM2",
+    "NVIDIA V100-SXM2-32GB": "V100-SXM2",
+    "Tesla V100-PCIE-16GB": "V100-PCIe",
+    "Tesla V100-PCIE-32GB": "V100-PCIe",
+    "Tesla V100S-PCIE-32GB": "V100S-PCIe",
+    "NVIDIA A100-SXM4-40GB": "A100-SXM",
+    "NVIDIA A100-SXM4-80GB": "A100-SXM",
+    "NVIDIA A100-PCIE-40GB": "A100-PCIe",
+    "NVIDIA A100 80GB PCIe": "A100-PCIe",
+    "NVIDIA H100 80GB HBM3": "H100-SXM",
+    "NVIDIA H100 SXM5 80GB": "H100-SXM",
+    "NVIDIA H100 PCIe": "H100-PCIe",
+    "NVIDIA H200": "H200-SXM",
+    "AMD Instinct MI250X": "MI250X",
+    "AMD Instinct MI250X / MI250": "MI250X",
+    "AMD Instinct MI300X": "MI300X",
+    "AMD Instinct MI300X VF": "MI300X",
 }
-UNKNOWN = ["cpu", "", None, "NVIDIA GeForce RTX 4090", "NVIDIA H100 NVL", "NVIDIA H200 NVL",
-           "NVIDIA GH200 480GB", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "AMD Instinct MI300A",
-           "AMD Instinct MI325X", "AMD Instinct MI250", "NVIDIA A10", "Tesla V100-DGXS-32GB"]
+UNKNOWN = [
+    "cpu",
+    "",
+    None,
+    "NVIDIA GeForce RTX 4090",
+    "NVIDIA H100 NVL",
+    "NVIDIA H200 NVL",
+    "NVIDIA GH200 480GB",
+    "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+    "AMD Instinct MI300A",
+    "AMD Instinct MI325X",
+    "AMD Instinct MI250",
+    "NVIDIA A10",
+    "Tesla V100-DGXS-32GB",
+]
 # Datasheet anchors (dense TFLOP/s), one per family, read from the vendors' sheets: the
 # table must agree with them; the rest of it is checked for consistency below.
-ANCHORS = {("V100-SXM2", "fp16"): 125, ("A100-SXM", "tf32"): 156, ("H100-SXM", "bf16"): 989.5,
-           ("H100-PCIe", "fp32"): 51, ("MI300X", "fp16"): 1307.4, ("V100-SXM2", "bf16"): None}
+ANCHORS = {
+    ("V100-SXM2", "fp16"): 125,
+    ("A100-SXM", "tf32"): 156,
+    ("H100-SXM", "bf16"): 989.5,
+    ("H100-PCIe", "fp32"): 51,
+    ("MI300X", "fp16"): 1307.4,
+    ("V100-SXM2", "bf16"): None,
+}
 
 
 @pytest.mark.parametrize("name,row", sorted(SPELLINGS.items()))

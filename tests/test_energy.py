@@ -30,11 +30,25 @@ class MovingNVML(FakeNVML):
     ``old_names``: the pre-12 pynvml spelling (ClocksThrottleReasons)."""
 
     def __init__(self, power=lambda t: 300.0, reasons=lambda t: IDLE, old_names=False):
-        super().__init__([{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-h100", "util": 99,
-                           "used": 2**30, "total": 80 * 2**30, "temp": 60, "power_mw": 0}])
+        super().__init__(
+            [
+                {
+                    "name": "NVIDIA H100 80GB HBM3",
+                    "uuid": "GPU-h100",
+                    "util": 99,
+                    "used": 2**30,
+                    "total": 80 * 2**30,
+                    "temp": 60,
+                    "power_mw": 0,
+                }
+            ]
+        )
         self.power, self.reasons, self.t0 = power, reasons, time.time()
-        name = ("nvmlDeviceGetCurrentClocksThrottleReasons" if old_names
-                else "nvmlDeviceGetCurrentClocksEventReasons")
+        name = (
+            "nvmlDeviceGetCurrentClocksThrottleReasons"
+            if old_names
+            else "nvmlDeviceGetCurrentClocksEventReasons"
+        )
         setattr(self, name, lambda h: self.reasons(time.time()))
 
     def nvmlDeviceGetPowerUsage(self, handle):
@@ -52,8 +66,7 @@ class MovingNVML(FakeNVML):
 def record(ends, rates=None, width=0.5):
     """A rate record with these slice end times (wall clock)."""
     rates = tuple(rates or [100.0] * len(ends))
-    return RateRecord(None, 0.0, 0.0, 0, None, 0, 0, width, None, rates,
-                      slice_ends=tuple(ends))
+    return RateRecord(None, 0.0, 0.0, 0, None, 0, 0, width, None, rates, slice_ends=tuple(ends))
 
 
 def samples(times, gid="0", **series):
@@ -91,10 +104,23 @@ def test_only_the_rank_that_writes_the_result_reads_the_energy_counter(monkeypat
 
 
 def test_monitor_without_the_new_readings_records_none():
-    mon = devices.gpu_monitor(nvml=FakeNVML([{"name": "old", "uuid": "GPU-x", "util": 5,
-                                              "used": 1, "total": 2, "temp": 30,
-                                              "power_mw": 50000}]),
-                              ids=["0"], interval=0.05).start()
+    mon = devices.gpu_monitor(
+        nvml=FakeNVML(
+            [
+                {
+                    "name": "old",
+                    "uuid": "GPU-x",
+                    "util": 5,
+                    "used": 1,
+                    "total": 2,
+                    "temp": 30,
+                    "power_mw": 50000,
+                }
+            ]
+        ),
+        ids=["0"],
+        interval=0.05,
+    ).start()
     time.sleep(0.1)
     reading = mon.stop()["samples"][0]["gpus"]["0"]
     assert reading["energy"] is None and reading["sm_clock"] is None
@@ -137,8 +163,10 @@ def test_window_spans_and_examples():
     short = steady.wall_clock_window(record(ends[:5]))  # 5 slices: a window of 3 from slice 0
     assert short.start == pytest.approx(ends[0] - 0.5) and len(short.spans) == 3
     assert steady.wall_clock_window(record(ends[:4])) is None  # 2 slices: no window
-    assert steady.wall_clock_window(RateRecord(None, 0, 0, 0, None, 0, 0, 0.5, None,
-                                           (1.0,) * 24)) is None  # no slice times
+    assert (
+        steady.wall_clock_window(RateRecord(None, 0, 0, 0, None, 0, 0, 0.5, None, (1.0,) * 24))
+        is None
+    )  # no slice times
 
 
 # -- energy over the window --------------------------------------------------------------
@@ -150,7 +178,7 @@ def profile(t):
 def counter(t):
     """The exact integral of ``profile`` from 0 (J)."""
     ramp = min(max(t - 4, 0), 4)
-    return 100.0 * min(t, 4) + 100.0 * ramp + 37.5 * ramp ** 2 + 400.0 * max(t - 8, 0)
+    return 100.0 * min(t, 4) + 100.0 * ramp + 37.5 * ramp**2 + 400.0 * max(t - 8, 0)
 
 
 def test_counter_and_power_agree_on_a_known_profile():
@@ -167,8 +195,7 @@ def test_counter_and_power_agree_on_a_known_profile():
 def test_a_window_between_two_samples_interpolates():
     got = samples([0.0, 10.0], energy=[5000.0, 6000.0], power=[100.0, 100.0])
     assert energy.gpu_energy(got, "0", 2.5, 7.5) == (pytest.approx(500.0), "counter")
-    assert energy.integrate(energy._series(got, "0", "power"), 2.5, 7.5) == \
-        pytest.approx(500.0)
+    assert energy.integrate(energy._series(got, "0", "power"), 2.5, 7.5) == pytest.approx(500.0)
     assert energy.gpu_energy(got, "0", -1.0, 5.0) is None  # not covered by the samples
 
 
@@ -180,25 +207,34 @@ def test_a_restarted_counter_falls_back_to_power():
 def test_energy_record_of_one_gpu():
     ends = [100.0 + 0.5 * i for i in range(1, 25)]
     got = samples([99.0 + k for k in range(15)], energy=lambda t: 300.0 * t)
-    rec = energy.energy_record("cuda:0", {"train": record(ends, [150.0] * 24)},
-                               {"samples": got})
+    rec = energy.energy_record("cuda:0", {"train": record(ends, [150.0] * 24)}, {"samples": got})
     assert rec.joules == pytest.approx(300 * 9) and rec.seconds == pytest.approx(9)
     assert rec.watts == pytest.approx(300) and rec.examples == pytest.approx(18 * 75)
     assert rec.joules_per_example == pytest.approx(2700 / 1350)
     assert rec.examples_per_joule == pytest.approx(150 / 300)  # examples/s per W
     assert rec.method == "counter" and rec.gpus == ("cuda:0",) and rec.reason is None
-    assert list(rec.to_dict()) == ["joules", "seconds", "watts", "examples",
-                                   "joules_per_example", "examples_per_joule", "method",
-                                   "gpus", "reason"]
+    assert list(rec.to_dict()) == [
+        "joules",
+        "seconds",
+        "watts",
+        "examples",
+        "joules_per_example",
+        "examples_per_joule",
+        "method",
+        "gpus",
+        "reason",
+    ]
 
 
 def test_distributed_energy_covers_every_gpu_of_the_job():
     ends = [100.0 + 0.5 * i for i in range(1, 25)]
     times = [99.0 + k for k in range(15)]
-    both = [{"time": t, "gpus": {"0": {"energy": 300.0 * t}, "1": {"power": 100.0}}}
-            for t in times]
-    timings = {"train": record(ends), "train_0": record(ends, [100.0] * 24),
-               "train_1": record(ends, [50.0] * 24)}
+    both = [{"time": t, "gpus": {"0": {"energy": 300.0 * t}, "1": {"power": 100.0}}} for t in times]
+    timings = {
+        "train": record(ends),
+        "train_0": record(ends, [100.0] * 24),
+        "train_1": record(ends, [50.0] * 24),
+    }
     rec = energy.energy_record("cuda:0", timings, {"samples": both})
     assert rec.gpus == ("cuda:0", "cuda:1") and rec.method == "counter+power"
     assert rec.joules == pytest.approx(400 * 9)
@@ -210,8 +246,9 @@ def test_distributed_energy_covers_every_gpu_of_the_job():
 def test_gpus_are_named_as_the_operator_named_them():
     labels = {"GPU-aa": "cuda:2", "GPU-bb": "cuda:5"}  # the monitor's keys are UUIDs
     got = [{"time": float(t), "gpus": {"GPU-bb": {"energy": 10.0 * t}}} for t in range(30)]
-    rec = energy.energy_record("cuda:5", {"train": record([i + 0.5 for i in range(24)])},
-                               {"samples": got}, labels)
+    rec = energy.energy_record(
+        "cuda:5", {"train": record([i + 0.5 for i in range(24)])}, {"samples": got}, labels
+    )
     assert rec.gpus == ("cuda:5",) and rec.watts == pytest.approx(10.0)
     assert energy.gpu_label("3") == "cuda:3"
 
@@ -233,19 +270,28 @@ def test_throttled_samples_flag_exactly_the_overlapping_slices():
     # each standing for +/- 0.5 s around it.
     ends = [3.5 + 0.5 * i for i in range(20)]
     masks = {5: POWER_CAP, 6: POWER_CAP, 12: HW_SLOWDOWN | THERMAL, 8: SYNC_BOOST | IDLE}
-    got = samples([float(t) for t in range(16)],
-                  clock_events=lambda t: masks.get(int(t), IDLE))
+    got = samples([float(t) for t in range(16)], clock_events=lambda t: masks.get(int(t), IDLE))
     throttle = energy.throttle_record(record(ends), {"interval": 1.0, "samples": got})
     # sample 5 covers [4.5, 5.5]: slices 3, 4; sample 6: 5, 6 (slice 2, [4.0, 4.5], only
     # touches it); sample 12 covers [11.5, 12.5]: slice 17, [11.5, 12.0].
-    assert throttle.to_dict() == {"slices": 5, "window_slices": 18, "gpus": {"cuda:0": {
-        "slices": 5, "reasons": {"HwSlowdown": 1, "SwPowerCap": 4, "SwThermalSlowdown": 1}}}}
-    diag = energy.with_throttle(steady_state([100.0] * 20), record(ends),
-                                {"interval": 1.0, "samples": got})
+    assert throttle.to_dict() == {
+        "slices": 5,
+        "window_slices": 18,
+        "gpus": {
+            "cuda:0": {
+                "slices": 5,
+                "reasons": {"HwSlowdown": 1, "SwPowerCap": 4, "SwThermalSlowdown": 1},
+            }
+        },
+    }
+    diag = energy.with_throttle(
+        steady_state([100.0] * 20), record(ends), {"interval": 1.0, "samples": got}
+    )
     assert diag.flags == ("throttle",) and diag.to_dict()["throttle"]["slices"] == 5
     calm = samples([float(t) for t in range(16)], clock_events=lambda t: IDLE)
-    quiet = energy.with_throttle(steady_state([100.0] * 20), record(ends),
-                                 {"interval": 1.0, "samples": calm})
+    quiet = energy.with_throttle(
+        steady_state([100.0] * 20), record(ends), {"interval": 1.0, "samples": calm}
+    )
     assert quiet.flags == () and quiet.throttle.slices == 0
     unknown = samples([float(t) for t in range(16)], power=[1.0] * 16)
     assert energy.throttle_record(record(ends), {"samples": unknown}) is None
@@ -253,13 +299,13 @@ def test_throttled_samples_flag_exactly_the_overlapping_slices():
 
 # -- a whole run ---------------------------------------------------------------------------
 def test_real_cpu_run_records_null_energy_with_a_reason(tmp_path):
-    done = milarun("run", "milabench.models.calibration:main", "-o", tmp_path, "--",
-                   "--min-slices", "5")
+    done = milarun(
+        "run", "milabench.models.calibration:main", "-o", tmp_path, "--", "--min-slices", "5"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (written,) = load_all(tmp_path).values()
     assert written["energy"]["reason"] == "no GPU: CPU energy is not measured"
-    assert all(written["energy"][k] is None for k in ("joules", "watts",
-                                                       "examples_per_joule"))
+    assert all(written["energy"][k] is None for k in ("joules", "watts", "examples_per_joule"))
     assert written["diagnostics"]["train"]["throttle"] is None
     slice_ends = written["timings"]["train"]["slice_ends"]
     assert len(slice_ends) == len(written["timings"]["train"]["rates"])
@@ -270,13 +316,19 @@ def test_run_on_a_fake_gpu_records_energy_and_throttling(tmp_path, monkeypatch):
     """The runner end to end, in process: a fake H100 at 250 W held at its power cap."""
     fake = MovingNVML(power=lambda t: 250.0, reasons=lambda t: POWER_CAP)
     real = devices.gpu_monitor
-    monkeypatch.setattr(devices, "gpu_monitor",
-                        lambda interval: real(nvml=fake, ids=["0"], interval=0.05))
+    monkeypatch.setattr(
+        devices, "gpu_monitor", lambda interval: real(nvml=fake, ids=["0"], interval=0.05)
+    )
     monkeypatch.setattr(devices, "instance_device_label", lambda environ=None: "cuda:0")
     monkeypatch.setattr(devices, "torch_device", lambda: "cpu")  # calibration only spins
-    result, path = runner.run_test("milabench.models.calibration:main",
-                                   ["--min-slices", "5", "--step-time", "0.02"],
-                                   "calibration", "0", tmp_path, tmp_path)
+    result, path = runner.run_test(
+        "milabench.models.calibration:main",
+        ["--min-slices", "5", "--step-time", "0.02"],
+        "calibration",
+        "0",
+        tmp_path,
+        tmp_path,
+    )
     assert result["success"] and path is not None
     rec = result["energy"]
     assert rec["method"] == "counter" and rec["gpus"] == ["cuda:0"]
@@ -295,18 +347,39 @@ def test_run_on_a_fake_gpu_records_energy_and_throttling(tmp_path, monkeypatch):
 def gpu_result(name, job_id, rate, device, joules_per_example=None, throttled=0, **kw):
     """A GPU result with energy (perf/W = 1 / joules_per_example) and, when ``throttled``,
     that many power-capped slices of 18."""
-    energy_rec = ({"joules": 9 * rate * joules_per_example, "seconds": 9.0,
-                   "watts": rate * joules_per_example, "examples": 9 * rate,
-                   "joules_per_example": joules_per_example,
-                   "examples_per_joule": 1 / joules_per_example, "method": "counter",
-                   "gpus": [device], "reason": None} if joules_per_example else
-                  {"joules": None, "reason": energy.NO_GPU})
-    diag = {"slices": 24, "window_slices": 18, "flags": ["throttle"] if throttled else [],
-            "throttle": {"slices": throttled, "window_slices": 18, "gpus": {device: {
-                "slices": throttled,
-                "reasons": {"SwPowerCap": throttled} if throttled else {}}}}}
-    return result(name, job_id, rate, device=device, energy=energy_rec,
-                  diagnostics={"train": diag}, **kw)
+    energy_rec = (
+        {
+            "joules": 9 * rate * joules_per_example,
+            "seconds": 9.0,
+            "watts": rate * joules_per_example,
+            "examples": 9 * rate,
+            "joules_per_example": joules_per_example,
+            "examples_per_joule": 1 / joules_per_example,
+            "method": "counter",
+            "gpus": [device],
+            "reason": None,
+        }
+        if joules_per_example
+        else {"joules": None, "reason": energy.NO_GPU}
+    )
+    diag = {
+        "slices": 24,
+        "window_slices": 18,
+        "flags": ["throttle"] if throttled else [],
+        "throttle": {
+            "slices": throttled,
+            "window_slices": 18,
+            "gpus": {
+                device: {
+                    "slices": throttled,
+                    "reasons": {"SwPowerCap": throttled} if throttled else {},
+                }
+            },
+        },
+    }
+    return result(
+        name, job_id, rate, device=device, energy=energy_rec, diagnostics={"train": diag}, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -330,12 +403,14 @@ def test_summary_keeps_energy_and_throttling(energy_results):
     done = milarun("summary", res)
     assert done.returncode == 0, done.stderr
     convnet = json.loads(done.stdout)["gpu.convnet"]
-    assert convnet["energy"] == {"n": 2, "watts": pytest.approx(375.0),
-                                 "joules_per_example": pytest.approx(0.375),
-                                 "examples_per_joule": pytest.approx(3.0),
-                                 "method": "counter"}
-    assert convnet["throttle"] == {"cuda:0": {"window_slices": 18,
-                                              "reasons": {"SwPowerCap": 6}}}
+    assert convnet["energy"] == {
+        "n": 2,
+        "watts": pytest.approx(375.0),
+        "joules_per_example": pytest.approx(0.375),
+        "examples_per_joule": pytest.approx(3.0),
+        "method": "counter",
+    }
+    assert convnet["throttle"] == {"cuda:0": {"window_slices": 18, "reasons": {"SwPowerCap": 6}}}
     assert convnet["quality"]["flagged"] == {"throttle": 1}
     assert "energy" not in json.loads(done.stdout)["gpu.cpuonly"]
 
@@ -351,14 +426,15 @@ def test_report_shows_perf_per_watt_score_and_cost(energy_results, tmp_path):
     assert tests["gpu.wlm"]["perf_per_watt"] == pytest.approx(10.0)
     assert tests["gpu.cpuonly"]["perf_per_watt"] is None
     scores = data["scores"]
-    assert scores["perf_per_watt_score"] == pytest.approx(math.exp(
-        (2 * math.log(3) + math.log(10)) / 3))
+    assert scores["perf_per_watt_score"] == pytest.approx(
+        math.exp((2 * math.log(3) + math.log(10)) / 3)
+    )
     assert scores["perf_per_watt_coverage"] == pytest.approx(3 / 4)
     # 0.375 J/example x 1e6 / 3.6e6 J/kWh x 0.15 $/kWh
     assert data["energy"]["gpu.convnet"]["cost_per_million"] == pytest.approx(
-        0.375e6 / 3.6e6 * 0.15)
-    assert "gpu.convnet: cuda:0 power cap (SwPowerCap) in 6 of 18 steady slices" \
-        in data["warnings"]
+        0.375e6 / 3.6e6 * 0.15
+    )
+    assert "gpu.convnet: cuda:0 power cap (SwPowerCap) in 6 of 18 steady slices" in data["warnings"]
 
     text = milarun("report", *args, "--html", tmp_path / "r.html")
     assert text.returncode == 0, text.stderr
@@ -378,8 +454,7 @@ def test_report_shows_perf_per_watt_score_and_cost(energy_results, tmp_path):
 def test_cpu_results_get_nothing_new(tmp_path):
     res = tmp_path / "results"
     write(res, result("cpu.a", "0.0", 100.0))
-    write(res, result("cpu.a", "0.1", 110.0,
-                      energy={"joules": None, "reason": energy.NO_GPU}))
+    write(res, result("cpu.a", "0.1", 110.0, energy={"joules": None, "reason": energy.NO_GPU}))
     done = milarun("report", res, "--format", "json")
     data = json.loads(done.stdout)
     assert "energy" not in data and "perf_per_watt_score" not in data["scores"]
@@ -400,25 +475,41 @@ def test_bad_power_cost_is_one_line(value, energy_results):
 
 
 def test_a_bad_energy_entry_in_a_summary_is_named(tmp_path):
-    entry = {"n": 1, "failures": 0, "train": {"n": 1, "mean": 5.0, "std": 0.0},
-             "energy": {"examples_per_joule": "lots"}}
+    entry = {
+        "n": 1,
+        "failures": 0,
+        "train": {"n": 1, "mean": 5.0, "std": 0.0},
+        "energy": {"examples_per_joule": "lots"},
+    }
     path = Path(tmp_path / "s.json")
     path.write_text(json.dumps({"gpu.x": entry}))
     done = milarun("report", path)
     assert done.returncode == 1 and "'energy.examples_per_joule' is 'lots'" in done.stderr
 
 
-@pytest.mark.parametrize("energy_rec, throttle", [
-    ({"joules_per_example": "x", "examples_per_joule": [1], "watts": None}, None),
-    ({"joules_per_example": 0.5, "examples_per_joule": float("inf")}, {"gpus": [1]}),
-    ({"joules_per_example": -1, "examples_per_joule": 2}, {"window_slices": "x", "gpus": {}}),
-    ({}, {"window_slices": 18, "gpus": {"cuda:0": {"reasons": ["SwPowerCap"]}}}),
-    ({}, {"window_slices": 18, "gpus": {"cuda:0": {"reasons": {"SwPowerCap": -3}}}}),
-])
+@pytest.mark.parametrize(
+    "energy_rec, throttle",
+    [
+        ({"joules_per_example": "x", "examples_per_joule": [1], "watts": None}, None),
+        ({"joules_per_example": 0.5, "examples_per_joule": float("inf")}, {"gpus": [1]}),
+        ({"joules_per_example": -1, "examples_per_joule": 2}, {"window_slices": "x", "gpus": {}}),
+        ({}, {"window_slices": 18, "gpus": {"cuda:0": {"reasons": ["SwPowerCap"]}}}),
+        ({}, {"window_slices": 18, "gpus": {"cuda:0": {"reasons": {"SwPowerCap": -3}}}}),
+    ],
+)
 def test_hand_edited_energy_in_results_is_ignored(tmp_path, energy_rec, throttle):
     res = tmp_path / "results"
-    write(res, result("gpu.x", "0.0", 100.0, device="cuda:0", energy=energy_rec,
-                      diagnostics={"train": {"throttle": throttle}}))
+    write(
+        res,
+        result(
+            "gpu.x",
+            "0.0",
+            100.0,
+            device="cuda:0",
+            energy=energy_rec,
+            diagnostics={"train": {"throttle": throttle}},
+        ),
+    )
     done = milarun("report", res, "--power-cost", "0.1")
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert "perf/W" not in done.stdout and "power cap" not in done.stdout

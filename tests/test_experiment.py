@@ -36,16 +36,24 @@ class SyncRecorder:
         self.clock.advance(self.cost)
 
 
-def make_log(clock: FakeClock, sync=None, max_count=None, slice_duration=0.5,
-             warmup_blocks=0) -> RateLog:
+def make_log(
+    clock: FakeClock, sync=None, max_count=None, slice_duration=0.5, warmup_blocks=0
+) -> RateLog:
     # Exact-slice tests slice every block; the warm-up tests below ask for one.
-    return RateLog("train", max_count=max_count, slice_duration=slice_duration,
-                   clock=clock, sync=sync or (lambda: None), wallclock=lambda: 1000.0,
-                   warmup_blocks=warmup_blocks)
+    return RateLog(
+        "train",
+        max_count=max_count,
+        slice_duration=slice_duration,
+        clock=clock,
+        sync=sync or (lambda: None),
+        wallclock=lambda: 1000.0,
+        warmup_blocks=warmup_blocks,
+    )
 
 
-def run_blocks(log: RateLog, clock: FakeClock, blocks: list[tuple[float, int]],
-               gap: float = 0.0) -> None:
+def run_blocks(
+    log: RateLog, clock: FakeClock, blocks: list[tuple[float, int]], gap: float = 0.0
+) -> None:
     for duration, count in blocks:
         with log.block(count):
             clock.advance(duration)
@@ -65,8 +73,8 @@ def test_slices_of_equal_blocks():
 def test_block_longer_than_a_slice_spreads_evenly():
     clock = FakeClock()
     log = make_log(clock)
-    run_blocks(log, clock, [(0.25, 100)])   # 400/s for a quarter slice
-    run_blocks(log, clock, [(1.5, 300)])   # 200/s over 1.5 s
+    run_blocks(log, clock, [(0.25, 100)])  # 400/s for a quarter slice
+    run_blocks(log, clock, [(1.5, 300)])  # 200/s over 1.5 s
     log.finish()
     # slice 1: 0.25 s at 400/s + 0.25 s at 200/s = 150 examples -> 300/s
     # slices 2 and 3: 0.5 s at 200/s -> 200/s; partial 4th slice: 0.25 s at 200/s
@@ -147,11 +155,23 @@ def test_overhead_is_time_outside_blocks():
     assert record.blocks == 4 and record.count == 4
     assert record.rates == (4.0, 4.0)
     # the one serialisation: the legacy keys of a timings entry, in order
-    expected = {"type": "rate", "start": 1000.0, "duration": 1.375, "in_block": 1.0,
-                "overhead": 0.375, "count": 4, "max_count": None, "blocks": 4, "syncs": 2,
-                "slice": 0.5, "last_slice": None, "rates": [4.0, 4.0],
-                    "warmup_blocks": 0, "warmup_time": 0.0,
-                    "slice_ends": [1000.0, 1000.0]}  # when each slice closed: a still wall clock
+    expected = {
+        "type": "rate",
+        "start": 1000.0,
+        "duration": 1.375,
+        "in_block": 1.0,
+        "overhead": 0.375,
+        "count": 4,
+        "max_count": None,
+        "blocks": 4,
+        "syncs": 2,
+        "slice": 0.5,
+        "last_slice": None,
+        "rates": [4.0, 4.0],
+        "warmup_blocks": 0,
+        "warmup_time": 0.0,
+        "slice_ends": [1000.0, 1000.0],
+    }  # when each slice closed: a still wall clock
     assert list(record.to_dict().items()) == list(expected.items())
 
 
@@ -176,8 +196,15 @@ def test_block_after_finish_is_refused():
 
 def test_experiment_timers_metrics_and_side_dir(tmp_path):
     clock = FakeClock()
-    exp = Experiment("t", job_id="1.2", outdir=tmp_path, stamp="S", clock=clock,
-                     wallclock=lambda: 5.0, device="cpu")
+    exp = Experiment(
+        "t",
+        job_id="1.2",
+        outdir=tmp_path,
+        stamp="S",
+        clock=clock,
+        wallclock=lambda: 5.0,
+        device="cpu",
+    )
     with exp.time("data"):
         clock.advance(0.5)
     with exp.time("data"):
@@ -190,8 +217,12 @@ def test_experiment_timers_metrics_and_side_dir(tmp_path):
     exp.metric("loss", 0.25)  # last value wins
     timings = exp.finish()
     assert timings["data"].duration == 0.75 and timings["data"].entries == 2
-    assert timings["data"].to_dict() == {"type": "timer", "start": 5.0, "duration": 0.75,
-                                         "entries": 2}
+    assert timings["data"].to_dict() == {
+        "type": "timer",
+        "start": 5.0,
+        "duration": 0.75,
+        "entries": 2,
+    }
     assert timings["program"].duration == 1.75
     assert timings["train"].rates == (4.0,) and timings["train"].warmup_blocks == 1
     assert exp.metrics == {"loss": 0.25}
@@ -227,12 +258,15 @@ def test_timings_measured_elsewhere_join_the_experiments_own():
     assert exp.extra_timings == {"train_1": other}
 
 
-@pytest.mark.parametrize("slices, span", [
-    (30, (5.0, 14.0)),  # rates[10:28]: 9 s ending 1 s before the end
-    (22, (1.0, 10.0)),
-    (10, (0.0, 4.0)),   # shorter than the full window: from the start
-    (1, (0.0, 0.0)),    # no window at all
-])
+@pytest.mark.parametrize(
+    "slices, span",
+    [
+        (30, (5.0, 14.0)),  # rates[10:28]: 9 s ending 1 s before the end
+        (22, (1.0, 10.0)),
+        (10, (0.0, 4.0)),  # shorter than the full window: from the start
+        (1, (0.0, 0.0)),  # no window at all
+    ],
+)
 def test_steady_span_is_the_time_of_the_steady_window(slices, span):
     clock = FakeClock()
     log = make_log(clock)
@@ -240,7 +274,7 @@ def test_steady_span_is_the_time_of_the_steady_window(slices, span):
     log.finish()
     assert log.steady_span() == span
     start, stop = log.steady_span()
-    window = log.rates[round(start / 0.5):round(stop / 0.5)]
+    window = log.rates[round(start / 0.5) : round(stop / 0.5)]
     assert window == steady.window(log.rates)
     assert log.steady_rate() == (20.0 if slices >= 5 else None)
 

@@ -50,18 +50,41 @@ def test_images_are_legacy_noise_jpegs(tmp_path):
             reference.seek(0)
     info = datasets.marker(base)
     assert info == {"synthetic": True, "size": 2, "seed": 0, "image_size": 512, "classes": 1000}
-    assert datasets.summary(base, tmp_path) == {"name": "fake_imagenet", "size": 2,
-                                                "synthetic": True}
+    assert datasets.summary(base, tmp_path) == {
+        "name": "fake_imagenet",
+        "size": 2,
+        "synthetic": True,
+    }
 
 
 def _generate(root: Path, *args: str) -> subprocess.Popen:
     """`milarun dataset fake_imagenet --synthetic` in its own process group."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "milarun", "dataset", "fake_imagenet", "--synthetic", "--size",
-         str(SIZE), "--seed", str(SEED), "--workers", "2", "-d", str(root), *args],
-        cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "milarun",
+            "dataset",
+            "fake_imagenet",
+            "--synthetic",
+            "--size",
+            str(SIZE),
+            "--seed",
+            str(SEED),
+            "--workers",
+            "2",
+            "-d",
+            str(root),
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _kill_once_files_exist(process: subprocess.Popen, train: Path) -> None:
@@ -85,8 +108,12 @@ def _kill_once_files_exist(process: subprocess.Popen, train: Path) -> None:
 
 
 def _dead_pid() -> int:
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(done.stdout)
 
 
@@ -111,8 +138,9 @@ def test_interrupted_generation_is_refused_then_completed(tmp_path):
     stale.write_bytes(b"\xff\xd8half")
 
     # Another request is refused (it would mix two sets); the same one completes it.
-    other = milarun("dataset", "fake_imagenet", "--synthetic", "--size", SIZE, "--seed", "8",
-                    "-d", root)
+    other = milarun(
+        "dataset", "fake_imagenet", "--synthetic", "--size", SIZE, "--seed", "8", "-d", root
+    )
     assert other.returncode == 1
     assert f"interrupted generation of {SIZE} synthetic examples (seed {SEED})" in other.stderr
     resumed = _generate(root)

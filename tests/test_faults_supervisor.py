@@ -27,14 +27,30 @@ def write_profile(path: Path, **jobs: dict) -> Path:
     return path
 
 
-def start_jobs(prof: Path, out: Path, *test_args: str, env: dict[str, str] | None = None,
-               stdout: int = subprocess.PIPE) -> subprocess.Popen:
+def start_jobs(
+    prof: Path,
+    out: Path,
+    *test_args: str,
+    env: dict[str, str] | None = None,
+    stdout: int = subprocess.PIPE,
+) -> subprocess.Popen:
     full_env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}", **(env or {})}
     full_env.pop("OMP_NUM_THREADS", None)
-    words = [sys.executable, "-m", "milarun", "jobs", str(prof), "--devices", "cpu:2",
-             "-o", str(out), *(["--", *test_args] if test_args else [])]
-    return subprocess.Popen(words, cwd=ROOT, env=full_env, stdout=stdout,
-                            stderr=subprocess.PIPE, text=True)
+    words = [
+        sys.executable,
+        "-m",
+        "milarun",
+        "jobs",
+        str(prof),
+        "--devices",
+        "cpu:2",
+        "-o",
+        str(out),
+        *(["--", *test_args] if test_args else []),
+    ]
+    return subprocess.Popen(
+        words, cwd=ROOT, env=full_env, stdout=stdout, stderr=subprocess.PIPE, text=True
+    )
 
 
 def running_instances(proc: subprocess.Popen, count: int = 2) -> list[psutil.Process]:
@@ -131,8 +147,7 @@ def test_an_error_in_the_supervisor_stops_and_records_every_instance(tmp_path):
     raises inside the supervisor once both instances started: they are stopped and
     recorded, then the error goes on up."""
     prof = write_profile(tmp_path / "long.json", wait=SLEEPY)
-    proc = start_jobs(prof, tmp_path / "out",
-                      env={"MILARUN_TEST_SUPERVISOR_FAULT": "started"})
+    proc = start_jobs(prof, tmp_path / "out", env={"MILARUN_TEST_SUPERVISOR_FAULT": "started"})
     _, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 1
     assert "test fault in the supervisor" in stderr
@@ -140,9 +155,11 @@ def test_an_error_in_the_supervisor_stops_and_records_every_instance(tmp_path):
     assert len(found) == 2, stderr
     for result in found.values():
         assert result["failure"]["kind"] == "interrupted"
-    assert not [p for p in psutil.process_iter(["environ"])
-                if (p.info["environ"] or {}).get("MILARUN_TEST_SUPERVISOR_FAULT")
-                and p.pid != os.getpid()]
+    assert not [
+        p
+        for p in psutil.process_iter(["environ"])
+        if (p.info["environ"] or {}).get("MILARUN_TEST_SUPERVISOR_FAULT") and p.pid != os.getpid()
+    ]
 
 
 def test_closed_stdout_stops_and_records_every_instance(tmp_path):
@@ -172,8 +189,16 @@ def test_second_jobs_into_a_held_folder_is_refused(tmp_path):
     stamp = results.utc_stamp()
     for job_id in ("0.0", "0.1"):
         foreign = out / results.result_filename("two.run", job_id, False, stamp)
-        foreign.write_text(json.dumps({"name": "two.run", "job_id": job_id,
-                                       "success": False, "failure": {"kind": "crash"}}))
+        foreign.write_text(
+            json.dumps(
+                {
+                    "name": "two.run",
+                    "job_id": job_id,
+                    "success": False,
+                    "failure": {"kind": "crash"},
+                }
+            )
+        )
     started = time.time()
     second = milarun("jobs", prof, "--devices", "cpu:2", "-o", out, timeout=60)
     assert time.time() - started < 10

@@ -25,12 +25,26 @@ MiB = 2**20
 def mixed_host() -> list[dict]:
     """NVML's view, in PCI bus order: an A100 on bus 05, then the real H100 on bus 06."""
     return [
-        {"name": "NVIDIA A100-SXM4-40GB", "uuid": "GPU-0a100000-1111-2222-3333-444444444444",
-         "pci_bus_id": "00000000:00:05.0", "util": 10, "used": 512 * MiB,
-         "total": 40960 * MiB, "temp": 40, "power_mw": 60000},
-        {"name": H100["name"], "uuid": H100["uuid"], "pci_bus_id": H100["pci_bus_id"],
-         "util": 75, "used": 3 * 1024 * MiB, "total": H100["memory"], "temp": 67,
-         "power_mw": H100["power_usage_mw"]},
+        {
+            "name": "NVIDIA A100-SXM4-40GB",
+            "uuid": "GPU-0a100000-1111-2222-3333-444444444444",
+            "pci_bus_id": "00000000:00:05.0",
+            "util": 10,
+            "used": 512 * MiB,
+            "total": 40960 * MiB,
+            "temp": 40,
+            "power_mw": 60000,
+        },
+        {
+            "name": H100["name"],
+            "uuid": H100["uuid"],
+            "pci_bus_id": H100["pci_bus_id"],
+            "util": 75,
+            "used": 3 * 1024 * MiB,
+            "total": H100["memory"],
+            "temp": 67,
+            "power_mw": H100["power_usage_mw"],
+        },
     ]
 
 
@@ -48,15 +62,21 @@ def cuda_opens(env: dict[str, str], gpus: list[dict]) -> list[str]:
 
 @pytest.fixture
 def gpu_env(monkeypatch):
-    for var in ("CUDA_VISIBLE_DEVICES", "MILARUN_DEVICE", "CUDA_DEVICE_ORDER", "LOCAL_RANK",
-                devices.BUS_IDS_ENV):
+    for var in (
+        "CUDA_VISIBLE_DEVICES",
+        "MILARUN_DEVICE",
+        "CUDA_DEVICE_ORDER",
+        "LOCAL_RANK",
+        devices.BUS_IDS_ENV,
+    ):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
 
 def per_gpu_instances(tmp_path: Path, devs: list[Device]) -> list[launch.Instance]:
-    job = profile.Job(suite="t", name="calibration",
-                      experiment="milabench.models.calibration:main", arguments={})
+    job = profile.Job(
+        suite="t", name="calibration", experiment="milabench.models.calibration:main", arguments={}
+    )
     opts = launch.LaunchOptions(outdir=tmp_path, dataroot=tmp_path)
     return launch.plan_instances(job, 0, devs, opts)
 
@@ -65,8 +85,9 @@ def test_the_fake_host_orders_differ():
     gpus = mixed_host()
     # Index 0 as CUDA reads it by default is the H100; NVML's index 0 is the A100.
     assert cuda_opens({"CUDA_VISIBLE_DEVICES": "0"}, gpus) == [gpus[1]["uuid"]]
-    assert cuda_opens({"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
-                      gpus) == [gpus[0]["uuid"]]
+    assert cuda_opens({"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, gpus) == [
+        gpus[0]["uuid"]
+    ]
 
 
 @pytest.mark.parametrize("spec", ["0,1", "1,0"])
@@ -84,8 +105,12 @@ def test_each_instance_opens_the_gpu_the_operator_named(gpu_env, tmp_path, spec)
 
         # Inside the instance: the monitor reads that GPU's NVML handle, and the result
         # records the operator's id, the UUID and the PCI bus id.
-        for var in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "MILARUN_DEVICE",
-                    devices.BUS_IDS_ENV):
+        for var in (
+            "CUDA_VISIBLE_DEVICES",
+            "CUDA_DEVICE_ORDER",
+            "MILARUN_DEVICE",
+            devices.BUS_IDS_ENV,
+        ):
             gpu_env.setenv(var, env[var])
         fake.asked.clear()
         fake.read.clear()
@@ -97,18 +122,22 @@ def test_each_instance_opens_the_gpu_the_operator_named(gpu_env, tmp_path, spec)
         assert record["samples"], record.get("note")
         for sample in record["samples"]:
             assert list(sample["gpus"]) == [want["uuid"]]
-            assert sample["gpus"][want["uuid"]]["memory"][1] == \
-                pytest.approx(want["total"] / MiB)
+            assert sample["gpus"][want["uuid"]]["memory"][1] == pytest.approx(want["total"] / MiB)
         assert devices.instance_device_label() == f"cuda:{dev.id}"
         assert gpuids.instance_gpus() == (
-            gpuids.GpuIdentity(dev.id, want["uuid"], want["pci_bus_id"]),)
+            gpuids.GpuIdentity(dev.id, want["uuid"], want["pci_bus_id"]),
+        )
 
 
 def test_the_real_h100_readings_resolve():
     gpus = mixed_host()
     (dev,) = gpuids.resolve_gpus(parse_device_spec("1"), nvml=FakeNVML(gpus))
-    assert dev == Device(GPU_KIND, "1", uuid="GPU-a2325795-1c9f-084d-8b93-322f176dd787",
-                         pci_bus_id="00000000:00:06.0")
+    assert dev == Device(
+        GPU_KIND,
+        "1",
+        uuid="GPU-a2325795-1c9f-084d-8b93-322f176dd787",
+        pci_bus_id="00000000:00:06.0",
+    )
     # A UUID the operator gives is kept as the id and looked up by UUID.
     (dev,) = gpuids.resolve_gpus(parse_device_spec(H100["uuid"]), nvml=FakeNVML(gpus))
     assert (dev.id, dev.uuid, dev.pci_bus_id) == (H100["uuid"], H100["uuid"], "00000000:00:06.0")
@@ -117,8 +146,13 @@ def test_the_real_h100_readings_resolve():
 def test_a_torchrun_group_lists_its_gpus_by_uuid_in_rank_order(gpu_env, tmp_path):
     gpus = mixed_host()
     devs = gpuids.resolve_gpus(parse_device_spec("1,0"), nvml=FakeNVML(gpus))
-    job = profile.Job(suite="t", name="scaling", experiment="milabench.models.scaling:main",
-                      arguments={}, partition="gpu-progression")
+    job = profile.Job(
+        suite="t",
+        name="scaling",
+        experiment="milabench.models.scaling:main",
+        arguments={},
+        partition="gpu-progression",
+    )
     opts = launch.LaunchOptions(outdir=tmp_path, dataroot=tmp_path)
     last = launch.plan_progression(job, 0, devs, opts)[-1][0]
     # rank r trains on cuda:r (LOCAL_RANK), the r-th listed GPU: the operator's r-th id
@@ -148,7 +182,8 @@ def test_unresolved_gpus_are_said_once_each(gpu_env, capsys, monkeypatch):
     devs = gpuids.resolve_gpus(parse_device_spec(f"0,{H100['uuid']}"))
     assert capsys.readouterr().err.strip() == (
         f"milarun: warning: NVML unavailable: no driver: GPUs 0,{H100['uuid']} go to their "
-        "instances by index, in PCI bus order")
+        "instances by index, in PCI bus order"
+    )
     assert [d.uuid for d in devs] == [None, H100["uuid"]]  # a UUID needs no NVML
 
 
@@ -183,8 +218,13 @@ def test_an_old_result_environment_still_names_its_gpu():
 
 
 # -- the operator's torchrun variables stay out of instances --------------------------------
-LEFTOVER = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "3", "MASTER_PORT": "29500",
-            "TORCHELASTIC_RUN_ID": "old"}
+LEFTOVER = {
+    "WORLD_SIZE": "4",
+    "RANK": "3",
+    "LOCAL_RANK": "3",
+    "MASTER_PORT": "29500",
+    "TORCHELASTIC_RUN_ID": "old",
+}
 
 
 def test_launch_environ_drops_rank_variables(gpu_env):
@@ -213,10 +253,12 @@ def test_instances_never_see_the_operators_rank_variables(tmp_path, monkeypatch)
     env = {**LEFTOVER, "MILARUN_DEV_DIR": str(tmp_path / "dev")}
 
     prof = tmp_path / "ranks.json"
-    prof.write_text(json.dumps({"ranks": {"experiment": "rankenv:no_rank_variables",
-                                          "arguments": {"--min-slices": 5}}}))
-    done = milarun("jobs", prof, "--devices", "cpu:1", "-o", tmp_path / "out", env=env,
-                   timeout=120)
+    prof.write_text(
+        json.dumps(
+            {"ranks": {"experiment": "rankenv:no_rank_variables", "arguments": {"--min-slices": 5}}}
+        )
+    )
+    done = milarun("jobs", prof, "--devices", "cpu:1", "-o", tmp_path / "out", env=env, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     (result,) = load_all(tmp_path / "out").values()
     assert result["success"], result["error"]
@@ -233,16 +275,24 @@ def test_cart_on_a_gpu_slot_never_touches_cuda(gpu_env, tmp_path):
 
     def no_cuda(name: str):  # one function per name: torch's tracer maps each to a rule
         def refuse(*args, **kwargs):
-            raise AssertionError(f"torch.cuda.{name}: CUDA was used by a test that trains "
-                                 "on the CPU")
+            raise AssertionError(
+                f"torch.cuda.{name}: CUDA was used by a test that trains on the CPU"
+            )
+
         return refuse
 
     # The instance is given a GPU, as `jobs` gives one: any CUDA call would be its.
     gpu_env.setenv("MILARUN_DEVICE", "cuda:0")
     gpu_env.setenv("CUDA_VISIBLE_DEVICES", H100["uuid"])
     # (torch.cuda.is_available stays: torch's own optimizers ask it; it creates no context)
-    for name in ("synchronize", "init", "_lazy_init", "set_device", "get_device_name",
-                 "get_device_properties"):
+    for name in (
+        "synchronize",
+        "init",
+        "_lazy_init",
+        "set_device",
+        "get_device_name",
+        "get_device_properties",
+    ):
         gpu_env.setattr(torch.cuda, name, no_cuda(name))
 
     slot = Experiment("slot", outdir=tmp_path, dataroot=tmp_path, device=torch.device("cuda"))

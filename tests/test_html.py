@@ -17,17 +17,30 @@ from resultfactory import result, write
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)")
+    CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)"
+)
 HOSTILE = "<script>alert(1)</script>"
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess:
     """Headless Chromium with no network, sandbox or GPU (we run as root in a VM)."""
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         "--disable-background-networking", "--no-first-run", "--hide-scrollbars",
-         "--proxy-server=127.0.0.1:9", *args],
-        capture_output=True, text=True, timeout=120)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--disable-background-networking",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--proxy-server=127.0.0.1:9",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 class _Table(HTMLParser):
@@ -69,23 +82,56 @@ def table_rows(html: str, table_id: str) -> dict[str, dict[str, str]]:
 def page(tmp_path_factory):
     root = tmp_path_factory.mktemp("html")
     res = root / "results"
-    drifted = {"train": {"slices": 24, "cv": 0.01, "drift": 0.05, "warmup": 1.0,
-                         "flags": ["drift"]}}
+    drifted = {
+        "train": {"slices": 24, "cv": 0.01, "drift": 0.05, "warmup": 1.0, "flags": ["drift"]}
+    }
     for i, rate in enumerate([100.0, 104.0, 97.0, 101.0]):
-        write(res, result("suite.alpha", f"{i // 2}.{i % 2}", rate, device=f"cuda:{i % 2}",
-                          diagnostics=drifted))
+        write(
+            res,
+            result(
+                "suite.alpha",
+                f"{i // 2}.{i % 2}",
+                rate,
+                device=f"cuda:{i % 2}",
+                diagnostics=drifted,
+            ),
+        )
     write(res, result(HOSTILE, "0.0", 20.0), "hostile.J0.0.20260101-000000-000000.json")
-    write(res, result(HOSTILE, "0.1", 21.0, device="cuda:1"),
-          "hostile.J0.1.20260101-000000-000000.json")
-    write(res, result("suite.beta", "0.0", None, failure={
-        "kind": "crash", "message": "killed by SIGILL"},
-        error="Traceback (most recent call last)\n  <b>bold</b>\nIllegal instruction"))
+    write(
+        res,
+        result(HOSTILE, "0.1", 21.0, device="cuda:1"),
+        "hostile.J0.1.20260101-000000-000000.json",
+    )
+    write(
+        res,
+        result(
+            "suite.beta",
+            "0.0",
+            None,
+            failure={"kind": "crash", "message": "killed by SIGILL"},
+            error="Traceback (most recent call last)\n  <b>bold</b>\nIllegal instruction",
+        ),
+    )
     weights = root / "w.json"
     weights.write_text(json.dumps({"suite.alpha": 4, HOSTILE: 4, "suite.beta": 4}))
     path = root / "report.html"
-    done = milarun("report", res, "--weights", weights, "--compare", res, "--compare-gpus",
-                   "--price", "1000", "--html", path, "--title", "Tender <A&B>",
-                   "--format", "json")
+    done = milarun(
+        "report",
+        res,
+        "--weights",
+        weights,
+        "--compare",
+        res,
+        "--compare-gpus",
+        "--price",
+        "1000",
+        "--html",
+        path,
+        "--title",
+        "Tender <A&B>",
+        "--format",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
     return path, json.loads(done.stdout)
 

@@ -44,7 +44,9 @@ def test_too_many_students_is_an_error():
 
 def test_spec_fills_the_device_id():
     assert isolation.parse_spec("cpuset,memory:student{CUDA_VISIBLE_DEVICES}", "3") == (
-        ("cpuset", "memory"), "student3")
+        ("cpuset", "memory"),
+        "student3",
+    )
     with pytest.raises(errors.IsolationError):
         isolation.parse_spec("student0", "0")
 
@@ -61,8 +63,7 @@ def fake_v2(tmp_path, monkeypatch):
     (own / "cpuset.mems").write_text("0\n")
     (own / "memory.max").write_text(f"{8 * 2**30}\n")
     mountinfo = tmp_path / "mountinfo"
-    mountinfo.write_text(
-        f"30 23 0:27 / {root} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n")
+    mountinfo.write_text(f"30 23 0:27 / {root} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n")
     proc = tmp_path / "cgroup-self"
     proc.write_text("0::/system.slice/job\n")
     monkeypatch.delenv(isolation.PARENT_ENV, raising=False)
@@ -110,8 +111,7 @@ def test_v2_setup_writes_the_files_and_teardown_removes_them(fake_v2, monkeypatc
     isolation.setup(students, hier)
     # both controllers enabled for the children, at every level down to the students
     assert (own / "cgroup.subtree_control").read_text().split() == ["cpuset", "memory"]
-    assert (own / "bench" / "cgroup.subtree_control").read_text().split() == [
-        "cpuset", "memory"]
+    assert (own / "bench" / "cgroup.subtree_control").read_text().split() == ["cpuset", "memory"]
     s1 = own / "bench" / "student1"
     assert (s1 / "cpuset.cpus").read_text() == "2-3"
     assert (s1 / "cpuset.mems").read_text() == "0"
@@ -150,7 +150,8 @@ def test_hybrid_host_uses_the_hierarchy_that_owns_each_controller(tmp_path):
     mountinfo = tmp_path / "mountinfo"
     mountinfo.write_text(
         f"34 31 0:31 / {tmp_path / 'cpuset'} rw,relatime - cgroup cgroup rw,cpuset\n"
-        f"35 31 0:32 / {v2} rw,relatime - cgroup2 cgroup2 rw\n")
+        f"35 31 0:32 / {v2} rw,relatime - cgroup2 cgroup2 rw\n"
+    )
     proc = tmp_path / "self"
     proc.write_text("3:cpuset:/slurm/job1\n0::/slurm/job1\n")
     hier = isolation.find_hierarchies(str(mountinfo), str(proc))
@@ -180,39 +181,55 @@ def students(monkeypatch):
     """Two real student groups under a test-only parent, removed afterwards."""
     parent = f"milarun-test-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv(isolation.PARENT_ENV, parent)
-    done = milarun("cgroups", "setup", "--devices", "cpu:2",
-                   env={isolation.PARENT_ENV: parent})
+    done = milarun("cgroups", "setup", "--devices", "cpu:2", env={isolation.PARENT_ENV: parent})
     assert done.returncode == 0, done.stderr
     hier = isolation.find_hierarchies()
     yield parent, hier
-    done = milarun("cgroups", "teardown", "--devices", "cpu:2",
-                   env={isolation.PARENT_ENV: parent})
+    done = milarun("cgroups", "teardown", "--devices", "cpu:2", env={isolation.PARENT_ENV: parent})
     assert done.returncode == 0, done.stderr
     for h in hier.values():
         assert not h.dir(h.path(parent)).exists()
 
 
-ISO_JOB = {"partition_scheme": {"type": "per-gpu",
-                                "cgroup": "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"}}
+ISO_JOB = {
+    "partition_scheme": {"type": "per-gpu", "cgroup": "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"}
+}
 
 
 @needs_v1
 def test_instances_run_inside_their_slices(students, tmp_path):
     parent, hier = students
     prof = tmp_path / "iso.json"
-    prof.write_text(json.dumps({"cal": {
-        **ISO_JOB, "experiment": "milabench.models.calibration:main",
-        "arguments": {"--min-slices": 4, "--step-time": 0.005}}}))
-    done = milarun("jobs", prof, "--devices", "cpu:2", "-o", tmp_path / "out",
-                   env={isolation.PARENT_ENV: parent})
+    prof.write_text(
+        json.dumps(
+            {
+                "cal": {
+                    **ISO_JOB,
+                    "experiment": "milabench.models.calibration:main",
+                    "arguments": {"--min-slices": 4, "--step-time": 0.005},
+                }
+            }
+        )
+    )
+    done = milarun(
+        "jobs",
+        prof,
+        "--devices",
+        "cpu:2",
+        "-o",
+        tmp_path / "out",
+        env={isolation.PARENT_ENV: parent},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     found = {r["device"]: r for r in load_all(tmp_path / "out").values()}
     for i in (0, 1):
         iso = found[f"cpu:{i}"]["isolation"]
         # the affinity mask is exactly the slice: its own cpuset, disjoint from the other
         cpus = isolation.parse_cpu_list(
-            (hier["cpuset"].dir(hier["cpuset"].path(f"{parent}/student{i}"))
-             / "cpuset.cpus").read_text())
+            (
+                hier["cpuset"].dir(hier["cpuset"].path(f"{parent}/student{i}")) / "cpuset.cpus"
+            ).read_text()
+        )
         assert iso["cpus"] == sorted(cpus) and iso["cpus"]
         assert iso["cgroups"]["cpuset"] == hier["cpuset"].path(f"{parent}/student{i}")
         assert iso["cgroups"]["memory"] == hier["memory"].path(f"{parent}/student{i}")
@@ -228,10 +245,20 @@ def test_memory_hog_is_reported_as_oom_and_its_sibling_finishes(students, tmp_pa
     limit_file = mem.dir(mem.path(f"{parent}/student0")) / "memory.limit_in_bytes"
     limit_file.write_text(str(1024 * 2**20))
     prof = tmp_path / "hog.json"
-    prof.write_text(json.dumps({"hog": {**ISO_JOB, "experiment": "faulty:hog_on_first_slice",
-                                        "max_duration": 120}}))
-    done = milarun("jobs", prof, "--devices", "cpu:2", "-o", tmp_path / "out",
-                   env={isolation.PARENT_ENV: parent})
+    prof.write_text(
+        json.dumps(
+            {"hog": {**ISO_JOB, "experiment": "faulty:hog_on_first_slice", "max_duration": 120}}
+        )
+    )
+    done = milarun(
+        "jobs",
+        prof,
+        "--devices",
+        "cpu:2",
+        "-o",
+        tmp_path / "out",
+        env={isolation.PARENT_ENV: parent},
+    )
     assert done.returncode == 1
     found = {r["device"]: r for r in load_all(tmp_path / "out").values()}
     assert found["cpu:0"]["failure"]["kind"] == "oom", found["cpu:0"]["failure"]

@@ -64,8 +64,13 @@ def harness_modules() -> list[str]:
 
 @pytest.mark.parametrize("module", harness_modules())
 def test_harness_module_imports_without_milabench(module):
-    done = subprocess.run([sys.executable, "-c", BLOCKED_IMPORT, module], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED_IMPORT, module],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     output = (done.stdout + done.stderr)[-3000:]
     assert done.returncode != 3, f"{module} imports milabench at import time:\n{output}"
     assert done.returncode == 0, f"{module} does not import:\n{output}"
@@ -97,8 +102,13 @@ def offences(name: str, imports: set[str]) -> list[str]:
         parts = target.split(".")
         if target.startswith("milabench.models.") and ".".join(parts[:3]) != name:
             bad.add(".".join(parts[:3]))  # a model (or shared code) built on a model
-        elif is_model and target.startswith("milarun.") and not any(
-                target == face or target.startswith(face + ".") for face in MODEL_MAY_IMPORT):
+        elif (
+            is_model
+            and target.startswith("milarun.")
+            and not any(
+                target == face or target.startswith(face + ".") for face in MODEL_MAY_IMPORT
+            )
+        ):
             while not _is_module(ROOT / "milarun", target):  # a name imported from a module
                 target = target.rpartition(".")[0]
             bad.add(target)
@@ -114,8 +124,10 @@ def test_models_depend_only_on_the_benchmark_api_and_shared_code():
         bad = offences(name, imported_modules(path, package))
         if bad:
             found[str(path.relative_to(ROOT))] = bad
-    assert not found, (f"imports against the layering (a model uses {sorted(MODEL_MAY_IMPORT)}"
-                       f" and shared milabench code; no module imports a model): {found}")
+    assert not found, (
+        f"imports against the layering (a model uses {sorted(MODEL_MAY_IMPORT)}"
+        f" and shared milabench code; no module imports a model): {found}"
+    )
 
 
 def test_the_import_scan_sees_each_form_of_import(tmp_path):
@@ -131,23 +143,45 @@ def test_the_import_scan_sees_each_form_of_import(tmp_path):
         "from milarun.measure.ratelog import RateLog\n"
         "from milabench import helpers\n"
         "def main():\n"
-        "    import milarun.run.launch  # lazily: still a dependency\n")
+        "    import milarun.run.launch  # lazily: still a dependency\n"
+    )
     imports = imported_modules(source, "milabench.models")
-    models = ["milabench.models.a", "milabench.models.b", "milabench.models.c",
-              "milabench.models.d"]
+    models = [
+        "milabench.models.a",
+        "milabench.models.b",
+        "milabench.models.c",
+        "milabench.models.d",
+    ]
     assert offences("milabench.models.model", imports) == [
-        *models, "milarun.measure.ratelog", "milarun.results", "milarun.run.launch"]
+        *models,
+        "milarun.measure.ratelog",
+        "milarun.results",
+        "milarun.run.launch",
+    ]
     assert offences("milabench.helpers", imports) == models  # shared code: no model either
 
 
 # The wings of milarun/ by floor (DESIGN section 1). The models' face (milarun.experiment,
 # milarun.spin) stands with measure; the package and its ``python -m`` entry with cli.
 FLOORS = {
-    "errors": 0, "machine": 1, "results": 2, "measure": 3, "report": 3, "run": 4,
-    "slurm": 5, "doctor": 5, "tender": 5, "history": 5, "cli": 6,
+    "errors": 0,
+    "machine": 1,
+    "results": 2,
+    "measure": 3,
+    "report": 3,
+    "run": 4,
+    "slurm": 5,
+    "doctor": 5,
+    "tender": 5,
+    "history": 5,
+    "cli": 6,
 }
-FACES = {"milarun.experiment": "measure", "milarun.spin": "measure",
-         "milarun": "cli", "milarun.__main__": "cli"}
+FACES = {
+    "milarun.experiment": "measure",
+    "milarun.spin": "measure",
+    "milarun": "cli",
+    "milarun.__main__": "cli",
+}
 NEVER = {("measure", "report"), ("report", "measure")}
 
 
@@ -185,8 +219,11 @@ def import_graph(root: Path) -> dict[str, set[str]]:
 
 def _is_module(root: Path, dotted: str) -> bool:
     rel = Path(*dotted.split(".")[1:])
-    return dotted == "milarun" or (root / rel).with_suffix(".py").is_file() or \
-        (root / rel / "__init__.py").is_file()
+    return (
+        dotted == "milarun"
+        or (root / rel).with_suffix(".py").is_file()
+        or (root / rel / "__init__.py").is_file()
+    )
 
 
 def wing_offences(graph: dict[str, set[str]]) -> list[str]:
@@ -252,7 +289,7 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
                 common += 1
             if common == len(a) or common == len(b):
                 continue  # a package and its own module: containment, not an arrow
-            out.setdefault(".".join(a[:common + 1]), set()).add(".".join(b[:common + 1]))
+            out.setdefault(".".join(a[: common + 1]), set()).add(".".join(b[: common + 1]))
     return out
 
 
@@ -274,10 +311,12 @@ def test_the_wing_rules_catch_a_planted_import(tmp_path):
     copy = tmp_path / "milarun"
     shutil.copytree(ROOT / "milarun", copy, ignore=shutil.ignore_patterns("__pycache__"))
     steady = copy / "results" / "steady.py"
-    steady.write_text(steady.read_text()
-                      + "\n\ndef late():\n    from milarun.report import stats\n")
+    steady.write_text(
+        steady.read_text() + "\n\ndef late():\n    from milarun.report import stats\n"
+    )
     (copy / "report" / "stats.py").write_text(
-        (copy / "report" / "stats.py").read_text() + "\nfrom milarun.measure import runner\n")
+        (copy / "report" / "stats.py").read_text() + "\nfrom milarun.measure import runner\n"
+    )
     graph = import_graph(copy)
     offences = wing_offences(graph)
     assert "milarun.results.steady (results) -> milarun.report.stats (report)" in offences
@@ -306,11 +345,17 @@ runpy.run_module("milarun", run_name="__main__")
 def modules_of(*args: str) -> set[str]:
     from conftest import _cli_env
 
-    done = subprocess.run([sys.executable, "-c", MODULES_AT_EXIT, *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env=_cli_env(None))
+    done = subprocess.run(
+        [sys.executable, "-c", MODULES_AT_EXIT, *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_cli_env(None),
+    )
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("MODULES ")]
     assert lines, done.stdout + done.stderr
-    return set(json.loads(lines[-1][len("MODULES "):]))
+    return set(json.loads(lines[-1][len("MODULES ") :]))
 
 
 def test_a_benchmark_process_imports_only_measure_machine_and_results(tmp_path):
@@ -318,8 +363,13 @@ def test_a_benchmark_process_imports_only_measure_machine_and_results(tmp_path):
     assert list(tmp_path.glob("faulty.J0.*.json")), "the run wrote no result"
     ours = {m for m in modules if m.startswith("milarun.")}
     allowed = {"measure", "machine", "results", "errors"}
-    entry = {"milarun.__main__", "milarun.cli", "milarun.cli.main", "milarun.cli.options",
-             "milarun.cli.slurm"}  # the command line itself, its wings imported lazily
+    entry = {
+        "milarun.__main__",
+        "milarun.cli",
+        "milarun.cli.main",
+        "milarun.cli.options",
+        "milarun.cli.slurm",
+    }  # the command line itself, its wings imported lazily
     assert sorted(m for m in ours - entry if wing(m) not in allowed) == []
     assert not {"rich", "jinja2", "pandas", "matplotlib"} & modules
 

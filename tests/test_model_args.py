@@ -23,8 +23,9 @@ REFUSAL = "argument --batch-size: 0 (must be >= 1)"
 def test_every_batched_model_declares_batch_size_as_positive_int():
     assert set(CONVERTED) <= set(BATCHED)
     for name in BATCHED:
-        declared = re.findall(r'add_argument\(\s*"--batch-size",\s*type=([\w.]+)',
-                              (MODELS / f"{name}.py").read_text())
+        declared = re.findall(
+            r'add_argument\(\s*"--batch-size",\s*type=([\w.]+)', (MODELS / f"{name}.py").read_text()
+        )
         assert declared == ["helpers.positive_int"], (name, declared)
 
 
@@ -36,8 +37,9 @@ def test_parser_refuses_a_batch_of_zero(model):
 # Through `milarun run` (the harness path is the same for every model: the two quick ones)
 @pytest.mark.parametrize("model", ["calibration", "polynome"])
 def test_run_refuses_a_batch_of_zero_in_one_line(tmp_path, model):
-    done = milarun("run", f"milabench.models.{model}:main", "-o", tmp_path, "--",
-                   "--batch-size", "0")
+    done = milarun(
+        "run", f"milabench.models.{model}:main", "-o", tmp_path, "--", "--batch-size", "0"
+    )
     output = done.stdout + done.stderr
     assert done.returncode != 0, output
     assert "Traceback" not in output, output

@@ -25,8 +25,7 @@ EXP = "milabench.models.polynome:main"  # an importable experiment module
 
 def write(tmp_path: Path, data, name: str = "suite.json") -> Path:
     path = tmp_path / name
-    path.write_text(data if isinstance(data, str) else json.dumps(data, indent=2),
-                    encoding="utf-8")
+    path.write_text(data if isinstance(data, str) else json.dumps(data, indent=2), encoding="utf-8")
     return path
 
 
@@ -67,15 +66,27 @@ def test_quick_with_json_suffix():
 def test_defaults_merge_into_each_job_and_become_its_argv(tmp_path):
     """A profile's "*" defaults, the job's own keys over them, and the argv they make
     (true: a bare flag, false: omitted, the job's values after the defaults)."""
-    path = write(tmp_path, {
-        "*": {"experiment": EXP, "max_duration": 120, "tags": ["toy"],
-              "arguments": {"--min-slices": 12, "--cpu": True, "--verbose": False},
-              "partition_scheme": {"type": "per-gpu"}},
-        "poly": {"arguments": {"--batch-size": 256, "--cpu": False}, "max_duration": 300},
-    }, "mine.json")
+    path = write(
+        tmp_path,
+        {
+            "*": {
+                "experiment": EXP,
+                "max_duration": 120,
+                "tags": ["toy"],
+                "arguments": {"--min-slices": 12, "--cpu": True, "--verbose": False},
+                "partition_scheme": {"type": "per-gpu"},
+            },
+            "poly": {"arguments": {"--batch-size": 256, "--cpu": False}, "max_duration": 300},
+        },
+        "mine.json",
+    )
     job = load_profile(str(path)).jobs["poly"]
     assert (job.experiment, job.partition, job.max_duration, job.tags) == (
-        EXP, "per-gpu", 300.0, ["toy"])
+        EXP,
+        "per-gpu",
+        300.0,
+        ["toy"],
+    )
     assert job.fullname == "mine.poly"
     assert job.argv() == ["--min-slices", "12", "--batch-size", "256"]
 
@@ -98,26 +109,29 @@ def test_missing_profile_path(tmp_path):
 
 # -- defaults and arguments ----------------------------------------------------------------
 def test_star_defaults_merge_into_each_job(tmp_path):
-    path = write(tmp_path, {
-        "*": {
-            "experiment": EXP,
-            "arguments": {"--batch-size": 32, "--lr": 0.1, "--cuda": True},
-            "partition_scheme": {"type": "per-gpu", "cgroup": "cpuset,memory:student{x}"},
-            "max_duration": 120,
-            "tags": ["base"],
-            "prepare": "echo hi",
-            "exec_prefix": "nocache -n 2",
+    path = write(
+        tmp_path,
+        {
+            "*": {
+                "experiment": EXP,
+                "arguments": {"--batch-size": 32, "--lr": 0.1, "--cuda": True},
+                "partition_scheme": {"type": "per-gpu", "cgroup": "cpuset,memory:student{x}"},
+                "max_duration": 120,
+                "tags": ["base"],
+                "prepare": "echo hi",
+                "exec_prefix": "nocache -n 2",
+            },
+            "one": {"arguments": {"--lr": 0.5, "--extra": "x"}},
+            "two": {
+                "arguments": {"--cuda": False},
+                "partition_scheme": {"type": "normal"},
+                "max_duration": 30.5,
+                "tags": ["own"],
+                "prepare": ["a", "b"],
+                "exec_prefix": [],
+            },
         },
-        "one": {"arguments": {"--lr": 0.5, "--extra": "x"}},
-        "two": {
-            "arguments": {"--cuda": False},
-            "partition_scheme": {"type": "normal"},
-            "max_duration": 30.5,
-            "tags": ["own"],
-            "prepare": ["a", "b"],
-            "exec_prefix": [],
-        },
-    })
+    )
     prof = load_profile(str(path))
     assert prof.name == "suite"
     assert list(prof.jobs) == ["one", "two"]  # "*" is not a job
@@ -142,10 +156,10 @@ def test_star_defaults_merge_into_each_job(tmp_path):
 
 
 def test_defaults_are_not_shared_between_jobs(tmp_path):
-    path = write(tmp_path, {
-        "*": {"experiment": EXP, "arguments": {"--a": 1}, "tags": ["t"]},
-        "one": {}, "two": {},
-    })
+    path = write(
+        tmp_path,
+        {"*": {"experiment": EXP, "arguments": {"--a": 1}, "tags": ["t"]}, "one": {}, "two": {}},
+    )
     prof = load_profile(str(path))
     prof.jobs["one"].arguments["--a"] = 99
     prof.jobs["one"].tags.append("changed")
@@ -163,27 +177,36 @@ def test_job_without_defaults_gets_builtin_defaults(tmp_path):
 
 
 def test_arguments_to_argv():
-    argv = arguments_to_argv({
-        "--flag": True,
-        "--off": False,
-        "--none": None,
-        "--int": 3,
-        "--float": 0.005,
-        "--str": "abc",
-        "plain": 7,
-        "bare": True,
-        "-s": 1,
-        "--list": [1, "b"],
-    })
+    argv = arguments_to_argv(
+        {
+            "--flag": True,
+            "--off": False,
+            "--none": None,
+            "--int": 3,
+            "--float": 0.005,
+            "--str": "abc",
+            "plain": 7,
+            "bare": True,
+            "-s": 1,
+            "--list": [1, "b"],
+        }
+    )
     assert argv == [
         "--flag",
-        "--int", "3",
-        "--float", "0.005",
-        "--str", "abc",
-        "--plain", "7",
+        "--int",
+        "3",
+        "--float",
+        "0.005",
+        "--str",
+        "abc",
+        "--plain",
+        "7",
         "--bare",
-        "-s", "1",
-        "--list", "1", "b",
+        "-s",
+        "1",
+        "--list",
+        "1",
+        "b",
     ]
     assert all(isinstance(a, str) for a in argv)
     assert arguments_to_argv({}) == []
@@ -211,10 +234,11 @@ def test_empty_profile(tmp_path):
 
 
 def test_unknown_key_names_file_job_and_key(tmp_path):
-    path = write(tmp_path, {
-        "good": {"experiment": EXP},
-        "resnet": {"experiment": EXP, "argumnets": {"--x": 1}},
-    }, "typo.json")
+    path = write(
+        tmp_path,
+        {"good": {"experiment": EXP}, "resnet": {"experiment": EXP, "argumnets": {"--x": 1}}},
+        "typo.json",
+    )
     msg = error_of(path)
     assert str(path) in msg
     assert "'resnet'" in msg
@@ -232,11 +256,14 @@ def test_job_not_an_object(tmp_path):
     assert "'a'" in msg and "object" in msg
 
 
-@pytest.mark.parametrize("experiment", [
-    "no_such_module_zzz:main",
-    "milabench.models.no_such_model_zzz:main",
-    "no_such_pkg_zzz.sub:main",
-])
+@pytest.mark.parametrize(
+    "experiment",
+    [
+        "no_such_module_zzz:main",
+        "milabench.models.no_such_model_zzz:main",
+        "no_such_pkg_zzz.sub:main",
+    ],
+)
 def test_experiment_module_missing(tmp_path, experiment):
     path = write(tmp_path, {"ok": {"experiment": EXP}, "ghost": {"experiment": experiment}})
     msg = error_of(path)
@@ -253,12 +280,9 @@ def test_experiment_malformed(tmp_path, experiment):
     assert "'j'" in msg and "key 'experiment'" in msg and "module:function" in msg
 
 
-@pytest.mark.parametrize("scheme", [
-    {"type": "per-cpu"},
-    {"type": 3},
-    "per-gpu",
-    {"type": "normal", "cgroups": "x"},
-])
+@pytest.mark.parametrize(
+    "scheme", [{"type": "per-cpu"}, {"type": 3}, "per-gpu", {"type": "normal", "cgroups": "x"}]
+)
 def test_bad_partition_scheme(tmp_path, scheme):
     msg = error_of(write(tmp_path, {"j": {"experiment": EXP, "partition_scheme": scheme}}))
     assert "'j'" in msg
@@ -266,11 +290,16 @@ def test_bad_partition_scheme(tmp_path, scheme):
 
 
 def test_partition_types_accepted(tmp_path):
-    data = {t: {"experiment": EXP, "partition_scheme": {"type": t}}
-            for t in ("per-gpu", "gpu-progression", "normal")}
+    data = {
+        t: {"experiment": EXP, "partition_scheme": {"type": t}}
+        for t in ("per-gpu", "gpu-progression", "normal")
+    }
     prof = load_profile(str(write(tmp_path, data)))
     assert {name: j.partition for name, j in prof.jobs.items()} == {
-        "per-gpu": "per-gpu", "gpu-progression": "gpu-progression", "normal": "normal"}
+        "per-gpu": "per-gpu",
+        "gpu-progression": "gpu-progression",
+        "normal": "normal",
+    }
 
 
 @pytest.mark.parametrize("value", [-5, 0, "600", True, None])
@@ -281,13 +310,16 @@ def test_bad_max_duration(tmp_path, value):
     assert repr(value) in msg
 
 
-@pytest.mark.parametrize("key, value", [
-    ("arguments", ["--x", "1"]),
-    ("prepare", [1, 2]),
-    ("exec_prefix", {"a": 1}),
-    ("tags", "quick"),
-    ("tags", [1]),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("arguments", ["--x", "1"]),
+        ("prepare", [1, 2]),
+        ("exec_prefix", {"a": 1}),
+        ("tags", "quick"),
+        ("tags", [1]),
+    ],
+)
 def test_bad_value_types(tmp_path, key, value):
     msg = error_of(write(tmp_path, {"j": {"experiment": EXP, key: value}}))
     assert "'j'" in msg and f"key '{key}'" in msg
@@ -296,13 +328,20 @@ def test_bad_value_types(tmp_path, key, value):
 # -- select --------------------------------------------------------------------------------
 @pytest.fixture
 def tagged(tmp_path):
-    return load_profile(str(write(tmp_path, {
-        "*": {"experiment": EXP, "tags": ["all"]},
-        "alpha": {"tags": ["all", "vision"]},
-        "beta": {"tags": ["all", "text"]},
-        "gamma": {"tags": ["all", "vision", "big"]},
-        "delta": {},
-    })))
+    return load_profile(
+        str(
+            write(
+                tmp_path,
+                {
+                    "*": {"experiment": EXP, "tags": ["all"]},
+                    "alpha": {"tags": ["all", "vision"]},
+                    "beta": {"tags": ["all", "text"]},
+                    "gamma": {"tags": ["all", "vision", "big"]},
+                    "delta": {},
+                },
+            )
+        )
+    )
 
 
 def test_select_all_in_profile_order(tagged):
@@ -351,7 +390,10 @@ def test_cli_bad_profile_is_one_line_error(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "milarun", "jobs", str(bad), "--no-cgexec", "-o", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     lines = proc.stderr.splitlines()

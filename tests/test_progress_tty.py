@@ -19,7 +19,8 @@ from conftest import BENCHES, ROOT
 
 TMUX = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(
-    TMUX is None, reason="tmux not installed (apt-get install tmux; .ci/run does)")
+    TMUX is None, reason="tmux not installed (apt-get install tmux; .ci/run does)"
+)
 WIDTH, HEIGHT = 150, 40
 EXIT_MARK = "milarun-exit="
 TIMEOUT = 300  # seconds: a bound for a hung run, not the run's length
@@ -28,8 +29,9 @@ ROW = r"quick\.polynome\s+{device}\s+[\d,.]+ ex/s\s+\d+/8\s"
 
 
 def _tmux(socket: str, *args: str) -> str:
-    done = subprocess.run([TMUX, "-S", socket, *args], capture_output=True, text=True,
-                          timeout=30, check=True)
+    done = subprocess.run(
+        [TMUX, "-S", socket, *args], capture_output=True, text=True, timeout=30, check=True
+    )
     return done.stdout
 
 
@@ -38,8 +40,9 @@ def _wait_for(socket: str, found: Callable[[str], bool], history: bool = False) 
     (``history``: with the lines scrolled off the top)."""
     deadline = time.monotonic() + TIMEOUT
     while True:
-        screen = _tmux(socket, "capture-pane", "-p", "-t", "jobs",
-                       *(["-S", "-"] if history else []))
+        screen = _tmux(
+            socket, "capture-pane", "-p", "-t", "jobs", *(["-S", "-"] if history else [])
+        )
         if found(screen) or EXIT_MARK in screen or time.monotonic() > deadline:
             return screen
         time.sleep(0.2)
@@ -50,17 +53,55 @@ def test_jobs_shows_a_live_row_per_instance_on_a_terminal(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}"}
     env.pop("OMP_NUM_THREADS", None)
     env.pop("TMUX", None)  # run our own server even inside someone's tmux
-    command = shlex.join([
-        sys.executable, "-m", "milarun", "jobs", "quick", "--name", "polynome", "calibration",
-        "--devices", "cpu:2", "-o", str(tmp_path / "out"), "-d", str(tmp_path / "data"),
-        "--", "--min-slices", "8"])
+    command = shlex.join(
+        [
+            sys.executable,
+            "-m",
+            "milarun",
+            "jobs",
+            "quick",
+            "--name",
+            "polynome",
+            "calibration",
+            "--devices",
+            "cpu:2",
+            "-o",
+            str(tmp_path / "out"),
+            "-d",
+            str(tmp_path / "data"),
+            "--",
+            "--min-slices",
+            "8",
+        ]
+    )
     # keep the pane after the run so its last screen can be read
     script = f"{command}; echo {EXIT_MARK}$?; sleep 600"
     socket = str(tmp_path / f"tmux-{uuid.uuid4().hex[:8]}.sock")
-    subprocess.run([TMUX, "-S", socket, "-f", "/dev/null", "new-session", "-d", "-s", "jobs",
-                    "-x", str(WIDTH), "-y", str(HEIGHT), "-c", str(ROOT), script],
-                   env=env, check=True, timeout=30)
+    subprocess.run(
+        [
+            TMUX,
+            "-S",
+            socket,
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "jobs",
+            "-x",
+            str(WIDTH),
+            "-y",
+            str(HEIGHT),
+            "-c",
+            str(ROOT),
+            script,
+        ],
+        env=env,
+        check=True,
+        timeout=30,
+    )
     try:
+
         def both_rows(screen: str) -> bool:
             return all(re.search(ROW.format(device=d), screen) for d in ("cpu:0", "cpu:1"))
 
@@ -72,8 +113,9 @@ def test_jobs_shows_a_live_row_per_instance_on_a_terminal(tmp_path):
         assert f"{EXIT_MARK}0" in final, final
         for test in ("polynome", "calibration"):
             for job, device in (("J0.0", "cpu:0"), ("J0.1", "cpu:1")):
-                assert re.search(rf"^done   quick\.{test} {job} {device}  [\d,.]+ examples/s$",
-                                 final, re.M), final
+                assert re.search(
+                    rf"^done   quick\.{test} {job} {device}  [\d,.]+ examples/s$", final, re.M
+                ), final
         assert not re.search(r"ex/s\s+\d+/8\s", final), final  # the live rows are gone
     finally:
         subprocess.run([TMUX, "-S", socket, "kill-server"], capture_output=True, timeout=30)

@@ -34,12 +34,19 @@ def _weights(tmp_path, mapping):
 def test_summary_baseline_format(results_dir, tmp_path):
     # A rerun result counts; a scaling result with two ranks counts once: the mean per rank
     # (the legacy unit), with all ranks together beside it as throughput.
-    write(results_dir, result("suite.alpha", "0.0", 104.0, rerun_of="/x.json", device="cuda:0"),
-          "suite.alpha.J0.0.20260102-000000-000000.json")
-    write(results_dir, result("suite.scaling.2", "0", None, ranks=[40.0, 41.0],
-                              device="cuda:0,cuda:1"))
-    write(results_dir, result("suite.gamma", "0.0", None,
-                              failure={"kind": "timeout", "message": "too slow"}))
+    write(
+        results_dir,
+        result("suite.alpha", "0.0", 104.0, rerun_of="/x.json", device="cuda:0"),
+        "suite.alpha.J0.0.20260102-000000-000000.json",
+    )
+    write(
+        results_dir,
+        result("suite.scaling.2", "0", None, ranks=[40.0, 41.0], device="cuda:0,cuda:1"),
+    )
+    write(
+        results_dir,
+        result("suite.gamma", "0.0", None, failure={"kind": "timeout", "message": "too slow"}),
+    )
     out = tmp_path / "summary.json"
     done = milarun("summary", results_dir, "-o", out)
     assert done.returncode == 0, done.stderr
@@ -103,8 +110,9 @@ def test_zero_negative_and_nan_perf_are_failures(tmp_path):
     write(res, result("s.t", "0.1", None, rates=[-5.0] * 25))
     write(res, result("s.t", "0.2", None, rates=[float("nan")] * 25))
     baseline = tmp_path / "base.json"
-    baseline.write_text(json.dumps({"s.t": {"n": 2, "failures": 0,
-                                            "train": {"n": 2, "mean": 0.0, "std": 0.0}}}))
+    baseline.write_text(
+        json.dumps({"s.t": {"n": 2, "failures": 0, "train": {"n": 2, "mean": 0.0, "std": 0.0}}})
+    )
     done = milarun("report", res, "--compare", baseline, "--format", "json")
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)["tests"]["s.t"]
@@ -116,8 +124,9 @@ def test_fail_below_gates_on_the_score_ratio(results_dir, tmp_path):
     weights = _weights(tmp_path, {"suite.alpha": 1, "suite.beta": 1})
     base = tmp_path / "base.json"
     assert milarun("summary", results_dir, "-o", base).returncode == 0
-    ok = milarun("report", results_dir, "--weights", weights, "--compare", base,
-                 "--fail-below", "0.95")
+    ok = milarun(
+        "report", results_dir, "--weights", weights, "--compare", base, "--fail-below", "0.95"
+    )
     assert ok.returncode == 0, ok.stderr
     assert "no significant change" in ok.stdout
     slow = tmp_path / "slow"
@@ -125,8 +134,9 @@ def test_fail_below_gates_on_the_score_ratio(results_dir, tmp_path):
         write(slow, result("suite.alpha", f"0.{i}", rate))
     for i, rate in enumerate([8.0, 8.1]):
         write(slow, result("suite.beta", f"0.{i}", rate))
-    gate = milarun("report", slow, "--weights", weights, "--compare", results_dir,
-                   "--fail-below", "0.95")
+    gate = milarun(
+        "report", slow, "--weights", weights, "--compare", results_dir, "--fail-below", "0.95"
+    )
     assert gate.returncode == 3
     assert "below --fail-below 0.95" in gate.stderr
     assert "slower" in gate.stdout
@@ -139,19 +149,44 @@ def test_text_fits_100_columns(results_dir, tmp_path):
     for i in range(2):
         write(results_dir, result(long, f"0.{i}", 5.0 + i, device=f"cuda:{i}"))
     weights = _weights(tmp_path, {"suite.alpha": 1, long: 2})
-    done = milarun("report", results_dir, "--weights", weights, "--compare", results_dir,
-                   "--compare-gpus", "--price", "250000", "--penalize-variance")
+    done = milarun(
+        "report",
+        results_dir,
+        "--weights",
+        weights,
+        "--compare",
+        results_dir,
+        "--compare-gpus",
+        "--price",
+        "250000",
+        "--penalize-variance",
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert max(len(line) for line in lines) <= 100, max(lines, key=len)
-    for expected in ("Benchmark results", "Scores", "Failure rate:", "Score:",
-                     "RPP (Price / Score):", "GPU comparison (mean", "perf_ratio_adj"):
+    for expected in (
+        "Benchmark results",
+        "Scores",
+        "Failure rate:",
+        "Score:",
+        "RPP (Price / Score):",
+        "GPU comparison (mean",
+        "perf_ratio_adj",
+    ):
         assert expected in done.stdout
 
 
 def test_csv_and_json_formats(results_dir):
-    write(results_dir, result("suite.gamma", "0.0", None, error="line 1\nCUDA error: boom",
-                              failure={"kind": "crash", "message": "died of SIGSEGV"}))
+    write(
+        results_dir,
+        result(
+            "suite.gamma",
+            "0.0",
+            None,
+            error="line 1\nCUDA error: boom",
+            failure={"kind": "crash", "message": "died of SIGSEGV"},
+        ),
+    )
     done = milarun("report", results_dir, "--format", "csv")
     assert done.returncode == 0, done.stderr
     # the per-test table, then one block per part of the runs, each after a blank line
@@ -161,11 +196,13 @@ def test_csv_and_json_formats(results_dir):
     assert {"n", "fail", "perf", "ci_low", "ci_high", "std%", "perf_adj"} <= set(table.columns)
     failures = pd.read_csv(io.StringIO(failed))
     assert failures.loc[0, ["test", "kind", "message"]].tolist() == [
-        "suite.gamma", "crash", "died of SIGSEGV"]
+        "suite.gamma",
+        "crash",
+        "died of SIGSEGV",
+    ]
     assert failures.loc[0, "tail"] == "line 1\nCUDA error: boom"
     rows = pd.read_csv(io.StringIO(isolation))
-    assert rows.groupby("device")["runs"].sum().to_dict() == {"cpu:0": 1, "cuda:0": 3,
-                                                             "cuda:1": 3}
+    assert rows.groupby("device")["runs"].sum().to_dict() == {"cpu:0": 1, "cuda:0": 3, "cuda:1": 3}
     data = json.loads(milarun("report", results_dir, "--format", "json").stdout)
     assert data["tests"]["suite.beta"]["perf"] == pytest.approx(10.25)
     # what only the page showed: failed runs with their log, isolation, systems, series
@@ -183,21 +220,24 @@ def test_csv_and_json_formats(results_dir):
 def test_report_and_summary_work_without_torch(results_dir, tmp_path):
     """An analyst's laptop has no torch: importing it must not be needed."""
     html = tmp_path / "r.html"
-    code = "\n".join([
-        "import sys",
-        "class NoTorch:",
-        "    def find_spec(self, name, path=None, target=None):",
-        "        if name.split('.')[0] in ('torch', 'torchvision'):",
-        "            raise ImportError(f'{name} is not installed here')",
-        "sys.meta_path.insert(0, NoTorch())",
-        "from milarun.cli.main import main",
-        "try:",
-        f"    main(['report', {str(results_dir)!r}, '--html', {str(html)!r}])",
-        "finally:",
-        "    assert 'torch' not in sys.modules",
-    ])
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    code = "\n".join(
+        [
+            "import sys",
+            "class NoTorch:",
+            "    def find_spec(self, name, path=None, target=None):",
+            "        if name.split('.')[0] in ('torch', 'torchvision'):",
+            "            raise ImportError(f'{name} is not installed here')",
+            "sys.meta_path.insert(0, NoTorch())",
+            "from milarun.cli.main import main",
+            "try:",
+            f"    main(['report', {str(results_dir)!r}, '--html', {str(html)!r}])",
+            "finally:",
+            "    assert 'torch' not in sys.modules",
+        ]
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     # 6 runs, none failed; the page is the report's (its marker), with both tests in it
     assert re.search(r"^Failure rate: +0.00% \(PASS\)  0 of 6 runs$", done.stdout, re.M)
@@ -221,8 +261,7 @@ def test_scaling_table_per_rank_total_and_efficiency(tmp_path):
     and the efficiency against k x scaling.1 are shown beside it."""
     res = tmp_path / "res"
     write(res, result("suite.scaling.1", "0", None, ranks=[50.0], device="cuda:0"))
-    write(res, result("suite.scaling.2", "0", None, ranks=[40.0, 41.0],
-                      device="cuda:0,cuda:1"))
+    write(res, result("suite.scaling.2", "0", None, ranks=[40.0, 41.0], device="cuda:0,cuda:1"))
     data = json.loads(milarun("report", res, "--format", "json").stdout)
     assert data["tests"]["suite.scaling.2"]["perf"] == pytest.approx(40.5)
     two = data["scaling"]["suite.scaling.2"]
@@ -238,11 +277,25 @@ def test_natural_rate_beside_the_legacy_one(tmp_path):
     shows its rate in the natural unit too: perf x per_example, in text and JSON."""
     res = tmp_path / "res"
     for i, rate in enumerate([14.0, 16.0]):
-        write(res, result("suite.atari", f"0.{i}", rate,
-                          metrics={"loss": 0.5, "per_example.agent_steps": 128.0}))
+        write(
+            res,
+            result(
+                "suite.atari",
+                f"0.{i}",
+                rate,
+                metrics={"loss": 0.5, "per_example.agent_steps": 128.0},
+            ),
+        )
     for i, rate in enumerate([900.0, 1100.0]):
-        write(res, result("suite.toy_lstm", f"0.{i}", rate,
-                          metrics={"loss": 0.1, "per_example.sequences": 0.97}))
+        write(
+            res,
+            result(
+                "suite.toy_lstm",
+                f"0.{i}",
+                rate,
+                metrics={"loss": 0.1, "per_example.sequences": 0.97},
+            ),
+        )
     write(res, result("suite.vae", "0.0", 50.0))
     data = json.loads(milarun("report", res, "--format", "json").stdout)
     atari, lstm = data["natural"]["suite.atari"], data["natural"]["suite.toy_lstm"]
@@ -252,7 +305,7 @@ def test_natural_rate_beside_the_legacy_one(tmp_path):
     assert lstm["natural"] == pytest.approx(1000.0 * 0.97)
     assert "suite.vae" not in data["natural"]
     text = milarun("report", res).stdout
-    section = text[text.index("Natural units"):]
+    section = text[text.index("Natural units") :]
     assert max(len(line) for line in text.splitlines()) <= 100
     assert "1,920.00" in section and "agent_steps" in section and "128" in section
     assert "970.00" in section and "sequences" in section and "suite.vae" not in section

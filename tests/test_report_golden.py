@@ -27,14 +27,25 @@ from scipy import stats as sps
 from conftest import milarun
 from resultfactory import result, write
 
-WEIGHTS = {"gold.a": {"weight": 4}, "gold.b": {"weight": 8}, "gold.c": {"weight": 2},
-           "gold.d": {"weight": 0}, "gold.missing": {"weight": 2}}
+WEIGHTS = {
+    "gold.a": {"weight": 4},
+    "gold.b": {"weight": 8},
+    "gold.c": {"weight": 2},
+    "gold.d": {"weight": 0},
+    "gold.missing": {"weight": 2},
+}
 BASELINE = {
-    "gold.a": {"n": 4, "failures": 0, "train": {"n": 4, "min": 75, "max": 85, "mean": 80.0,
-                                                 "std": 5 / math.sqrt(2)},
-               "rates": [75.0, 85.0, 80.0, 80.0]},
-    "gold.b": {"n": 3, "failures": 0, "train": {"n": 3, "min": 48, "max": 52, "mean": 50.0,
-                                                 "std": 2.0}},
+    "gold.a": {
+        "n": 4,
+        "failures": 0,
+        "train": {"n": 4, "min": 75, "max": 85, "mean": 80.0, "std": 5 / math.sqrt(2)},
+        "rates": [75.0, 85.0, 80.0, 80.0],
+    },
+    "gold.b": {
+        "n": 3,
+        "failures": 0,
+        "train": {"n": 3, "min": 48, "max": 52, "mean": 50.0, "std": 2.0},
+    },
 }
 A = [100.0, 110.0, 90.0, 100.0]
 B = [50.0, 60.0, 55.0]
@@ -50,8 +61,10 @@ def gold(tmp_path_factory):
     for i, rate in enumerate(B):
         write(res, result("gold.b", f"0.{i}", rate, device=f"cpu:{i % 2}"))
     write(res, result("gold.b", "1.0", None, failure={"kind": "oom", "message": "killed"}))
-    write(res, result("gold.c", "0.0", None,
-                      failure={"kind": "exception", "message": "ValueError: boom"}))
+    write(
+        res,
+        result("gold.c", "0.0", None, failure={"kind": "exception", "message": "ValueError: boom"}),
+    )
     write(res, result("gold.c", "0.1", 10.0, metrics={"loss": float("nan")}))
     write(res, result("gold.d", "0.0", 1000.0))
     write(res, result("gold.d", "0.1", 1000.0, device="cpu:1"))
@@ -59,12 +72,29 @@ def gold(tmp_path_factory):
     (res / "gold.a.J9.20260101-000000-000000.json").write_text('{"name": "gold.a", "succ')
     (root / "weights.json").write_text(json.dumps(WEIGHTS))
     (root / "baseline.json").write_text(json.dumps(BASELINE))
-    done = milarun("report", res, "--weights", root / "weights.json",
-                   "--compare", root / "baseline.json", "--price", "30000",
-                   "--format", "json")
+    done = milarun(
+        "report",
+        res,
+        "--weights",
+        root / "weights.json",
+        "--compare",
+        root / "baseline.json",
+        "--price",
+        "30000",
+        "--format",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
-    text = milarun("report", res, "--weights", root / "weights.json",
-                   "--compare", root / "baseline.json", "--price", "30000")
+    text = milarun(
+        "report",
+        res,
+        "--weights",
+        root / "weights.json",
+        "--compare",
+        root / "baseline.json",
+        "--price",
+        "30000",
+    )
     assert text.returncode == 0, text.stderr
     return json.loads(done.stdout), done.stderr, text.stdout.replace(str(root), "<root>")
 

@@ -16,13 +16,15 @@ from milarun.results.records import ENV_PREFIXES, Call, ResultRecord
 def records(tmp_path_factory):
     """A real successful ``milarun run`` and a real FAIL record written by the harness."""
     out = tmp_path_factory.mktemp("records")
-    done = milarun("run", "milabench.models.calibration:main", "-o", out / "run", "--",
-                   "--min-slices", "5")
+    done = milarun(
+        "run", "milabench.models.calibration:main", "-o", out / "run", "--", "--min-slices", "5"
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     (written,) = load_all(out / "run").values()
     profile = out / "crash.json"
-    profile.write_text(json.dumps({"*": {"max_duration": 30},
-                                   "crash": {"experiment": "faulty:sigill"}}))
+    profile.write_text(
+        json.dumps({"*": {"max_duration": 30}, "crash": {"experiment": "faulty:sigill"}})
+    )
     done = milarun("jobs", profile, "--devices", "cpu:1", "-o", out / "jobs", timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     (harness,) = load_all(out / "jobs").values()
@@ -57,8 +59,7 @@ def test_unknown_values_are_null_and_known_ones_are_filled(records):
     # Both keep the same subset of the environment (the instance's, for the harness).
     assert harness["environ"]["CUDA_VISIBLE_DEVICES"] == ""
     assert harness["environ"]["MILARUN_DEVICE"] == "cpu:0"
-    assert all(k.startswith(ENV_PREFIXES) for k in {**harness["environ"],
-                                                     **written["environ"]})
+    assert all(k.startswith(ENV_PREFIXES) for k in {**harness["environ"], **written["environ"]})
     for record in (written, harness):
         assert record["system"]["cpu"]["count"] >= 1 and record["finished_at"] > 0
 
@@ -66,10 +67,23 @@ def test_unknown_values_are_null_and_known_ones_are_filled(records):
 def test_a_launch_cannot_overwrite_a_result_field():
     with pytest.raises(ValueError, match="'success'"):
         ResultRecord(
-            name="t", job_id="0", dataroot=".", outdir=".", call=Call("m:f", []),
-            failure=None, error=None, device="cpu:0", devices=["cpu:0"], gpu=None,
-            device_count=0, environ={}, isolation=None, returncode=0,
-            launch={"success": False}, system={})
+            name="t",
+            job_id="0",
+            dataroot=".",
+            outdir=".",
+            call=Call("m:f", []),
+            failure=None,
+            error=None,
+            device="cpu:0",
+            devices=["cpu:0"],
+            gpu=None,
+            device_count=0,
+            environ={},
+            isolation=None,
+            returncode=0,
+            launch={"success": False},
+            system={},
+        )
 
 
 def test_rerun_restores_the_environment_but_not_the_old_deadline(tmp_path, monkeypatch):
@@ -80,10 +94,18 @@ def test_rerun_restores_the_environment_but_not_the_old_deadline(tmp_path, monke
     monkeypatch.setenv("OMP_NUM_THREADS", "7")  # undone after the test, like the rest
     monkeypatch.delenv(diagnostics.DEADLINE_ENV, raising=False)
     original = tmp_path / "t.J0.20260101-000000-000000.json"
-    original.write_text(json.dumps({
-        "name": "t", "job_id": "0.1", "success": True, "dataroot": str(tmp_path),
-        "call": {"function": "milabench.models.calibration:main", "argv": ["--a"]},
-        "environ": {"OMP_NUM_THREADS": "1", diagnostics.DEADLINE_ENV: "1.0"}}))
+    original.write_text(
+        json.dumps(
+            {
+                "name": "t",
+                "job_id": "0.1",
+                "success": True,
+                "dataroot": str(tmp_path),
+                "call": {"function": "milabench.models.calibration:main", "argv": ["--a"]},
+                "environ": {"OMP_NUM_THREADS": "1", diagnostics.DEADLINE_ENV: "1.0"},
+            }
+        )
+    )
     call = runner.plan_rerun(original, None, ["--b"], dataroot=tmp_path / "unused")
     assert os.environ["OMP_NUM_THREADS"] == "1"
     assert diagnostics.DEADLINE_ENV not in os.environ

@@ -27,10 +27,28 @@ from modelrun import assert_rejected, run_trained
 
 # Each run trains for 6 slices of 0.5 s, however fast this machine is.
 CART_ARGS = ["--min-slices", "6"]
-MINIGRID_ARGS = ["--procs", "2", "--frames-per-proc", "8", "--recurrence", "4",
-                 "--batch-size", "8", "--min-slices", "6"]
-ATARI_ARGS = ["--num-processes", "2", "--num-steps", "16", "--use-gae",
-              "--use-linear-lr-decay", "--min-slices", "6"]
+MINIGRID_ARGS = [
+    "--procs",
+    "2",
+    "--frames-per-proc",
+    "8",
+    "--recurrence",
+    "4",
+    "--batch-size",
+    "8",
+    "--min-slices",
+    "6",
+]
+ATARI_ARGS = [
+    "--num-processes",
+    "2",
+    "--num-steps",
+    "16",
+    "--use-gae",
+    "--use-linear-lr-decay",
+    "--min-slices",
+    "6",
+]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -49,8 +67,6 @@ def has_opencv() -> bool:
     except ImportError:
         return False
     return True
-
-
 
 
 # -- returns and advantages ---------------------------------------------------------------
@@ -97,18 +113,34 @@ def test_ppo_losses_clip_the_ratio_and_the_value():
     actions = torch.tensor([0, 1])
     old_log_probs = torch.log(torch.tensor([0.5, 0.5]))
     advantages = torch.tensor([1.0, -1.0])
-    same = rl.ppo_losses(torch.zeros(2, 2), torch.tensor([1.0, 2.0]), actions, old_log_probs,
-                         torch.tensor([1.0, 2.0]), advantages, torch.tensor([2.0, 2.0]), 0.2)
+    same = rl.ppo_losses(
+        torch.zeros(2, 2),
+        torch.tensor([1.0, 2.0]),
+        actions,
+        old_log_probs,
+        torch.tensor([1.0, 2.0]),
+        advantages,
+        torch.tensor([2.0, 2.0]),
+        0.2,
+    )
     assert torch.isclose(same["policy_loss"], torch.tensor(0.0))  # ratio 1: -mean(A)
     assert torch.isclose(same["value_loss"], torch.tensor(0.25))  # 0.5 * mean([1, 0])
     assert torch.isclose(same["entropy"], torch.log(torch.tensor(2.0)))
     # Action 0 now has probability 0.9 (ratio 1.8, A > 0): the gain stops at 1 + clip.
     logits = torch.log(torch.tensor([[0.9, 0.1], [0.5, 0.5]]))
-    moved = rl.ppo_losses(logits, torch.tensor([3.0, 2.0]), actions, old_log_probs,
-                          torch.tensor([1.0, 2.0]), advantages, torch.tensor([3.0, 2.0]), 0.2)
+    moved = rl.ppo_losses(
+        logits,
+        torch.tensor([3.0, 2.0]),
+        actions,
+        old_log_probs,
+        torch.tensor([1.0, 2.0]),
+        advantages,
+        torch.tensor([3.0, 2.0]),
+        0.2,
+    )
     assert torch.isclose(moved["policy_loss"], torch.tensor(-(1.2 - 1.0) / 2))
     # The value moved by 2 towards its target is clipped to 0.2: 0.5 * mean([1.8^2, 0]).
-    assert torch.isclose(moved["value_loss"], torch.tensor(0.5 * 1.8 ** 2 / 2))
+    assert torch.isclose(moved["value_loss"], torch.tensor(0.5 * 1.8**2 / 2))
 
 
 def test_linear_decay():
@@ -127,44 +159,79 @@ def ppo_args(*argv: str, **defaults: object) -> argparse.Namespace:
 
 
 def test_ppo_arguments_take_both_legacy_spellings():
-    a = ppo_args("--procs", "4", "--frames-per-proc", "8", "--clip-eps", "0.3",
-                 "--discount", "0.9", "--epochs", "2", "--use-gae")
-    b = ppo_args("--num-processes", "4", "--num-steps", "8", "--clip-param", "0.3",
-                 "--gamma", "0.9", "--ppo-epoch", "2", "--use-gae")
+    a = ppo_args(
+        "--procs",
+        "4",
+        "--frames-per-proc",
+        "8",
+        "--clip-eps",
+        "0.3",
+        "--discount",
+        "0.9",
+        "--epochs",
+        "2",
+        "--use-gae",
+    )
+    b = ppo_args(
+        "--num-processes",
+        "4",
+        "--num-steps",
+        "8",
+        "--clip-param",
+        "0.3",
+        "--gamma",
+        "0.9",
+        "--ppo-epoch",
+        "2",
+        "--use-gae",
+    )
     assert vars(a) == vars(b)
     assert a.asynchronous and not ppo_args("--sync").asynchronous  # worker processes by default
     config = rl.PPOConfig.from_args(a, batch_size=16, recurrence=4)
     assert (config.minibatches, config.clip, config.gamma, config.epochs) == (2, 0.3, 0.9, 2)
     assert config.gae_lambda == 0.95
-    config = rl.PPOConfig.from_args(ppo_args("--num-steps", "8", "--num-mini-batch", "8"),
-                                    batch_size=256)
+    config = rl.PPOConfig.from_args(
+        ppo_args("--num-steps", "8", "--num-mini-batch", "8"), batch_size=256
+    )
     assert config.minibatches == 8 and config.gae_lambda == 1.0  # no --use-gae: lambda 1
     with pytest.raises(SystemExit):  # both ways of minibatching at once
         ppo_args("--num-mini-batch", "2", "--batch-size", "8")
 
 
-@pytest.mark.parametrize("argv, defaults, message", [
-    (["--procs", "2", "--frames-per-proc", "32"], {"batch_size": 256}, "--batch-size 256"),
-    (["--procs", "2", "--frames-per-proc", "32", "--batch-size", "30"], {}, "--batch-size 30"),
-    (["--num-processes", "2", "--num-steps", "16", "--num-mini-batch", "3"], {},
-     "3 minibatches"),
-    (["--num-steps", "6"], {"minibatches": 4, "recurrence": 4}, "6 steps"),
-])
+@pytest.mark.parametrize(
+    "argv, defaults, message",
+    [
+        (["--procs", "2", "--frames-per-proc", "32"], {"batch_size": 256}, "--batch-size 256"),
+        (["--procs", "2", "--frames-per-proc", "32", "--batch-size", "30"], {}, "--batch-size 30"),
+        (
+            ["--num-processes", "2", "--num-steps", "16", "--num-mini-batch", "3"],
+            {},
+            "3 minibatches",
+        ),
+        (["--num-steps", "6"], {"minibatches": 4, "recurrence": 4}, "6 steps"),
+    ],
+)
 def test_ppo_minibatches_must_split_the_rollout(argv, defaults, message):
     with pytest.raises(BadTestArguments, match=message):
         rl.PPOConfig.from_args(ppo_args(*argv), **defaults)
 
 
-@pytest.mark.parametrize("module, argv, message", [
-    ("minigrid", ["--procs", "2", "--frames-per-proc", "40"], "--batch-size 1280"),
-    ("minigrid", ["--env", "NoSuchEnv-v0"], "--env NoSuchEnv-v0"),
-    ("minigrid", ["--recurrence", "0"], "--recurrence"),
-    ("atari", ["--num-processes", "2", "--num-steps", "16", "--num-mini-batch", "5"],
-     "5 minibatches"),
-    ("atari", ["--env-name", "NoSuchGame-v4"], "--env-name NoSuchGame-v4"),
-    ("cart", ["--dropout", "1"], "--dropout 1"),
-    ("cart", ["--episode-length", "0"], "--episode-length"),
-])
+@pytest.mark.parametrize(
+    "module, argv, message",
+    [
+        ("minigrid", ["--procs", "2", "--frames-per-proc", "40"], "--batch-size 1280"),
+        ("minigrid", ["--env", "NoSuchEnv-v0"], "--env NoSuchEnv-v0"),
+        ("minigrid", ["--recurrence", "0"], "--recurrence"),
+        (
+            "atari",
+            ["--num-processes", "2", "--num-steps", "16", "--num-mini-batch", "5"],
+            "5 minibatches",
+        ),
+        ("atari", ["--env-name", "NoSuchGame-v4"], "--env-name NoSuchGame-v4"),
+        ("cart", ["--dropout", "1"], "--dropout 1"),
+        ("cart", ["--episode-length", "0"], "--episode-length"),
+    ],
+)
 def test_bad_arguments(module, argv, message):
     assert_rejected(module, argv, message)
 
@@ -178,10 +245,25 @@ def minigrid_agent(seed: int) -> rl.PPO:
     envs = rl.vector_env(functools.partial(minigrid.make_env, "BabyAI-UnlockPickup-v0"), 2)
     model = minigrid.FiLMActorCritic(envs.single_action_space.n)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, eps=1e-5)
-    config = rl.PPOConfig(minibatches=2, epochs=1, recurrence=4, normalise_advantages=False,
-                          reward_scale=20.0, value_factor=1.0)
-    return rl.PPO(envs, model, optimizer, config, 8, torch.device("cpu"), seed,
-                  memory_size=model.memory_size, observe=minigrid.Observer(torch.device("cpu")))
+    config = rl.PPOConfig(
+        minibatches=2,
+        epochs=1,
+        recurrence=4,
+        normalise_advantages=False,
+        reward_scale=20.0,
+        value_factor=1.0,
+    )
+    return rl.PPO(
+        envs,
+        model,
+        optimizer,
+        config,
+        8,
+        torch.device("cpu"),
+        seed,
+        memory_size=model.memory_size,
+        observe=minigrid.Observer(torch.device("cpu")),
+    )
 
 
 def test_recurrent_ppo_is_deterministic_for_a_seed():
@@ -212,7 +294,7 @@ def test_rollout_masks_reset_the_memory_at_episode_starts():
 class SlowEnv(gymnasium.Env):
     """Each step takes 0.5 s; its observation is the pid of the process that stepped it."""
 
-    observation_space = gymnasium.spaces.Box(0, 2 ** 31 - 1, (1,), np.int64)
+    observation_space = gymnasium.spaces.Box(0, 2**31 - 1, (1,), np.int64)
     action_space = gymnasium.spaces.Discrete(2)
 
     def reset(self, *, seed=None, options=None):
@@ -243,8 +325,9 @@ def test_async_vector_env_steps_in_parallel_worker_processes():
 # -- minigrid: babyai's FiLM model --------------------------------------------------------------
 def packed(image: torch.Tensor, *missions: list[int]) -> torch.Tensor:
     """Observations as minigrid.Observer makes them: the view's codes, then the word ids."""
-    return torch.cat([image.reshape(len(missions), -1),
-                      torch.tensor(missions, dtype=torch.uint8)], 1)
+    return torch.cat(
+        [image.reshape(len(missions), -1), torch.tensor(missions, dtype=torch.uint8)], 1
+    )
 
 
 def test_minigrid_vocabulary_is_built_as_babyai_does():
@@ -294,8 +377,9 @@ def test_minigrid_memory_carries_the_past_into_the_policy():
 def test_minigrid_missions_come_from_worker_processes():
     from milabench.models import minigrid
 
-    envs = rl.vector_env(functools.partial(minigrid.make_env, "BabyAI-UnlockPickup-v0"), 2,
-                         asynchronous=True)
+    envs = rl.vector_env(
+        functools.partial(minigrid.make_env, "BabyAI-UnlockPickup-v0"), 2, asynchronous=True
+    )
     try:
         assert all(p.pid != os.getpid() and p.is_alive() for p in envs.processes)
         observe = minigrid.Observer(torch.device("cpu"))
@@ -315,7 +399,11 @@ def test_atari_cnn_layers():
     model = atari.AtariCNN(6)
     layers = [m for m in model.body if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
     assert [tuple(m.weight.shape) for m in layers] == [
-        (32, 4, 8, 8), (64, 32, 4, 4), (32, 64, 3, 3), (512, 32 * 7 * 7)]
+        (32, 4, 8, 8),
+        (64, 32, 4, 4),
+        (32, 64, 3, 3),
+        (512, 32 * 7 * 7),
+    ]
     assert [m.stride for m in layers[:3]] == [(4, 4), (2, 2), (1, 1)]
     logits, value, memory = model(torch.zeros(3, 4, 84, 84, dtype=torch.uint8))
     assert logits.shape == (3, 6) and value.shape == (3,) and memory is None
@@ -335,10 +423,13 @@ def test_atari_frame_stack_shifts_and_restarts_on_the_device():
 
 
 # -- the models -------------------------------------------------------------------------------
-@pytest.mark.parametrize("model, args, per_iteration", [
-    ("cart", CART_ARGS, 500),  # --episode-length steps, as the legacy cart_pole counted
-    ("minigrid", MINIGRID_ARGS, 2 * 8),  # the frames of a rollout, as babyai's num_frames
-])
+@pytest.mark.parametrize(
+    "model, args, per_iteration",
+    [
+        ("cart", CART_ARGS, 500),  # --episode-length steps, as the legacy cart_pole counted
+        ("minigrid", MINIGRID_ARGS, 2 * 8),  # the frames of a rollout, as babyai's num_frames
+    ],
+)
 def test_model_trains(tmp_path, model, args, per_iteration):
     ppo = () if model == "cart" else ("policy_loss", "value_loss", "entropy")
     # No dataset at all: synthetic_data stays null.
@@ -349,14 +440,20 @@ def test_model_trains(tmp_path, model, args, per_iteration):
     assert not any(k.startswith("per_example.") for k in result["metrics"])  # natural already
 
 
-@pytest.mark.skipif(not has_opencv(),
-                    reason="gymnasium's AtariPreprocessing needs opencv-python-headless")
+@pytest.mark.skipif(
+    not has_opencv(), reason="gymnasium's AtariPreprocessing needs opencv-python-headless"
+)
 def test_atari_counts_its_environments_per_iteration(tmp_path):
     """The legacy unit: --num-processes examples per PPO iteration of num_processes x
     num_steps agent steps; per_example.agent_steps gives the rate in agent steps."""
-    result = run_trained("atari", None, tmp_path, ATARI_ARGS,
-                         metrics=("loss", "policy_loss", "value_loss", "entropy"),
-                         synthetic=None)
+    result = run_trained(
+        "atari",
+        None,
+        tmp_path,
+        ATARI_ARGS,
+        metrics=("loss", "policy_loss", "value_loss", "entropy"),
+        synthetic=None,
+    )
     assert all(math.isfinite(v) for v in result["metrics"].values()), result["metrics"]
     train = result["timings"]["train"]
     assert train["blocks"] > 0 and train["count"] == 2 * train["blocks"]  # --num-processes 2

@@ -15,13 +15,27 @@ from modelrun import run_trained
 SMALL = ["--arch", "resnet18", "--image-size", "32", "--batch-size", "8"]
 # Runs are as long as 6 slices of 0.5 s of training, however fast this machine is.
 SLICES = 6
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                 "ROLE_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+TORCHRUN_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+)
 
 
 def test_single_process_run(tmp_path):
-    result = run_trained("scaling", None, tmp_path, [*SMALL, "--min-slices", str(SLICES)],
-                         env={"MILARUN_DEVICE": "cpu:0"})
+    result = run_trained(
+        "scaling",
+        None,
+        tmp_path,
+        [*SMALL, "--min-slices", str(SLICES)],
+        env={"MILARUN_DEVICE": "cpu:0"},
+    )
     assert result["metrics"]["world_size"] == 1
     assert result["timings"]["train"]["count"] % 8 == 0  # whole batches of 8
     assert "train_0" not in result["timings"]  # no process group, no per-rank records

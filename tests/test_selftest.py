@@ -19,10 +19,22 @@ from milarun.measure.selftest import Measurement
 
 def fake(**changes) -> Measurement:
     """1 ms steps of 64 examples, 1000 steps: bare 1.000 s, instrumented 1.004 s."""
-    values = dict(step_time=0.001, batch=64, steps=1000, instrumented_steps=1000, bare_wall=1.0,
-                  instrumented_wall=1.004, measured_rate=63_700.0, rate_source="steady",
-                  slices=2, log_duration=1.003, outside_blocks=0.002, syncs=2,
-                  overhead_target=0.5, error_target=0.5)
+    values = dict(
+        step_time=0.001,
+        batch=64,
+        steps=1000,
+        instrumented_steps=1000,
+        bare_wall=1.0,
+        instrumented_wall=1.004,
+        measured_rate=63_700.0,
+        rate_source="steady",
+        slices=2,
+        log_duration=1.003,
+        outside_blocks=0.002,
+        syncs=2,
+        overhead_target=0.5,
+        error_target=0.5,
+    )
     values.update(changes)
     return Measurement(**values)
 
@@ -47,8 +59,7 @@ def test_missed_targets_fail_and_say_why():
     assert "+0.600%" in wrong.failures()[0] and "full-log" in wrong.failures()[0]
     assert selftest.exit_code([fake(), slow]) == 1
     # No target: reported, never judged.
-    info = fake(instrumented_wall=2.0, overhead_target=None, error_target=None,
-                measured_rate=1.0)
+    info = fake(instrumented_wall=2.0, overhead_target=None, error_target=None, measured_rate=1.0)
     assert info.overhead_pass is None and info.error_pass is None and info.passed
     data = json.loads(selftest.render_json([fake(), wrong], seconds=1.0))
     assert data["passed"] is False and len(data["failures"]) == 1
@@ -64,8 +75,14 @@ def test_selftest_command_reports_every_step_time():
     rows = {round(m["step_ms"], 3): m for m in data["measurements"]}
     assert sorted(rows) == [0.1, 1.0, 10.0]
     for step_ms, m in rows.items():
-        for key in ("overhead_pct", "error_pct", "true_rate", "measured_rate",
-                    "outside_pct", "cpu_share"):
+        for key in (
+            "overhead_pct",
+            "error_pct",
+            "true_rate",
+            "measured_rate",
+            "outside_pct",
+            "cpu_share",
+        ):
             assert isinstance(m[key], float) and math.isfinite(m[key]), (step_ms, key, m)
         assert m["true_rate"] == pytest.approx(64 / (step_ms / 1000))
         assert m["instrumented_steps"] == m["steps"]  # both loops ran the same steps
@@ -73,9 +90,11 @@ def test_selftest_command_reports_every_step_time():
         assert m["passed"] == (m["overhead_pass"] is not False and m["error_pass"] is not False)
         for kind in ("overhead", "error"):
             assert m[f"{kind}_pass"] == (
-                None if m[f"{kind}_target"] is None
+                None
+                if m[f"{kind}_target"] is None
                 else (abs(m["error_pct"]) if kind == "error" else m["overhead_pct"])
-                <= m[f"{kind}_target"])
+                <= m[f"{kind}_target"]
+            )
     # The issue's targets at 1 ms steps; 10 ms has the error target too.
     assert rows[1.0]["overhead_target"] == 0.5 and rows[1.0]["error_target"] == 0.5
     assert rows[10.0]["error_target"] == 0.5

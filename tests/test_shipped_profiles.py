@@ -82,13 +82,20 @@ def test_the_gpu_check_runs_the_standard_tests_as_the_standard_suite_does():
     standard, check = load_profile("standard").jobs, load_profile("gpu-check").jobs
     assert list(check) == list(standard)
     for name, job in check.items():
-        expected = {k: v for k, v in standard[name].arguments.items()
-                    if k not in ("--max-count", "--min-slices")}
+        expected = {
+            k: v
+            for k, v in standard[name].arguments.items()
+            if k not in ("--max-count", "--min-slices")
+        }
         got = {k: v for k, v in job.arguments.items() if k != "--min-slices"}
         assert got == expected, name
-        assert (job.experiment, job.partition) == (standard[name].experiment,
-                                                   standard[name].partition)
-    assert {k: v["weight"] for k, v in json.loads(
-        (WEIGHTS_DIR / "gpu-check.json").read_text()).items()} == {
-        k.replace("standard.", "gpu-check.", 1): v["weight"] for k, v in json.loads(
-            (WEIGHTS_DIR / "standard.json").read_text()).items()}
+        assert (job.experiment, job.partition) == (
+            standard[name].experiment,
+            standard[name].partition,
+        )
+    assert {
+        k: v["weight"] for k, v in json.loads((WEIGHTS_DIR / "gpu-check.json").read_text()).items()
+    } == {
+        k.replace("standard.", "gpu-check.", 1): v["weight"]
+        for k, v in json.loads((WEIGHTS_DIR / "standard.json").read_text()).items()
+    }

@@ -22,9 +22,15 @@ from milarun.slurm import gather
 from milarun.slurm import submit as slurm
 
 NO_SLURM = {"PATH": "/nonexistent", "SLURM_CONF": "/nonexistent/slurm.conf"}
-TASK = {"SLURM_JOB_ID": "42", "SLURMD_NODENAME": "node2", "SLURM_NODEID": "1",
-        "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_NUM_NODES": "2",
-        "SLURM_LOCALID": "0"}
+TASK = {
+    "SLURM_JOB_ID": "42",
+    "SLURMD_NODENAME": "node2",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_ID": "0",
+    "SLURM_JOB_NODELIST": "node[1-2]",
+    "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_LOCALID": "0",
+}
 
 
 def _dry_run(*args: str) -> subprocess.CompletedProcess:
@@ -35,21 +41,44 @@ def _dry_run(*args: str) -> subprocess.CompletedProcess:
 
 def test_fleet_dry_run_prints_a_script_and_writes_nothing(tmp_path):
     out = tmp_path / "out"
-    done = _dry_run("fleet", "quick", "--nodes", "3", "--name", "polynome", "--partition",
-                    "gpu", "--gpus-per-node", "4", "--time", "1:00:00",
-                    "--sbatch-arg=--account=lab", "-o", str(out), "--", "--batch-size",
-                    "64; rm -rf /")
+    done = _dry_run(
+        "fleet",
+        "quick",
+        "--nodes",
+        "3",
+        "--name",
+        "polynome",
+        "--partition",
+        "gpu",
+        "--gpus-per-node",
+        "4",
+        "--time",
+        "1:00:00",
+        "--sbatch-arg=--account=lab",
+        "-o",
+        str(out),
+        "--",
+        "--batch-size",
+        "64; rm -rf /",
+    )
     text = done.stdout
     assert text.startswith("#!/bin/bash\n")
-    for line in ("#SBATCH --nodes=3", "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive",
-                 "#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=4",
-                 "#SBATCH --time=1:00:00", "#SBATCH --account=lab",
-                 f"#SBATCH --output={out}/slurm/%x.%j.out"):
+    for line in (
+        "#SBATCH --nodes=3",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --exclusive",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --time=1:00:00",
+        "#SBATCH --account=lab",
+        f"#SBATCH --output={out}/slurm/%x.%j.out",
+    ):
         assert line + "\n" in text
     srun = next(line for line in text.splitlines() if line.startswith("srun "))
     assert srun.startswith("srun --ntasks-per-node=1 --kill-on-bad-exit=0 ")
-    assert f"-m milarun jobs quick --name polynome -o {out} -- --batch-size " \
-           "'64; rm -rf /'" in srun  # the test's arguments are quoted, never run
+    assert (
+        f"-m milarun jobs quick --name polynome -o {out} -- --batch-size '64; rm -rf /'" in srun
+    )  # the test's arguments are quoted, never run
     assert f'-m milarun slurm check {out} --job "$SLURM_JOB_ID"' in text
     assert "# then: sbatch --parsable" in done.stderr
     assert not out.exists()
@@ -57,47 +86,55 @@ def test_fleet_dry_run_prints_a_script_and_writes_nothing(tmp_path):
 
 
 def test_scaling_dry_run_steps_through_node_counts_in_one_allocation(tmp_path):
-    text = _dry_run("scaling", "quick", "--nodes", "4,1,2", "--devices", "cpu:1",
-                    "-o", str(tmp_path)).stdout
+    text = _dry_run(
+        "scaling", "quick", "--nodes", "4,1,2", "--devices", "cpu:1", "-o", str(tmp_path)
+    ).stdout
     assert "#SBATCH --nodes=4\n" in text
     assert "for k in 1 2 4; do" in text
     assert 'srun --nodes="$k" --ntasks="$k" --ntasks-per-node=1 --relative=0' in text
-    assert '--tags scaling --devices cpu:1' in text
+    assert "--tags scaling --devices cpu:1" in text
     assert '--nnodes "$k" --master "$addr:$port"' in text
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST"' in text
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 
 
 def test_local_dir_gathers_on_each_node(tmp_path):
-    text = _dry_run("fleet", "quick", "--nodes", "2", "--local-dir", "/scratch",
-                    "-o", str(tmp_path)).stdout
+    text = _dry_run(
+        "fleet", "quick", "--nodes", "2", "--local-dir", "/scratch", "-o", str(tmp_path)
+    ).stdout
     assert 'node_out=/scratch/milarun-"$SLURM_JOB_ID"' in text
     assert f'-m milarun slurm gather "$node_out" {tmp_path}' in text
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 
 
-@pytest.mark.parametrize("args, expected", [
-    (("fleet", "quick"), "give --nodes N or --nodelist LIST"),
-    (("fleet", "quick", "--nodes", "2", "--nodelist", "n1"), "not both"),
-    (("fleet", "quick", "--nodes", "0"), "--nodes 0: must be at least 1"),
-    (("fleet", "quick", "--nodelist", "n1;reboot"), "give Slurm node names"),
-    (("fleet", "quick", "--nodes", "2", "--time", "soon"), "--time 'soon'"),
-    (("fleet", "quick", "--nodes", "2", "--local-dir", "rel"), "give an absolute path"),
-    (("fleet", "quick", "--nodes", "2", "--sbatch-arg=--x\nrm -rf /"), "one sbatch option"),
-    (("fleet", "nosuchprofile", "--nodes", "2"), "nosuchprofile"),
-    (("scaling", "quick", "--nodes", "1,two"), "give node counts such as 1,2,4,8"),
-    (("scaling", "quick"), "give --nodes as node counts"),
-    (("scaling", "quick", "--nodes", "1,2", "--devices", "cpu:1", "--name", "polynome"),
-     "gpu-progression"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (("fleet", "quick"), "give --nodes N or --nodelist LIST"),
+        (("fleet", "quick", "--nodes", "2", "--nodelist", "n1"), "not both"),
+        (("fleet", "quick", "--nodes", "0"), "--nodes 0: must be at least 1"),
+        (("fleet", "quick", "--nodelist", "n1;reboot"), "give Slurm node names"),
+        (("fleet", "quick", "--nodes", "2", "--time", "soon"), "--time 'soon'"),
+        (("fleet", "quick", "--nodes", "2", "--local-dir", "rel"), "give an absolute path"),
+        (("fleet", "quick", "--nodes", "2", "--sbatch-arg=--x\nrm -rf /"), "one sbatch option"),
+        (("fleet", "nosuchprofile", "--nodes", "2"), "nosuchprofile"),
+        (("scaling", "quick", "--nodes", "1,two"), "give node counts such as 1,2,4,8"),
+        (("scaling", "quick"), "give --nodes as node counts"),
+        (
+            ("scaling", "quick", "--nodes", "1,2", "--devices", "cpu:1", "--name", "polynome"),
+            "gpu-progression",
+        ),
+    ],
+)
 def test_bad_requests_get_one_line(args, expected, tmp_path):
     line = one_line_error(milarun("slurm", *args, "-o", str(tmp_path / "o"), "--dry-run"))
     assert expected in line
 
 
 def test_without_slurm_submitting_is_one_line_and_keeps_nothing_half_done(tmp_path):
-    done = milarun("slurm", "fleet", "quick", "--nodes", "2", "-o", str(tmp_path / "o"),
-                   env=NO_SLURM)
+    done = milarun(
+        "slurm", "fleet", "quick", "--nodes", "2", "-o", str(tmp_path / "o"), env=NO_SLURM
+    )
     assert "sbatch not found" in one_line_error(done)
     # the script stays for the admin; no submission is recorded, none is followed
     assert [p.suffix for p in (tmp_path / "o" / "slurm").iterdir()] == [".sbatch"]
@@ -121,37 +158,64 @@ def test_a_slurm_task_writes_its_node_folder_and_records_its_place(tmp_path):
 
 def test_second_task_on_a_node_is_refused(tmp_path):
     env = {**TASK, "SLURM_LOCALID": "1"}
-    line = one_line_error(milarun("jobs", "quick", "--devices", "cpu:1", "-o",
-                                  str(tmp_path), env=env))
+    line = one_line_error(
+        milarun("jobs", "quick", "--devices", "cpu:1", "-o", str(tmp_path), env=env)
+    )
     assert "run one milarun jobs per node" in line
     assert not tmp_path.joinpath("nodes").exists()
 
 
 def test_rendezvous_takes_the_node_rank_from_slurm():
     rdzv = plan.Rendezvous.parse(2, "node1:29500", None, TASK)
-    assert (rdzv.nnodes, rdzv.node_rank, rdzv.master_addr, rdzv.master_port) == \
-        (2, 1, "node1", 29500)
+    assert (rdzv.nnodes, rdzv.node_rank, rdzv.master_addr, rdzv.master_port) == (
+        2,
+        1,
+        "node1",
+        29500,
+    )
     with pytest.raises(plan.LaunchError, match="--node-rank R"):
         plan.Rendezvous.parse(2, "node1:29500", None, {})
     with pytest.raises(plan.LaunchError, match="must be 0 to 1"):
         plan.Rendezvous.parse(2, "node1:29500", 2, {})
     assert "--nnodes and --master go together" in one_line_error(
-        milarun("jobs", "quick", "--nnodes", "2"))
+        milarun("jobs", "quick", "--nnodes", "2")
+    )
 
 
 def _submission(out: Path, job: str) -> None:
-    record = slurm.Submission("fleet", "quick", "x.sbatch", ["quick.polynome", "quick.vae"],
-                              {"quick.polynome": "milabench.models.polynome:main",
-                               "quick.vae": "milabench.models.vae:main"}, job_ids=[job])
+    record = slurm.Submission(
+        "fleet",
+        "quick",
+        "x.sbatch",
+        ["quick.polynome", "quick.vae"],
+        {
+            "quick.polynome": "milabench.models.polynome:main",
+            "quick.vae": "milabench.models.vae:main",
+        },
+        job_ids=[job],
+    )
     record.save(out / "slurm", "20260101-000000-000000")
 
 
 def _node_result(out: Path, node: str, name: str, job: str) -> None:
     record = ResultRecord(
-        name=name, job_id="0.0", dataroot="", outdir=str(out), call=Call("m:f", []),
-        failure=None, error=None, device="cpu:0", devices=["cpu:0"], gpu=None,
-        device_count=0, environ={}, isolation=None, returncode=0, node=node,
-        slurm=slurmenv.slurm_block({**TASK, "SLURMD_NODENAME": node, "SLURM_JOB_ID": job}))
+        name=name,
+        job_id="0.0",
+        dataroot="",
+        outdir=str(out),
+        call=Call("m:f", []),
+        failure=None,
+        error=None,
+        device="cpu:0",
+        devices=["cpu:0"],
+        gpu=None,
+        device_count=0,
+        environ={},
+        isolation=None,
+        returncode=0,
+        node=node,
+        slurm=slurmenv.slurm_block({**TASK, "SLURMD_NODENAME": node, "SLURM_JOB_ID": job}),
+    )
     write_result(out / "nodes" / node, record.to_dict(), "20260101-000000-000001")
 
 
@@ -182,8 +246,9 @@ def test_gather_copies_verified_and_never_overwrites(tmp_path):
     expected = {p.relative_to(source): p.read_bytes() for p in source.rglob("*") if p.is_file()}
     done = gather.gather(source, target)
     assert done.files == 2 and done.bytes == 3004
-    assert {p.relative_to(target): p.read_bytes() for p in target.rglob("*")
-            if p.is_file()} == expected
+    assert {
+        p.relative_to(target): p.read_bytes() for p in target.rglob("*") if p.is_file()
+    } == expected
     assert not source.exists()
     source.mkdir()
     (source / "a.json").write_text("other")
@@ -212,8 +277,13 @@ def test_check_expects_what_the_node_planned(tmp_path):
     _submission(tmp_path, "42")
     node2 = tmp_path / "nodes" / "node2"
     node2.mkdir(parents=True)
-    manifest.RunManifest.start(node2, "quick", ["quick.polynome", "quick.scaling.4"], 1,
-                               ["cuda:0", "cuda:1", "cuda:2", "cuda:3"])
+    manifest.RunManifest.start(
+        node2,
+        "quick",
+        ["quick.polynome", "quick.scaling.4"],
+        1,
+        ["cuda:0", "cuda:1", "cuda:2", "cuda:3"],
+    )
     _node_result(tmp_path, "node2", "quick.polynome", "42")
     state = slurm_follow.JobState("42", "FAILED", "1:0", "node2")
     written = slurm_follow.check(tmp_path, "42", ["node2"], state, settle=0)
@@ -241,28 +311,36 @@ def test_gather_skips_the_lock_appends_logs_and_refuses_to_nest(tmp_path):
 
 def test_a_node_plans_its_part_of_the_multi_node_run(tmp_path):
     (job,) = profile.load_profile("quick").select(["scaling"], [])
-    opts = plan.LaunchOptions(outdir=tmp_path, dataroot=tmp_path,
-                              rendezvous=plan.Rendezvous(3, 1, "node1", 29500))
+    opts = plan.LaunchOptions(
+        outdir=tmp_path, dataroot=tmp_path, rendezvous=plan.Rendezvous(3, 1, "node1", 29500)
+    )
     (round_,) = plan.plan_progression(job, 1, devices.parse_device_spec("cpu:2"), opts)
     (inst,) = round_  # one torchrun job of this node's ranks, not k = 1..N
     assert inst.name == "quick.scaling.6"  # 3 nodes x 2 ranks: named by world size
     assert inst.recorded_on_head  # node rank 1: rank 0 on the head writes the result
     words = " ".join(inst.command)
     # the second repeat (1) on its own port: 29500 + 1
-    assert ("--nnodes 3 --node-rank 1 --master-addr node1 --master-port 29501 "
-            "--nproc-per-node 2") in words
-    head = plan.LaunchOptions(outdir=tmp_path, dataroot=tmp_path,
-                              rendezvous=plan.Rendezvous(3, 0, "node1", 29500))
-    assert not plan.plan_progression(job, 0, devices.parse_device_spec("cpu:2"),
-                                     head)[0][0].recorded_on_head
+    assert (
+        "--nnodes 3 --node-rank 1 --master-addr node1 --master-port 29501 --nproc-per-node 2"
+    ) in words
+    head = plan.LaunchOptions(
+        outdir=tmp_path, dataroot=tmp_path, rendezvous=plan.Rendezvous(3, 0, "node1", 29500)
+    )
+    assert not plan.plan_progression(job, 0, devices.parse_device_spec("cpu:2"), head)[0][
+        0
+    ].recorded_on_head
 
 
 def test_a_node_other_than_the_head_never_writes_a_record(tmp_path):
     """Its ranks fail with the head's: the head's record is the run's only one (a FAIL of
     this node too would count one failed run twice)."""
     (job,) = profile.load_profile("quick").select(["scaling"], [])
-    opts = plan.LaunchOptions(outdir=tmp_path, dataroot=tmp_path, grace=1.0,
-                              rendezvous=plan.Rendezvous(2, 1, "node1", 29500))
+    opts = plan.LaunchOptions(
+        outdir=tmp_path,
+        dataroot=tmp_path,
+        grace=1.0,
+        rendezvous=plan.Rendezvous(2, 1, "node1", 29500),
+    )
     ((inst,),) = plan.plan_progression(job, 0, devices.parse_device_spec("cpu:1"), opts)
     for code, success in ((3, False), (0, True)):
         inst.command = [sys.executable, "-c", f"raise SystemExit({code})"]

@@ -39,7 +39,11 @@ def dataroot(tmp_path_factory) -> Path:
 def test_wiki2_layout_and_text_form(dataroot):
     base = dataroot / "wikitext-2"
     assert sorted(p.name for p in base.iterdir()) == [
-        ".milarun-dataset.json", "wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]
+        ".milarun-dataset.json",
+        "wiki.test.tokens",
+        "wiki.train.tokens",
+        "wiki.valid.tokens",
+    ]
     lines = (base / "wiki.train.tokens").read_text(encoding="utf-8").split("\n")
     assert lines[-1] == ""  # every line ends with a newline
     lines = lines[:-1]
@@ -58,7 +62,10 @@ def test_wiki2_corpus(dataroot):
 
     corpus = wiki2.corpus(dataroot)
     assert [len(corpus.train), len(corpus.valid), len(corpus.test)] == [
-        WIKI_SIZE, WIKI_SIZE // 10, WIKI_SIZE // 10]
+        WIKI_SIZE,
+        WIKI_SIZE // 10,
+        WIKI_SIZE // 10,
+    ]
     assert corpus.train.dtype == torch.long
     vocab = corpus.dictionary
     assert len(vocab) == int(torch.cat([corpus.train, corpus.valid, corpus.test]).max()) + 1
@@ -103,7 +110,11 @@ def test_wiki2_download_extracts_the_token_files(tmp_path, monkeypatch):
     base = wiki2.download(tmp_path / "real")
     assert fetched == [(wiki2.URLS[0], wiki2.MD5)]
     assert sorted(p.name for p in base.iterdir()) == [
-        ".milarun-dataset.json", "wiki.test.tokens", "wiki.train.tokens", "wiki.valid.tokens"]
+        ".milarun-dataset.json",
+        "wiki.test.tokens",
+        "wiki.train.tokens",
+        "wiki.valid.tokens",
+    ]
     assert datasets.is_synthetic(base) is False
     assert len(wiki2.corpus(tmp_path / "real").train) == 800
     assert wiki2.synthesize(tmp_path / "real", 100) == base  # the real data satisfies it
@@ -117,8 +128,12 @@ def read_tsv(path: Path) -> list[list[int]]:
 def test_ml20m_layout_and_formats(dataroot):
     base = dataroot / "ml-20m"
     assert sorted(p.name for p in base.iterdir()) == [
-        ".milarun-dataset.json", "ratings.csv", "test-negative.csv", "test-ratings.csv",
-        "train-ratings.csv"]
+        ".milarun-dataset.json",
+        "ratings.csv",
+        "test-negative.csv",
+        "test-ratings.csv",
+        "train-ratings.csv",
+    ]
     raw = (base / "ratings.csv").read_text().splitlines()
     assert raw[0] == "userId,movieId,rating,timestamp"
     user, movie, stars, stamp = raw[1].split(",")
@@ -191,8 +206,13 @@ def test_ml20m_download_converts_the_archive(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets, "fetch", fake_fetch)
     base = ml20m.download(tmp_path / "real")
     assert sorted(p.name for p in base.iterdir()) == [
-        ".milarun-dataset.json", "movies.csv", "ratings.csv", "test-negative.csv",
-        "test-ratings.csv", "train-ratings.csv"]
+        ".milarun-dataset.json",
+        "movies.csv",
+        "ratings.csv",
+        "test-negative.csv",
+        "test-ratings.csv",
+        "train-ratings.csv",
+    ]
     assert datasets.is_synthetic(base) is False
     for name in ("train-ratings.csv", "test-ratings.csv", "test-negative.csv"):
         assert (base / name).read_bytes() == (source / name).read_bytes()  # same convert
@@ -231,8 +251,7 @@ def test_training_triples_through_the_loader(dataroot):
 
     def passes(workers: int, seed: int, count: int = 1) -> list[list[torch.Tensor]]:
         order = ml20m.ShuffledBatches(len(triples), len(data), seed)  # 5 batches a pass
-        loader = helpers.data_loader(triples, len(data), workers, seed=seed,
-                                     batch_sampler=order)
+        loader = helpers.data_loader(triples, len(data), workers, seed=seed, batch_sampler=order)
         return [[torch.cat(x) for x in zip(*loader)] for _ in range(count)]
 
     first, second = passes(2, seed=0, count=2)
@@ -267,8 +286,9 @@ def test_triple_sampler(dataroot):
     for _ in range(sampler.total // 1000 + 2):  # more than one pass: a new order
         users, items, label = sampler.batch(1000)
         assert users.shape == items.shape == label.shape == (1000,)
-        assert [(u, i) in known for u, i in zip(users.tolist(), items.tolist())] == \
-            label.bool().tolist()  # every label is the truth
+        assert [
+            (u, i) in known for u, i in zip(users.tolist(), items.tolist())
+        ] == label.bool().tolist()  # every label is the truth
         labels.append(label)
     share = float(torch.cat(labels).mean())
     assert 0.18 < share < 0.23  # one positive slot in five (and rare lucky negatives)
@@ -291,9 +311,11 @@ def test_rnn_model_cells(cell):
 
 
 # -- the models -------------------------------------------------------------------------------
-@pytest.mark.parametrize("model, args", [("wlm", WLM_FP32_ARGS), ("wlm", WLM_FP16_ARGS),
-                                         ("recom", RECOM_ARGS)],
-                         ids=["wlm", "wlm-fp16", "recom"])
+@pytest.mark.parametrize(
+    "model, args",
+    [("wlm", WLM_FP32_ARGS), ("wlm", WLM_FP16_ARGS), ("recom", RECOM_ARGS)],
+    ids=["wlm", "wlm-fp16", "recom"],
+)
 def test_model_trains_on_synthetic_data(tmp_path, dataroot, model, args):
     result = run_trained(model, dataroot, tmp_path, args)
     if "--precision" in args:
@@ -305,16 +327,23 @@ def test_model_without_data_fails_at_once(tmp_path, model):
     run_without_data(model, tmp_path)
 
 
-@pytest.mark.parametrize("model, argv, message", [
-    ("wlm", ["--tied", "--emsize", "32", "--nhid", "64"], "--tied needs --emsize == --nhid"),
-    ("wlm", ["--dropout", "1"], "--dropout 1.0"),
-    ("wlm", ["--clip", "0"], "--clip 0.0"),
-    ("wlm", ["--model", "TRANSFORMER"], "invalid choice: 'TRANSFORMER'"),
-    ("wlm", ["--batch-size", "20000"], "--batch-size 20000 needs at least 40000 training tokens"),
-    ("recom", ["--layers", "255,64"], "--layers '255,64'"),
-    ("recom", ["--layers", "a,b"], "--layers 'a,b'"),
-    ("recom", ["--negatives", "-1"], "--negatives -1"),
-    ("recom", ["--batch-size", "100000"], "--batch-size 100000 is more than the"),
-])
+@pytest.mark.parametrize(
+    "model, argv, message",
+    [
+        ("wlm", ["--tied", "--emsize", "32", "--nhid", "64"], "--tied needs --emsize == --nhid"),
+        ("wlm", ["--dropout", "1"], "--dropout 1.0"),
+        ("wlm", ["--clip", "0"], "--clip 0.0"),
+        ("wlm", ["--model", "TRANSFORMER"], "invalid choice: 'TRANSFORMER'"),
+        (
+            "wlm",
+            ["--batch-size", "20000"],
+            "--batch-size 20000 needs at least 40000 training tokens",
+        ),
+        ("recom", ["--layers", "255,64"], "--layers '255,64'"),
+        ("recom", ["--layers", "a,b"], "--layers 'a,b'"),
+        ("recom", ["--negatives", "-1"], "--negatives -1"),
+        ("recom", ["--batch-size", "100000"], "--batch-size 100000 is more than the"),
+    ],
+)
 def test_bad_arguments(dataroot, model, argv, message):
     assert_rejected(model, argv, message, dataroot)

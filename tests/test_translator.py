@@ -18,13 +18,32 @@ from milabench.datasets import wmt16
 from modelrun import assert_rejected, run_trained, run_without_data
 
 SIZE = 200  # pairs: ~4 s to synthesize (BPE learning), ~150 of them fit in 50 tokens
-FILES = {"train.tok.clean.en", "train.tok.clean.de", "newstest2014.tok.en",
-         "newstest2014.tok.de", "train.tok.clean.bpe.32000.en", "train.tok.clean.bpe.32000.de",
-         "newstest2014.tok.bpe.32000.en", "newstest2014.tok.bpe.32000.de", "bpe.32000",
-         "vocab.bpe.32000", datasets.MARKER}
+FILES = {
+    "train.tok.clean.en",
+    "train.tok.clean.de",
+    "newstest2014.tok.en",
+    "newstest2014.tok.de",
+    "train.tok.clean.bpe.32000.en",
+    "train.tok.clean.bpe.32000.de",
+    "newstest2014.tok.bpe.32000.en",
+    "newstest2014.tok.bpe.32000.de",
+    "bpe.32000",
+    "vocab.bpe.32000",
+    datasets.MARKER,
+}
 # Trains for 6 slices of 0.5 s, however fast this machine is.
-TRANSLATOR_ARGS = ["--batch-size", "16", "--hidden-size", "64", "--num-layers", "2",
-                   "--workers", "0", "--min-slices", "6"]
+TRANSLATOR_ARGS = [
+    "--batch-size",
+    "16",
+    "--hidden-size",
+    "64",
+    "--num-layers",
+    "2",
+    "--workers",
+    "0",
+    "--min-slices",
+    "6",
+]
 
 
 def lines(path: Path) -> list[str]:
@@ -64,9 +83,12 @@ def test_bpe_text_is_the_tokenized_text_in_pieces(dataroot):
 
 def test_vocab_is_the_train_tokens_by_frequency(dataroot):
     base = wmt16.folder(dataroot)
-    counts = Counter(token for lang in ("en", "de")
-                     for line in lines(base / f"train.tok.clean.bpe.32000.{lang}")
-                     for token in line.split())
+    counts = Counter(
+        token
+        for lang in ("en", "de")
+        for line in lines(base / f"train.tok.clean.bpe.32000.{lang}")
+        for token in line.split()
+    )
     vocab = lines(base / "vocab.bpe.32000")
     assert len(vocab) == len(set(vocab)) == len(counts) and set(vocab) == set(counts)
     frequencies = [counts[t] for t in vocab]
@@ -78,9 +100,9 @@ def test_tokenizer_follows_gnmt_conventions(dataroot):
     tokenizer = wmt16.Tokenizer(wmt16.folder(dataroot) / "vocab.bpe.32000")
     vocab = lines(wmt16.folder(dataroot) / "vocab.bpe.32000")
     assert tokenizer.tokens[:4] == ["<pad>", "<unk>", "<s>", "<\\s>"]
-    assert tokenizer.tokens[4:4 + len(vocab)] == vocab
+    assert tokenizer.tokens[4 : 4 + len(vocab)] == vocab
     assert len(tokenizer) % 8 == 0
-    assert all(t.startswith("madeupword") for t in tokenizer.tokens[4 + len(vocab):])
+    assert all(t.startswith("madeupword") for t in tokenizer.tokens[4 + len(vocab) :])
     ids = tokenizer.segment(f"{vocab[0]} {vocab[1]} never-seen")
     assert ids == [wmt16.BOS, 4, 5, wmt16.UNK, wmt16.EOS]
 
@@ -90,16 +112,28 @@ def test_tokenize_like_moses():
     off, numbers kept whole, English contractions split right, German apostrophes split on
     both sides, non-breaking prefixes kept except as the last word, XML escapes."""
     for line, lang, moses in [
-        ('He said: "don\'t", paid 1,500.50 (in 2014)... & more', "en",
-         "He said : &quot; don &apos;t &quot; , paid 1,500.50 ( in 2014 ) ... &amp; more"),
-        ("It's the boys' toys, isn't it? Mr. Smith paid $3.50.", "en",
-         "It &apos;s the boys &apos; toys , isn &apos;t it ? Mr. Smith paid $ 3.50 ."),
+        (
+            'He said: "don\'t", paid 1,500.50 (in 2014)... & more',
+            "en",
+            "He said : &quot; don &apos;t &quot; , paid 1,500.50 ( in 2014 ) ... &amp; more",
+        ),
+        (
+            "It's the boys' toys, isn't it? Mr. Smith paid $3.50.",
+            "en",
+            "It &apos;s the boys &apos; toys , isn &apos;t it ? Mr. Smith paid $ 3.50 .",
+        ),
         ("Wait for the U.S. So it goes...", "en", "Wait for the U.S. So it goes ..."),
         ("  Er  sagt: 'nein' - 3,5 Mio. ", "de", "Er sagt : &apos; nein &apos; - 3,5 Mio ."),
-        ("Am 3. Mai ging's los: 1.500,5 Euro, d.h. viel!", "de",
-         "Am 3. Mai ging &apos; s los : 1.500,5 Euro , d.h. viel !"),
-        ("Der Preis [ca. 5 <10> | 6] stieg.", "de",
-         "Der Preis &#91; ca. 5 &lt; 10 &gt; &#124; 6 &#93; stieg ."),
+        (
+            "Am 3. Mai ging's los: 1.500,5 Euro, d.h. viel!",
+            "de",
+            "Am 3. Mai ging &apos; s los : 1.500,5 Euro , d.h. viel !",
+        ),
+        (
+            "Der Preis [ca. 5 <10> | 6] stieg.",
+            "de",
+            "Der Preis &#91; ca. 5 &lt; 10 &gt; &#124; 6 &#93; stieg .",
+        ),
     ]:
         assert wmt16.tokenize(line, lang) == moses
 
@@ -118,8 +152,11 @@ def test_german_is_a_function_of_the_english():
     for i in range(50):
         en, de = wmt16.make_pair(0, "train", i)
         assert (en, de) == wmt16.make_pair(0, "train", i)
-        expected = Counter(w.lower() for word in wmt16.tokenize(en, "en").lower().split()
-                           for w in translation.get(word, ()))
+        expected = Counter(
+            w.lower()
+            for word in wmt16.tokenize(en, "en").lower().split()
+            for w in translation.get(word, ())
+        )
         words = Counter(w.lower() for w in wmt16.tokenize(de, "de").split() if w.isalpha())
         assert words == expected  # word by word (numbers and punctuation aside)
 
@@ -148,7 +185,7 @@ def test_line_index_counts_tokens(tmp_path):
     path.write_bytes("a b\nc\n\nd é f".encode())  # an empty line, no final newline
     data, starts, ends, tokens = wmt16._line_index(path)
     assert tokens.tolist() == [2, 1, 0, 3]
-    assert bytes(data[starts[3]:ends[3]]).decode() == "d é f"
+    assert bytes(data[starts[3] : ends[3]]).decode() == "d é f"
 
 
 def test_collate_pads_and_sorts_by_source_length(dataroot):
@@ -160,8 +197,8 @@ def test_collate_pads_and_sorts_by_source_length(dataroot):
     for b in range(6):
         n = int(lengths[b])
         (original,) = [p for p in pairs if len(p[0]) == n and torch.equal(p[0], src[:n, b])]
-        assert torch.equal(tgt[:len(original[1]), b], original[1])  # pairs stay together
-        assert (src[n:, b] == wmt16.PAD).all() and (tgt[len(original[1]):, b] == wmt16.PAD).all()
+        assert torch.equal(tgt[: len(original[1]), b], original[1])  # pairs stay together
+        assert (src[n:, b] == wmt16.PAD).all() and (tgt[len(original[1]) :, b] == wmt16.PAD).all()
 
 
 # -- the batches ------------------------------------------------------------------------------
@@ -193,8 +230,11 @@ def test_bucketing_pads_less_than_random_batches(dataroot):
 
     def padding(bucket: bool) -> int:  # PAD tokens in a pass, both sides
         batches = list(BucketingSampler(data.lengths, 16, seed=0, bucket=bucket))
-        return sum(max(sizes[i][k] for i in b) * len(b) - sum(sizes[i][k] for i in b)
-                   for b in batches for k in (0, 1))
+        return sum(
+            max(sizes[i][k] for i in b) * len(b) - sum(sizes[i][k] for i in b)
+            for b in batches
+            for k in (0, 1)
+        )
 
     assert padding(True) < 0.5 * padding(False)
 
@@ -214,7 +254,7 @@ def test_padding_does_not_change_a_translation(dataroot):
         s, t = pairs[-1]  # the shortest source: the most padding in the batch
         alone = model(s[:, None], torch.tensor([len(s)]), t[:-1, None])
     assert batch.shape == (tgt.shape[0] - 1, 5, len(data.tokenizer))
-    torch.testing.assert_close(batch[:len(t) - 1, -1], alone[:, 0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(batch[: len(t) - 1, -1], alone[:, 0], atol=1e-5, rtol=1e-4)
 
 
 def test_translator_trains_on_synthetic_data(tmp_path, dataroot):
@@ -227,11 +267,14 @@ def test_translator_without_data_fails_at_once(tmp_path):
     run_without_data("translator", tmp_path)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--num-layers", "1"], "--num-layers 1"),
-    (["--batch-size", "0"], "--batch-size: 0"),
-    (["--dropout", "1.5"], "--dropout 1.5"),
-    (["--max-length", "2"], "--max-length 2"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--num-layers", "1"], "--num-layers 1"),
+        (["--batch-size", "0"], "--batch-size: 0"),
+        (["--dropout", "1.5"], "--dropout 1.5"),
+        (["--max-length", "2"], "--max-length 2"),
+    ],
+)
 def test_translator_bad_arguments(argv, message):
     assert_rejected("translator", argv, message)

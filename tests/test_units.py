@@ -30,8 +30,10 @@ def test_sine_wave_needs_more_samples_than_held_out():
 
 
 def test_natural_entry_comes_from_the_successful_runs():
-    runs = [{"metrics": {"loss": 0.1, "per_example.agent_steps": 128.0}},
-            {"metrics": {"loss": 0.2, "per_example.agent_steps": 128}}]
+    runs = [
+        {"metrics": {"loss": 0.1, "per_example.agent_steps": 128.0}},
+        {"metrics": {"loss": 0.2, "per_example.agent_steps": 128}},
+    ]
     assert units.natural(runs) == {"unit": "agent_steps", "per_example": 128.0}
     assert units.natural([{"metrics": {"loss": 0.1}}, {"metrics": None}]) is None
     assert units.natural([{"metrics": {"per_example.x": float("nan")}}]) is None
@@ -40,10 +42,25 @@ def test_natural_entry_comes_from_the_successful_runs():
 def test_summary_and_html_carry_the_natural_unit(tmp_path):
     res = tmp_path / "res"
     for i, rate in enumerate([10.0, 12.0]):
-        write(res, result("suite.atari", f"0.{i}", rate,
-                          metrics={"loss": 0.5, "per_example.agent_steps": 128.0}))
-    write(res, result("suite.atari", "0.2", None, failure={"kind": "crash", "message": "x"},
-                      metrics={"per_example.agent_steps": 64.0}))  # failed: not counted
+        write(
+            res,
+            result(
+                "suite.atari",
+                f"0.{i}",
+                rate,
+                metrics={"loss": 0.5, "per_example.agent_steps": 128.0},
+            ),
+        )
+    write(
+        res,
+        result(
+            "suite.atari",
+            "0.2",
+            None,
+            failure={"kind": "crash", "message": "x"},
+            metrics={"per_example.agent_steps": 64.0},
+        ),
+    )  # failed: not counted
     write(res, result("suite.vae", "0.0", 50.0))
     out = tmp_path / "summary.json"
     assert milarun("summary", res, "-o", out).returncode == 0

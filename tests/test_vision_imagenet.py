@@ -23,12 +23,44 @@ from modelrun import assert_rejected, run_trained, run_without_data
 TRAIN, SIDE, CLASSES = 128, 48, 4
 # tiny arguments of each CLI run; each trains for 6 slices of 0.5 s whatever the machine
 LOADER = ["--batch-size", "16", "--crop-size", "32", "--workers", "1", "--min-slices", "6"]
-CONVNET = ["--arch", "resnet18", "--crop-size", "32", "--batch-size", "8", "--workers", "1",
-           "--min-slices", "6"]
-DCGAN = ["--image-size", "32", "--batch-size", "16", "--ngf", "16", "--ndf", "16",
-         "--workers", "1", "--min-slices", "6"]
-FAST_STYLE = ["--image-size", "32", "--style-size", "32", "--batch-size", "4", "--workers", "1",
-              "--min-slices", "6"]
+CONVNET = [
+    "--arch",
+    "resnet18",
+    "--crop-size",
+    "32",
+    "--batch-size",
+    "8",
+    "--workers",
+    "1",
+    "--min-slices",
+    "6",
+]
+DCGAN = [
+    "--image-size",
+    "32",
+    "--batch-size",
+    "16",
+    "--ngf",
+    "16",
+    "--ndf",
+    "16",
+    "--workers",
+    "1",
+    "--min-slices",
+    "6",
+]
+FAST_STYLE = [
+    "--image-size",
+    "32",
+    "--style-size",
+    "32",
+    "--batch-size",
+    "4",
+    "--workers",
+    "1",
+    "--min-slices",
+    "6",
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +83,9 @@ def test_synthetic_data_read_back_with_the_transforms(dataroot):
     # normalised noise: roughly centred, clearly outside [0, 1]
     assert -3 < image.mean() < 3 and image.min() < 0
 
-    gan = fake_imagenet.image_folder(dataroot, "val",
-                                     fake_imagenet.center_transform(16, (0.5,) * 3, (0.5,) * 3))
+    gan = fake_imagenet.image_folder(
+        dataroot, "val", fake_imagenet.center_transform(16, (0.5,) * 3, (0.5,) * 3)
+    )
     assert len(gan) == round(TRAIN * 0.05)
     pixels = gan[0][0]
     assert pixels.shape == (3, 16, 16) and -1 <= pixels.min() and pixels.max() <= 1
@@ -80,8 +113,9 @@ def test_dcgan_init_draws_from_the_papers_normal():
     torch.manual_seed(0)
     g = dcgan.generator(100, 64, 64)
     g.apply(dcgan.init_weights)
-    weights = torch.cat([m.weight.flatten() for m in g.modules()
-                         if isinstance(m, torch.nn.ConvTranspose2d)])
+    weights = torch.cat(
+        [m.weight.flatten() for m in g.modules() if isinstance(m, torch.nn.ConvTranspose2d)]
+    )
     assert abs(weights.mean()) < 1e-3 and abs(weights.std() - 0.02) < 1e-3
 
 
@@ -107,20 +141,24 @@ def test_style_image_and_grams():
 
 
 # -- argument checks and missing data, in this process ----------------------------------------
-@pytest.mark.parametrize("model, argv, message", [
-    ("loader", ["--batch-size", "0"], "--batch-size: 0 (must be >= 1)"),
-    ("convnet", ["--arch", "nonet"], "not a torchvision classification model"),
-    ("convnet", ["--precision", "fp8"], "invalid choice"),
-    ("dcgan", ["--image-size", "48"], "a power of two"),
-    ("fast_style", ["--image-size", "30"], "a multiple of 4"),
-])
+@pytest.mark.parametrize(
+    "model, argv, message",
+    [
+        ("loader", ["--batch-size", "0"], "--batch-size: 0 (must be >= 1)"),
+        ("convnet", ["--arch", "nonet"], "not a torchvision classification model"),
+        ("convnet", ["--precision", "fp8"], "invalid choice"),
+        ("dcgan", ["--image-size", "48"], "a power of two"),
+        ("fast_style", ["--image-size", "30"], "a multiple of 4"),
+    ],
+)
 def test_bad_arguments(tmp_path, model, argv, message):
     assert_rejected(model, argv, message, tmp_path)  # no data: arguments are checked first
 
 
 def test_more_classes_than_outputs(dataroot):
-    assert_rejected("convnet", ["--num-classes", "2"],
-                    "--num-classes 2 but the data has 4 classes", dataroot)
+    assert_rejected(
+        "convnet", ["--num-classes", "2"], "--num-classes 2 but the data has 4 classes", dataroot
+    )
 
 
 @pytest.mark.parametrize("module", [loader, convnet, dcgan, fast_style])
@@ -150,16 +188,35 @@ def test_convnet(dataroot, tmp_path):
 def test_convnet_fp16(dataroot, tmp_path):
     # fp16 convolutions have no fast CPU kernel (4-10 images/s): a smaller crop, a few steps,
     # and a gentler lr so fp16 activations of a network trained on noise stay in range.
-    args = ["--arch", "resnet18", "--crop-size", "16", "--batch-size", "4", "--workers", "1",
-            "--lr", "0.01", "--precision", "fp16", "--min-slices", "6"]
+    args = [
+        "--arch",
+        "resnet18",
+        "--crop-size",
+        "16",
+        "--batch-size",
+        "4",
+        "--workers",
+        "1",
+        "--lr",
+        "0.01",
+        "--precision",
+        "fp16",
+        "--min-slices",
+        "6",
+    ]
     result = run_trained("convnet", dataroot, tmp_path, args)
     assert result["call"]["arguments"]["precision_used"] == "fp16"
 
 
 def test_convnet_bf16(dataroot, tmp_path):
     # oneDNN's newest bf16 kernels crash (SIGILL) on some virtual CPUs; this pins the ISA.
-    result = run_trained("convnet", dataroot, tmp_path, [*CONVNET, "--precision", "bf16"],
-                         env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"})
+    result = run_trained(
+        "convnet",
+        dataroot,
+        tmp_path,
+        [*CONVNET, "--precision", "bf16"],
+        env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"},
+    )
     assert result["call"]["arguments"]["precision_used"] == "bf16"
 
 
@@ -170,6 +227,7 @@ def test_dcgan(dataroot, tmp_path):
 
 
 def test_fast_style(dataroot, tmp_path):
-    result = run_trained("fast_style", dataroot, tmp_path, FAST_STYLE,
-                         metrics=("loss", "content_loss", "style_loss"))
+    result = run_trained(
+        "fast_style", dataroot, tmp_path, FAST_STYLE, metrics=("loss", "content_loss", "style_loss")
+    )
     assert result["call"]["arguments"]["content_weight"] == 1e5

@@ -19,8 +19,7 @@ from modelrun import assert_rejected, run_trained, run_without_data
 MNIST_SIZE = 1200
 BSDS_SIZE = 16
 VAE_ARGS = ["--batch-size", "64", "--workers", "0", "--min-slices", "6"]
-RESO_ARGS = ["--batch-size", "8", "--crop-size", "32", "--workers", "0",
-             "--min-slices", "6"]
+RESO_ARGS = ["--batch-size", "8", "--crop-size", "32", "--workers", "0", "--min-slices", "6"]
 
 
 @pytest.fixture(scope="module")
@@ -114,11 +113,14 @@ def test_model_without_data_fails_at_once(tmp_path, model):
     run_without_data(model, tmp_path)
 
 
-@pytest.mark.parametrize("model, argv, message", [
-    ("reso", ["--crop-size", "400"], "--crop-size 400"),
-    ("reso", ["--upscale-factor", "0"], "--upscale-factor 0"),
-    ("reso", ["--batch-size", "0"], "--batch-size: 0"),
-    ("vae", ["--batch-size", "0"], "--batch-size: 0"),
-])
+@pytest.mark.parametrize(
+    "model, argv, message",
+    [
+        ("reso", ["--crop-size", "400"], "--crop-size 400"),
+        ("reso", ["--upscale-factor", "0"], "--upscale-factor 0"),
+        ("reso", ["--batch-size", "0"], "--batch-size: 0"),
+        ("vae", ["--batch-size", "0"], "--batch-size: 0"),
+    ],
+)
 def test_bad_arguments(model, argv, message):
     assert_rejected(model, argv, message)

@@ -29,8 +29,7 @@ from modelrun import assert_rejected, run_trained, run_without_data
 
 TRAIN = 12
 SEED = 3
-RUN_ARGS = ["--batch-size", "2", "--image-size", "257", "--workers", "1",
-            "--min-slices", "6"]
+RUN_ARGS = ["--batch-size", "2", "--image-size", "257", "--workers", "1", "--min-slices", "6"]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +51,8 @@ def test_layout_and_annotation_format(dataroot):
     assert len(train["images"]) == TRAIN and len(val["images"]) == 1
     for split, doc in (("train2017", train), ("val2017", val)):
         assert sorted(p.name for p in (base / split).iterdir()) == sorted(
-            f"{im['id']:012d}.jpg" for im in doc["images"])
+            f"{im['id']:012d}.jpg" for im in doc["images"]
+        )
         assert {"info", "licenses", "images", "annotations", "categories"} <= set(doc)
         assert [c["id"] for c in doc["categories"]] == coco.CATEGORY_IDS
         per_image = {}
@@ -92,8 +92,12 @@ def test_loader_reads_back_every_box(dataroot):
         assert 0.0 <= float(image.min()) and float(image.max()) <= 1.0
         anns = [a for a in doc["annotations"] if a["image_id"] == record["id"]]
         sx, sy = 300 / record["width"], 300 / record["height"]
-        expected = torch.tensor([[x * sx, y * sy, (x + w) * sx, (y + h) * sy]
-                                 for x, y, w, h in (a["bbox"] for a in anns)])
+        expected = torch.tensor(
+            [
+                [x * sx, y * sy, (x + w) * sx, (y + h) * sy]
+                for x, y, w, h in (a["bbox"] for a in anns)
+            ]
+        )
         assert torch.allclose(target["boxes"], expected, atol=1e-3)
         assert target["boxes"].dtype == torch.float32
         assert target["labels"].dtype == torch.int64
@@ -101,7 +105,7 @@ def test_loader_reads_back_every_box(dataroot):
     # The pixels inside a box are its rectangle's colour, not the background.
     image, target = data[0]
     x1, y1, x2, y2 = target["boxes"][-1].round().int().tolist()  # drawn last: on top
-    inside = image[:, y1 + 2:y2 - 2, x1 + 2:x2 - 2]
+    inside = image[:, y1 + 2 : y2 - 2, x1 + 2 : x2 - 2]
     assert float(inside.std(dim=(1, 2)).max()) < 0.1
 
 
@@ -141,7 +145,8 @@ def test_skips_images_without_usable_boxes(dataroot, tmp_path):
     data = coco.CocoDetection(base, "train2017", 300)
     assert len(data) == TRAIN - 2
     assert not {doc["images"][0]["file_name"], doc["images"][1]["file_name"]} & {
-        item[0] for item in data.items}
+        item[0] for item in data.items
+    }
 
 
 # -- model -------------------------------------------------------------------------
@@ -180,14 +185,22 @@ def test_first_map_is_38x38x256_and_outputs_cover_every_anchor(network):
     backbone = network.backbone[6][0]  # layer3's first block: no longer strided
     assert backbone.conv1.stride == (1, 1) and backbone.downsample[0].stride == (1, 1)
     maps = []  # what the heads read, caught in one forward pass
-    hooks = [m.register_forward_hook(lambda m, i, out: maps.append(tuple(out.shape[1:])))
-             for m in (network.backbone, *network.extra)]
+    hooks = [
+        m.register_forward_hook(lambda m, i, out: maps.append(tuple(out.shape[1:])))
+        for m in (network.backbone, *network.extra)
+    ]
     with torch.no_grad():
         ploc, plabel = network(torch.zeros(1, 3, 300, 300))
     for hook in hooks:
         hook.remove()
     assert maps == [
-        (256, 38, 38), (512, 19, 19), (512, 10, 10), (256, 5, 5), (256, 3, 3), (256, 1, 1)]
+        (256, 38, 38),
+        (512, 19, 19),
+        (512, 10, 10),
+        (256, 5, 5),
+        (256, 3, 3),
+        (256, 1, 1),
+    ]
     assert ploc.shape == (1, 4, 8732) and plabel.shape == (1, 81, 8732)
     assert len(ssd.anchors(257)) == 6766  # fewer anchors on smaller maps (33, 17, 9, ...)
 
@@ -240,8 +253,9 @@ def test_hard_negative_mining_keeps_3_negatives_per_positive():
     gloc = criterion.anchors.expand(3, 4, 50)  # the anchors themselves: zero offsets
     ce = torch.nn.functional.cross_entropy(plabel, labels, reduction="none")
     mined = ssd_parts.hard_negatives(ce, positive)
-    expected = sum((ce[r] * (positive[r] | mined[r])).sum() / positive[r].sum()
-                   for r in range(2)) / 3
+    expected = (
+        sum((ce[r] * (positive[r] | mined[r])).sum() / positive[r].sum() for r in range(2)) / 3
+    )
     assert torch.allclose(criterion(ploc, plabel, gloc, labels), expected)
 
 
@@ -283,10 +297,13 @@ def test_ssd_without_data_fails_at_once(tmp_path):
     run_without_data("ssd", tmp_path, *RUN_ARGS)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--image-size", "128"], "--image-size 128"),
-    (["--batch-size", "0"], "batch-size"),
-    (["--workers", "-1"], "--workers -1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--image-size", "128"], "--image-size 128"),
+        (["--batch-size", "0"], "batch-size"),
+        (["--workers", "-1"], "--workers -1"),
+    ],
+)
 def test_ssd_bad_arguments(tmp_path, argv, message):
     assert_rejected("ssd", argv, message, tmp_path)

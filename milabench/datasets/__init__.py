@@ -111,12 +111,14 @@ def require(folder: Path, name: str, root: Path) -> Path:
         raise DataMissing(
             f"dataset {name} in {folder} is incomplete (its generation was interrupted): "
             f"complete it with `milarun dataset {name} --synthetic --size "
-            f"{started.get('size')} --seed {started.get('seed')} -d {root}`")
+            f"{started.get('size')} --seed {started.get('seed')} -d {root}`"
+        )
     if not (folder / MARKER).is_file():
         raise DataMissing(
             f"dataset {name} not found in {folder}: create it with "
             f"`milarun dataset {name} -d {root}` (real data) or "
-            f"`milarun dataset {name} --synthetic -d {root}` (generated offline)")
+            f"`milarun dataset {name} --synthetic -d {root}` (generated offline)"
+        )
     return folder
 
 
@@ -140,8 +142,9 @@ def summary(folder: Path, root: Path) -> dict[str, Any] | None:
     if info is None:
         return None
     # The dataset whose folder this is (markers hold no name).
-    name = next((n for n in known() if Path(resolve(n).folder(root)) == Path(folder)),
-                Path(folder).name)
+    name = next(
+        (n for n in known() if Path(resolve(n).folder(root)) == Path(folder)), Path(folder).name
+    )
     # ml20m counts its size in users; real data whose marker holds no count says so by null.
     size = info.get("size", info.get("users"))
     return {"name": name, "size": size, "synthetic": bool(info.get("synthetic"))}
@@ -173,14 +176,23 @@ def ready(folder: Path, synthetic: bool, size: int | None = None) -> bool:
     if synthetic and (size is None or (info.get("size") or 0) >= size):
         return True
     want = f"{size} synthetic examples" if synthetic else "the real data"
-    raise DataMissing(f"{folder} already holds {info.get('size')} synthetic examples; not "
-                      f"replacing them with {want} (remove that folder or use another "
-                      "--dataroot)")
+    raise DataMissing(
+        f"{folder} already holds {info.get('size')} synthetic examples; not "
+        f"replacing them with {want} (remove that folder or use another "
+        "--dataroot)"
+    )
 
 
-def synthesis(base: Path, name: str, size: int, seed: int, write: Callable[[], Any],
-              unit: str = "example", max_size: int | None = None,
-              params: dict[str, Any] | None = None) -> Path:
+def synthesis(
+    base: Path,
+    name: str,
+    size: int,
+    seed: int,
+    write: Callable[[], Any],
+    unit: str = "example",
+    max_size: int | None = None,
+    params: dict[str, Any] | None = None,
+) -> Path:
     """What every ``synthesize`` does around writing its files: check ``size``, keep
     finished data (see :func:`ready`), note what is being made (the partial marker: size,
     seed, ``params``), call ``write()``, then mark ``base`` complete with the same and the
@@ -199,7 +211,8 @@ def synthesis(base: Path, name: str, size: int, seed: int, write: Callable[[], A
         raise DataMissing(
             f"{base} holds an interrupted generation of {started.get('size')} synthetic "
             f"examples (seed {started.get('seed')}): complete it with --size "
-            f"{started.get('size')} --seed {started.get('seed')}, or remove that folder")
+            f"{started.get('size')} --seed {started.get('seed')}, or remove that folder"
+        )
     write_new(base / PARTIAL, json.dumps(request).encode(), replace=True)
     info = write() or {}
     _remove_stale_temporaries(base)
@@ -219,15 +232,15 @@ def real_data(base: Path, write: Callable[[], Any]) -> Path:
         raise DataMissing(
             f"{base} holds an interrupted generation of {started.get('size')} synthetic "
             "examples: not mixing the real data with it (remove that folder, or complete it "
-            f"with --synthetic --size {started.get('size')} --seed {started.get('seed')})")
+            f"with --synthetic --size {started.get('size')} --seed {started.get('seed')})"
+        )
     mark_complete(base, False, **(write() or {}))
     return base
 
 
 def mark_complete(folder: Path, synthetic: bool, **info: Any) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    write_new(folder / MARKER, json.dumps({"synthetic": synthetic, **info}).encode(),
-              replace=True)
+    write_new(folder / MARKER, json.dumps({"synthetic": synthetic, **info}).encode(), replace=True)
 
 
 def write_new(path: Path, data: bytes, replace: bool = False) -> bool:
@@ -260,10 +273,11 @@ def _remove_stale_temporaries(base: Path) -> None:
     of a dead process on this host, and any too old to have a live writer elsewhere."""
     host, now = socket.gethostname(), time.time()
     for tmp in base.rglob(".*.tmp"):
-        pid = tmp.name[:-len(".tmp")].rpartition(".")[2]  # .<name>.<host>.<pid>.tmp
+        pid = tmp.name[: -len(".tmp")].rpartition(".")[2]  # .<name>.<host>.<pid>.tmp
         try:
-            stale = ((tmp.name.endswith(f".{host}.{pid}.tmp") and not _alive(int(pid)))
-                     or now - tmp.stat().st_mtime > STALE_TEMP_AGE)
+            stale = (
+                tmp.name.endswith(f".{host}.{pid}.tmp") and not _alive(int(pid))
+            ) or now - tmp.stat().st_mtime > STALE_TEMP_AGE
         except (ValueError, OSError):  # not one of ours, or already gone
             continue
         if stale:
@@ -295,9 +309,14 @@ def progress(title: str, total: int, unit: str) -> Iterator[Callable[[int], None
             TimeRemainingColumn,
         )
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn(f"{unit}s"), TimeRemainingColumn(),
-                      console=Console(stderr=True)) as bar:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(f"{unit}s"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        ) as bar:
             task = bar.add_task(title, total=total)
             yield lambda n: bar.advance(task, n)
     else:
@@ -311,12 +330,20 @@ def progress(title: str, total: int, unit: str) -> Iterator[Callable[[int], None
                 rate = done[0] / (now - start)
                 left = (total - done[0]) / rate
                 left_text = f"{left:.0f} s" if left < 120 else f"{left / 60:.0f} min"
-                print(f"{title}: {done[0]:,}/{total:,} {unit}s ({rate:,.0f}/s, about "
-                      f"{left_text} left)", file=sys.stderr, flush=True)
+                print(
+                    f"{title}: {done[0]:,}/{total:,} {unit}s ({rate:,.0f}/s, about "
+                    f"{left_text} left)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
         yield advance
     elapsed = time.perf_counter() - start
-    print(f"{title}: {total:,} {unit}s in {elapsed:,.1f} s ({total / max(elapsed, 1e-9):,.0f}"
-          "/s)", file=sys.stderr, flush=True)
+    print(
+        f"{title}: {total:,} {unit}s in {elapsed:,.1f} s ({total / max(elapsed, 1e-9):,.0f}/s)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def item_seed(seed: int, *keys: Any) -> int:
@@ -325,8 +352,12 @@ def item_seed(seed: int, *keys: Any) -> int:
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "little")
 
 
-def parallel(function: Callable[[Any], Any], items: Sequence[Any], workers: int = 1,
-             on_result: Callable[[Any], Any] | None = None) -> list:
+def parallel(
+    function: Callable[[Any], Any],
+    items: Sequence[Any],
+    workers: int = 1,
+    on_result: Callable[[Any], Any] | None = None,
+) -> list:
     """``function`` over ``items`` in ``workers`` processes (in order); ``on_result`` is
     called with each result as soon as it is there (for progress)."""
     if workers <= 1 or len(items) <= 1:
@@ -336,8 +367,9 @@ def parallel(function: Callable[[Any], Any], items: Sequence[Any], workers: int 
             if on_result is not None:
                 on_result(results[-1])
         return results
-    with multiprocessing.get_context("fork").Pool(min(workers, len(items)),
-                                                  initializer=_die_with_parent) as pool:
+    with multiprocessing.get_context("fork").Pool(
+        min(workers, len(items)), initializer=_die_with_parent
+    ) as pool:
         if on_result is None:
             return pool.map(function, items, chunksize=max(1, len(items) // (4 * workers)))
         results = []
@@ -358,10 +390,14 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def map_chunks(function: Callable[[Any], Any], count: int, workers: int,
-               task: Callable[[range], Any] = lambda r: r,
-               on_result: Callable[[Any], Any] | None = None,
-               chunk: int | None = None) -> list:
+def map_chunks(
+    function: Callable[[Any], Any],
+    count: int,
+    workers: int,
+    task: Callable[[range], Any] = lambda r: r,
+    on_result: Callable[[Any], Any] | None = None,
+    chunk: int | None = None,
+) -> list:
     """``function`` over ``task(r)`` for ``count`` items cut into ranges ``r``, in
     ``workers`` processes (in order). Four chunks per worker: items differ in cost, and
     smaller chunks keep every worker busy to the end; ``chunk`` caps a chunk's items
@@ -389,8 +425,7 @@ def fetch(url: str, dest: Path, md5: str | None = None) -> Path:
     # Without a timeout a server that stops answering hangs `milarun dataset` for ever; this
     # bounds the connection and each read (not the whole transfer), and the TimeoutError
     # (an OSError) reaches the operator as a network error or moves on to a mirror.
-    with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as response, \
-            open(tmp, "wb") as out:
+    with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT) as response, open(tmp, "wb") as out:
         shutil.copyfileobj(response, out, length=1 << 20)
     if md5 is not None and _md5(tmp) != md5:
         tmp.unlink()

@@ -19,8 +19,7 @@ from milabench import datasets
 
 NAME = "bsds500"
 DEFAULT_SIZE = 200
-URL = ("http://www.eecs.berkeley.edu/Research/Projects/CS/vision/grouping/BSR/"
-       "BSR_bsds500.tgz")
+URL = "http://www.eecs.berkeley.edu/Research/Projects/CS/vision/grouping/BSR/BSR_bsds500.tgz"
 LONG, SHORT = 481, 321
 # First file number per split: names are 6 digits like the real ones (e.g. 100075.jpg).
 FIRST_NUMBER = {"train": 100_000, "val": 700_000, "test": 800_000}
@@ -79,22 +78,31 @@ def _write_chunk(task: tuple[Path, str, range, int]) -> int:
     return written
 
 
-def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
-               workers: int = 1) -> Path:
+def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int = 1) -> Path:
     """``size`` train JPEGs and ``max(1, size // 10)`` val and test; deterministic for ``seed``.
 
     Finished data already in the folder is kept (see :func:`datasets.ready`).
     """
-    return datasets.synthesis(folder(root), NAME, size, seed, unit="image",
-                              max_size=MAX_SIZE,
-                              write=lambda: _write_synthetic(Path(root), size, seed, workers))
+    return datasets.synthesis(
+        folder(root),
+        NAME,
+        size,
+        seed,
+        unit="image",
+        max_size=MAX_SIZE,
+        write=lambda: _write_synthetic(Path(root), size, seed, workers),
+    )
 
 
 def _write_synthetic(root: Path, size: int, seed: int, workers: int) -> None:
-    for split, count in (("train", size), ("val", max(1, size // 10)),
-                         ("test", max(1, size // 10))):
-        datasets.map_chunks(_write_chunk, count, workers,
-                            lambda r, split=split: (root, split, r, seed))
+    for split, count in (
+        ("train", size),
+        ("val", max(1, size // 10)),
+        ("test", max(1, size // 10)),
+    ):
+        datasets.map_chunks(
+            _write_chunk, count, workers, lambda r, split=split: (root, split, r, seed)
+        )
 
 
 def download(root: Path) -> Path:
@@ -142,7 +150,9 @@ def reso_train_set(root: Path, crop_size: int = 256, upscale_factor: int = 2) ->
     """The train split as super-resolution pairs (crop made divisible by the factor)."""
     datasets.require(folder(root), NAME, Path(root))
     if upscale_factor < 1 or crop_size < upscale_factor:
-        raise ValueError(f"crop size {crop_size} and upscale factor {upscale_factor}: need "
-                         "factor >= 1 and crop size >= factor")
+        raise ValueError(
+            f"crop size {crop_size} and upscale factor {upscale_factor}: need "
+            "factor >= 1 and crop size >= factor"
+        )
     crop = crop_size - crop_size % upscale_factor
     return SuperResolutionSet(image_files(root, "train"), crop, upscale_factor)

@@ -30,12 +30,13 @@ SPLITS = ("train2017", "val2017")
 
 # The 80 COCO categories: id (1..90 with gaps), name, supercategory.
 _SUPER = {
-    "person": "person", "vehicle": "bicycle car motorcycle airplane bus train truck boat",
+    "person": "person",
+    "vehicle": "bicycle car motorcycle airplane bus train truck boat",
     "outdoor": "traffic_light fire_hydrant stop_sign parking_meter bench",
     "animal": "bird cat dog horse sheep cow elephant bear zebra giraffe",
     "accessory": "backpack umbrella handbag tie suitcase",
     "sports": "frisbee skis snowboard sports_ball kite baseball_bat baseball_glove "
-              "skateboard surfboard tennis_racket",
+    "skateboard surfboard tennis_racket",
     "kitchen": "bottle wine_glass cup fork knife spoon bowl",
     "food": "banana apple sandwich orange broccoli carrot hot_dog pizza donut cake",
     "furniture": "chair couch potted_plant bed dining_table toilet",
@@ -47,8 +48,10 @@ _MISSING_IDS = {12, 26, 29, 30, 45, 66, 68, 69, 71, 83}
 _NAMES = [n.replace("_", " ") for words in _SUPER.values() for n in words.split()]
 _SUPER_OF = {n.replace("_", " "): s for s, words in _SUPER.items() for n in words.split()}
 CATEGORY_IDS = [i for i in range(1, 91) if i not in _MISSING_IDS]
-CATEGORIES = [{"id": i, "name": n, "supercategory": _SUPER_OF[n]}
-              for i, n in zip(CATEGORY_IDS, _NAMES, strict=True)]
+CATEGORIES = [
+    {"id": i, "name": n, "supercategory": _SUPER_OF[n]}
+    for i, n in zip(CATEGORY_IDS, _NAMES, strict=True)
+]
 
 
 def folder(root: Path) -> Path:
@@ -80,16 +83,26 @@ def _draw(seed: int, split: str, image_id: int) -> tuple[bytes, dict, list[dict]
         x, y = int(rng.integers(0, width - w)), int(rng.integers(0, height - h))
         category = CATEGORY_IDS[int(rng.integers(len(CATEGORY_IDS)))]
         colour = np.array([(category * 37) % 256, (category * 91) % 256, (category * 53) % 256])
-        pixels[y:y + h, x:x + w] = colour + rng.normal(0, 8, size=(h, w, 3))
-        annotations.append({
-            "image_id": image_id, "category_id": category, "bbox": [x, y, w, h],
-            "area": float(w * h), "iscrowd": 0,
-            "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
-        })
+        pixels[y : y + h, x : x + w] = colour + rng.normal(0, 8, size=(h, w, 3))
+        annotations.append(
+            {
+                "image_id": image_id,
+                "category_id": category,
+                "bbox": [x, y, w, h],
+                "area": float(w * h),
+                "iscrowd": 0,
+                "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
+            }
+        )
     buf = io.BytesIO()
     Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(buf, format="JPEG", quality=85)
-    record = {"id": image_id, "file_name": f"{image_id:012d}.jpg", "width": width,
-              "height": height, "license": 1}
+    record = {
+        "id": image_id,
+        "file_name": f"{image_id:012d}.jpg",
+        "width": width,
+        "height": height,
+        "license": 1,
+    }
     return buf.getvalue(), record, annotations
 
 
@@ -110,8 +123,14 @@ def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int
     splits, as in COCO). Deterministic for ``seed``.
     """
     base = folder(root)
-    return datasets.synthesis(base, NAME, size, seed, unit="image",
-                              write=lambda: _write_synthetic(base, size, seed, workers))
+    return datasets.synthesis(
+        base,
+        NAME,
+        size,
+        seed,
+        unit="image",
+        write=lambda: _write_synthetic(base, size, seed, workers),
+    )
 
 
 def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> None:
@@ -119,24 +138,33 @@ def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> None:
     counts = {"train2017": size, "val2017": max(1, size // 10)}
     for split in SPLITS:
         start = first[split]
-        drawn = datasets.flatten(datasets.map_chunks(
-            _write_chunk, counts[split], workers,
-            lambda r, split=split, start=start:
-                (base, split, range(start + r.start, start + r.stop), seed)))
+        drawn = datasets.flatten(
+            datasets.map_chunks(
+                _write_chunk,
+                counts[split],
+                workers,
+                lambda r, split=split, start=start: (
+                    base,
+                    split,
+                    range(start + r.start, start + r.stop),
+                    seed,
+                ),
+            )
+        )
         annotations = [a for _, anns in drawn for a in anns]
         for number, annotation in enumerate(annotations, 1):
             annotation["id"] = number
         document = {
-            "info": {"description": "milarun synthetic COCO 2017", "version": "1.0",
-                     "year": 2017},
+            "info": {"description": "milarun synthetic COCO 2017", "version": "1.0", "year": 2017},
             "licenses": [{"id": 1, "name": "synthetic", "url": ""}],
             "images": [record for record, _ in drawn],
             "annotations": annotations,
             "categories": CATEGORIES,
         }
         # Written by this process alone, after the images it describes.
-        datasets.write_new(annotation_file(base, split), json.dumps(document).encode(),
-                           replace=True)
+        datasets.write_new(
+            annotation_file(base, split), json.dumps(document).encode(), replace=True
+        )
 
 
 def download(root: Path) -> Path:
@@ -167,13 +195,21 @@ class CocoDetection:
     returns the item (the ssd test's MLPerf augmentation and target encoding).
     """
 
-    def __init__(self, base: Path, split: str, image_size: int = 300, flip: bool = True,
-                 transform: Any = None):
+    def __init__(
+        self,
+        base: Path,
+        split: str,
+        image_size: int = 300,
+        flip: bool = True,
+        transform: Any = None,
+    ):
         import numpy as np
 
         document = json.loads(annotation_file(base, split).read_text())
-        contiguous = {c["id"]: i for i, c in enumerate(
-            sorted(document["categories"], key=lambda c: c["id"]), 1)}
+        contiguous = {
+            c["id"]: i
+            for i, c in enumerate(sorted(document["categories"], key=lambda c: c["id"]), 1)
+        }
         boxes: dict[int, list[list[float]]] = {}
         labels: dict[int, list[int]] = {}
         for a in document["annotations"]:
@@ -188,10 +224,14 @@ class CocoDetection:
         self.transform = transform
         # Compact per-image records (the parsed JSON is dropped: workers share these).
         self.items = [
-            (im["file_name"], np.array([im["width"], im["height"]] * 2, dtype=np.float32),
-             np.array(boxes[im["id"]], dtype=np.float32),
-             np.array(labels[im["id"]], dtype=np.int64))
-            for im in sorted(document["images"], key=lambda im: im["id"]) if im["id"] in boxes
+            (
+                im["file_name"],
+                np.array([im["width"], im["height"]] * 2, dtype=np.float32),
+                np.array(boxes[im["id"]], dtype=np.float32),
+                np.array(labels[im["id"]], dtype=np.int64),
+            )
+            for im in sorted(document["images"], key=lambda im: im["id"])
+            if im["id"] in boxes
         ]
 
     def __len__(self) -> int:
@@ -208,16 +248,16 @@ class CocoDetection:
             picture = picture.convert("RGB")
         boxes = torch.minimum(torch.from_numpy(xyxy).clamp(min=0), torch.from_numpy(wh))
         if self.transform is not None:
-            return self.transform(picture, boxes / torch.from_numpy(wh),
-                                  torch.from_numpy(labels))
+            return self.transform(picture, boxes / torch.from_numpy(wh), torch.from_numpy(labels))
         picture = picture.resize((size, size), Image.Resampling.BILINEAR)
         image = torch.from_numpy(np.array(picture)).permute(2, 0, 1).contiguous()
         # Boxes from the annotation's image size to the square output.
         boxes = boxes * (size / torch.from_numpy(wh))
         if self.flip and torch.rand(()) < 0.5:
             image = image.flip(-1)
-            boxes = torch.stack([size - boxes[:, 2], boxes[:, 1],
-                                 size - boxes[:, 0], boxes[:, 3]], 1)
+            boxes = torch.stack(
+                [size - boxes[:, 2], boxes[:, 1], size - boxes[:, 0], boxes[:, 3]], 1
+            )
         keep = (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])
         target = {"boxes": boxes[keep], "labels": torch.from_numpy(labels)[keep]}
         return image.float().div_(255), target

@@ -57,25 +57,42 @@ def _write_chunk(task: tuple[Path, str, range, int, int, int]) -> int:
     return len(indices)
 
 
-def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int = 1,
-               image_size: int = IMAGE_SIZE, classes: int = CLASSES) -> Path:
+def synthesize(
+    root: Path,
+    size: int = DEFAULT_SIZE,
+    seed: int = 0,
+    workers: int = 1,
+    image_size: int = IMAGE_SIZE,
+    classes: int = CLASSES,
+) -> Path:
     """``size`` train images (5% of that for val and test), deterministic for ``seed``
     whatever ``workers``; an interrupted generation is completed by the same call."""
     base = folder(root)
     return datasets.synthesis(
-        base, NAME, size, seed, unit="image",
+        base,
+        NAME,
+        size,
+        seed,
+        unit="image",
         params={"image_size": image_size, "classes": classes},
-        write=lambda: _write_synthetic(base, size, seed, workers, image_size, classes))
+        write=lambda: _write_synthetic(base, size, seed, workers, image_size, classes),
+    )
 
 
-def _write_synthetic(base: Path, size: int, seed: int, workers: int, image_size: int,
-                     classes: int) -> None:
+def _write_synthetic(
+    base: Path, size: int, seed: int, workers: int, image_size: int, classes: int
+) -> None:
     counts = split_sizes(size)
     with datasets.progress(NAME, sum(counts.values()), "image") as advance:
         for split, count in counts.items():
-            datasets.map_chunks(_write_chunk, count, workers,
-                                lambda r, split=split: (base, split, r, seed, image_size, classes),
-                                on_result=advance, chunk=CHUNK)
+            datasets.map_chunks(
+                _write_chunk,
+                count,
+                workers,
+                lambda r, split=split: (base, split, r, seed, image_size, classes),
+                on_result=advance,
+                chunk=CHUNK,
+            )
 
 
 def download(root: Path) -> Path:
@@ -84,8 +101,9 @@ def download(root: Path) -> Path:
     return synthesize(root, DEFAULT_SIZE, seed=0, workers=datasets.default_workers())
 
 
-def image_folder(root: Path, split: str = "train",
-                 transform: Callable[[Any], Any] | None = None) -> Any:
+def image_folder(
+    root: Path, split: str = "train", transform: Callable[[Any], Any] | None = None
+) -> Any:
     """torchvision ImageFolder over one split (fails with the command if data is missing)."""
     from torchvision.datasets import ImageFolder
 
@@ -102,12 +120,14 @@ def train_transform(crop_size: int = 224) -> Any:
     """The ImageNet training augmentation: random resized crop, flip, tensor, normalise."""
     from torchvision import transforms
 
-    return transforms.Compose([
-        transforms.RandomResizedCrop(crop_size),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize(MEAN, STD),
-    ])
+    return transforms.Compose(
+        [
+            transforms.RandomResizedCrop(crop_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(MEAN, STD),
+        ]
+    )
 
 
 def center_transform(size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> Any:
@@ -118,9 +138,11 @@ def center_transform(size: int, mean: tuple[float, ...], std: tuple[float, ...])
     """
     from torchvision import transforms
 
-    return transforms.Compose([
-        transforms.Resize(size),
-        transforms.CenterCrop(size),
-        transforms.ToTensor(),
-        transforms.Normalize(mean, std),
-    ])
+    return transforms.Compose(
+        [
+            transforms.Resize(size),
+            transforms.CenterCrop(size),
+            transforms.ToTensor(),
+            transforms.Normalize(mean, std),
+        ]
+    )

@@ -63,7 +63,7 @@ def _negatives(task: tuple[Any, Any, range, int, int]) -> bytes:
     indptr, rated, users, n_items, seed = task
     lines = []
     for user in users:
-        seen = rated[indptr[user - users.start]:indptr[user - users.start + 1]]  # sorted
+        seen = rated[indptr[user - users.start] : indptr[user - users.start + 1]]  # sorted
         rng = np.random.default_rng(datasets.item_seed(seed, "negatives", user))
         picks = rng.integers(n_items, size=TEST_NEGATIVE_COUNT)
         while True:  # rejection = uniform over the items this user never rated
@@ -81,16 +81,18 @@ def convert(base: Path, seed: int = 0, workers: int = 1) -> dict[str, int]:
     import numpy as np
     import pandas as pd
 
-    df = pd.read_csv(base / RATINGS, usecols=["userId", "movieId", "timestamp"],
-                     dtype={"userId": np.int64, "movieId": np.int64, "timestamp": np.int64})
+    df = pd.read_csv(
+        base / RATINGS,
+        usecols=["userId", "movieId", "timestamp"],
+        dtype={"userId": np.int64, "movieId": np.int64, "timestamp": np.int64},
+    )
     df = df[df.groupby("userId")["userId"].transform("size") >= MIN_RATINGS]
     if df.empty:
         raise datasets.DataMissing(f"{base / RATINGS}: no user has {MIN_RATINGS} ratings")
     users, _ = pd.factorize(df["userId"])  # order of first appearance, like unique()
     items, item_ids = pd.factorize(df["movieId"])
     n_users, n_items = int(users.max()) + 1, len(item_ids)
-    frame = pd.DataFrame({"user": users, "item": items,
-                          "timestamp": df["timestamp"].to_numpy()})
+    frame = pd.DataFrame({"user": users, "item": items, "timestamp": df["timestamp"].to_numpy()})
     # Time order; ties keep the file order (a stable sort, so the result is reproducible).
     frame = frame.sort_values("timestamp", kind="stable")
     frame = frame.sort_values("user", kind="stable")  # by user, in time order within
@@ -100,7 +102,8 @@ def convert(base: Path, seed: int = 0, workers: int = 1) -> dict[str, int]:
     def ratings_bytes(part: Any) -> bytes:
         out = io.StringIO()
         part.assign(rating=1)[["user", "item", "rating"]].to_csv(
-            out, sep="\t", header=False, index=False)
+            out, sep="\t", header=False, index=False
+        )
         return out.getvalue().encode()
 
     datasets.write_new(base / TRAIN_RATINGS, ratings_bytes(train), replace=True)
@@ -115,9 +118,16 @@ def convert(base: Path, seed: int = 0, workers: int = 1) -> dict[str, int]:
         raise datasets.DataMissing(f"{base / RATINGS}: a user rated every item (no negatives)")
     indptr = np.concatenate([[0], np.cumsum(per_user)])
     del df, frame, train, test, order, users, items, per_user  # the memory goes to the negatives
-    tasks = [(indptr[r.start:r.stop + 1] - indptr[r.start],
-              rated[indptr[r.start]:indptr[r.stop]], r, n_items, seed)
-             for r in datasets.chunks(n_users, 4 * max(1, workers))]
+    tasks = [
+        (
+            indptr[r.start : r.stop + 1] - indptr[r.start],
+            rated[indptr[r.start] : indptr[r.stop]],
+            r,
+            n_items,
+            seed,
+        )
+        for r in datasets.chunks(n_users, 4 * max(1, workers))
+    ]
     negatives = b"".join(datasets.parallel(_negatives, tasks, workers))
     datasets.write_new(base / TEST_NEGATIVES, negatives, replace=True)
     return {"users": n_users, "items": n_items, "ratings": n_ratings}
@@ -130,8 +140,7 @@ def catalogue(size: int, seed: int) -> tuple[Any, Any]:
 
     n_items = max(MIN_ITEMS, round(size * REAL_ITEMS / DEFAULT_SIZE))
     rng = np.random.default_rng(datasets.item_seed(seed, "catalogue"))
-    movie_ids = rng.choice(np.arange(1, max(MAX_MOVIE_ID, 2 * n_items) + 1), n_items,
-                           replace=False)
+    movie_ids = rng.choice(np.arange(1, max(MAX_MOVIE_ID, 2 * n_items) + 1), n_items, replace=False)
     # Power-law popularity: at the real size the top 10% of movies get ~3/4 of the draws
     # and the favourite ends up rated by about half the users, as in MovieLens.
     weights = (np.arange(n_items) + 50.0) ** -1.2
@@ -160,26 +169,34 @@ def _user_ratings(task: tuple[range, int, int]) -> bytes:
         span = min(int(rng.exponential(3e7)), LAST_TIME - FIRST_TIME)  # active ~a year
         start = rng.integers(FIRST_TIME, LAST_TIME - span + 1)
         times = start + rng.integers(0, span + 1, size=count)
-        lines += [f"{user},{m},{s:.1f},{t}" for m, s, t in
-                  zip(movies.tolist(), stars.tolist(), times.tolist())]
+        lines += [
+            f"{user},{m},{s:.1f},{t}"
+            for m, s, t in zip(movies.tolist(), stars.tolist(), times.tolist())
+        ]
     return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
-def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
-               workers: int = 1) -> Path:
+def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int = 1) -> Path:
     """``size`` users' ratings in MovieLens' format, converted; deterministic for ``seed``.
 
     Finished data already in the folder is kept (see :func:`datasets.ready`).
     """
     base = folder(root)
-    return datasets.synthesis(base, NAME, size, seed, unit="user",
-                              write=lambda: _write_synthetic(base, size, seed, workers))
+    return datasets.synthesis(
+        base,
+        NAME,
+        size,
+        seed,
+        unit="user",
+        write=lambda: _write_synthetic(base, size, seed, workers),
+    )
 
 
 def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> dict[str, int]:
     parts = [b"userId,movieId,rating,timestamp\n"]
-    parts += datasets.map_chunks(_user_ratings, size, workers,
-                                 lambda r: (range(r.start + 1, r.stop + 1), size, seed))
+    parts += datasets.map_chunks(
+        _user_ratings, size, workers, lambda r: (range(r.start + 1, r.stop + 1), size, seed)
+    )
     # No marker yet: files left by an interrupted run are stale; this process writes alone.
     datasets.write_new(base / RATINGS, b"".join(parts), replace=True)
     del parts
@@ -232,8 +249,12 @@ def train_set(root: Path) -> Ratings:
     # Every mapped user and item is in train or test: their maxima give the id ranges.
     nb_users = int(max(train[:, 0].max(initial=-1), test[:, 0].max())) + 1
     nb_items = int(max(train[:, 1].max(initial=-1), test[:, 1].max())) + 1
-    return Ratings(torch.from_numpy(train[:, 0].copy()), torch.from_numpy(train[:, 1].copy()),
-                   nb_users, nb_items)
+    return Ratings(
+        torch.from_numpy(train[:, 0].copy()),
+        torch.from_numpy(train[:, 1].copy()),
+        nb_users,
+        nb_items,
+    )
 
 
 def evaluation_set(root: Path) -> tuple[Any, Any]:
@@ -310,4 +331,4 @@ class ShuffledBatches:
 
         order = torch.randperm(self.size, generator=self.generator)
         for start in range(0, len(self) * self.batch_size, self.batch_size):
-            yield order[start:start + self.batch_size].tolist()
+            yield order[start : start + self.batch_size].tolist()

@@ -36,12 +36,15 @@ SPLITS = {"train": "train", "test": "t10k"}  # split -> file prefix
 # Seven-segment strokes in a unit box (x right, y down): a top, b top-right, c bottom-right,
 # d bottom, e bottom-left, f top-left, g middle.
 SEGMENTS = {
-    "a": ((0, 0), (1, 0)), "b": ((1, 0), (1, 0.5)), "c": ((1, 0.5), (1, 1)),
-    "d": ((0, 1), (1, 1)), "e": ((0, 0.5), (0, 1)), "f": ((0, 0), (0, 0.5)),
+    "a": ((0, 0), (1, 0)),
+    "b": ((1, 0), (1, 0.5)),
+    "c": ((1, 0.5), (1, 1)),
+    "d": ((0, 1), (1, 1)),
+    "e": ((0, 0.5), (0, 1)),
+    "f": ((0, 0), (0, 0.5)),
     "g": ((0, 0.5), (1, 0.5)),
 }
-DIGITS = ("abcdef", "bc", "abged", "abgcd", "fgbc", "afgcd", "afgedc", "abc", "abcdefg",
-          "abcdfg")
+DIGITS = ("abcdef", "bc", "abged", "abgcd", "fgbc", "afgcd", "afgedc", "abc", "abcdefg", "abcdfg")
 
 
 def folder(root: Path) -> Path:
@@ -101,14 +104,19 @@ def _draw_chunk(task: tuple[str, range, int]) -> tuple[bytes, bytes]:
     return images.tobytes(), labels.tobytes()
 
 
-def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
-               workers: int = 1) -> Path:
+def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int = 1) -> Path:
     """``size`` train and ``size // 6`` (at least 1) test images; deterministic for ``seed``.
 
     Finished data already in the folder is kept (see :func:`datasets.ready`).
     """
-    return datasets.synthesis(folder(root), NAME, size, seed, unit="image",
-                              write=lambda: _write_synthetic(root, size, seed, workers))
+    return datasets.synthesis(
+        folder(root),
+        NAME,
+        size,
+        seed,
+        unit="image",
+        write=lambda: _write_synthetic(root, size, seed, workers),
+    )
 
 
 def _write_synthetic(root: Path, size: int, seed: int, workers: int) -> None:
@@ -116,8 +124,9 @@ def _write_synthetic(root: Path, size: int, seed: int, workers: int) -> None:
 
     raw = raw_folder(root)
     for split, count in (("train", size), ("test", max(1, size // 6))):
-        parts = datasets.map_chunks(_draw_chunk, count, workers,
-                                    lambda r, split=split: (split, r, seed))
+        parts = datasets.map_chunks(
+            _draw_chunk, count, workers, lambda r, split=split: (split, r, seed)
+        )
         images = np.frombuffer(b"".join(p[0] for p in parts), np.uint8).reshape(-1, SIDE, SIDE)
         labels = np.frombuffer(b"".join(p[1] for p in parts), np.uint8)
         prefix = SPLITS[split]

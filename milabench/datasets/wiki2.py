@@ -38,9 +38,11 @@ ARTICLE_TOKENS = 3_500  # the real train split: ~600 articles of ~3,500 tokens
 VOCAB_SIZE = 33_278  # the real dictionary size, <eos> included
 ZIPF_SHIFT = 2.7  # Zipf-Mandelbrot offset: "the" gets ~4% of the words, as in the real text
 # The most frequent tokens of the real text (roughly in order): they take the top ranks.
-COMMON = ('the , <unk> of and in to a " was The \'s @-@ on as for that with by is his at '
-          'from it he were an had which be ( ) ; : @,@ @.@ In are but her first not also '
-          'their its has one after two who they been she this or all He time new other').split()
+COMMON = (
+    "the , <unk> of and in to a \" was The 's @-@ on as for that with by is his at "
+    "from it he were an had which be ( ) ; : @,@ @.@ In are but her first not also "
+    "their its has one after two who they been she this or all He time new other"
+).split()
 
 
 def folder(root: Path) -> Path:
@@ -136,23 +138,33 @@ def split_sizes(size: int) -> dict[str, int]:
     return {"train": size, "valid": max(1, size // 10), "test": max(1, size // 10)}
 
 
-def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
-               workers: int = 1) -> Path:
+def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int = 1) -> Path:
     """WikiText-like files with exactly ``size`` training tokens; deterministic for ``seed``.
 
     Finished data already in the folder is kept (see :func:`datasets.ready`).
     """
     base = folder(root)
-    return datasets.synthesis(base, NAME, size, seed, unit="token",
-                              write=lambda: _write_synthetic(base, size, seed, workers))
+    return datasets.synthesis(
+        base,
+        NAME,
+        size,
+        seed,
+        unit="token",
+        write=lambda: _write_synthetic(base, size, seed, workers),
+    )
 
 
 def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> None:
     for split, tokens in split_sizes(size).items():
         articles = -(-tokens // ARTICLE_TOKENS)
-        text = "".join(datasets.map_chunks(_write_articles, articles, workers,
-                                           lambda r, split=split, tokens=tokens:
-                                               (split, r, tokens, seed)))
+        text = "".join(
+            datasets.map_chunks(
+                _write_articles,
+                articles,
+                workers,
+                lambda r, split=split, tokens=tokens: (split, r, tokens, seed),
+            )
+        )
         # No marker yet: files left by an interrupted run are stale, and this process is
         # the only writer of each file, so replacing them is safe.
         datasets.write_new(split_file(base, split), text.encode(), replace=True)
@@ -176,8 +188,7 @@ def _fetch(base: Path) -> dict[str, int]:
     with zipfile.ZipFile(archive) as zf:
         for split in SPLITS:
             name = split_file(base, split).name
-            datasets.write_new(split_file(base, split), zf.read(f"wikitext-2/{name}"),
-                               replace=True)
+            datasets.write_new(split_file(base, split), zf.read(f"wikitext-2/{name}"), replace=True)
     archive.unlink()
     archive.parent.rmdir()
     return {"size": DEFAULT_SIZE}

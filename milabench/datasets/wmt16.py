@@ -44,10 +44,14 @@ CORPORA = ("europarl-v7.de-en", "commoncrawl.de-en", "news-commentary-v11.de-en"
 NEWSTEST = {"en": "newstest2014-deen-ref.en.sgm", "de": "newstest2014-deen-src.de.sgm"}
 SOURCES = {  # file -> (URL, the members used), as in MLPerf rnn_translator/download_dataset.sh
     "europarl-v7-de-en.tgz": ("http://www.statmt.org/europarl/v7/de-en.tgz", CORPORA[0]),
-    "common-crawl.tgz": ("http://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz",
-                         CORPORA[1]),
-    "nc-v11.tgz": ("http://data.statmt.org/wmt16/translation-task/training-parallel-nc-v11.tgz",
-                   CORPORA[2]),
+    "common-crawl.tgz": (
+        "http://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz",
+        CORPORA[1],
+    ),
+    "nc-v11.tgz": (
+        "http://data.statmt.org/wmt16/translation-task/training-parallel-nc-v11.tgz",
+        CORPORA[2],
+    ),
     "dev.tgz": ("http://data.statmt.org/wmt16/translation-task/dev.tgz", None),
 }
 BLOCK = 20_000  # lines per parallel task
@@ -80,8 +84,12 @@ def tokenize(line: str, lang: str) -> str:
 def keep_pair(en: str, de: str) -> bool:
     """clean-corpus-n.perl 1 80 (and its length ratio 9), then filter_dataset.py (latin-1)."""
     n_en, n_de = en.count(" ") + 1 if en else 0, de.count(" ") + 1 if de else 0
-    return (1 <= n_en <= 80 and 1 <= n_de <= 80 and max(n_en, n_de) <= 9 * min(n_en, n_de)
-            and all(ord(c) < 256 for c in en + de))
+    return (
+        1 <= n_en <= 80
+        and 1 <= n_de <= 80
+        and max(n_en, n_de) <= 9 * min(n_en, n_de)
+        and all(ord(c) < 256 for c in en + de)
+    )
 
 
 def _tokenize_block(clean: bool, pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -106,13 +114,17 @@ def _write_lines(path: Path, lines: Iterable[str]) -> None:
     datasets.write_new(path, "".join(f"{line}\n" for line in lines).encode(), replace=True)
 
 
-def write_tokenized(base: Path, stem: str, pairs: Iterable[tuple[str, str]], workers: int,
-                    clean: bool) -> int:
+def write_tokenized(
+    base: Path, stem: str, pairs: Iterable[tuple[str, str]], workers: int, clean: bool
+) -> int:
     """Tokenize raw (en, de) pairs into ``<stem>.{en,de}``; returns the number of pairs."""
     for lang in ("en", "de"):  # once, before the workers fork (~1 s to build)
         _moses(lang)
-    kept = [p for block in _map_blocks(functools.partial(_tokenize_block, clean),
-                                       iter(pairs), workers) for p in block]
+    kept = [
+        p
+        for block in _map_blocks(functools.partial(_tokenize_block, clean), iter(pairs), workers)
+        for p in block
+    ]
     for i, lang in enumerate(("en", "de")):
         _write_lines(base / f"{stem}.{lang}", (p[i] for p in kept))
     return len(kept)
@@ -153,8 +165,9 @@ def encode(base: Path, workers: int, merges: int = MERGES) -> None:
     vocab: Counter = Counter()
     for stem in (TRAIN, TEST):
         for lang in ("en", "de"):
-            lines = [x for b in _map_blocks(apply, _lines(base / f"{stem}.{lang}"), workers)
-                     for x in b]
+            lines = [
+                x for b in _map_blocks(apply, _lines(base / f"{stem}.{lang}"), workers) for x in b
+            ]
             _write_lines(base / f"{stem}.bpe.{MERGES}.{lang}", lines)
             if stem == TRAIN:  # get_vocab.py over the train text, en then de
                 for part in _map_blocks(_count_block, iter(lines), workers):
@@ -209,10 +222,16 @@ def _fetch(base: Path) -> dict[str, int]:
 LEXICON = 30_000  # English words; each has a German translation of 0-2 words
 DECIMAL_DE = str.maketrans(",.", ".,")  # 1,500.5 -> 1.500,5
 SOUNDS = {  # onsets, vowels, codas
-    "en": ("b c d f g h j k l m n p r s t v w y z st tr pl br ch sh th".split(),
-           "a e i o u ea ou ai".split(), ["", "", "n", "r", "s", "t", "ck", "nd", "ng"]),
-    "de": ("b d f g h k l m n p r s t w z sch st pf kr gr ch".split(),
-           "a e i o u ä ö ü ei au ie".split(), ["", "", "n", "r", "s", "t", "ß", "ch", "nd"]),
+    "en": (
+        "b c d f g h j k l m n p r s t v w y z st tr pl br ch sh th".split(),
+        "a e i o u ea ou ai".split(),
+        ["", "", "n", "r", "s", "t", "ck", "nd", "ng"],
+    ),
+    "de": (
+        "b d f g h k l m n p r s t w z sch st pf kr gr ch".split(),
+        "a e i o u ä ö ü ei au ie".split(),
+        ["", "", "n", "r", "s", "t", "ß", "ch", "nd"],
+    ),
 }
 
 
@@ -223,8 +242,9 @@ def _words(rng: random.Random, lang: str, count: int, seen: set[str]) -> list[st
     while len(words) < count:
         rank = len(words)
         syllables = 1 + (rank >= 100) + (rank >= 3000 and rng.random() < 0.5)
-        word = "".join(rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas)
-                       for _ in range(syllables))
+        word = "".join(
+            rng.choice(onsets) + rng.choice(vowels) + rng.choice(codas) for _ in range(syllables)
+        )
         if word not in seen:
             seen.add(word)
             words.append(word)
@@ -264,8 +284,11 @@ def make_pair(seed: int, split: str, index: int) -> tuple[str, str]:
     for _ in range(rng.randint(1, 3)):
         items: list[Any] = rng.choices(range(LEXICON), cum_weights=_zipf(), k=rng.randint(3, 14))
         if rng.random() < 0.2:  # a number: 1,500 -> 1.500, 3.5 -> 3,5
-            en = (f"{rng.randint(1, 99) * 100:,}" if rng.random() < 0.5
-                  else f"{rng.randint(0, 20)}.{rng.randint(0, 9)}")
+            en = (
+                f"{rng.randint(1, 99) * 100:,}"
+                if rng.random() < 0.5
+                else f"{rng.randint(0, 20)}.{rng.randint(0, 9)}"
+            )
             items.insert(rng.randrange(len(items)), (en, en.translate(DECIMAL_DE)))
         en_words = [english[x] if isinstance(x, int) else x[0] for x in items]
         order = [items[0], *items[2:], items[1]]  # verb-final: the 2nd item goes last
@@ -282,24 +305,32 @@ def _pairs_chunk(task: tuple[int, str, range]) -> list[tuple[str, str]]:
     return [make_pair(seed, split, i) for i in indices]
 
 
-def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0,
-               workers: int = 1) -> Path:
+def synthesize(root: Path, size: int = DEFAULT_SIZE, seed: int = 0, workers: int = 1) -> Path:
     """``size`` train pairs and ``min(3003, max(1, size // 20))`` test pairs (newstest2014
     has 3003), through the real tokenize/BPE/vocabulary code; deterministic for ``seed``.
 
     Finished data already in the folder is kept (see :func:`datasets.ready`).
     """
     base = folder(root)
-    return datasets.synthesis(base, NAME, size, seed, unit="sentence pair",
-                              write=lambda: _write_synthetic(base, size, seed, workers))
+    return datasets.synthesis(
+        base,
+        NAME,
+        size,
+        seed,
+        unit="sentence pair",
+        write=lambda: _write_synthetic(base, size, seed, workers),
+    )
 
 
 def _write_synthetic(base: Path, size: int, seed: int, workers: int) -> None:
     make_lexicon(seed)  # once, before the workers fork
     test = min(3003, max(1, size // 20))
     for split, stem, count in (("train", TRAIN, size), ("test", TEST, test)):
-        pairs = datasets.flatten(datasets.map_chunks(_pairs_chunk, count, workers,
-                                                     lambda r, split=split: (seed, split, r)))
+        pairs = datasets.flatten(
+            datasets.map_chunks(
+                _pairs_chunk, count, workers, lambda r, split=split: (seed, split, r)
+            )
+        )
         write_tokenized(base, stem, pairs, workers, clean=split == "train")
     encode(base, workers)
 
@@ -363,7 +394,7 @@ class ParallelText:
     def line(self, side: int, i: int) -> str:
         """Line ``i`` of the file (0: source, 1: target), counting the filtered-out ones."""
         data, starts, ends, _ = self.files[side]
-        return bytes(data[starts[i]:ends[i]]).decode("utf-8", errors="ignore")
+        return bytes(data[starts[i] : ends[i]]).decode("utf-8", errors="ignore")
 
     def __getitem__(self, i: int) -> tuple[Any, Any]:
         import torch
@@ -383,10 +414,12 @@ def collate(pairs: list[tuple[Any, Any]]) -> tuple[Any, Any, Any]:
     return src, torch.tensor([len(s) for s, _ in pairs]), tgt
 
 
-def train_set(root: Path, max_length: int = 50, src: str = "en", tgt: str = "de",
-              split: str = "train") -> ParallelText:
+def train_set(
+    root: Path, max_length: int = 50, src: str = "en", tgt: str = "de", split: str = "train"
+) -> ParallelText:
     """The train (or ``split="test"``: newstest2014) pairs, en -> de by default."""
     base = datasets.require(folder(root), NAME, Path(root))
     stem = f"{TRAIN if split == 'train' else TEST}.bpe.{MERGES}"
-    return ParallelText(base / f"{stem}.{src}", base / f"{stem}.{tgt}",
-                        Tokenizer(base / VOCAB), max_length)
+    return ParallelText(
+        base / f"{stem}.{src}", base / f"{stem}.{tgt}", Tokenizer(base / VOCAB), max_length
+    )

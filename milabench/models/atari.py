@@ -62,17 +62,22 @@ class AtariCNN(nn.Module):
         super().__init__()
         relu = math.sqrt(2)
         self.body = nn.Sequential(
-            orthogonal(nn.Conv2d(frames, 32, 8, stride=4), relu), nn.ReLU(),
-            orthogonal(nn.Conv2d(32, 64, 4, stride=2), relu), nn.ReLU(),
-            orthogonal(nn.Conv2d(64, 32, 3, stride=1), relu), nn.ReLU(),
+            orthogonal(nn.Conv2d(frames, 32, 8, stride=4), relu),
+            nn.ReLU(),
+            orthogonal(nn.Conv2d(32, 64, 4, stride=2), relu),
+            nn.ReLU(),
+            orthogonal(nn.Conv2d(64, 32, 3, stride=1), relu),
+            nn.ReLU(),
             nn.Flatten(),
-            orthogonal(nn.Linear(32 * 7 * 7, 512), relu), nn.ReLU(),
+            orthogonal(nn.Linear(32 * 7 * 7, 512), relu),
+            nn.ReLU(),
         )
         self.policy = orthogonal(nn.Linear(512, actions), 0.01)
         self.value = orthogonal(nn.Linear(512, 1), 1.0)
 
-    def forward(self, obs: torch.Tensor, memory: None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, None]:
+    def forward(
+        self, obs: torch.Tensor, memory: None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, None]:
         hidden = self.body(obs.float() / 255.0)
         return self.policy(hidden), self.value(hidden).squeeze(-1), None
 
@@ -125,8 +130,7 @@ def make_env(name: str, episodic_life: bool = True) -> gymnasium.Env:
     # NoFrameskip-v4 ids have it, since the preprocessing does the frame skipping.
     options = {"frameskip": 1, "repeat_action_probability": 0.0} if name.startswith("ALE/") else {}
     env = gymnasium.make(name, **options)
-    env = gymnasium.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4,
-                                                screen_size=SIZE)
+    env = gymnasium.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=SIZE)
     if episodic_life:
         env = EpisodicLife(env)
     if "FIRE" in env.unwrapped.get_action_meanings():
@@ -158,26 +162,56 @@ class FrameStack:
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--env-name", "--env", dest="env_name", default="PongNoFrameskip-v4",
-                        help="gymnasium Atari id (PongNoFrameskip-v4, ALE/Pong-v5, ...)")
-    parser.add_argument("--episodic-life", action=argparse.BooleanOptionalAction, default=True,
-                        help="a lost life ends the learner's episode (baselines' default)")
+    parser.add_argument(
+        "--env-name",
+        "--env",
+        dest="env_name",
+        default="PongNoFrameskip-v4",
+        help="gymnasium Atari id (PongNoFrameskip-v4, ALE/Pong-v5, ...)",
+    )
+    parser.add_argument(
+        "--episodic-life",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a lost life ends the learner's episode (baselines' default)",
+    )
     parser.add_argument("--algo", default="ppo", choices=["ppo"], help="legacy flag: PPO only")
-    rl.add_ppo_arguments(parser, num_processes=16, num_steps=128, lr=7e-4, eps=1e-5,
-                         clip_param=0.1, use_gae=False, use_linear_lr_decay=False)
+    rl.add_ppo_arguments(
+        parser,
+        num_processes=16,
+        num_steps=128,
+        lr=7e-4,
+        eps=1e-5,
+        clip_param=0.1,
+        use_gae=False,
+        use_linear_lr_decay=False,
+    )
     args = exp.parse_args(parser, argv)
     config = rl.PPOConfig.from_args(args, minibatches=4)
     gymnasium.register_envs(ale_py)
     if args.env_name not in gymnasium.registry:
-        raise BadTestArguments(f"bad test argument: --env-name {args.env_name} is not a "
-                               "registered gymnasium Atari environment")
+        raise BadTestArguments(
+            f"bad test argument: --env-name {args.env_name} is not a "
+            "registered gymnasium Atari environment"
+        )
     device = helpers.setup(exp, args)
     exp.synthetic_data = None  # no dataset: the emulator generates the observations
 
-    envs = rl.vector_env(functools.partial(make_env, args.env_name, args.episodic_life),
-                         args.num_processes, args.asynchronous)
+    envs = rl.vector_env(
+        functools.partial(make_env, args.env_name, args.episodic_life),
+        args.num_processes,
+        args.asynchronous,
+    )
     model = AtariCNN(envs.single_action_space.n).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, eps=args.eps)
-    agent = rl.PPO(envs, model, optimizer, config, args.num_steps, device, args.seed,
-                   observe=FrameStack(device))
+    agent = rl.PPO(
+        envs,
+        model,
+        optimizer,
+        config,
+        args.num_steps,
+        device,
+        args.seed,
+        observe=FrameStack(device),
+    )
     rl.train(exp, agent, args, counted=args.num_processes)

@@ -16,8 +16,7 @@ from milarun.experiment import Experiment
 from milarun.spin import spin
 
 
-def own_rate(durations: list[float], batch: int,
-             span: tuple[float, float]) -> float | None:
+def own_rate(durations: list[float], batch: int, span: tuple[float, float]) -> float | None:
     """examples/s of the steps inside the steady window, from the steps' own durations.
 
     ``span`` is the window's in-block time [start, stop) (``RateLog.steady_span()``); a

@@ -35,8 +35,7 @@ from milarun.experiment import BadTestArguments, Experiment
 class Policy(nn.Module):
     """State -> action logits (4-128-2 on the cart-pole)."""
 
-    def __init__(self, inputs: int = 4, actions: int = 2, hidden: int = 128,
-                 dropout: float = 0.6):
+    def __init__(self, inputs: int = 4, actions: int = 2, hidden: int = 128, dropout: float = 0.6):
         super().__init__()
         self.hidden = nn.Linear(inputs, hidden)
         self.dropout = nn.Dropout(dropout)
@@ -46,8 +45,9 @@ class Policy(nn.Module):
         return self.out(self.dropout(F.relu(self.hidden(state))))
 
 
-def play(env: gymnasium.Env, policy: Policy, steps: int
-         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[float]]:
+def play(
+    env: gymnasium.Env, policy: Policy, steps: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[float]]:
     """``steps`` steps from a reset (episodes restart when they end): the log-probabilities of
     the actions taken, the rewards, the episode ends and the returns of finished episodes."""
     log_probs, rewards, dones, finished = [], [], [], []
@@ -70,29 +70,41 @@ def play(env: gymnasium.Env, policy: Policy, steps: int
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--env-name", "--env", dest="env_name", default="CartPole-v0",
-                        help="a gymnasium id with a vector state and discrete actions")
+    parser.add_argument(
+        "--env-name",
+        "--env",
+        dest="env_name",
+        default="CartPole-v0",
+        help="a gymnasium id with a vector state and discrete actions",
+    )
     parser.add_argument("--gamma", type=float, default=0.99, help="discount factor")
     parser.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate")
     parser.add_argument("--dropout", type=float, default=0.0, help="legacy: none")
-    parser.add_argument("--episode-length", type=helpers.positive_int, default=500,
-                        help="environment steps per update")
+    parser.add_argument(
+        "--episode-length",
+        type=helpers.positive_int,
+        default=500,
+        help="environment steps per update",
+    )
     parser.add_argument("--no-render", action="store_true", help="legacy flag (never renders)")
     parser.add_argument("--no-cuda", action="store_true", help="legacy flag (always the CPU)")
     args = exp.parse_args(parser, argv)
     if not 0 <= args.dropout < 1:
         raise BadTestArguments(f"bad test argument: --dropout {args.dropout} (in [0, 1))")
     if args.env_name not in gymnasium.registry:
-        raise BadTestArguments(f"bad test argument: --env-name {args.env_name} is not a "
-                               "registered gymnasium environment")
+        raise BadTestArguments(
+            f"bad test argument: --env-name {args.env_name} is not a "
+            "registered gymnasium environment"
+        )
     device = helpers.setup(exp, args, torch.device("cpu"))  # see the module docstring
     torch.set_num_threads(1)  # the legacy init_torch's default for a CPU run
     exp.synthetic_data = None  # no dataset: the simulator generates the states
 
     env = gymnasium.make(args.env_name)
     env.reset(seed=args.seed)  # later resets continue this generator
-    policy = Policy(env.observation_space.shape[0], env.action_space.n,
-                    dropout=args.dropout).to(device)
+    policy = Policy(env.observation_space.shape[0], env.action_space.n, dropout=args.dropout).to(
+        device
+    )
     policy.train()
     optimizer = torch.optim.Adam(policy.parameters(), lr=args.lr)
     episode_returns: list[float] = []

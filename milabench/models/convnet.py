@@ -33,8 +33,12 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--arch", default="resnet101", help="torchvision.models network name")
     parser.add_argument("--batch-size", type=helpers.positive_int, default=64)
     parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--crop-size", type=helpers.positive_int, default=224,
-                        help="side of the random resized crop fed to the network")
+    parser.add_argument(
+        "--crop-size",
+        type=helpers.positive_int,
+        default=224,
+        help="side of the random resized crop fed to the network",
+    )
     parser.add_argument("--num-classes", type=helpers.positive_int, default=1000)
     helpers.add_data_arguments(parser)
     helpers.add_precision_argument(parser)
@@ -48,16 +52,19 @@ def main(exp: Experiment, argv: list[str]) -> None:
     if len(dataset.classes) > args.num_classes:
         raise BadTestArguments(
             f"bad test argument: --num-classes {args.num_classes} but the data has "
-            f"{len(dataset.classes)} classes")
+            f"{len(dataset.classes)} classes"
+        )
     batches = helpers.endless(
-        helpers.data_loader(dataset, args.batch_size, args.workers, seed=args.seed))
+        helpers.data_loader(dataset, args.batch_size, args.workers, seed=args.seed)
+    )
 
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     model = build_model(args.arch, args.num_classes).to(device)
     model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=MOMENTUM,
-                                weight_decay=WEIGHT_DECAY)
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=args.lr, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY
+    )
     precision = helpers.Precision(device, args.precision)
     exp.arguments["precision_used"] = precision.name  # what "auto" resolved to
 

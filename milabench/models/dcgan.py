@@ -34,18 +34,25 @@ def stages(image_size: int) -> int:
     """Resolution doublings between the 4x4 core and the image (3 at 64 px)."""
     if image_size < 16 or image_size & (image_size - 1):
         raise BadTestArguments(
-            f"bad test argument: --image-size {image_size} (a power of two >= 16, e.g. 64)")
+            f"bad test argument: --image-size {image_size} (a power of two >= 16, e.g. 64)"
+        )
     return image_size.bit_length() - 4
 
 
 def generator(nz: int, ngf: int, image_size: int) -> nn.Sequential:
     """nz x 1 x 1 -> (ngf * 2^k) x 4 x 4 -> ... -> ngf x s/2 x s/2 -> 3 x s x s."""
     k = stages(image_size)
-    layers: list[nn.Module] = [nn.ConvTranspose2d(nz, ngf * 2 ** k, 4, 1, 0, bias=False),
-                               nn.BatchNorm2d(ngf * 2 ** k), nn.ReLU(True)]
+    layers: list[nn.Module] = [
+        nn.ConvTranspose2d(nz, ngf * 2**k, 4, 1, 0, bias=False),
+        nn.BatchNorm2d(ngf * 2**k),
+        nn.ReLU(True),
+    ]
     for i in range(k, 0, -1):
-        layers += [nn.ConvTranspose2d(ngf * 2 ** i, ngf * 2 ** (i - 1), 4, 2, 1, bias=False),
-                   nn.BatchNorm2d(ngf * 2 ** (i - 1)), nn.ReLU(True)]
+        layers += [
+            nn.ConvTranspose2d(ngf * 2**i, ngf * 2 ** (i - 1), 4, 2, 1, bias=False),
+            nn.BatchNorm2d(ngf * 2 ** (i - 1)),
+            nn.ReLU(True),
+        ]
     layers += [nn.ConvTranspose2d(ngf, 3, 4, 2, 1, bias=False), nn.Tanh()]
     return nn.Sequential(*layers)
 
@@ -53,12 +60,17 @@ def generator(nz: int, ngf: int, image_size: int) -> nn.Sequential:
 def discriminator(ndf: int, image_size: int) -> nn.Sequential:
     """3 x s x s -> ndf x s/2 x s/2 -> ... -> (ndf * 2^k) x 4 x 4 -> 1 x 1 x 1."""
     k = stages(image_size)
-    layers: list[nn.Module] = [nn.Conv2d(3, ndf, 4, 2, 1, bias=False),
-                               nn.LeakyReLU(0.2, inplace=True)]
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, ndf, 4, 2, 1, bias=False),
+        nn.LeakyReLU(0.2, inplace=True),
+    ]
     for i in range(k):
-        layers += [nn.Conv2d(ndf * 2 ** i, ndf * 2 ** (i + 1), 4, 2, 1, bias=False),
-                   nn.BatchNorm2d(ndf * 2 ** (i + 1)), nn.LeakyReLU(0.2, inplace=True)]
-    layers += [nn.Conv2d(ndf * 2 ** k, 1, 4, 1, 0, bias=False), nn.Sigmoid()]
+        layers += [
+            nn.Conv2d(ndf * 2**i, ndf * 2 ** (i + 1), 4, 2, 1, bias=False),
+            nn.BatchNorm2d(ndf * 2 ** (i + 1)),
+            nn.LeakyReLU(0.2, inplace=True),
+        ]
+    layers += [nn.Conv2d(ndf * 2**k, 1, 4, 1, 0, bias=False), nn.Sigmoid()]
     return nn.Sequential(*layers)
 
 
@@ -75,12 +87,15 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch-size", type=helpers.positive_int, default=128)
     parser.add_argument("--image-size", type=helpers.positive_int, default=64)
-    parser.add_argument("--nz", type=helpers.positive_int, default=100,
-                        help="size of the latent vector")
-    parser.add_argument("--ngf", type=helpers.positive_int, default=64,
-                        help="generator feature maps")
-    parser.add_argument("--ndf", type=helpers.positive_int, default=64,
-                        help="discriminator feature maps")
+    parser.add_argument(
+        "--nz", type=helpers.positive_int, default=100, help="size of the latent vector"
+    )
+    parser.add_argument(
+        "--ngf", type=helpers.positive_int, default=64, help="generator feature maps"
+    )
+    parser.add_argument(
+        "--ndf", type=helpers.positive_int, default=64, help="discriminator feature maps"
+    )
     parser.add_argument("--lr", type=float, default=2e-4)
     parser.add_argument("--beta1", type=float, default=0.5)
     helpers.add_data_arguments(parser)
@@ -94,7 +109,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     dataset = fake_imagenet.image_folder(exp.dataroot, "train", transform)
     helpers.use_dataset(exp, fake_imagenet.folder(exp.dataroot))
     batches = helpers.endless(
-        helpers.data_loader(dataset, args.batch_size, args.workers, seed=args.seed))
+        helpers.data_loader(dataset, args.batch_size, args.workers, seed=args.seed)
+    )
 
     net_g = generator(args.nz, args.ngf, args.image_size).to(device)
     net_d = discriminator(args.ndf, args.image_size).to(device)

@@ -37,17 +37,23 @@ CONTENT_LAYER = 1  # relu2_2
 class ConvLayer(nn.Sequential):
     """Reflection padding then a convolution (after a nearest upsampling if asked)."""
 
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1,
-                 upsample: int | None = None):
+    def __init__(
+        self, cin: int, cout: int, kernel: int, stride: int = 1, upsample: int | None = None
+    ):
         layers: list[nn.Module] = [nn.Upsample(scale_factor=upsample)] if upsample else []
-        super().__init__(*layers, nn.ReflectionPad2d(kernel // 2),
-                         nn.Conv2d(cin, cout, kernel, stride))
+        super().__init__(
+            *layers, nn.ReflectionPad2d(kernel // 2), nn.Conv2d(cin, cout, kernel, stride)
+        )
 
 
-def conv_norm_relu(cin: int, cout: int, kernel: int, stride: int = 1,
-                   upsample: int | None = None) -> list[nn.Module]:
-    return [ConvLayer(cin, cout, kernel, stride, upsample),
-            nn.InstanceNorm2d(cout, affine=True), nn.ReLU()]
+def conv_norm_relu(
+    cin: int, cout: int, kernel: int, stride: int = 1, upsample: int | None = None
+) -> list[nn.Module]:
+    return [
+        ConvLayer(cin, cout, kernel, stride, upsample),
+        nn.InstanceNorm2d(cout, affine=True),
+        nn.ReLU(),
+    ]
 
 
 class ResidualBlock(nn.Module):
@@ -55,7 +61,9 @@ class ResidualBlock(nn.Module):
         super().__init__()
         self.body = nn.Sequential(
             *conv_norm_relu(channels, channels, 3),
-            ConvLayer(channels, channels, 3), nn.InstanceNorm2d(channels, affine=True))
+            ConvLayer(channels, channels, 3),
+            nn.InstanceNorm2d(channels, affine=True),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.body(x)
@@ -64,11 +72,14 @@ class ResidualBlock(nn.Module):
 def transformer_net() -> nn.Sequential:
     """3 x H x W -> 3 x H x W (H, W multiples of 4): down twice, 5 residual blocks, up twice."""
     return nn.Sequential(
-        *conv_norm_relu(3, 32, 9), *conv_norm_relu(32, 64, 3, 2),
+        *conv_norm_relu(3, 32, 9),
+        *conv_norm_relu(32, 64, 3, 2),
         *conv_norm_relu(64, 128, 3, 2),
         *(ResidualBlock(128) for _ in range(5)),
-        *conv_norm_relu(128, 64, 3, upsample=2), *conv_norm_relu(64, 32, 3, upsample=2),
-        ConvLayer(32, 3, 9))
+        *conv_norm_relu(128, 64, 3, upsample=2),
+        *conv_norm_relu(64, 32, 3, upsample=2),
+        ConvLayer(32, 3, 9),
+    )
 
 
 class VGGFeatures(nn.Module):
@@ -113,10 +124,18 @@ def style_image(size: int) -> torch.Tensor:
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch-size", type=helpers.positive_int, default=128)
-    parser.add_argument("--image-size", type=helpers.positive_int, default=64,
-                        help="training images are resized and cropped to this (multiple of 4)")
-    parser.add_argument("--style-size", type=helpers.positive_int, default=256,
-                        help="side of the generated style image")
+    parser.add_argument(
+        "--image-size",
+        type=helpers.positive_int,
+        default=64,
+        help="training images are resized and cropped to this (multiple of 4)",
+    )
+    parser.add_argument(
+        "--style-size",
+        type=helpers.positive_int,
+        default=256,
+        help="side of the generated style image",
+    )
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--content-weight", type=float, default=1e5)
     parser.add_argument("--style-weight", type=float, default=1e10)
@@ -124,14 +143,16 @@ def main(exp: Experiment, argv: list[str]) -> None:
     args = exp.parse_args(parser, argv)
     if args.image_size % 4:
         raise BadTestArguments(
-            f"bad test argument: --image-size {args.image_size} (a multiple of 4)")
+            f"bad test argument: --image-size {args.image_size} (a multiple of 4)"
+        )
     device = helpers.setup(exp, args)
 
     transform = fake_imagenet.center_transform(args.image_size, (0.0,) * 3, (1 / 255,) * 3)
     dataset = fake_imagenet.image_folder(exp.dataroot, "train", transform)
     helpers.use_dataset(exp, fake_imagenet.folder(exp.dataroot))
     batches = helpers.endless(
-        helpers.data_loader(dataset, args.batch_size, args.workers, seed=args.seed))
+        helpers.data_loader(dataset, args.batch_size, args.workers, seed=args.seed)
+    )
 
     model = transformer_net().to(device)
     model.train()
@@ -150,8 +171,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
             content_target = vgg(x)[CONTENT_LAYER]
         content = args.content_weight * F.mse_loss(feats_y[CONTENT_LAYER], content_target)
         style = args.style_weight * sum(
-            F.mse_loss(gram(f), g.expand(f.shape[0], -1, -1))
-            for f, g in zip(feats_y, style_grams))
+            F.mse_loss(gram(f), g.expand(f.shape[0], -1, -1)) for f, g in zip(feats_y, style_grams)
+        )
         loss = content + style
         loss.backward()
         loss.item()  # as legacy it.log(loss=loss.item()): a host sync per step

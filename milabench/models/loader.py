@@ -20,8 +20,12 @@ from milarun.experiment import Experiment
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch-size", type=helpers.positive_int, default=256)
-    parser.add_argument("--crop-size", type=helpers.positive_int, default=224,
-                        help="side of the random resized crop")
+    parser.add_argument(
+        "--crop-size",
+        type=helpers.positive_int,
+        default=224,
+        help="side of the random resized crop",
+    )
     helpers.add_data_arguments(parser)
     args = exp.parse_args(parser, argv)
     device = helpers.setup(exp, args)
@@ -30,7 +34,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     dataset = fake_imagenet.image_folder(exp.dataroot, "train", transform)
     helpers.use_dataset(exp, fake_imagenet.folder(exp.dataroot))
     batches = helpers.endless(
-        helpers.data_loader(dataset, args.batch_size, args.workers, seed=args.seed))
+        helpers.data_loader(dataset, args.batch_size, args.workers, seed=args.seed)
+    )
     last: list = [None]
 
     def step() -> None:

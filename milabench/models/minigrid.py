@@ -43,11 +43,11 @@ from torch import nn
 from milabench import helpers, rl
 from milarun.experiment import BadTestArguments, Experiment
 
-VIEW = 7                      # the agent's egocentric view is VIEW x VIEW cells
-IMAGE = VIEW * VIEW * 3       # its codes, first in each packed observation
-VOCAB = 100                   # babyai's Vocabulary.max_size, the word embedding's rows
-WIDTH = 128                   # image, FiLM, instruction and memory dimensions (babyai defaults)
-MAX_BYTES = 512               # longest mission text the worker processes pass back
+VIEW = 7  # the agent's egocentric view is VIEW x VIEW cells
+IMAGE = VIEW * VIEW * 3  # its codes, first in each packed observation
+VOCAB = 100  # babyai's Vocabulary.max_size, the word embedding's rows
+WIDTH = 128  # image, FiLM, instruction and memory dimensions (babyai defaults)
+MAX_BYTES = 512  # longest mission text the worker processes pass back
 
 
 def unit_rows(module: nn.Module) -> None:
@@ -85,16 +85,19 @@ class MissionBytes(gymnasium.ObservationWrapper):
 
     def __init__(self, env: gymnasium.Env):
         super().__init__(env)
-        self.observation_space = gymnasium.spaces.Dict({
-            "image": env.observation_space["image"],
-            "mission": gymnasium.spaces.Box(0, 255, (MAX_BYTES,), np.uint8)})
+        self.observation_space = gymnasium.spaces.Dict(
+            {
+                "image": env.observation_space["image"],
+                "mission": gymnasium.spaces.Box(0, 255, (MAX_BYTES,), np.uint8),
+            }
+        )
 
     def observation(self, observation: dict[str, Any]) -> dict[str, Any]:
         text = observation["mission"].encode()
         if len(text) > MAX_BYTES:
             raise ValueError(f"a mission longer than {MAX_BYTES} bytes: {text[:80]!r}...")
         mission = np.zeros(MAX_BYTES, np.uint8)
-        mission[:len(text)] = np.frombuffer(text, np.uint8)
+        mission[: len(text)] = np.frombuffer(text, np.uint8)
         return {"image": observation["image"], "mission": mission}
 
 
@@ -129,9 +132,11 @@ class Observer:
         packed[:, :IMAGE] = obs["image"].reshape(len(ids), IMAGE)
         for row, words in zip(packed, ids):
             if len(words) > self.words:
-                raise BadTestArguments(f"bad test argument: --instr-words {self.words} is "
-                                       f"shorter than a mission of {len(words)} words")
-            row[IMAGE:IMAGE + len(words)] = words
+                raise BadTestArguments(
+                    f"bad test argument: --instr-words {self.words} is "
+                    f"shorter than a mission of {len(words)} words"
+                )
+            row[IMAGE : IMAGE + len(words)] = words
         return torch.from_numpy(packed).to(self.device, non_blocking=True)
 
 
@@ -166,8 +171,13 @@ class FiLMActorCritic(nn.Module):
     def __init__(self, actions: int):
         super().__init__()
         self.image = nn.Sequential(
-            *conv_bn(3, WIDTH, 2), nn.ReLU(), nn.MaxPool2d(2),
-            *conv_bn(WIDTH, WIDTH, 3), nn.ReLU(), nn.MaxPool2d(2))
+            *conv_bn(3, WIDTH, 2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            *conv_bn(WIDTH, WIDTH, 3),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
         self.words = nn.Embedding(VOCAB, WIDTH)
         self.instr = nn.GRU(WIDTH, WIDTH, batch_first=True)
         self.films = nn.ModuleList([FiLM(), FiLM()])
@@ -190,8 +200,9 @@ class FiLMActorCritic(nn.Module):
             x = film(x, instr)
         return F.relu(self.pool(x)).flatten(1)
 
-    def forward(self, obs: torch.Tensor, memory: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self, obs: torch.Tensor, memory: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         image = obs[:, :IMAGE].reshape(-1, VIEW, VIEW, 3)
         x = self.features(image, self.instruction(obs[:, IMAGE:].long()))
         h, c = self.memory(x, (memory[:, :WIDTH], memory[:, WIDTH:]))
@@ -205,36 +216,74 @@ def non_negative(text: str) -> int:
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--env", "--env-name", dest="env", default="BabyAI-UnlockPickup-v0",
-                        help="a BabyAI (or MiniGrid) gymnasium id with a mission")
-    parser.add_argument("--recurrence", type=helpers.positive_int, default=20,
-                        help="steps the gradient goes back through the memory")
-    parser.add_argument("--reward-scale", type=float, default=20.0,
-                        help="the rewards are multiplied by this for training")
+    parser.add_argument(
+        "--env",
+        "--env-name",
+        dest="env",
+        default="BabyAI-UnlockPickup-v0",
+        help="a BabyAI (or MiniGrid) gymnasium id with a mission",
+    )
+    parser.add_argument(
+        "--recurrence",
+        type=helpers.positive_int,
+        default=20,
+        help="steps the gradient goes back through the memory",
+    )
+    parser.add_argument(
+        "--reward-scale",
+        type=float,
+        default=20.0,
+        help="the rewards are multiplied by this for training",
+    )
     parser.add_argument("--beta1", type=float, default=0.9, help="Adam beta1")
     parser.add_argument("--beta2", type=float, default=0.999, help="Adam beta2")
-    parser.add_argument("--instr-words", type=non_negative, default=0,
-                        help="missions padded to this many words (0: the longest mission "
-                             "of the first observations)")
+    parser.add_argument(
+        "--instr-words",
+        type=non_negative,
+        default=0,
+        help="missions padded to this many words (0: the longest mission "
+        "of the first observations)",
+    )
     parser.add_argument("--algo", default="ppo", choices=["ppo"], help="legacy flag: PPO only")
-    rl.add_ppo_arguments(parser, num_processes=64, num_steps=40, lr=1e-4, eps=1e-5,
-                         gamma=0.99, use_gae=True, gae_lambda=0.99, clip_param=0.2)
+    rl.add_ppo_arguments(
+        parser,
+        num_processes=64,
+        num_steps=40,
+        lr=1e-4,
+        eps=1e-5,
+        gamma=0.99,
+        use_gae=True,
+        gae_lambda=0.99,
+        clip_param=0.2,
+    )
     args = exp.parse_args(parser, argv)
-    config = rl.PPOConfig.from_args(args, batch_size=1280, recurrence=args.recurrence,
-                                    normalise_advantages=False)
+    config = rl.PPOConfig.from_args(
+        args, batch_size=1280, recurrence=args.recurrence, normalise_advantages=False
+    )
     config = dataclasses.replace(config, reward_scale=args.reward_scale, value_factor=1.0)
     if args.env not in gymnasium.registry:
-        raise BadTestArguments(f"bad test argument: --env {args.env} is not a registered "
-                               "gymnasium environment")
+        raise BadTestArguments(
+            f"bad test argument: --env {args.env} is not a registered gymnasium environment"
+        )
     device = helpers.setup(exp, args)
     exp.synthetic_data = None  # no dataset: the environments generate the levels
 
-    envs = rl.vector_env(functools.partial(make_env, args.env), args.num_processes,
-                         args.asynchronous)
+    envs = rl.vector_env(
+        functools.partial(make_env, args.env), args.num_processes, args.asynchronous
+    )
     model = FiLMActorCritic(envs.single_action_space.n).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, eps=args.eps,
-                                 betas=(args.beta1, args.beta2))
-    agent = rl.PPO(envs, model, optimizer, config, args.num_steps, device, args.seed,
-                   memory_size=model.memory_size,
-                   observe=Observer(device, args.instr_words))
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=args.lr, eps=args.eps, betas=(args.beta1, args.beta2)
+    )
+    agent = rl.PPO(
+        envs,
+        model,
+        optimizer,
+        config,
+        args.num_steps,
+        device,
+        args.seed,
+        memory_size=model.memory_size,
+        observe=Observer(device, args.instr_words),
+    )
     rl.train(exp, agent, args)

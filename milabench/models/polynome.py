@@ -22,7 +22,7 @@ DEGREE = 4
 
 def features(x: torch.Tensor) -> torch.Tensor:
     """[x, x^2, x^3, x^4] for a column of inputs."""
-    return torch.cat([x ** i for i in range(1, DEGREE + 1)], 1)
+    return torch.cat([x**i for i in range(1, DEGREE + 1)], 1)
 
 
 def main(exp: Experiment, argv: list[str]) -> None:

@@ -97,7 +97,7 @@ class TripleSampler:
         if self.position + size > self.total:  # a new pass, in a new order
             self.order = torch.randperm(self.total, device=self.device)
             self.position = 0
-        slots = self.order[self.position:self.position + size]
+        slots = self.order[self.position : self.position + size]
         self.position += size
         positive, negative_slot = slots // self.slots, slots % self.slots != 0
         users, items = self.users[positive], self.items[positive]
@@ -117,31 +117,47 @@ def parse_layers(text: str) -> list[int]:
     except ValueError:
         layers = []
     if len(layers) < 1 or min(layers) < 1 or layers[0] % 2:
-        raise BadTestArguments(f"bad test argument: --layers {text!r} (comma-separated "
-                               "sizes >= 1, the first one even)")
+        raise BadTestArguments(
+            f"bad test argument: --layers {text!r} (comma-separated sizes >= 1, the first one even)"
+        )
     return layers
 
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch-size", type=helpers.positive_int, default=2048,
-                        help="(user, item, label) triples per step")
-    parser.add_argument("-f", "--factors", type=helpers.positive_int, default=64,
-                        help="GMF embedding size")
-    parser.add_argument("--layers", default="256,256,128,64",
-                        help="MLP sizes; the first is the two MLP embeddings together")
+    parser.add_argument(
+        "--batch-size",
+        type=helpers.positive_int,
+        default=2048,
+        help="(user, item, label) triples per step",
+    )
+    parser.add_argument(
+        "-f", "--factors", type=helpers.positive_int, default=64, help="GMF embedding size"
+    )
+    parser.add_argument(
+        "--layers",
+        default="256,256,128,64",
+        help="MLP sizes; the first is the two MLP embeddings together",
+    )
     parser.add_argument("-l", "--lr", type=float, default=5e-4, help="Adam learning rate")
-    parser.add_argument("-n", "--negatives", type=int, default=4,
-                        help="negative triples per training positive")
-    parser.add_argument("--sampler", choices=("cpu", "gpu"), default="cpu",
-                        help="cpu: the legacy dataset in DataLoader workers; gpu: triples "
-                             "drawn on the device inside the step (not the legacy workload)")
+    parser.add_argument(
+        "-n", "--negatives", type=int, default=4, help="negative triples per training positive"
+    )
+    parser.add_argument(
+        "--sampler",
+        choices=("cpu", "gpu"),
+        default="cpu",
+        help="cpu: the legacy dataset in DataLoader workers; gpu: triples "
+        "drawn on the device inside the step (not the legacy workload)",
+    )
     helpers.add_data_arguments(parser)
     args = exp.parse_args(parser, argv)
     layers = parse_layers(args.layers)
     if args.negatives < 0 or args.lr <= 0 or args.workers < 0:
-        raise BadTestArguments(f"bad test argument: --negatives {args.negatives} (>= 0), "
-                               f"--lr {args.lr} (> 0), --workers {args.workers} (>= 0)")
+        raise BadTestArguments(
+            f"bad test argument: --negatives {args.negatives} (>= 0), "
+            f"--lr {args.lr} (> 0), --workers {args.workers} (>= 0)"
+        )
     device = helpers.setup(exp, args)
 
     data = ml20m.train_set(exp.dataroot)
@@ -150,7 +166,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     if triples < args.batch_size:
         raise BadTestArguments(
             f"bad test argument: --batch-size {args.batch_size} is more than the "
-            f"{triples} training triples of this data")
+            f"{triples} training triples of this data"
+        )
     if args.sampler == "gpu":
         sampler = TripleSampler(data, args.negatives, device)
 
@@ -159,8 +176,11 @@ def main(exp: Experiment, argv: list[str]) -> None:
     else:
         dataset = ml20m.TrainingTriples(data, args.negatives)
         order = ml20m.ShuffledBatches(len(dataset), args.batch_size, seed=args.seed)
-        batches = helpers.endless(helpers.data_loader(
-            dataset, args.batch_size, args.workers, seed=args.seed, batch_sampler=order))
+        batches = helpers.endless(
+            helpers.data_loader(
+                dataset, args.batch_size, args.workers, seed=args.seed, batch_sampler=order
+            )
+        )
 
         def load() -> tuple[torch.Tensor, ...]:
             users, items, labels = helpers.to_device(next(batches), device)

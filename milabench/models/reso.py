@@ -31,7 +31,7 @@ class SubPixelCNN(nn.Module):
         self.conv1 = nn.Conv2d(channels, 64, 5, padding=2)
         self.conv2 = nn.Conv2d(64, 64, 3, padding=1)
         self.conv3 = nn.Conv2d(64, 32, 3, padding=1)
-        self.conv4 = nn.Conv2d(32, channels * upscale_factor ** 2, 3, padding=1)
+        self.conv4 = nn.Conv2d(32, channels * upscale_factor**2, 3, padding=1)
         self.shuffle = nn.PixelShuffle(upscale_factor)
         relu_gain = nn.init.calculate_gain("relu")
         for conv in (self.conv1, self.conv2, self.conv3):
@@ -53,8 +53,10 @@ def check_arguments(args: argparse.Namespace) -> None:
     if args.upscale_factor < 1:
         problems.append(f"--upscale-factor {args.upscale_factor} (>= 1)")
     if not args.upscale_factor <= args.crop_size <= bsds500.SHORT:
-        problems.append(f"--crop-size {args.crop_size} (from the upscale factor to "
-                        f"{bsds500.SHORT}, the short side of BSDS500 images)")
+        problems.append(
+            f"--crop-size {args.crop_size} (from the upscale factor to "
+            f"{bsds500.SHORT}, the short side of BSDS500 images)"
+        )
     helpers.reject(problems)
 
 
@@ -63,8 +65,12 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--batch-size", type=helpers.positive_int, default=64)
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--upscale-factor", type=int, default=2)
-    parser.add_argument("--crop-size", type=int, default=256,
-                        help="target side (made divisible by the factor); input is this / factor")
+    parser.add_argument(
+        "--crop-size",
+        type=int,
+        default=256,
+        help="target side (made divisible by the factor); input is this / factor",
+    )
     helpers.add_data_arguments(parser)
     args = exp.parse_args(parser, argv)
     check_arguments(args)
@@ -72,8 +78,9 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     data = bsds500.reso_train_set(exp.dataroot, args.crop_size, args.upscale_factor)
     helpers.use_dataset(exp, bsds500.folder(exp.dataroot))
-    batches = helpers.endless(helpers.data_loader(data, args.batch_size, args.workers,
-                                                  seed=args.seed))
+    batches = helpers.endless(
+        helpers.data_loader(data, args.batch_size, args.workers, seed=args.seed)
+    )
     model = SubPixelCNN(args.upscale_factor).to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)

@@ -32,8 +32,9 @@ def main(exp: Experiment, argv: list[str]) -> None:
     exp.write_result = distributed.env_rank() == 0
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arch", default="alexnet", help="torchvision.models network name")
-    parser.add_argument("--batch-size", type=helpers.positive_int, default=64,
-                        help="examples per rank and step")
+    parser.add_argument(
+        "--batch-size", type=helpers.positive_int, default=64, help="examples per rank and step"
+    )
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--num-classes", type=int, default=1000)
@@ -41,7 +42,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     for flag in ("image_size", "num_classes"):  # --batch-size: the parser's positive_int
         if getattr(args, flag) < 1:
             raise BadTestArguments(
-                f"bad test argument: --{flag.replace('_', '-')} {getattr(args, flag)} (>= 1)")
+                f"bad test argument: --{flag.replace('_', '-')} {getattr(args, flag)} (>= 1)"
+            )
     check_arch(args.arch)  # before joining the process group: every rank fails fast
     exp.synthetic_data = True  # one fixed random batch by construction
 
@@ -64,8 +66,9 @@ def main(exp: Experiment, argv: list[str]) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     gen = torch.Generator().manual_seed(args.seed + rank)  # each rank its own fixed batch
-    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size,
-                         generator=gen).to(device)
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=gen).to(
+        device
+    )
     labels = torch.zeros(args.batch_size, dtype=torch.long, device=device)
 
     def step() -> torch.Tensor:

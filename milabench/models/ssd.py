@@ -39,6 +39,7 @@ EXTRA = ((256, 2, 1), (256, 2, 1), (128, 2, 1), (128, 1, 0), (128, 1, 0))
 
 def feature_sizes(image_size: int) -> list[int]:
     """The six maps' sides for a square input (38, 19, 10, 5, 3, 1 at 300 px)."""
+
     def conv(n: int, kernel: int, stride: int, padding: int) -> int:
         return (n + 2 * padding - kernel) // stride + 1
 
@@ -67,16 +68,22 @@ class SSD300(nn.Module):
         first.downsample[0].stride = (1, 1)
         self.extra = nn.ModuleList()
         for (width, stride, padding), c_in, c_out in zip(EXTRA, CHANNELS, CHANNELS[1:]):
-            self.extra.append(nn.Sequential(
-                nn.Conv2d(c_in, width, 1), nn.ReLU(inplace=True),
-                nn.Conv2d(width, c_out, 3, stride=stride, padding=padding),
-                nn.ReLU(inplace=True)))
+            self.extra.append(
+                nn.Sequential(
+                    nn.Conv2d(c_in, width, 1),
+                    nn.ReLU(inplace=True),
+                    nn.Conv2d(width, c_out, 3, stride=stride, padding=padding),
+                    nn.ReLU(inplace=True),
+                )
+            )
         counts = ssd_parts.boxes_per_cell()
         self.num_classes = num_classes
-        self.loc = nn.ModuleList(nn.Conv2d(c, n * 4, 3, padding=1)
-                                 for c, n in zip(CHANNELS, counts))
-        self.conf = nn.ModuleList(nn.Conv2d(c, n * num_classes, 3, padding=1)
-                                  for c, n in zip(CHANNELS, counts))
+        self.loc = nn.ModuleList(
+            nn.Conv2d(c, n * 4, 3, padding=1) for c, n in zip(CHANNELS, counts)
+        )
+        self.conf = nn.ModuleList(
+            nn.Conv2d(c, n * num_classes, 3, padding=1) for c, n in zip(CHANNELS, counts)
+        )
         # The layers MLPerf adds start from Xavier; the backbone keeps torchvision's init.
         for module in (self.extra, self.loc, self.conf):
             for param in module.parameters():
@@ -109,15 +116,22 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser.add_argument("--batch-size", type=helpers.positive_int, default=64)
     # MLPerf SSD v0.6 as the legacy ran it: SGD lr 1e-3, momentum 0.9, weight decay 5e-4.
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--image-size", type=helpers.positive_int,
-                        default=ssd_parts.BASE_SIZE,
-                        help=f"input resolution (>= {MIN_IMAGE_SIZE}; 300 = SSD300)")
+    parser.add_argument(
+        "--image-size",
+        type=helpers.positive_int,
+        default=ssd_parts.BASE_SIZE,
+        help=f"input resolution (>= {MIN_IMAGE_SIZE}; 300 = SSD300)",
+    )
     helpers.add_data_arguments(parser, workers=4)  # the legacy loader's 4 workers
     args = exp.parse_args(parser, argv)
     helpers.reject(
-        ([f"--image-size {args.image_size}: the SSD extra layers need >= {MIN_IMAGE_SIZE}"]
-         if args.image_size < MIN_IMAGE_SIZE else [])
-        + ([f"--workers {args.workers} (>= 0)"] if args.workers < 0 else []))
+        (
+            [f"--image-size {args.image_size}: the SSD extra layers need >= {MIN_IMAGE_SIZE}"]
+            if args.image_size < MIN_IMAGE_SIZE
+            else []
+        )
+        + ([f"--workers {args.workers} (>= 0)"] if args.workers < 0 else [])
+    )
     device = helpers.setup(exp, args)
 
     boxes = anchors(args.image_size)
@@ -132,8 +146,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     model = SSD300().to(device)
     model.train()
     criterion = ssd_parts.MultiBoxLoss(boxes).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9,
-                                weight_decay=5e-4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
 
     def step() -> torch.Tensor:
         images, gloc, glabel = helpers.to_device(next(batches), device)

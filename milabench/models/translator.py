@@ -57,8 +57,9 @@ class BahdanauAttention(nn.Module):
         self.gain = nn.Parameter(torch.tensor(1 / math.sqrt(size)))
         self.bias = nn.Parameter(torch.zeros(size))
 
-    def forward(self, query: torch.Tensor, keys: torch.Tensor,
-                padding: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, query: torch.Tensor, keys: torch.Tensor, padding: torch.Tensor
+    ) -> torch.Tensor:
         """query (T, B, H), keys (S, B, H), padding (B, S) True at PAD -> context (T, B, H)."""
         q = self.query(query).transpose(0, 1).unsqueeze(2)  # B, T, 1, H
         k = self.key(keys).transpose(0, 1).unsqueeze(1)  # B, 1, S, H
@@ -76,7 +77,8 @@ class Encoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             [nn.LSTM(hidden, hidden, bidirectional=True), nn.LSTM(2 * hidden, hidden)]
-            + [nn.LSTM(hidden, hidden) for _ in range(layers - 2)])
+            + [nn.LSTM(hidden, hidden) for _ in range(layers - 2)]
+        )
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """src (S, B), lengths (B,) on the CPU, decreasing -> outputs (S, B, H)."""
@@ -99,8 +101,9 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(nn.LSTM(2 * hidden, hidden) for _ in range(layers - 1))
         self.classifier = nn.Linear(hidden, embedding.num_embeddings)
 
-    def forward(self, tgt: torch.Tensor, context: torch.Tensor,
-                padding: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, tgt: torch.Tensor, context: torch.Tensor, padding: torch.Tensor
+    ) -> torch.Tensor:
         """tgt (T, B) teacher-forced inputs -> logits (T, B, vocabulary)."""
         x, _ = self.attention_lstm(self.embedding(tgt))
         attention = self.attention(x, context, padding)
@@ -111,8 +114,7 @@ class Decoder(nn.Module):
 
 
 class GNMT(nn.Module):
-    def __init__(self, vocabulary: int, hidden: int = 1024, layers: int = 4,
-                 dropout: float = 0.2):
+    def __init__(self, vocabulary: int, hidden: int = 1024, layers: int = 4, dropout: float = 0.2):
         super().__init__()
         embedding = nn.Embedding(vocabulary, hidden, padding_idx=wmt16.PAD)
         self.encoder = Encoder(embedding, hidden, layers, dropout)
@@ -121,8 +123,7 @@ class GNMT(nn.Module):
             if not name.endswith(("attention.gain", "attention.bias")):
                 nn.init.uniform_(p, -INIT_RANGE, INIT_RANGE)
 
-    def forward(self, src: torch.Tensor, lengths: torch.Tensor,
-                tgt: torch.Tensor) -> torch.Tensor:
+    def forward(self, src: torch.Tensor, lengths: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         context = self.encoder(src, lengths)
         return self.decoder(tgt, context, (src == wmt16.PAD).t())
 
@@ -145,7 +146,7 @@ class BucketingSampler:
 
     def __iter__(self) -> Iterator[list[int]]:
         order = torch.randperm(len(self.lengths), generator=self.generator)
-        batches = order[:len(self) * self.batch_size].view(-1, self.batch_size)
+        batches = order[: len(self) * self.batch_size].view(-1, self.batch_size)
         if self.bucket:
             shards = batches.flatten().split(self.SHARD * self.batch_size)
             by_length = [shard[self.lengths[shard].sort(stable=True).indices] for shard in shards]
@@ -166,27 +167,35 @@ def check_arguments(args: argparse.Namespace) -> None:
     if not 0 <= args.smoothing < 1:
         problems.append(f"--smoothing {args.smoothing} (in [0, 1))")
     if args.lr <= 0 or args.clip <= 0 or args.workers < 0:
-        problems.append(f"--lr {args.lr}, --clip {args.clip} (> 0), --workers {args.workers}"
-                        " (>= 0)")
+        problems.append(
+            f"--lr {args.lr}, --clip {args.clip} (> 0), --workers {args.workers} (>= 0)"
+        )
     helpers.reject(problems)
 
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batch-size", type=helpers.positive_int, default=64,
-                        help="sentence pairs per step")
+    parser.add_argument(
+        "--batch-size", type=helpers.positive_int, default=64, help="sentence pairs per step"
+    )
     parser.add_argument("--hidden-size", type=helpers.positive_int, default=1024)
-    parser.add_argument("--num-layers", type=int, default=4,
-                        help="LSTM layers of the encoder and of the decoder")
+    parser.add_argument(
+        "--num-layers", type=int, default=4, help="LSTM layers of the encoder and of the decoder"
+    )
     parser.add_argument("--dropout", type=float, default=0.2)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--smoothing", type=float, default=0.1, help="label smoothing")
     parser.add_argument("--clip", type=float, default=5.0, help="max gradient norm")
-    parser.add_argument("--max-length", type=int, default=50,
-                        help="longest pair kept, in tokens with BOS and EOS")
-    parser.add_argument("--bucketing", action=argparse.BooleanOptionalAction, default=True,
-                        help="batches of pairs of about the same length (the legacy "
-                             "default; --no-bucketing: random batches)")
+    parser.add_argument(
+        "--max-length", type=int, default=50, help="longest pair kept, in tokens with BOS and EOS"
+    )
+    parser.add_argument(
+        "--bucketing",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="batches of pairs of about the same length (the legacy "
+        "default; --no-bucketing: random batches)",
+    )
     helpers.add_data_arguments(parser)
     args = exp.parse_args(parser, argv)
     check_arguments(args)
@@ -195,13 +204,21 @@ def main(exp: Experiment, argv: list[str]) -> None:
     data = wmt16.train_set(exp.dataroot, max_length=args.max_length)
     helpers.use_dataset(exp, wmt16.folder(exp.dataroot))
     order = BucketingSampler(data.lengths, args.batch_size, args.seed, args.bucketing)
-    batches = helpers.endless(helpers.data_loader(
-        data, args.batch_size, args.workers, collate_fn=wmt16.collate, seed=args.seed,
-        batch_sampler=order))
+    batches = helpers.endless(
+        helpers.data_loader(
+            data,
+            args.batch_size,
+            args.workers,
+            collate_fn=wmt16.collate,
+            seed=args.seed,
+            batch_sampler=order,
+        )
+    )
     model = GNMT(len(data.tokenizer), args.hidden_size, args.num_layers, args.dropout)
     model.to(device).train()
-    criterion = nn.CrossEntropyLoss(ignore_index=wmt16.PAD, label_smoothing=args.smoothing,
-                                    reduction="sum")
+    criterion = nn.CrossEntropyLoss(
+        ignore_index=wmt16.PAD, label_smoothing=args.smoothing, reduction="sum"
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 
     def step(batch: tuple[torch.Tensor, ...]) -> float:

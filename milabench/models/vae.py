@@ -46,8 +46,9 @@ class VAE(nn.Module):
         return recon, mu, logvar
 
 
-def vae_loss(recon: torch.Tensor, x: torch.Tensor, mu: torch.Tensor,
-             logvar: torch.Tensor) -> torch.Tensor:
+def vae_loss(
+    recon: torch.Tensor, x: torch.Tensor, mu: torch.Tensor, logvar: torch.Tensor
+) -> torch.Tensor:
     """Reconstruction BCE (summed over pixels and batch) + KL(q(z|x) || N(0, I))."""
     bce = F.binary_cross_entropy(recon, x, reduction="sum")
     kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
@@ -68,8 +69,9 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     data = mnist.train_set(exp.dataroot, transform=ToTensor())
     helpers.use_dataset(exp, mnist.folder(exp.dataroot))
-    batches = helpers.endless(helpers.data_loader(data, args.batch_size, args.workers,
-                                                  seed=args.seed))
+    batches = helpers.endless(
+        helpers.data_loader(data, args.batch_size, args.workers, seed=args.seed)
+    )
     model = VAE().to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)

@@ -37,8 +37,16 @@ RNN_TYPES = ("GRU", "LSTM", "RNN_TANH", "RNN_RELU")
 class RNNModel(nn.Module):
     """Encoder embedding, recurrent stack, decoder to vocabulary logits."""
 
-    def __init__(self, rnn_type: str, ntoken: int, ninp: int, nhid: int, nlayers: int,
-                 dropout: float = 0.5, tie_weights: bool = False):
+    def __init__(
+        self,
+        rnn_type: str,
+        ntoken: int,
+        ninp: int,
+        nhid: int,
+        nlayers: int,
+        dropout: float = 0.5,
+        tie_weights: bool = False,
+    ):
         super().__init__()
         self.rnn_type, self.nhid, self.nlayers = rnn_type, nhid, nlayers
         self.drop = nn.Dropout(dropout)
@@ -47,8 +55,9 @@ class RNNModel(nn.Module):
         if rnn_type in ("LSTM", "GRU"):
             self.rnn = getattr(nn, rnn_type)(ninp, nhid, nlayers, dropout=inner_dropout)
         else:
-            self.rnn = nn.RNN(ninp, nhid, nlayers, nonlinearity=rnn_type[4:].lower(),
-                              dropout=inner_dropout)
+            self.rnn = nn.RNN(
+                ninp, nhid, nlayers, nonlinearity=rnn_type[4:].lower(), dropout=inner_dropout
+            )
         self.decoder = nn.Linear(nhid, ntoken)
         if tie_weights:  # "Using the Output Embedding to Improve Language Models"
             self.decoder.weight = self.encoder.weight
@@ -93,18 +102,27 @@ def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch-size", type=helpers.positive_int, default=64)
     parser.add_argument("--model", default="GRU", choices=RNN_TYPES, help="recurrent cell")
-    parser.add_argument("--emsize", type=helpers.positive_int, default=656,
-                        help="word embedding size")
-    parser.add_argument("--nhid", type=helpers.positive_int, default=656,
-                        help="hidden units per layer")
+    parser.add_argument(
+        "--emsize", type=helpers.positive_int, default=656, help="word embedding size"
+    )
+    parser.add_argument(
+        "--nhid", type=helpers.positive_int, default=656, help="hidden units per layer"
+    )
     parser.add_argument("--nlayers", type=helpers.positive_int, default=2)
     parser.add_argument("--dropout", type=float, default=0.5)
-    parser.add_argument("--bptt", type=helpers.positive_int, default=35,
-                        help="sequence length (steps of backpropagation through time)")
+    parser.add_argument(
+        "--bptt",
+        type=helpers.positive_int,
+        default=35,
+        help="sequence length (steps of backpropagation through time)",
+    )
     parser.add_argument("--lr", type=float, default=20.0, help="SGD learning rate")
     parser.add_argument("--clip", type=float, default=0.25, help="gradient norm clip")
-    parser.add_argument("--tied", action="store_true",
-                        help="tie the embedding and decoder weights (needs emsize == nhid)")
+    parser.add_argument(
+        "--tied",
+        action="store_true",
+        help="tie the embedding and decoder weights (needs emsize == nhid)",
+    )
     helpers.add_precision_argument(parser)
     args = exp.parse_args(parser, argv)
     check_arguments(args)
@@ -118,12 +136,14 @@ def main(exp: Experiment, argv: list[str]) -> None:
     if len(train_data) < 2:
         raise BadTestArguments(
             f"bad test argument: --batch-size {args.batch_size} needs at least "
-            f"{2 * args.batch_size} training tokens; the data has {len(corpus.train)}")
+            f"{2 * args.batch_size} training tokens; the data has {len(corpus.train)}"
+        )
     train_data = train_data.to(device)
     ntokens = len(corpus.dictionary)
 
-    model = RNNModel(args.model, ntokens, args.emsize, args.nhid, args.nlayers,
-                     args.dropout, args.tied).to(device)
+    model = RNNModel(
+        args.model, ntokens, args.emsize, args.nhid, args.nlayers, args.dropout, args.tied
+    ).to(device)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)  # p -= lr * grad
     state = {"row": 0, "hidden": model.init_hidden(args.batch_size)}
@@ -133,8 +153,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
         if row >= len(train_data) - 1:  # a new pass over the text
             row, state["hidden"] = 0, model.init_hidden(args.batch_size)
         length = min(args.bptt, len(train_data) - 1 - row)
-        inputs = train_data[row:row + length]
-        targets = train_data[row + 1:row + 1 + length].reshape(-1)
+        inputs = train_data[row : row + length]
+        targets = train_data[row + 1 : row + 1 + length].reshape(-1)
         state["row"] = row + length
         optimizer.zero_grad(set_to_none=True)
         with precision.autocast():

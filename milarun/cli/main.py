@@ -40,7 +40,8 @@ def _parse_extra(text: str | None) -> dict[str, Any]:
         extra = json.loads(text)
     except json.JSONDecodeError as err:
         raise errors.UsageError(
-            f"--extra is not valid JSON ({err.msg} at column {err.colno})") from None
+            f"--extra is not valid JSON ({err.msg} at column {err.colno})"
+        ) from None
     if not isinstance(extra, dict):
         raise errors.UsageError("--extra must be a JSON object")
     return extra
@@ -55,8 +56,10 @@ def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
         rate = read.ResultView.from_dict(result).rate()
         print(f"{result['name']} J{result['job_id']}: {rate:,.2f} examples/s")
     else:
-        print(f"{result['name']} J{result['job_id']}: FAIL "
-              f"({result['failure']['kind']}): {result['failure']['message']}")
+        print(
+            f"{result['name']} J{result['job_id']}: FAIL "
+            f"({result['failure']['kind']}): {result['failure']['message']}"
+        )
     if path is not None:
         print(f"result: {path}")
     return runner.exit_code(result)
@@ -124,17 +127,30 @@ class Commands:
             raise errors.UsageError("--nnodes and --master go together (a multi-node run)")
         outcome = suite.run_suite(
             suite.SuiteRequest(
-                profile=profile_spec, outdir=Path(out) if out else default_outdir(),
+                profile=profile_spec,
+                outdir=Path(out) if out else default_outdir(),
                 dataroot=Path(dataroot) if dataroot else default_dataroot(),
-                names=split_names(name), tags=split_names(tags), repeat=repeat,
-                devices=devices_spec, use_cgexec=not no_cgexec, verbose=verbose,
+                names=split_names(name),
+                tags=split_names(tags),
+                repeat=repeat,
+                devices=devices_spec,
+                use_cgexec=not no_cgexec,
+                verbose=verbose,
                 user_args=test_args,
-                rendezvous=(launch.Rendezvous.parse(nnodes, master, node_rank)
-                            if nnodes is not None else None)),
-            say=lambda line: print(line, flush=True))
+                rendezvous=(
+                    launch.Rendezvous.parse(nnodes, master, node_rank)
+                    if nnodes is not None
+                    else None
+                ),
+            ),
+            say=lambda line: print(line, flush=True),
+        )
         if outcome.interrupted_by:
-            print(f"interrupted by {outcome.interrupted_by}: every instance stopped; "
-                  f"results in {outcome.outdir}", file=sys.stderr)
+            print(
+                f"interrupted by {outcome.interrupted_by}: every instance stopped; "
+                f"results in {outcome.outdir}",
+                file=sys.stderr,
+            )
             return outcome.exit_code
         print()
         print(outcome.report_text, end="")
@@ -164,9 +180,14 @@ class Commands:
         from milarun.measure import runner
 
         call = runner.plan_run(
-            function, test_args, out=out or default_outdir(),
+            function,
+            test_args,
+            out=out or default_outdir(),
             dataroot=Path(dataroot) if dataroot else default_dataroot(),
-            experiment_name=experiment_name, job_id=job_id, extra=_parse_extra(extra))
+            experiment_name=experiment_name,
+            job_id=job_id,
+            extra=_parse_extra(extra),
+        )
         return _run_and_exit(call.function, call.argv, **call.options())
 
     def rerun(test_args: list[str]) -> int:
@@ -205,8 +226,10 @@ class Commands:
         text = json.dumps(source.summary, indent=2)
         if out:
             results.write_atomic(Path(out), source.summary)
-            print(f"summary of {len(source.loaded.results)} result(s) written to {out}",
-                  file=sys.stderr)
+            print(
+                f"summary of {len(source.loaded.results)} result(s) written to {out}",
+                file=sys.stderr,
+            )
         else:
             print(text)
         return 0
@@ -242,11 +265,22 @@ class Commands:
         from milarun.report import request as reporting
 
         _no_test_args("report", test_args)
-        outcome = reporting.make_report(reporting.ReportRequest(
-            Path(source), weights=weights, compare=compare, compare_gpus=compare_gpus,
-            compare_nodes=compare_nodes, price=price, power_cost=power_cost,
-            penalize_variance=penalize_variance, html=Path(html) if html else None,
-            title=title, fail_below=fail_below, format=format))
+        outcome = reporting.make_report(
+            reporting.ReportRequest(
+                Path(source),
+                weights=weights,
+                compare=compare,
+                compare_gpus=compare_gpus,
+                compare_nodes=compare_nodes,
+                price=price,
+                power_cost=power_cost,
+                penalize_variance=penalize_variance,
+                html=Path(html) if html else None,
+                title=title,
+                fail_below=fail_below,
+                format=format,
+            )
+        )
         _print_skipped(outcome.skipped)
         print(outcome.text, end="")
         if outcome.html:
@@ -298,8 +332,11 @@ class Commands:
 
         if action not in ("setup", "check", "teardown"):
             raise errors.UsageError(f"cgroups {action!r}: use setup, check or teardown")
-        devs = (devices.parse_device_spec(devices_spec) if devices_spec is not None
-                else devices.discover_devices())
+        devs = (
+            devices.parse_device_spec(devices_spec)
+            if devices_spec is not None
+            else devices.discover_devices()
+        )
         hier = isolation.find_hierarchies()
         ids = [d.id for d in devs]
         local = devices.gpu_local_cpus(ids) if devs[0].kind == devices.GPU_KIND else {}
@@ -331,8 +368,11 @@ class Commands:
         from milarun.doctor import passive as doctor
 
         _no_test_args("doctor", test_args)
-        request = doctor.Request(Path(dataroot) if dataroot else default_dataroot(),
-                                 profile=profile_spec, devices=devices_spec)
+        request = doctor.Request(
+            Path(dataroot) if dataroot else default_dataroot(),
+            profile=profile_spec,
+            devices=devices_spec,
+        )
         checks = []
         for check in doctor.run_checks(request, doctor.Machine.here()):
             checks.append(check)
@@ -381,12 +421,12 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first "--" belongs to the test.
     split = argv.index("--") if "--" in argv else len(argv)
-    head, test_args = argv[:split], argv[split + 1:]
-    parser = OneLineParser(prog="milarun", description=Commands.__doc__,
-                           argument_default=argparse.SUPPRESS)
+    head, test_args = argv[:split], argv[split + 1 :]
+    parser = OneLineParser(
+        prog="milarun", description=Commands.__doc__, argument_default=argparse.SUPPRESS
+    )
     try:
-        code = run_cli(Commands, args=(test_args,),
-                       argv=head, parser=parser)
+        code = run_cli(Commands, args=(test_args,), argv=head, parser=parser)
     except errors.UserError as err:  # the user's to fix: one line, exit 1
         print(f"milarun: error: {err}", file=sys.stderr)
         code = 1

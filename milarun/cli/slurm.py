@@ -40,25 +40,37 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
     try:
         states = slurm_follow.follow(out, submission, say)
     except KeyboardInterrupt:
-        print(f"stopped following; the job(s) go on: scancel {' '.join(submission.job_ids)} "
-              f"stops them, `milarun slurm wait {out}` follows them again", file=sys.stderr)
+        print(
+            f"stopped following; the job(s) go on: scancel {' '.join(submission.job_ids)} "
+            f"stops them, `milarun slurm wait {out}` follows them again",
+            file=sys.stderr,
+        )
         return 130
     # score what was asked for: the submission's tests and what its nodes planned
     asked = set(submission.expected) | {
-        t for node in (out / slurmenv.NODES_FOLDER).glob("*")
-        for t in slurm_follow.planned_on(node, submission) or ()}
-    outcome = reporting.make_report(reporting.ReportRequest(
-        out, compare_nodes=submission.kind == "fleet",
-        title=f"milarun slurm {submission.kind} {submission.profile}",
-        only_tests=frozenset(asked),
-        html=out / f"report.{results.utc_stamp()}.html"))
+        t
+        for node in (out / slurmenv.NODES_FOLDER).glob("*")
+        for t in slurm_follow.planned_on(node, submission) or ()
+    }
+    outcome = reporting.make_report(
+        reporting.ReportRequest(
+            out,
+            compare_nodes=submission.kind == "fleet",
+            title=f"milarun slurm {submission.kind} {submission.profile}",
+            only_tests=frozenset(asked),
+            html=out / f"report.{results.utc_stamp()}.html",
+        )
+    )
     print()
     print(outcome.text, end="")
     print(f"\nresults: {out.resolve()}")
     if outcome.html is not None:  # always asked for above
         print(f"report:  {outcome.html.resolve()}")
-    failed = [f"job {s.job_id} {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "")
-              for s in states.values() if not s.ok]
+    failed = [
+        f"job {s.job_id} {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "")
+        for s in states.values()
+        if not s.ok
+    ]
     failed_runs = slurm_follow.failed_runs(out, submission)
     if failed_runs:
         failed.append(f"{failed_runs} failed run(s) in job(s) {', '.join(submission.job_ids)}")
@@ -86,8 +98,9 @@ def _submit(request: slurm.SlurmRequest, dry_run: bool, wait: bool) -> int:
 
 
 @tooled
-def _allocation(kind: str, test_args: list[str], **request: Any
-                ) -> "tuple[slurm.SlurmRequest, bool, bool]":  # noqa: UP037 (ptera evaluates it)
+def _allocation(
+    kind: str, test_args: list[str], **request: Any
+) -> "tuple[slurm.SlurmRequest, bool, bool]":  # noqa: UP037 (ptera evaluates it)
     """The options fleet and scaling share, with the request they make and its mode."""
     # Profile name (quick, standard, ...) or path to a profile JSON file
     # [positional]
@@ -119,14 +132,22 @@ def _allocation(kind: str, test_args: list[str], **request: Any
     # [alias: -o]
     out: Option = default(None)
 
-
     from milarun.slurm import submit as slurm
 
     made = slurm.SlurmRequest(
-        kind=kind, profile=profile_spec, outdir=Path(out) if out else default_outdir(),
-        dataroot=Path(dataroot).resolve() if dataroot else None, partition=partition,
-        gpus_per_node=gpus_per_node, time=time, sbatch_args=tuple(sbatch_arg), repeat=repeat,
-        devices=devices_spec, user_args=tuple(test_args), **request)
+        kind=kind,
+        profile=profile_spec,
+        outdir=Path(out) if out else default_outdir(),
+        dataroot=Path(dataroot).resolve() if dataroot else None,
+        partition=partition,
+        gpus_per_node=gpus_per_node,
+        time=time,
+        sbatch_args=tuple(sbatch_arg),
+        repeat=repeat,
+        devices=devices_spec,
+        user_args=tuple(test_args),
+        **request,
+    )
     return made, dry_run, wait
 
 
@@ -152,11 +173,17 @@ class SlurmCommands:
         # Write results on this node-local folder, then copy them to -o (compared byte for byte)
         local_dir: Option = default(None)
 
-
         request, dry_run, wait = _allocation(
-            "fleet", test_args, nodes=nodes, nodelist=nodelist, each_node=each_node,
-            names=tuple(split_names(name)), tags=tuple(split_names(tags)),
-            use_cgexec=not no_cgexec, local_dir=Path(local_dir) if local_dir else None)
+            "fleet",
+            test_args,
+            nodes=nodes,
+            nodelist=nodelist,
+            each_node=each_node,
+            names=tuple(split_names(name)),
+            tags=tuple(split_names(tags)),
+            use_cgexec=not no_cgexec,
+            local_dir=Path(local_dir) if local_dir else None,
+        )
         return _submit(request, dry_run, wait)
 
     def scaling(test_args: list[str]) -> int:
@@ -167,12 +194,15 @@ class SlurmCommands:
         # [nargs: +]
         name: Option = default([])
 
-
         if nodes is None:
             raise errors.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
         request, dry_run, wait = _allocation(
-            "scaling", test_args, node_counts=_node_counts(nodes),
-            names=tuple(split_names(name)), tags=() if name else ("scaling",))
+            "scaling",
+            test_args,
+            node_counts=_node_counts(nodes),
+            names=tuple(split_names(name)),
+            tags=() if name else ("scaling",),
+        )
         return _submit(request, dry_run, wait)
 
     def wait(test_args: list[str]) -> int:
@@ -187,8 +217,9 @@ class SlurmCommands:
 
         found = slurm.load_submissions(Path(out))
         if not found:
-            raise errors.UsageError(f"{out}: no Slurm submission recorded in "
-                                    f"{Path(out) / slurm.SLURM_FOLDER}")
+            raise errors.UsageError(
+                f"{out}: no Slurm submission recorded in {Path(out) / slurm.SLURM_FOLDER}"
+            )
         return _follow_and_report(Path(out), found[-1][1])
 
     def gather(test_args: list[str]) -> int:
@@ -205,8 +236,10 @@ class SlurmCommands:
         from milarun.slurm import gather
 
         done = gather.gather(slurmenv.node_outdir(Path(local)), slurmenv.node_outdir(Path(out)))
-        print(f"gathered {done.files} file(s), {done.bytes:,} bytes, compared byte for byte: "
-              f"{done.source} -> {done.target}")
+        print(
+            f"gathered {done.files} file(s), {done.bytes:,} bytes, compared byte for byte: "
+            f"{done.source} -> {done.target}"
+        )
         return 0
 
     def check(test_args: list[str]) -> int:

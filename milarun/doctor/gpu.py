@@ -26,6 +26,7 @@ class Check:
     detail: str
     fix: str | None = None  # what to do, for WARN and FAIL
 
+
 # pynvml's constants, by their names there (a fake NVML need not define them).
 NVML_CLOCK_SM = 1
 NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
@@ -69,9 +70,15 @@ def read_gpus(nvml: Any) -> list[NvmlGPU]:
     gpus = []
     for i in range(nvml.nvmlDeviceGetCount()):
         h = nvml.nvmlDeviceGetHandleByIndex(i)
-        gpus.append(NvmlGPU(i, _text(nvml.nvmlDeviceGetName(h)), _text(nvml.nvmlDeviceGetUUID(h)),
-                            bus_id(nvml.nvmlDeviceGetPciInfo(h).busId),
-                            int(nvml.nvmlDeviceGetMemoryInfo(h).total)))
+        gpus.append(
+            NvmlGPU(
+                i,
+                _text(nvml.nvmlDeviceGetName(h)),
+                _text(nvml.nvmlDeviceGetUUID(h)),
+                bus_id(nvml.nvmlDeviceGetPciInfo(h).busId),
+                int(nvml.nvmlDeviceGetMemoryInfo(h).total),
+            )
+        )
     return gpus
 
 
@@ -84,8 +91,9 @@ def _plural(n: int, word: str) -> str:
 
 
 # -- NVML and torch see the same GPUs ------------------------------------------------------
-def inventory(nvml: Any, nvml_error: str | None, torch: TorchGPUs,
-              dev_files: list[str]) -> tuple[list[Check], list[NvmlGPU]]:
+def inventory(
+    nvml: Any, nvml_error: str | None, torch: TorchGPUs, dev_files: list[str]
+) -> tuple[list[Check], list[NvmlGPU]]:
     """Checks that NVML and torch see the same GPUs, and NVML's GPUs (empty: no GPU checks
     follow, because there is no GPU or NVML cannot read them)."""
     if nvml is None:
@@ -93,15 +101,27 @@ def inventory(nvml: Any, nvml_error: str | None, torch: TorchGPUs,
     try:
         gpus = read_gpus(nvml)
     except Exception as err:  # a GPU fallen off the bus, a driver/library mismatch
-        return [Check("GPUs", FAIL, f"NVML cannot read its GPUs: {err}",
-                      "`nvidia-smi` must list every GPU: reload the driver or reboot")], []
+        return [
+            Check(
+                "GPUs",
+                FAIL,
+                f"NVML cannot read its GPUs: {err}",
+                "`nvidia-smi` must list every GPU: reload the driver or reboot",
+            )
+        ], []
     if not gpus:
         alone = _without_nvml("NVML sees no GPU", torch, dev_files)
         return [alone], []
     if torch.error:  # the versions check fails with it: say it once
         names = ", ".join(sorted({g.name for g in gpus}))
-        return [Check("GPUs", INFO, f"NVML sees {_plural(len(gpus), 'GPU')} ({names}); what "
-                      "torch sees is unknown (see versions)")], gpus
+        return [
+            Check(
+                "GPUs",
+                INFO,
+                f"NVML sees {_plural(len(gpus), 'GPU')} ({names}); what "
+                "torch sees is unknown (see versions)",
+            )
+        ], gpus
     return [_agreement(gpus, torch), *_per_gpu(gpus, torch)], gpus
 
 
@@ -112,12 +132,20 @@ def _without_nvml(reason: str | None, torch: TorchGPUs, dev_files: list[str]) ->
     if not seen:
         return Check("GPUs", INFO, "no GPU: this machine benchmarks CPU slices (--devices cpu:N)")
     if torch.versions.get("hip"):  # AMD: NVML never applies; discovery needs the ids
-        return Check("GPUs", WARN, f"AMD GPUs ({'; '.join(seen)}): NVML checks do not apply",
-                     "check them with `rocm-smi`; give `jobs` the ids: --devices 0,1,...")
-    return Check("GPUs", FAIL, f"{reason}, but {'; '.join(seen)}",
-                 "make `nvidia-smi` list the GPUs (install the driver's libnvidia-ml, matching "
-                 "the loaded kernel module, and a matching nvidia-ml-py): `jobs` finds GPUs "
-                 "through NVML")
+        return Check(
+            "GPUs",
+            WARN,
+            f"AMD GPUs ({'; '.join(seen)}): NVML checks do not apply",
+            "check them with `rocm-smi`; give `jobs` the ids: --devices 0,1,...",
+        )
+    return Check(
+        "GPUs",
+        FAIL,
+        f"{reason}, but {'; '.join(seen)}",
+        "make `nvidia-smi` list the GPUs (install the driver's libnvidia-ml, matching "
+        "the loaded kernel module, and a matching nvidia-ml-py): `jobs` finds GPUs "
+        "through NVML",
+    )
 
 
 def _match(gpu: NvmlGPU, torch: TorchGPUs) -> dict[str, Any] | None:
@@ -138,16 +166,26 @@ def _agreement(gpus: list[NvmlGPU], torch: TorchGPUs) -> Check:
     extra = [d for d in torch.devices if d.get("index") not in matched]
     if not missing and not extra:
         names = sorted({g.name for g in gpus})
-        return Check("GPUs", PASS, f"NVML and torch see the same {_plural(len(gpus), 'GPU')} "
-                     f"(by UUID and PCI bus): {', '.join(names)}")
+        return Check(
+            "GPUs",
+            PASS,
+            f"NVML and torch see the same {_plural(len(gpus), 'GPU')} "
+            f"(by UUID and PCI bus): {', '.join(names)}",
+        )
     parts = [f"NVML sees {len(gpus)}, torch {torch.count}"]
     parts += [f"torch lacks gpu{g.index} {g.uuid} at {g.pci_bus_id}" for g in missing]
-    parts += [f"NVML lacks torch's cuda:{d.get('index')} {d.get('uuid') or d.get('pci_bus_id')}"
-              for d in extra]
-    return Check("GPUs", FAIL, "; ".join(parts),
-                 "a GPU that NVML lists but CUDA cannot open is often in a bad state: read "
-                 "`nvidia-smi -q`, reset it (`sudo nvidia-smi -r`) or reboot; MIG slices also "
-                 "show up this way")
+    parts += [
+        f"NVML lacks torch's cuda:{d.get('index')} {d.get('uuid') or d.get('pci_bus_id')}"
+        for d in extra
+    ]
+    return Check(
+        "GPUs",
+        FAIL,
+        "; ".join(parts),
+        "a GPU that NVML lists but CUDA cannot open is often in a bad state: read "
+        "`nvidia-smi -q`, reset it (`sudo nvidia-smi -r`) or reboot; MIG slices also "
+        "show up this way",
+    )
 
 
 def _per_gpu(gpus: list[NvmlGPU], torch: TorchGPUs) -> list[Check]:
@@ -160,8 +198,9 @@ def _per_gpu(gpus: list[NvmlGPU], torch: TorchGPUs) -> list[Check]:
         if seen is not None and seen.get("name") != g.name:
             status, fix = WARN, "driver and CUDA disagree on the model: update the driver"
             detail += f"; torch calls it {seen.get('name')}"
-        elif seen is not None and \
-                abs(seen.get("memory", 0) - g.memory) > MEMORY_TOLERANCE * g.memory:
+        elif (
+            seen is not None and abs(seen.get("memory", 0) - g.memory) > MEMORY_TOLERANCE * g.memory
+        ):
             status, fix = WARN, "is part of the GPU's memory taken (MIG, another context)?"
             detail += f"; torch sees {_gib(seen.get('memory', 0))}"
         checks.append(Check(f"gpu{g.index}", status, detail, fix))
@@ -195,21 +234,35 @@ def versions(nvml: Any, torch: TorchGPUs, gpus: list[NvmlGPU]) -> Check:
         driver = _text(nvml.nvmlSystemGetDriverVersion())
         supports = cuda_version(int(nvml.nvmlSystemGetCudaDriverVersion()))
     except Exception as err:
-        return Check("versions", FAIL, f"NVML cannot tell the driver version: {err}",
-                     "reinstall the NVIDIA driver")
-    detail = (f"driver {driver} (CUDA {supports[0]}.{supports[1]}); {built}: CUDA {v.get('cuda')}, "
-              f"cuDNN {cudnn_text(v.get('cudnn'))}, NCCL {v.get('nccl') or 'none'}")
+        return Check(
+            "versions",
+            FAIL,
+            f"NVML cannot tell the driver version: {err}",
+            "reinstall the NVIDIA driver",
+        )
+    detail = (
+        f"driver {driver} (CUDA {supports[0]}.{supports[1]}); {built}: CUDA {v.get('cuda')}, "
+        f"cuDNN {cudnn_text(v.get('cudnn'))}, NCCL {v.get('nccl') or 'none'}"
+    )
     if not v.get("cuda"):
         return Check("versions", FAIL, detail, "torch is a CPU build: install a CUDA build")
     torch_cuda = tuple(int(x) for x in str(v["cuda"]).split(".")[:2])
     if torch_cuda[0] > supports[0]:
-        return Check("versions", FAIL, detail + ": torch's CUDA is newer than the driver supports",
-                     f"install a driver for CUDA {v['cuda']} or newer, or a torch built for "
-                     f"CUDA {supports[0]}.x")
+        return Check(
+            "versions",
+            FAIL,
+            detail + ": torch's CUDA is newer than the driver supports",
+            f"install a driver for CUDA {v['cuda']} or newer, or a torch built for "
+            f"CUDA {supports[0]}.x",
+        )
     if torch_cuda > supports:  # same major: CUDA's minor-version compatibility runs it, mostly
-        return Check("versions", WARN, detail + ": torch's CUDA is newer than the driver's "
-                     "(minor-version compatibility: no PTX JIT)",
-                     f"update the driver to one for CUDA {v['cuda']} or newer")
+        return Check(
+            "versions",
+            WARN,
+            detail + ": torch's CUDA is newer than the driver's "
+            "(minor-version compatibility: no PTX JIT)",
+            f"update the driver to one for CUDA {v['cuda']} or newer",
+        )
     return Check("versions", PASS, detail)
 
 
@@ -231,9 +284,12 @@ def _persistence(nvml: Any, h: Any, i: int) -> Finding | None:
         return None
     if mode == NVML_FEATURE_ENABLED:
         return PASS, "on", None
-    return (WARN, "off: the driver drops the GPU's state when no process uses it, and each "
-            "run's start pays to set it up again",
-            f"`sudo nvidia-smi -i {i} -pm 1` (or run nvidia-persistenced)")
+    return (
+        WARN,
+        "off: the driver drops the GPU's state when no process uses it, and each "
+        "run's start pays to set it up again",
+        f"`sudo nvidia-smi -i {i} -pm 1` (or run nvidia-persistenced)",
+    )
 
 
 def _mig(nvml: Any, h: Any, i: int) -> Finding | None:
@@ -243,35 +299,50 @@ def _mig(nvml: Any, h: Any, i: int) -> Finding | None:
     current, pending = modes
     if NVML_FEATURE_ENABLED in (current, pending):
         state = "enabled" if current == NVML_FEATURE_ENABLED else "enabled after a reset"
-        return (WARN, f"{state}: the suite benchmarks whole GPUs",
-                f"`sudo nvidia-smi -i {i} -mig 0`, then reset the GPU ({RESET.format(i=i)})")
+        return (
+            WARN,
+            f"{state}: the suite benchmarks whole GPUs",
+            f"`sudo nvidia-smi -i {i} -mig 0`, then reset the GPU ({RESET.format(i=i)})",
+        )
     return PASS, "off", None
 
 
 def _ecc(nvml: Any, h: Any, i: int) -> Finding | None:
     modes = _read(lambda: nvml.nvmlDeviceGetEccMode(h))
-    errors = _read(lambda: nvml.nvmlDeviceGetTotalEccErrors(
-        h, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC))
+    errors = _read(
+        lambda: nvml.nvmlDeviceGetTotalEccErrors(
+            h, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC
+        )
+    )
     if errors is None:
         return INFO, "ECC not offered by this GPU", None
     mode = "on" if modes and modes[0] == NVML_FEATURE_ENABLED else "off"
     if errors > 0:
-        return (FAIL, f"ECC {mode}: {errors} uncorrected errors since the driver loaded",
-                f"stop its work and reset it ({RESET.format(i=i)}); if errors return, service it")
+        return (
+            FAIL,
+            f"ECC {mode}: {errors} uncorrected errors since the driver loaded",
+            f"stop its work and reset it ({RESET.format(i=i)}); if errors return, service it",
+        )
     return PASS, f"ECC {mode}, no uncorrected error since the driver loaded", None
 
 
 def _pages(nvml: Any, h: Any, i: int) -> Finding | None:
     retired = _read(lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(h))
     rows = _read(lambda: nvml.nvmlDeviceGetRemappedRows(h))  # corrected, uncorrected,
-    if retired is None and rows is None:                     # pending, failure occurred
+    if retired is None and rows is None:  # pending, failure occurred
         return None
     if rows is not None and rows[3]:
-        return (FAIL, "row remapping failed: memory errors it could not repair",
-                "the GPU needs service (RMA)")
+        return (
+            FAIL,
+            "row remapping failed: memory errors it could not repair",
+            "the GPU needs service (RMA)",
+        )
     if retired == NVML_FEATURE_ENABLED or (rows is not None and rows[2]):
-        return (WARN, "memory pages retired or rows remapped, pending a reset",
-                f"reset the GPU ({RESET.format(i=i)}) or reboot to apply them")
+        return (
+            WARN,
+            "memory pages retired or rows remapped, pending a reset",
+            f"reset the GPU ({RESET.format(i=i)}) or reboot to apply them",
+        )
     kind = "row remaps" if rows is not None else "page retirements"
     return PASS, f"no {kind} pending", None
 
@@ -285,8 +356,11 @@ def _clocks(nvml: Any, h: Any, i: int) -> Finding | None:
         return None
     detail = f"SM {now} MHz now, max {top}" + (f", application {app}" if app else "") + " MHz"
     if app and default and app < default:
-        return (WARN, detail + f": application clock below its default {default} MHz",
-                f"`sudo nvidia-smi -i {i} -rac` (reset the application clocks)")
+        return (
+            WARN,
+            detail + f": application clock below its default {default} MHz",
+            f"`sudo nvidia-smi -i {i} -rac` (reset the application clocks)",
+        )
     idle = " (an idle GPU clocks down)" if now is not None and top and now < top else ""
     return PASS, detail + idle, None
 
@@ -300,8 +374,11 @@ def _power(nvml: Any, h: Any, i: int) -> Finding | None:
     if default:
         detail += f", default {default / 1000:.0f} W"
     if default and limit < default:
-        return (WARN, detail + ": the GPU throttles under load",
-                f"`sudo nvidia-smi -i {i} -pl {default / 1000:.0f}`")
+        return (
+            WARN,
+            detail + ": the GPU throttles under load",
+            f"`sudo nvidia-smi -i {i} -pl {default / 1000:.0f}`",
+        )
     return PASS, detail, None
 
 
@@ -327,8 +404,9 @@ def _pcie(nvml: Any, h: Any, i: int) -> Finding | None:
 
 def _temperature(nvml: Any, h: Any, i: int) -> Finding | None:
     now = _read(lambda: nvml.nvmlDeviceGetTemperature(h, NVML_TEMPERATURE_GPU))
-    slow = _read(lambda: nvml.nvmlDeviceGetTemperatureThreshold(
-        h, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
+    slow = _read(
+        lambda: nvml.nvmlDeviceGetTemperatureThreshold(h, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+    )
     if now is None:
         return None
     detail = f"{now} C" + (f" (slows down at {slow} C)" if slow else "")
@@ -337,9 +415,16 @@ def _temperature(nvml: Any, h: Any, i: int) -> Finding | None:
     return PASS, detail, None
 
 
-TOPICS = (("persistence", _persistence), ("MIG", _mig), ("memory errors", _ecc),
-          ("pending pages", _pages), ("clocks", _clocks), ("power", _power), ("PCIe", _pcie),
-          ("temperature", _temperature))
+TOPICS = (
+    ("persistence", _persistence),
+    ("MIG", _mig),
+    ("memory errors", _ecc),
+    ("pending pages", _pages),
+    ("clocks", _clocks),
+    ("power", _power),
+    ("PCIe", _pcie),
+    ("temperature", _temperature),
+)
 
 
 def health(nvml: Any, gpus: list[NvmlGPU]) -> list[Check]:

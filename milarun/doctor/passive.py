@@ -28,8 +28,19 @@ from milarun.doctor.gpu import FAIL, INFO, PASS, WARN, Check
 from milarun.machine import devices, gpuprobe, isolation
 from milarun.run import profile
 
-__all__ = ["Check", "Machine", "Request", "run_checks", "render", "summary", "exit_code",
-           "PASS", "WARN", "FAIL", "INFO"]
+__all__ = [
+    "Check",
+    "Machine",
+    "Request",
+    "run_checks",
+    "render",
+    "summary",
+    "exit_code",
+    "PASS",
+    "WARN",
+    "FAIL",
+    "INFO",
+]
 
 WIDTH = 100
 NAME_WIDTH = 18
@@ -84,16 +95,22 @@ def run_checks(request: Request, machine: Machine) -> Iterator[Check]:
     return _checks(request, machine, prof, chosen)
 
 
-def _checks(request: Request, machine: Machine, prof: profile.Profile | None,
-            chosen: list[devices.Device] | None) -> Iterator[Check]:
+def _checks(
+    request: Request,
+    machine: Machine,
+    prof: profile.Profile | None,
+    chosen: list[devices.Device] | None,
+) -> Iterator[Check]:
     torch = machine.torch()
-    found, gpus = doctor_gpu.inventory(machine.nvml, machine.nvml_error, torch,
-                                       gpuprobe.device_files(machine.dev))
+    found, gpus = doctor_gpu.inventory(
+        machine.nvml, machine.nvml_error, torch, gpuprobe.device_files(machine.dev)
+    )
     yield from found
     yield doctor_gpu.versions(machine.nvml, torch, gpus)
     if chosen is None:  # what `jobs` would take: NVML's GPUs, else one CPU slice
-        chosen = (devices.discover_devices(machine.nvml) if gpus
-                  else devices.parse_device_spec("cpu"))
+        chosen = (
+            devices.discover_devices(machine.nvml) if gpus else devices.parse_device_spec("cpu")
+        )
     selected, unknown = _select(gpus, chosen)
     yield from unknown
     yield from doctor_gpu.health(machine.nvml, selected)
@@ -108,17 +125,24 @@ def _checks(request: Request, machine: Machine, prof: profile.Profile | None,
     yield bytecode_check(machine.packages)
 
 
-def _select(gpus: list[doctor_gpu.NvmlGPU],
-            chosen: list[devices.Device]) -> tuple[list[doctor_gpu.NvmlGPU], list[Check]]:
+def _select(
+    gpus: list[doctor_gpu.NvmlGPU], chosen: list[devices.Device]
+) -> tuple[list[doctor_gpu.NvmlGPU], list[Check]]:
     """The GPUs whose health is checked: those --devices names, else every one."""
     if not gpus or chosen[0].kind != devices.GPU_KIND:
         return gpus, []
     by_id = {**{str(g.index): g for g in gpus}, **{g.uuid: g for g in gpus}}
     unknown = [d.id for d in chosen if d.id not in by_id]
     if unknown:
-        return [by_id[d.id] for d in chosen if d.id in by_id], [Check(
-            "devices", FAIL, f"NVML has no GPU {', '.join(unknown)} (it sees "
-            f"{', '.join(str(g.index) for g in gpus)})", "give ids that `nvidia-smi -L` lists")]
+        return [by_id[d.id] for d in chosen if d.id in by_id], [
+            Check(
+                "devices",
+                FAIL,
+                f"NVML has no GPU {', '.join(unknown)} (it sees "
+                f"{', '.join(str(g.index) for g in gpus)})",
+                "give ids that `nvidia-smi -L` lists",
+            )
+        ]
     return [by_id[d.id] for d in chosen], []
 
 
@@ -129,58 +153,103 @@ def _spec(devs: list[devices.Device]) -> str:
     return ",".join(d.id for d in devs)
 
 
-def cgroup_checks(devs: list[devices.Device], spec: str | None,
-                  machine: Machine) -> list[Check]:
+def cgroup_checks(devs: list[devices.Device], spec: str | None, machine: Machine) -> list[Check]:
     """The student groups `jobs` would run these devices in: present, with disjoint CPUs
     (the same plan and paths as `milarun cgroups check`)."""
     spec = spec or _spec(devs)
     hier = machine.hierarchies()
-    setup = (f"`sudo uv run milarun cgroups setup --devices {spec}` "
-             f"(or `sudo scripts/cgroup_setup.sh --devices {spec}`)")
+    setup = (
+        f"`sudo uv run milarun cgroups setup --devices {spec}` "
+        f"(or `sudo scripts/cgroup_setup.sh --devices {spec}`)"
+    )
     absent = [c for c in isolation.CONTROLLERS if c not in hier]
     if absent:
-        return [Check("cgroups", WARN, f"controller {', '.join(absent)} not available: "
-                      "instances would run without student isolation",
-                      "mount cgroup v1 cpuset and memory, or enable both in cgroup v2")]
+        return [
+            Check(
+                "cgroups",
+                WARN,
+                f"controller {', '.join(absent)} not available: "
+                "instances would run without student isolation",
+                "mount cgroup v1 cpuset and memory, or enable both in cgroup v2",
+            )
+        ]
     ids = [d.id for d in devs]
-    local = (devices.gpu_local_cpus(ids, machine.nvml)
-             if devs[0].kind == devices.GPU_KIND and machine.nvml is not None else {})
+    local = (
+        devices.gpu_local_cpus(ids, machine.nvml)
+        if devs[0].kind == devices.GPU_KIND and machine.nvml is not None
+        else {}
+    )
     try:
         students = isolation.machine_plan(ids, hier, local)
     except errors.IsolationError as err:
-        return [Check("cgroups", WARN, f"{err}: no student groups possible",
-                      "benchmark fewer devices at once (--devices)")]
-    dirs = {(s.name, c): hier[c].dir(isolation.student_path(hier[c], s.name))
-            for s in students for c in isolation.CONTROLLERS}
-    missing = [f"{c}:{isolation.student_path(hier[c], name)}"
-               for (name, c), d in dirs.items() if not d.is_dir()]
+        return [
+            Check(
+                "cgroups",
+                WARN,
+                f"{err}: no student groups possible",
+                "benchmark fewer devices at once (--devices)",
+            )
+        ]
+    dirs = {
+        (s.name, c): hier[c].dir(isolation.student_path(hier[c], s.name))
+        for s in students
+        for c in isolation.CONTROLLERS
+    }
+    missing = [
+        f"{c}:{isolation.student_path(hier[c], name)}"
+        for (name, c), d in dirs.items()
+        if not d.is_dir()
+    ]
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         shown = ", ".join(missing[:3]) + more
-        return [Check("cgroups", WARN, f"student groups missing: {shown}; instances would "
-                      "run unisolated (or, for a profile that requires them, not at all)", setup)]
-    cpus = {s.name: isolation.parse_cpu_list(
-        isolation.read_file(dirs[s.name, "cpuset"] / "cpuset.cpus") or "") for s in students}
+        return [
+            Check(
+                "cgroups",
+                WARN,
+                f"student groups missing: {shown}; instances would "
+                "run unisolated (or, for a profile that requires them, not at all)",
+                setup,
+            )
+        ]
+    cpus = {
+        s.name: isolation.parse_cpu_list(
+            isolation.read_file(dirs[s.name, "cpuset"] / "cpuset.cpus") or ""
+        )
+        for s in students
+    }
     checks = [_disjoint(cpus, spec)]
     if any(h.version == 1 for h in hier.values()) and shutil.which("cgexec") is None:
-        checks.append(Check("cgroup tools", WARN, "cgexec not found: v1 groups are entered "
-                            "through it", "install cgroup-tools (`apt install cgroup-tools`)"))
+        checks.append(
+            Check(
+                "cgroup tools",
+                WARN,
+                "cgexec not found: v1 groups are entered through it",
+                "install cgroup-tools (`apt install cgroup-tools`)",
+            )
+        )
     return checks
 
 
 def _disjoint(cpus: dict[str, list[int]], spec: str) -> Check:
-    redo = (f"`sudo uv run milarun cgroups teardown --devices {spec}`, then `... cgroups "
-            f"setup --devices {spec}`")
+    redo = (
+        f"`sudo uv run milarun cgroups teardown --devices {spec}`, then `... cgroups "
+        f"setup --devices {spec}`"
+    )
     empty = [name for name, c in cpus.items() if not c]
     if empty:
         return Check("cgroups", FAIL, f"{', '.join(empty)}: no CPUs set", redo)
     names = list(cpus)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             shared = sorted(set(cpus[a]) & set(cpus[b]))
             if shared:
-                return Check("cgroups", FAIL, f"{a} and {b} share CPUs "
-                             f"{isolation.cpu_list(shared)}: students would compete", redo)
+                return Check(
+                    "cgroups",
+                    FAIL,
+                    f"{a} and {b} share CPUs {isolation.cpu_list(shared)}: students would compete",
+                    redo,
+                )
     shown = ", ".join(f"{n} {isolation.cpu_list(c)}" for n, c in cpus.items())
     return Check("cgroups", PASS, f"disjoint CPUs: {shown}")
 
@@ -204,11 +273,17 @@ def _prepared(job: profile.Job) -> dict[str, tuple[list[str], int | None]]:
             words = shlex.split(line)
         except ValueError:
             continue
-        at = next((i for i in range(1, len(words))
-                   if words[i] == "dataset" and words[i - 1].endswith("milarun")), None)
+        at = next(
+            (
+                i
+                for i in range(1, len(words))
+                if words[i] == "dataset" and words[i - 1].endswith("milarun")
+            ),
+            None,
+        )
         if at is None:
             continue
-        args = words[at + 1:]
+        args = words[at + 1 :]
         first_flag = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
         size = None
         if "--synthetic" in args and "--size" in args[:-1]:
@@ -219,8 +294,7 @@ def _prepared(job: profile.Job) -> dict[str, tuple[list[str], int | None]]:
     return made
 
 
-def data_needs(prof: profile.Profile,
-               read_by: Mapping[str, tuple[str, ...]]) -> list[DataNeed]:
+def data_needs(prof: profile.Profile, read_by: Mapping[str, tuple[str, ...]]) -> list[DataNeed]:
     """Each dataset the profile's tests read (``read_by``: experiment module -> datasets)."""
     needs: dict[str, DataNeed] = {}
     for job in prof.jobs.values():
@@ -249,15 +323,25 @@ def data_checks(prof: profile.Profile, root: Path) -> tuple[list[Check], dict[st
                 checks.append(Check(f"data {need.name}", FAIL, f"incomplete; {who}", str(err)))
             elif need.command:  # the profile's prepare step makes it: not a problem
                 words = need.command + ([] if "-d" in need.command else ["-d", str(root)])
-                checks.append(Check(f"data {need.name}", INFO,
-                                    f"not in {folder} yet; `jobs {prof.name}` makes it first; "
-                                    f"{who}",
-                                    f"`milarun dataset {shlex.join(words)}` (what `jobs "
-                                    f"{prof.name}` runs first)"))
+                checks.append(
+                    Check(
+                        f"data {need.name}",
+                        INFO,
+                        f"not in {folder} yet; `jobs {prof.name}` makes it first; {who}",
+                        f"`milarun dataset {shlex.join(words)}` (what `jobs "
+                        f"{prof.name}` runs first)",
+                    )
+                )
             else:
-                checks.append(Check(f"data {need.name}", FAIL, f"not in {folder}; {who}",
-                                    f"`milarun dataset {need.name} -d {root}` (real data), or "
-                                    "the same with --synthetic (generated offline)"))
+                checks.append(
+                    Check(
+                        f"data {need.name}",
+                        FAIL,
+                        f"not in {folder}; {who}",
+                        f"`milarun dataset {need.name} -d {root}` (real data), or "
+                        "the same with --synthetic (generated offline)",
+                    )
+                )
             continue
         detail = f"{ds.describe(folder)} in {folder}; {who}"
         try:
@@ -278,8 +362,12 @@ def _bytes(n: float) -> str:
     return f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n / 1e3:.0f} kB"
 
 
-def disk_check(root: Path, missing: dict[str, float], disk_usage: Callable[[str], Any],
-               profile_name: str | None) -> Check:
+def disk_check(
+    root: Path,
+    missing: dict[str, float],
+    disk_usage: Callable[[str], Any],
+    profile_name: str | None,
+) -> Check:
     """Free space where the data goes, against what the missing data needs."""
     where = Path(root).absolute()
     while not where.exists() and where != where.parent:
@@ -294,8 +382,12 @@ def disk_check(root: Path, missing: dict[str, float], disk_usage: Callable[[str]
     parts = ", ".join(f"{name} {_bytes(n)}" for name, n in missing.items())
     detail += f"; the missing data needs about {_bytes(need)} ({parts})"
     if free < need:
-        return Check("disk", WARN, detail, "free space, or put the data on a bigger disk "
-                     "(-d DIR or MILARUN_DATAROOT)")
+        return Check(
+            "disk",
+            WARN,
+            detail,
+            "free space, or put the data on a bigger disk (-d DIR or MILARUN_DATAROOT)",
+        )
     return Check("disk", PASS, detail)
 
 
@@ -322,10 +414,13 @@ def bytecode_check(packages: tuple[str, ...]) -> Check:
             short.append((name, compiled, total, base))
     if short:
         name, compiled, total, base = short[0]
-        return Check("bytecode", WARN, "; ".join(f"{n}: {c} of {t} modules compiled for {tag}"
-                                                 for n, c, t, _ in short),
-                     f"`uv sync` (pyproject's [tool.uv] compile-bytecode), or "
-                     f"`{sys.executable} -m compileall -q {base}`")
+        return Check(
+            "bytecode",
+            WARN,
+            "; ".join(f"{n}: {c} of {t} modules compiled for {tag}" for n, c, t, _ in short),
+            f"`uv sync` (pyproject's [tool.uv] compile-bytecode), or "
+            f"`{sys.executable} -m compileall -q {base}`",
+        )
     if not seen:
         return Check("bytecode", INFO, f"{', '.join(packages)} not installed")
     return Check("bytecode", PASS, f"{', '.join(seen)} compiled for {tag}")
@@ -340,11 +435,18 @@ def render(check: Check, width: int = WIDTH) -> str:
     room = width - len(indent) - len("fix: ")
 
     def wrap(text: str, first: str, rest: str) -> list[str]:
-        kept = UNBROKEN.sub(lambda m: m[0].replace(" ", NBSP) if len(m[0]) <= room
-                            else m[0], text)
-        return [line.replace(NBSP, " ") for line in textwrap.wrap(
-            kept, width, initial_indent=first, subsequent_indent=rest,
-            break_long_words=False, break_on_hyphens=False)]
+        kept = UNBROKEN.sub(lambda m: m[0].replace(" ", NBSP) if len(m[0]) <= room else m[0], text)
+        return [
+            line.replace(NBSP, " ")
+            for line in textwrap.wrap(
+                kept,
+                width,
+                initial_indent=first,
+                subsequent_indent=rest,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+        ]
 
     lines = wrap(check.detail, head, indent)
     if check.fix:

@@ -99,14 +99,15 @@ def gpu_local_cpus(ids: list[str], nvml: Any = None) -> dict[str, list[int]]:
             mask = nvml.nvmlDeviceGetCpuAffinity(nvml_handle(nvml, gid), words)
         except Exception:
             continue
-        out[gid] = [w * 64 + b for w, word in enumerate(mask) for b in range(64)
-                    if int(word) >> b & 1]
+        out[gid] = [
+            w * 64 + b for w, word in enumerate(mask) for b in range(64) if int(word) >> b & 1
+        ]
     return out
 
 
-def discover_devices(nvml: Any = None,
-                     probe: Callable[[], gpuprobe.TorchGPUs] = gpuprobe.torch_gpus
-                     ) -> list[Device]:
+def discover_devices(
+    nvml: Any = None, probe: Callable[[], gpuprobe.TorchGPUs] = gpuprobe.torch_gpus
+) -> list[Device]:
     """GPUs NVML sees (restricted by ``CUDA_VISIBLE_DEVICES``); one CPU slice on a machine
     without GPUs or where ``CUDA_VISIBLE_DEVICES=""`` hides them. GPUDiscoveryError where
     NVML fails or sees none but the machine shows GPUs (gpuprobe.unseen_gpus)."""
@@ -148,10 +149,7 @@ def instance_environ(devices: list[Device], cpu_count: int | None = None) -> dic
     # may use (a Slurm job or container may hold fewer than the machine has).
     cores = cpu_count or len(os.sched_getaffinity(0)) or 1
     threads = max(1, cores * len(devices) // devices[0].slices)
-    env = {
-        "CUDA_VISIBLE_DEVICES": "",
-        "MILARUN_DEVICE": ",".join(d.label for d in devices),
-    }
+    env = {"CUDA_VISIBLE_DEVICES": "", "MILARUN_DEVICE": ",".join(d.label for d in devices)}
     if "OMP_NUM_THREADS" not in os.environ:
         env["OMP_NUM_THREADS"] = str(threads)
     if "OMP_WAIT_POLICY" not in os.environ:
@@ -164,19 +162,34 @@ def instance_environ(devices: list[Device], cpu_count: int | None = None) -> dic
 BUS_IDS_ENV = "MILARUN_PCI_BUS_IDS"  # NVML's PCI bus id of each GPU, for the result
 # Set by torchrun for its ranks. Left over in the operator's shell they would make an
 # instance launched on its own believe it is one rank of a distributed job.
-RANK_VARIABLES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                            "GROUP_RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",
-                            "MASTER_ADDR", "MASTER_PORT"})
+RANK_VARIABLES = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "ROLE_WORLD_SIZE",
+        "GROUP_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
 
 
-def launch_environ(devices: list[Device],
-                   environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def launch_environ(
+    devices: list[Device], environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The whole environment of an instance on ``devices``: this process's (``environ``),
     without torchrun's rank variables (torchrun sets its own for its ranks), plus
     instance_environ."""
     base = os.environ if environ is None else environ
-    kept = {k: v for k, v in base.items()
-            if k not in RANK_VARIABLES and not k.startswith("TORCHELASTIC_")}
+    kept = {
+        k: v
+        for k, v in base.items()
+        if k not in RANK_VARIABLES and not k.startswith("TORCHELASTIC_")
+    }
     return {**kept, **instance_environ(devices)}
 
 
@@ -251,8 +264,12 @@ def synchronizer(device: Any) -> Callable[[], None]:
 class Monitor:
     """Samples ``probe()`` every ``interval`` seconds in a daemon thread."""
 
-    def __init__(self, probe: Callable[[], dict[str, Any]], interval: float = 1.0,
-                 unavailable: str | None = None):
+    def __init__(
+        self,
+        probe: Callable[[], dict[str, Any]],
+        interval: float = 1.0,
+        unavailable: str | None = None,
+    ):
         self.probe = probe
         self.interval = interval
         self.unavailable = unavailable
@@ -298,16 +315,14 @@ class Monitor:
         return record
 
 
-def gpu_monitor(nvml: Any = None, ids: list[str] | None = None,
-                interval: float = 1.0) -> Monitor:
+def gpu_monitor(nvml: Any = None, ids: list[str] | None = None, interval: float = 1.0) -> Monitor:
     """NVML monitor of this instance's own GPUs: load, memory, temperature, power, energy
     counter, SM clock and clock-event reasons, with the readings' wall-clock ``time``."""
     if ids is None:
         label = instance_device_label()
         # A plain `milarun run` on a GPU machine (no CUDA_VISIBLE_DEVICES) uses, and so
         # monitors, the GPU its label names.
-        ids = (_visible_ids() or [label.split(":", 1)[1]]) if label.startswith(GPU_KIND) \
-            else []
+        ids = (_visible_ids() or [label.split(":", 1)[1]]) if label.startswith(GPU_KIND) else []
     if not ids:
         return Monitor(dict, interval, unavailable="no GPU assigned to this instance")
     reason = None
@@ -321,13 +336,17 @@ def gpu_monitor(nvml: Any = None, ids: list[str] | None = None,
         return Monitor(dict, interval, unavailable=f"NVML cannot open GPU {ids}: {err}")
 
     # Looked up once, not per sample: pynvml >= 12 names it "ClocksEvent", older "Throttle".
-    reasons = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
-               or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
     sm_clock = getattr(nvml, "NVML_CLOCK_SM", 1)
     # The energy counter costs 4 ms of CPU per reading on an H100 (the GIL released): read
     # only where the result is written, not on a torchrun rank other than 0.
-    energy = None if os.environ.get("RANK", "0") != "0" else \
-        getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
+    energy = (
+        None
+        if os.environ.get("RANK", "0") != "0"
+        else getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
+    )
 
     def read(h: Any) -> dict[str, Any]:
         """One GPU's readings, each on its own: many GPUs do not support some (power,

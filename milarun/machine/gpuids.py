@@ -34,8 +34,7 @@ class GpuIdentity:
     note: str | None = None  # how CUDA found it when not by UUID
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "uuid": self.uuid, "pci_bus_id": self.pci_bus_id,
-                "note": self.note}
+        return {"id": self.id, "uuid": self.uuid, "pci_bus_id": self.pci_bus_id, "note": self.note}
 
 
 def _text(value: Any) -> str:
@@ -56,8 +55,9 @@ def _identify(nvml: Any, gid: str) -> tuple[str | None, str | None, str | None]:
     return uuid, bus, None
 
 
-def resolve_gpus(devs: list[Device], nvml: Any = None,
-                 environ: Mapping[str, str] | None = None) -> list[Device]:
+def resolve_gpus(
+    devs: list[Device], nvml: Any = None, environ: Mapping[str, str] | None = None
+) -> list[Device]:
     """``devs`` with NVML's UUID and PCI bus id of each GPU (CPU slices unchanged).
 
     An index NVML does not have is a DeviceSpecError; a GPU NVML cannot describe keeps its
@@ -68,23 +68,32 @@ def resolve_gpus(devs: list[Device], nvml: Any = None,
     env = os.environ if environ is None else environ
     order = env.get("CUDA_DEVICE_ORDER")
     if order and order != PCI_ORDER:
-        log.warning("CUDA_DEVICE_ORDER=%s is not used: GPU ids (--devices, "
-                    "CUDA_VISIBLE_DEVICES) are read in PCI bus order (NVML's, nvidia-smi's) "
-                    "and each instance gets its GPU by UUID", order)
+        log.warning(
+            "CUDA_DEVICE_ORDER=%s is not used: GPU ids (--devices, "
+            "CUDA_VISIBLE_DEVICES) are read in PCI bus order (NVML's, nvidia-smi's) "
+            "and each instance gets its GPU by UUID",
+            order,
+        )
     reason = None
     if nvml is None:
         nvml, reason = devices.load_nvml()
     if nvml is None:
-        log.warning("%s: GPUs %s go to their instances by index, in PCI bus order", reason,
-                    ",".join(d.id for d in devs))
+        log.warning(
+            "%s: GPUs %s go to their instances by index, in PCI bus order",
+            reason,
+            ",".join(d.id for d in devs),
+        )
         return [replace(d, uuid=d.id) if d.id.startswith("GPU-") else d for d in devs]
     _check_indices(devs, nvml)
     resolved = []
     for dev in devs:
         uuid, bus, problem = _identify(nvml, dev.id)
         if problem is not None:
-            log.warning("NVML cannot describe GPU %s (%s): its instances get it by index, "
-                        "in PCI bus order", dev.id, problem)
+            log.warning(
+                "NVML cannot describe GPU %s (%s): its instances get it by index, in PCI bus order",
+                dev.id,
+                problem,
+            )
             uuid = dev.id if dev.id.startswith("GPU-") else None
         resolved.append(replace(dev, uuid=uuid, pci_bus_id=bus))
     return resolved
@@ -99,7 +108,8 @@ def _check_indices(devs: list[Device], nvml: Any) -> None:
         if dev.id.isdigit() and int(dev.id) >= count:
             raise DeviceSpecError(
                 f"GPU {dev.id}: NVML sees {count} GPU(s), ids 0 to {count - 1} in PCI bus "
-                "order (nvidia-smi -L lists them); fix --devices or CUDA_VISIBLE_DEVICES")
+                "order (nvidia-smi -L lists them); fix --devices or CUDA_VISIBLE_DEVICES"
+            )
 
 
 def instance_gpus(environ: Mapping[str, str] | None = None) -> tuple[GpuIdentity, ...]:
@@ -111,8 +121,11 @@ def instance_gpus(environ: Mapping[str, str] | None = None) -> tuple[GpuIdentity
         return ()
     spec = env.get("MILARUN_DEVICE") or ""
     # `jobs` names the ids in MILARUN_DEVICE (cuda:<id>,...); else CUDA's own list.
-    ids = [label.split(":", 1)[1] for label in spec.split(",")] \
-        if spec.startswith(GPU_KIND + ":") else visible
+    ids = (
+        [label.split(":", 1)[1] for label in spec.split(",")]
+        if spec.startswith(GPU_KIND + ":")
+        else visible
+    )
     buses = env.get(devices.BUS_IDS_ENV, "").split(",")
     order = env.get("CUDA_DEVICE_ORDER") or "FASTEST_FIRST (CUDA's default)"
     gpus = []
@@ -122,6 +135,12 @@ def instance_gpus(environ: Mapping[str, str] | None = None) -> tuple[GpuIdentity
         if name.startswith("GPU-"):
             gpus.append(GpuIdentity(gid, name, bus))
         else:
-            gpus.append(GpuIdentity(gid, None, bus, f"no UUID from NVML: CUDA was given "
-                                                    f"index {name}, in {order} order"))
+            gpus.append(
+                GpuIdentity(
+                    gid,
+                    None,
+                    bus,
+                    f"no UUID from NVML: CUDA was given index {name}, in {order} order",
+                )
+            )
     return tuple(gpus)

@@ -76,14 +76,20 @@ def device_files(dev: Path | str | None = None) -> list[str]:
     return sorted(str(Path(dev) / n) for n in names if _DEVICE_FILE.fullmatch(n))
 
 
-def torch_gpus(python: str | None = None, timeout: float = 120.0,
-               env: dict[str, str] | None = None) -> TorchGPUs:
+def torch_gpus(
+    python: str | None = None, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> TorchGPUs:
     """Ask torch, in a child interpreter, which GPUs it sees (in PCI bus order)."""
     child_env = dict(os.environ if env is None else env)
     child_env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the order NVML uses
     try:
-        done = subprocess.run([python or sys.executable, "-c", _PROBE], env=child_env,
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [python or sys.executable, "-c", _PROBE],
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         return TorchGPUs(error=f"torch probe did not run: {err}")
     for line in done.stdout.splitlines():
@@ -98,8 +104,9 @@ def torch_gpus(python: str | None = None, timeout: float = 120.0,
     return TorchGPUs(error=f"torch probe failed (exit {done.returncode}): {tail[:300]}")
 
 
-def unseen_gpus(nvml_failure: str | None,
-                probe: Callable[[], TorchGPUs] = torch_gpus) -> str | None:
+def unseen_gpus(
+    nvml_failure: str | None, probe: Callable[[], TorchGPUs] = torch_gpus
+) -> str | None:
     """The one-line error for a machine that shows GPUs where NVML showed none (it failed
     with ``nvml_failure``, or counted 0): what was seen and the fix; None on a CPU machine.
 
@@ -118,7 +125,11 @@ def unseen_gpus(nvml_failure: str | None,
     if files and all(f.endswith("/kfd") for f in files):
         fix = "name the AMD GPUs, which NVML cannot see, with --devices 0,1,..."
     else:
-        fix = ("install the NVIDIA driver's libnvidia-ml and the nvidia-ml-py matching the "
-               "driver (nvidia-smi must list the GPUs)")
-    return (f"{seen}, but {nvml_failure or 'NVML sees no GPU'}; {fix}, or pass "
-            "--devices cpu:N to benchmark the CPU on purpose")
+        fix = (
+            "install the NVIDIA driver's libnvidia-ml and the nvidia-ml-py matching the "
+            "driver (nvidia-smi must list the GPUs)"
+        )
+    return (
+        f"{seen}, but {nvml_failure or 'NVML sees no GPU'}; {fix}, or pass "
+        "--devices cpu:N to benchmark the CPU on purpose"
+    )

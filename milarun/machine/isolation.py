@@ -56,8 +56,9 @@ def own_cgroups(proc_file: str = "/proc/self/cgroup") -> dict[str, str]:
     return groups
 
 
-def find_hierarchies(mountinfo: str = "/proc/self/mountinfo",
-                     proc_cgroup: str = "/proc/self/cgroup") -> dict[str, Hierarchy]:
+def find_hierarchies(
+    mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/self/cgroup"
+) -> dict[str, Hierarchy]:
     """controller -> the hierarchy that owns it (v1 first, else the v2 unified tree)."""
     own = own_cgroups(proc_cgroup)
     found: dict[str, Hierarchy] = {}
@@ -131,8 +132,13 @@ def parse_cpu_list(text: str) -> list[int]:
     return cpus
 
 
-def plan_students(device_ids: list[str], cpus: list[int], mems: str, ram: int,
-                  local_cpus: dict[str, list[int]] | None = None) -> list[Student]:
+def plan_students(
+    device_ids: list[str],
+    cpus: list[int],
+    mems: str,
+    ram: int,
+    local_cpus: dict[str, list[int]] | None = None,
+) -> list[Student]:
     """Equal, disjoint CPU ranges (a GPU's local CPUs first) and RAM/N each."""
     n = len(device_ids)
     per = len(cpus) // n
@@ -146,7 +152,7 @@ def plan_students(device_ids: list[str], cpus: list[int], mems: str, ram: int,
         rest = [c for c in free if c not in chosen]
         if len(chosen) < per:
             # Contiguous from the first free CPU, so ranges stay compact.
-            chosen += rest[:per - len(chosen)]
+            chosen += rest[: per - len(chosen)]
         for c in chosen:
             free.remove(c)
         students.append(Student(dev, tuple(sorted(chosen)), mems, ram // n))
@@ -192,7 +198,7 @@ def _need_tools() -> None:
 
 def _create(h: Hierarchy, path: str) -> None:
     """Create ``path`` and any missing parent below our own group, ready for tasks."""
-    parts = path[len(h.own):].strip("/").split("/") if path != h.own else []
+    parts = path[len(h.own) :].strip("/").split("/") if path != h.own else []
     current = h.own
     for part in parts:
         parent, current = current, posixpath.join(current, part)
@@ -206,8 +212,7 @@ def _create(h: Hierarchy, path: str) -> None:
             if h.controller == "cpuset":  # a v1 cpuset is unusable until it has cpus/mems
                 cpus = read_file(h.dir(parent) / "cpuset.cpus") or ""
                 mems = read_file(h.dir(parent) / "cpuset.mems") or ""
-                _run(["cgset", "-r", f"cpuset.cpus={cpus}", "-r", f"cpuset.mems={mems}",
-                      current])
+                _run(["cgset", "-r", f"cpuset.cpus={cpus}", "-r", f"cpuset.mems={mems}", current])
         else:
             h.dir(current).mkdir()
 
@@ -241,8 +246,11 @@ def student_path(h: Hierarchy, name: str, parent: str | None = None) -> str:
 
 
 # -- commands -------------------------------------------------------------------------------
-def machine_plan(device_ids: list[str], hier: dict[str, Hierarchy],
-                 local_cpus: dict[str, list[int]] | None = None) -> list[Student]:
+def machine_plan(
+    device_ids: list[str],
+    hier: dict[str, Hierarchy],
+    local_cpus: dict[str, list[int]] | None = None,
+) -> list[Student]:
     """Students for these devices from the CPUs, memory nodes and RAM we are allowed."""
     import psutil
 
@@ -262,8 +270,9 @@ def machine_plan(device_ids: list[str], hier: dict[str, Hierarchy],
     return plan_students(device_ids, cpus, mems, ram, local_cpus)
 
 
-def setup(students: list[Student], hier: dict[str, Hierarchy],
-          controllers: tuple[str, ...] = CONTROLLERS) -> list[str]:
+def setup(
+    students: list[Student], hier: dict[str, Hierarchy], controllers: tuple[str, ...] = CONTROLLERS
+) -> list[str]:
     """Create and configure each student's groups; returns what was done."""
     _require(hier, controllers)
     done = []
@@ -277,8 +286,9 @@ def setup(students: list[Student], hier: dict[str, Hierarchy],
     return done
 
 
-def teardown(students: list[Student], hier: dict[str, Hierarchy],
-             controllers: tuple[str, ...] = CONTROLLERS) -> list[str]:
+def teardown(
+    students: list[Student], hier: dict[str, Hierarchy], controllers: tuple[str, ...] = CONTROLLERS
+) -> list[str]:
     """Remove the student groups (and the parent folder when empty)."""
     removed = []
     for ctl in controllers:
@@ -298,19 +308,25 @@ def teardown(students: list[Student], hier: dict[str, Hierarchy],
             except OSError as err:
                 if parent and path == h.path(parent):
                     continue  # other students still live there
-                raise IsolationError(f"cannot remove {ctl}:{path}: {err.strerror} "
-                                     "(is a benchmark still running in it?)") from err
+                raise IsolationError(
+                    f"cannot remove {ctl}:{path}: {err.strerror} "
+                    "(is a benchmark still running in it?)"
+                ) from err
             removed.append(f"{ctl}:{path}")
     return removed
 
 
-def check(students: list[Student], hier: dict[str, Hierarchy],
-          controllers: tuple[str, ...] = CONTROLLERS) -> list[dict[str, Any]]:
+def check(
+    students: list[Student], hier: dict[str, Hierarchy], controllers: tuple[str, ...] = CONTROLLERS
+) -> list[dict[str, Any]]:
     """What each student group would give an instance, read back from the files."""
     rows = []
     for student in students:
-        row: dict[str, Any] = {"student": student.name, "planned_cpus": cpu_list(student.cpus),
-                               "planned_memory": student.memory_limit}
+        row: dict[str, Any] = {
+            "student": student.name,
+            "planned_cpus": cpu_list(student.cpus),
+            "planned_memory": student.memory_limit,
+        }
         for ctl in controllers:
             h = hier.get(ctl)
             if h is None:
@@ -321,8 +337,10 @@ def check(students: list[Student], hier: dict[str, Hierarchy],
             if not d.is_dir():
                 row[ctl] = f"missing ({path})"
             elif ctl == "cpuset":
-                row[ctl] = (f"{path} cpus={read_file(d / 'cpuset.cpus')} "
-                            f"mems={read_file(d / 'cpuset.mems')}")
+                row[ctl] = (
+                    f"{path} cpus={read_file(d / 'cpuset.cpus')} "
+                    f"mems={read_file(d / 'cpuset.mems')}"
+                )
             else:
                 key = "memory.limit_in_bytes" if h.version == 1 else "memory.max"
                 row[ctl] = f"{path} limit={read_file(d / key)}"
@@ -351,7 +369,7 @@ class Placement:
 
 
 def parse_spec(spec: str, device_id: str) -> tuple[tuple[str, ...], str]:
-    """"cpuset,memory:student{CUDA_VISIBLE_DEVICES}" -> (("cpuset","memory"), "student0")."""
+    """ "cpuset,memory:student{CUDA_VISIBLE_DEVICES}" -> (("cpuset","memory"), "student0")."""
     controllers, sep, name = spec.partition(":")
     if not sep or not name or not controllers:
         raise IsolationError(f"cgroup spec '{spec}' is not CONTROLLERS:NAME")

@@ -74,6 +74,8 @@ def extra_task_on_node(environ: Mapping[str, str] | None = None) -> str | None:
     env = _env(environ)
     local = env.get("SLURM_LOCALID")
     if on_node(env) and local not in (None, "", "0"):
-        return (f"this is Slurm task {local} on node {node_name(env)}: run one milarun jobs "
-                "per node (srun --ntasks-per-node=1), it runs every device of the node")
+        return (
+            f"this is Slurm task {local} on node {node_name(env)}: run one milarun jobs "
+            "per node (srun --ntasks-per-node=1), it runs every device of the node"
+        )
     return None

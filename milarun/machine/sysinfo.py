@@ -61,8 +61,13 @@ def _gpu_info(nvml: Any = None) -> dict[str, Any]:
             h = nvml.nvmlDeviceGetHandleByIndex(i)
             name = nvml.nvmlDeviceGetName(h)
             mem = nvml.nvmlDeviceGetMemoryInfo(h)
-            gpus.append({"index": i, "name": name if isinstance(name, str) else name.decode(),
-                         "memory_mb": mem.total / 2**20})
+            gpus.append(
+                {
+                    "index": i,
+                    "name": name if isinstance(name, str) else name.decode(),
+                    "memory_mb": mem.total / 2**20,
+                }
+            )
         return {"driver": driver if isinstance(driver, str) else driver.decode(), "gpus": gpus}
     except Exception as err:
         return {"driver": None, "gpus": [], "note": f"NVML query failed: {err}"}

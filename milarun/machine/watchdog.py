@@ -33,8 +33,7 @@ class OutdirBusy(RuntimeError):
     """Another live ``milarun jobs`` writes into the output folder."""
 
 
-def die_with_parent(supervisor: int, then: Callable[[], None] | None = None
-                    ) -> Callable[[], None]:
+def die_with_parent(supervisor: int, then: Callable[[], None] | None = None) -> Callable[[], None]:
     """A ``preexec_fn``: SIGKILL this child when the process that forked it dies.
 
     Why PR_SET_PDEATHSIG is right here: it survives the execs of ``cgexec`` and of an
@@ -155,8 +154,10 @@ def hold_outdir(outdir: Path) -> Iterator[Path]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as err:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            raise OutdirBusy(f"output folder '{outdir}' is in use by another milarun jobs "
-                             f"(pid {holder}); wait for it or pass another -o") from err
+            raise OutdirBusy(
+                f"output folder '{outdir}' is in use by another milarun jobs "
+                f"(pid {holder}); wait for it or pass another -o"
+            ) from err
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -25,9 +25,37 @@ BAND_MIN = 0.02  # the steady band is at least +/- 2% around the steady rate
 DEADLINE_ENV = "MILARUN_DEADLINE"  # epoch seconds: the adaptive extension stops before it
 DEFAULT_EXTENSION_LIMIT = 600.0  # seconds of extension when no deadline is known
 # Two-sided 95% Student t quantiles for n - 1 = 1..29 degrees of freedom (then ~normal).
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045)
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -62,8 +90,12 @@ class RunLengthRecord:
     stopped_by: str | None  # "target", "deadline", or None when the rule never said stop
 
     def to_dict(self) -> dict[str, Any]:
-        return {"min_slices": self.min_slices, "ci_target": self.ci_target,
-                "deadline": self.deadline, "stopped_by": self.stopped_by}
+        return {
+            "min_slices": self.min_slices,
+            "ci_target": self.ci_target,
+            "deadline": self.deadline,
+            "stopped_by": self.stopped_by,
+        }
 
 
 @dataclass(frozen=True)
@@ -81,15 +113,20 @@ class Diagnostics:
     throttle: Any = None  # milarun.measure.energy.Throttle: window slices the GPU ran throttled
 
     def to_dict(self) -> dict[str, Any]:
-        return {"slices": self.slices, "window_slices": self.window_slices, "cv": self.cv,
-                "drift": self.drift, "warmup": self.warmup, "ci95": self.ci95,
-                "flags": list(self.flags),
-                "extension": self.extension.to_dict() if self.extension else None,
-                "throttle": self.throttle.to_dict() if self.throttle else None}
+        return {
+            "slices": self.slices,
+            "window_slices": self.window_slices,
+            "cv": self.cv,
+            "drift": self.drift,
+            "warmup": self.warmup,
+            "ci95": self.ci95,
+            "flags": list(self.flags),
+            "extension": self.extension.to_dict() if self.extension else None,
+            "throttle": self.throttle.to_dict() if self.throttle else None,
+        }
 
 
-def _warmup(rates: Sequence[float], mean: float, cv: float, slice_duration: float
-            ) -> float | None:
+def _warmup(rates: Sequence[float], mean: float, cv: float, slice_duration: float) -> float | None:
     """Time until a slice first lands in the steady band (the band is wide enough for the
     window's own noise, so a noisy but flat series has no warm-up)."""
     band = max(BAND_MIN, 2 * cv)
@@ -103,8 +140,9 @@ def steady_state(rates: Sequence[float], slice_duration: float = 0.5) -> Diagnos
     """Diagnostics of one rate series (None where there is not enough data)."""
     window = [r for r in steady.window(list(rates), slice_duration) if r is not None]
     few = len(window) < round(FEW_SLICES_SECONDS / slice_duration)
-    short = Diagnostics(len(rates), len(window), ci_halfwidth(window),
-                        flags=("few-slices",) if few else ())
+    short = Diagnostics(
+        len(rates), len(window), ci_halfwidth(window), flags=("few-slices",) if few else ()
+    )
     if len(window) < steady.MIN_SLICES or _mean(window) <= 0:
         return short
     mean = _mean(window)
@@ -112,8 +150,9 @@ def steady_state(rates: Sequence[float], slice_duration: float = 0.5) -> Diagnos
     third = len(window) // 3
     drift = _mean(window[-third:]) / _mean(window[:third]) - 1
     flags = short.flags + (("drift",) if abs(drift) > DRIFT_LIMIT else ())
-    return replace(short, cv=cv, drift=drift, warmup=_warmup(rates, mean, cv, slice_duration),
-                   flags=flags)
+    return replace(
+        short, cv=cv, drift=drift, warmup=_warmup(rates, mean, cv, slice_duration), flags=flags
+    )
 
 
 # A run measures at least one full steady window (rates[-20:-2]: 18 slices), the two
@@ -141,16 +180,22 @@ class RunLength:
     @classmethod
     def from_args(cls, min_slices: int | None, ci_target: float | None) -> RunLength:
         deadline = os.environ.get(DEADLINE_ENV)
-        return cls(DEFAULT_MIN_SLICES if min_slices is None else min_slices, ci_target,
-                   float(deadline) if deadline else None)
+        return cls(
+            DEFAULT_MIN_SLICES if min_slices is None else min_slices,
+            ci_target,
+            float(deadline) if deadline else None,
+        )
 
     def satisfied(self, rates: Sequence[float], slice_duration: float) -> bool:
         """True when the run may stop (asked once --max-count is reached)."""
         now = time.time()
         if self.reached_at is None:
             self.reached_at = now
-        limit = self.deadline if self.deadline is not None else (
-            self.reached_at + DEFAULT_EXTENSION_LIMIT)
+        limit = (
+            self.deadline
+            if self.deadline is not None
+            else (self.reached_at + DEFAULT_EXTENSION_LIMIT)
+        )
         if now >= limit:
             self.stopped_by = "deadline"
             return True
@@ -165,15 +210,16 @@ class RunLength:
         return True
 
     def record(self) -> RunLengthRecord:
-        return RunLengthRecord(self.min_slices, self.ci_target, self.deadline,
-                               self.stopped_by)
+        return RunLengthRecord(self.min_slices, self.ci_target, self.deadline, self.stopped_by)
 
 
 def log_record(log: Any) -> Diagnostics:
     """The diagnostics of one RateLog, with the rule that decided its length."""
     rule = log.length_rule
-    return replace(steady_state(log.rates, log.slice_duration),
-                   extension=rule.record() if rule is not None else None)
+    return replace(
+        steady_state(log.rates, log.slice_duration),
+        extension=rule.record() if rule is not None else None,
+    )
 
 
 def process_start() -> float | None:
@@ -202,8 +248,12 @@ class Startup:
     to_first_slice: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"import": self.imports, "setup": self.setup, "first_step": self.first_step,
-                "to_first_slice": self.to_first_slice}
+        return {
+            "import": self.imports,
+            "setup": self.setup,
+            "first_step": self.first_step,
+            "to_first_slice": self.to_first_slice,
+        }
 
 
 def startup(imported_at: float, called_at: float, logs: Sequence[Any]) -> Startup:
@@ -217,6 +267,9 @@ def startup(imported_at: float, called_at: float, logs: Sequence[Any]) -> Startu
         imports,
         setup=log.wall_start - called_at if log.wall_start is not None else None,
         first_step=log.first_block,
-        to_first_slice=(log.first_slice_at - start
-                        if start is not None and log.first_slice_at is not None else None),
+        to_first_slice=(
+            log.first_slice_at - start
+            if start is not None and log.first_slice_at is not None
+            else None
+        ),
     )

@@ -99,8 +99,9 @@ def peak_flops(name: str | None, precision: str | None) -> float | None:
     return tflops * 1e12 if tflops else None
 
 
-def percent_of_peak(name: str | None, precision: str | None,
-                    achieved: float | None) -> float | None:
+def percent_of_peak(
+    name: str | None, precision: str | None, achieved: float | None
+) -> float | None:
     """Achieved FLOP/s as a percentage of the device's peak; None when either is unknown."""
     peak = peak_flops(name, precision)
     if peak is None or achieved is None or not math.isfinite(achieved):
@@ -120,8 +121,11 @@ def steps_environments(step: Callable[..., Any]) -> bool:
     its FLOPs per environment step would leave out the simulator. Detected from the step's
     module so the RL tests need no flag of their own.
     """
-    names = {getattr(v, "__name__", "") for v in getattr(step, "__globals__", {}).values()
-             if type(v).__name__ == "module"}
+    names = {
+        getattr(v, "__name__", "")
+        for v in getattr(step, "__globals__", {}).values()
+        if type(v).__name__ == "module"
+    }
     return any(n.split(".")[0] in ("gymnasium", "gym") for n in names)
 
 
@@ -129,8 +133,7 @@ def _label(func: Any, args: tuple[Any, ...]) -> str:
     """The precision an op ran in: its first float input's dtype, tf32 where allowed."""
     import torch
 
-    tensor = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()),
-                  None)
+    tensor = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
     if tensor is None:
         return "fp32"
     dtype = tensor.dtype
@@ -140,11 +143,17 @@ def _label(func: Any, args: tuple[Any, ...]) -> str:
         return "fp64"
     if dtype != torch.float32:
         return "fp8" if "float8" in str(dtype) else str(dtype).replace("torch.", "")
-    if tensor.is_cuda and torch.version.hip is None \
-            and torch.cuda.get_device_capability(tensor.device)[0] >= 8:
+    if (
+        tensor.is_cuda
+        and torch.version.hip is None
+        and torch.cuda.get_device_capability(tensor.device)[0] >= 8
+    ):
         conv = "conv" in str(func)
-        allowed = (torch.backends.cudnn.allow_tf32 if conv
-                   else torch.get_float32_matmul_precision() != "highest")
+        allowed = (
+            torch.backends.cudnn.allow_tf32
+            if conv
+            else torch.get_float32_matmul_precision() != "highest"
+        )
         if allowed:
             return "tf32"
     return "fp32"
@@ -182,8 +191,12 @@ def count_step(step: Callable[[], Any]) -> dict[str, Any]:
         value = step()
     # torch < 2.12 does not list the ops it could not count: None, unknown.
     listed = getattr(counter, "get_unsupported_ops", None)
-    return {"flops": int(counter.get_total_flops()), "by_precision": dict(by_precision),
-            "unsupported": sorted(listed()) if listed is not None else None, "value": value}
+    return {
+        "flops": int(counter.get_total_flops()),
+        "by_precision": dict(by_precision),
+        "unsupported": sorted(listed()) if listed is not None else None,
+        "value": value,
+    }
 
 
 def device_name(device: Any) -> str:
@@ -213,21 +226,29 @@ class Efficiency:
     settings: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"flops_per_example": self.flops_per_example,
-                "flops_per_step": self.flops_per_step, "precision": self.precision,
-                "flops_by_precision": self.flops_by_precision,
-                "achieved_flops": self.achieved_flops, "device_name": self.device_name,
-                "peak_flops": self.peak_flops, "percent_of_peak": self.percent_of_peak,
-                "note": self.note, "settings": self.settings}
+        return {
+            "flops_per_example": self.flops_per_example,
+            "flops_per_step": self.flops_per_step,
+            "precision": self.precision,
+            "flops_by_precision": self.flops_by_precision,
+            "achieved_flops": self.achieved_flops,
+            "device_name": self.device_name,
+            "peak_flops": self.peak_flops,
+            "percent_of_peak": self.percent_of_peak,
+            "note": self.note,
+            "settings": self.settings,
+        }
 
 
-def build_record(count: dict[str, Any], batch_size: int, steady_rate: float | None,
-                 device: str) -> Efficiency:
+def build_record(
+    count: dict[str, Any], batch_size: int, steady_rate: float | None, device: str
+) -> Efficiency:
     """The efficiency record from one counted step and the run's steady rate."""
     flops, by_precision = count["flops"], count["by_precision"]
     if flops <= 0:
-        return Efficiency(device_name=device,
-                          note="no matmul/conv/attention FLOPs counted in the training step")
+        return Efficiency(
+            device_name=device, note="no matmul/conv/attention FLOPs counted in the training step"
+        )
     precision = max(by_precision, key=by_precision.get) if by_precision else "fp32"
     per_example = flops / batch_size
     achieved = per_example * steady_rate if steady_rate is not None else None
@@ -239,13 +260,27 @@ def build_record(count: dict[str, Any], batch_size: int, steady_rate: float | No
     peak = peak_flops(device, precision)
     if peak is None and achieved is not None:
         notes.append(f"no published {precision} peak for device {device!r}")
-    return Efficiency(per_example, flops, precision, by_precision, achieved, device, peak,
-                      percent_of_peak(device, precision, achieved), "; ".join(notes) or None)
+    return Efficiency(
+        per_example,
+        flops,
+        precision,
+        by_precision,
+        achieved,
+        device,
+        peak,
+        percent_of_peak(device, precision, achieved),
+        "; ".join(notes) or None,
+    )
 
 
-def measure(exp: Any, step: Callable[[], Any], batch_size: int, log: Any,
-            count: bool | None = None,
-            keep: Callable[[Any], None] | None = None) -> Efficiency:
+def measure(
+    exp: Any,
+    step: Callable[[], Any],
+    batch_size: int,
+    log: Any,
+    count: bool | None = None,
+    keep: Callable[[Any], None] | None = None,
+) -> Efficiency:
     """Count one extra ``step()`` after the timed loop and build the efficiency record.
 
     ``count``: None decides from MILARUN_COUNT_FLOPS and whether the step plays
@@ -254,11 +289,15 @@ def measure(exp: Any, step: Callable[[], Any], batch_size: int, log: Any,
     """
     settings = precision_settings()
     if not enabled():
-        return Efficiency(note=f"disabled by {ENV_FLAG}={os.environ.get(ENV_FLAG)}",
-                          settings=settings)
+        return Efficiency(
+            note=f"disabled by {ENV_FLAG}={os.environ.get(ENV_FLAG)}", settings=settings
+        )
     if count is False or (count is None and steps_environments(step)):
-        return Efficiency(note="not counted: the step plays environments, whose simulator "
-                               "FLOPs the counter cannot see", settings=settings)
+        return Efficiency(
+            note="not counted: the step plays environments, whose simulator "
+            "FLOPs the counter cannot see",
+            settings=settings,
+        )
     try:
         counted = count_step(step)
         exp.sync()  # a device error of the counted step surfaces here, not later
@@ -268,8 +307,9 @@ def measure(exp: Any, step: Callable[[], Any], batch_size: int, log: Any,
         record = build_record(counted, batch_size, log.steady_rate(), device_name(exp.device))
         return dataclasses.replace(record, settings=settings)
     except Exception as err:
-        return Efficiency(note=f"FLOP counting failed: {type(err).__name__}: {err}"[:500],
-                          settings=settings)
+        return Efficiency(
+            note=f"FLOP counting failed: {type(err).__name__}: {err}"[:500], settings=settings
+        )
 
 
 def precision_settings() -> dict[str, Any]:
@@ -279,8 +319,10 @@ def precision_settings() -> dict[str, Any]:
     import torch
 
     cudnn = torch.backends.cudnn
-    return {"float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-            "tf32_cudnn": bool(cudnn.allow_tf32),
-            "cudnn_benchmark": bool(cudnn.benchmark),
-            "cudnn_deterministic": bool(cudnn.deterministic)}
+    return {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "tf32_cudnn": bool(cudnn.allow_tf32),
+        "cudnn_benchmark": bool(cudnn.benchmark),
+        "cudnn_deterministic": bool(cudnn.deterministic),
+    }

@@ -30,8 +30,13 @@ from milarun.results import read, steady
 # NVML's clock-event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*)
 # that mean power or heat slowed the GPU; idle (1), application clocks (2), sync boost (16)
 # and the display clock (256) are not throttling.
-THROTTLE_REASONS = {4: "SwPowerCap", 8: "HwSlowdown", 32: "SwThermalSlowdown",
-                    64: "HwThermalSlowdown", 128: "HwPowerBrakeSlowdown"}
+THROTTLE_REASONS = {
+    4: "SwPowerCap",
+    8: "HwSlowdown",
+    32: "SwThermalSlowdown",
+    64: "HwThermalSlowdown",
+    128: "HwPowerBrakeSlowdown",
+}
 NO_GPU = "no GPU: CPU energy is not measured"
 
 
@@ -51,10 +56,17 @@ class Energy:
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"joules": self.joules, "seconds": self.seconds, "watts": self.watts,
-                "examples": self.examples, "joules_per_example": self.joules_per_example,
-                "examples_per_joule": self.examples_per_joule, "method": self.method,
-                "gpus": list(self.gpus), "reason": self.reason}
+        return {
+            "joules": self.joules,
+            "seconds": self.seconds,
+            "watts": self.watts,
+            "examples": self.examples,
+            "joules_per_example": self.joules_per_example,
+            "examples_per_joule": self.examples_per_joule,
+            "method": self.method,
+            "gpus": list(self.gpus),
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -67,9 +79,14 @@ class Throttle:
     gpus: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"slices": self.slices, "window_slices": self.window_slices,
-                "gpus": {g: {"slices": v["slices"], "reasons": dict(v["reasons"])}
-                         for g, v in self.gpus.items()}}
+        return {
+            "slices": self.slices,
+            "window_slices": self.window_slices,
+            "gpus": {
+                g: {"slices": v["slices"], "reasons": dict(v["reasons"])}
+                for g, v in self.gpus.items()
+            },
+        }
 
 
 def gpu_label(gid: str, labels: Mapping[str, str] | None = None) -> str:
@@ -110,12 +127,12 @@ def integrate(series: list[tuple[float, float]], start: float, end: float) -> fl
     if first is None or last is None:
         return None
     points = [(start, first)] + [p for p in series if start < p[0] < end] + [(end, last)]
-    return math.fsum((tb - ta) * (va + vb) / 2
-                     for (ta, va), (tb, vb) in zip(points, points[1:]))
+    return math.fsum((tb - ta) * (va + vb) / 2 for (ta, va), (tb, vb) in zip(points, points[1:]))
 
 
-def gpu_energy(samples: Sequence[Any], gid: str, start: float, end: float
-               ) -> tuple[float, str] | None:
+def gpu_energy(
+    samples: Sequence[Any], gid: str, start: float, end: float
+) -> tuple[float, str] | None:
     """Joules one GPU used over [start, end] and how they were found: the counter where the
     GPU has one (and it did not restart), else its power integrated; None if neither."""
     counter = _series(samples, gid, "energy")
@@ -135,9 +152,12 @@ def _gpus(samples: Sequence[Any]) -> list[str]:
     return list(seen)
 
 
-def energy_record(device: str, timings: Mapping[str, Any],
-                  monitor: Mapping[str, Any] | None,
-                  labels: Mapping[str, str] | None = None) -> Energy:
+def energy_record(
+    device: str,
+    timings: Mapping[str, Any],
+    monitor: Mapping[str, Any] | None,
+    labels: Mapping[str, str] | None = None,
+) -> Energy:
     """The energy of a run's steady window, from its rate records and GPU monitor record.
 
     A distributed run (``train_<rank>`` timings, only on rank 0) covers every GPU of the
@@ -153,10 +173,14 @@ def energy_record(device: str, timings: Mapping[str, Any],
     ranks = read.rank_timers(timings)
     logs = ranks or [timings.get("train")]
     if len(ranks) > len(gpus):
-        return Energy(gpus=names, reason=f"rank 0 sees {len(gpus)} of the job's "
-                      f"{len(ranks)} GPUs: the job's energy is not measured")
-    candidates = [steady.wall_clock_window(log) if hasattr(log, "slice_ends") else None
-                  for log in logs]
+        return Energy(
+            gpus=names,
+            reason=f"rank 0 sees {len(gpus)} of the job's "
+            f"{len(ranks)} GPUs: the job's energy is not measured",
+        )
+    candidates = [
+        steady.wall_clock_window(log) if hasattr(log, "slice_ends") else None for log in logs
+    ]
     windows = [w for w in candidates if w is not None and w.end > w.start]
     if len(windows) < len(candidates):
         return Energy(gpus=names, reason="no steady window with slice times")
@@ -165,16 +189,25 @@ def energy_record(device: str, timings: Mapping[str, Any],
     for gid in gpus:
         found = gpu_energy(samples, gid, main.start, main.end)
         if found is None:
-            return Energy(gpus=names, reason=f"{gpu_label(gid, labels)}: no energy "
-                          "counter or power samples around the steady window")
+            return Energy(
+                gpus=names,
+                reason=f"{gpu_label(gid, labels)}: no energy "
+                "counter or power samples around the steady window",
+            )
         joules += found[0]
         methods.add(found[1])
     seconds = main.end - main.start
     examples = math.fsum(w.examples * seconds / (w.end - w.start) for w in windows)
-    return Energy(joules, seconds, joules / seconds, examples,
-                  joules / examples if examples > 0 else None,
-                  examples / joules if joules > 0 else None,
-                  "+".join(sorted(methods)), names)
+    return Energy(
+        joules,
+        seconds,
+        joules / seconds,
+        examples,
+        joules / examples if examples > 0 else None,
+        examples / joules if joules > 0 else None,
+        "+".join(sorted(methods)),
+        names,
+    )
 
 
 # -- throttling --------------------------------------------------------------------------
@@ -189,8 +222,9 @@ def sample_spans(times: Sequence[float], interval: float) -> list[tuple[float, f
     return list(zip([times[0] - interval / 2] + mids, mids + [times[-1] + interval / 2]))
 
 
-def throttle_record(record: Any, monitor: Mapping[str, Any] | None,
-                    labels: Mapping[str, str] | None = None) -> Throttle | None:
+def throttle_record(
+    record: Any, monitor: Mapping[str, Any] | None, labels: Mapping[str, str] | None = None
+) -> Throttle | None:
     """Which steady-window slices of a rate record overlap a throttled sample, per GPU;
     None when there is no window or no sample has clock-event reasons."""
     window = steady.wall_clock_window(record) if hasattr(record, "slice_ends") else None
@@ -216,15 +250,21 @@ def throttle_record(record: Any, monitor: Mapping[str, Any] | None,
                             by_reason[name].add(i)
         hit = set().union(*by_reason.values())
         flagged |= hit
-        gpus[gpu_label(gid, labels)] = {"slices": len(hit),
-                                "reasons": {n: len(s) for n, s in sorted(by_reason.items())}}
+        gpus[gpu_label(gid, labels)] = {
+            "slices": len(hit),
+            "reasons": {n: len(s) for n, s in sorted(by_reason.items())},
+        }
     if not gpus:
         return None
     return Throttle(len(flagged), len(window.spans), gpus)
 
 
-def with_throttle(diag: Any, record: Any, monitor: Mapping[str, Any] | None,
-                  labels: Mapping[str, str] | None = None) -> Any:
+def with_throttle(
+    diag: Any,
+    record: Any,
+    monitor: Mapping[str, Any] | None,
+    labels: Mapping[str, str] | None = None,
+) -> Any:
     """A diagnostics.Diagnostics with its ``throttle`` entry, flagged when any slice was."""
     throttle = throttle_record(record, monitor, labels)
     flags = diag.flags + (("throttle",) if throttle and throttle.slices else ())

@@ -101,18 +101,36 @@ class Experiment:
         self.time("program").__enter__()
 
     # -- arguments -----------------------------------------------------------------
-    def parse_args(self, parser: argparse.ArgumentParser, argv: list[str],
-                   max_count: int | None = None, seed: int = 1234) -> argparse.Namespace:
+    def parse_args(
+        self,
+        parser: argparse.ArgumentParser,
+        argv: list[str],
+        max_count: int | None = None,
+        seed: int = 1234,
+    ) -> argparse.Namespace:
         """Parse the test's arguments, adding the harness's ``--max-count`` and ``--seed``."""
-        parser.add_argument("--max-count", type=int, default=max_count,
-                            help="minimum work: train at least this many examples")
+        parser.add_argument(
+            "--max-count",
+            type=int,
+            default=max_count,
+            help="minimum work: train at least this many examples",
+        )
         parser.add_argument("--seed", type=int, default=seed, help="random seed")
-        parser.add_argument("--min-slices", type=int, default=None,
-                            help="measure at least this many 0.5 s slices (default "
-                                 f"{DEFAULT_MIN_SLICES}: one full steady window)")
-        parser.add_argument("--ci-target", type=float, default=None, metavar="FRACTION",
-                            help="keep measuring past --max-count until the steady rate's "
-                                 "95%% CI half-width is below this fraction (e.g. 0.01)")
+        parser.add_argument(
+            "--min-slices",
+            type=int,
+            default=None,
+            help="measure at least this many 0.5 s slices (default "
+            f"{DEFAULT_MIN_SLICES}: one full steady window)",
+        )
+        parser.add_argument(
+            "--ci-target",
+            type=float,
+            default=None,
+            metavar="FRACTION",
+            help="keep measuring past --max-count until the steady rate's "
+            "95%% CI half-width is below this fraction (e.g. 0.01)",
+        )
 
         def error(message: str) -> NoReturn:
             raise BadTestArguments(f"bad test argument: {message}")
@@ -155,15 +173,25 @@ class Experiment:
         return self._sync
 
     # -- measurement -----------------------------------------------------------------
-    def rate_log(self, name: str = "train", max_count: int | None = None,
-                 slice_duration: float = SLICE_DURATION) -> RateLog:
+    def rate_log(
+        self,
+        name: str = "train",
+        max_count: int | None = None,
+        slice_duration: float = SLICE_DURATION,
+    ) -> RateLog:
         """A rate log that is done after ``max_count`` examples (default ``--max-count``)
         and ``--min-slices`` slices (``--ci-target`` too), or at the job's deadline."""
         if name in self._timers:
             raise ValueError(f"timer {name!r} already exists")
         # The sync is resolved now so that importing torch never lands inside a timed block.
-        log = RateLog(name, max_count if max_count is not None else self.max_count,
-                      slice_duration, self._clock, self._synchronizer(), self._wallclock)
+        log = RateLog(
+            name,
+            max_count if max_count is not None else self.max_count,
+            slice_duration,
+            self._clock,
+            self._synchronizer(),
+            self._wallclock,
+        )
         log.on_slice = self._on_progress
         log.length_rule = RunLength.from_args(self.min_slices, self.ci_target)
         self._timers[name] = log
@@ -209,8 +237,7 @@ class Experiment:
         local = int(os.environ.get("LOCAL_RANK") or 0)
         labels = (os.environ.get("MILARUN_DEVICE") or "").split(",")
         device = labels[local] if local < len(labels) and labels[local] else str(self._device)
-        return {"rank": rank, "node": node_name(), "host": socket.gethostname(),
-                "device": device}
+        return {"rank": rank, "node": node_name(), "host": socket.gethostname(), "device": device}
 
     def set_ranks(self, places: list[dict[str, Any]]) -> None:
         """Every rank's place (rank_place), gathered by rank 0: the result's ``ranks``."""

@@ -128,8 +128,9 @@ class RateLog:
         warmup = self.blocks < self.warmup_blocks
         closes_slice = self._slice_time + (end - start) >= self.slice_duration - _EPS
         # Only the block that crosses max_count syncs (an extended run goes on past it).
-        reaches_max = (self.max_count is not None
-                       and self.count < self.max_count <= self.count + count)
+        reaches_max = (
+            self.max_count is not None and self.count < self.max_count <= self.count + count
+        )
         # A warm-up block syncs so its queued work does not spill into the first slice.
         if warmup or closes_slice or reaches_max:
             # Wait for the queued device work so the closed slice holds its true time.
@@ -208,13 +209,26 @@ class RateLog:
             self._slice_count = 0.0
 
     def record(self) -> RateRecord:
-        duration = (self.last_end - self.first_start
-                    if self.first_start is not None and self.last_end is not None else 0.0)
-        return RateRecord(self.wall_start, duration, self.in_block, self.count,
-                          self.max_count, self.blocks, self.syncs, self.slice_duration,
-                          self.last_slice, tuple(self.rates),
-                          min(self.blocks, self.warmup_blocks), self.warmup_time,
-                          tuple(self.slice_ends))
+        duration = (
+            self.last_end - self.first_start
+            if self.first_start is not None and self.last_end is not None
+            else 0.0
+        )
+        return RateRecord(
+            self.wall_start,
+            duration,
+            self.in_block,
+            self.count,
+            self.max_count,
+            self.blocks,
+            self.syncs,
+            self.slice_duration,
+            self.last_slice,
+            tuple(self.rates),
+            min(self.blocks, self.warmup_blocks),
+            self.warmup_time,
+            tuple(self.slice_ends),
+        )
 
     def steady_rate(self) -> float | None:
         """The run's rate: the mean of the steady window (None when too short)."""

@@ -64,8 +64,9 @@ def _check_measurement(exp: Experiment) -> Failure | None:
     whose rates are too few to measure, failed."""
     bad = [k for k, v in exp.metrics.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad:
-        return Failure("nan", "non-finite metrics: " + ", ".join(
-            f"{k}={exp.metrics[k]}" for k in bad))
+        return Failure(
+            "nan", "non-finite metrics: " + ", ".join(f"{k}={exp.metrics[k]}" for k in bad)
+        )
     logs = exp.rate_logs()
     for log in logs:
         usable = len(steady.window(log.rates, log.slice_duration))
@@ -91,9 +92,15 @@ def progress_printer(min_interval: float = 1.0) -> Callable[[Any], None]:
             return
         last[0] = now
         rule = log.length_rule
-        info = {"timer": log.name, "count": log.count, "max_count": log.max_count,
-                "slices": len(log.rates), "min_slices": rule.min_slices if rule else None,
-                "rate": log.rates[-1] if log.rates else None, "in_block": log.in_block}
+        info = {
+            "timer": log.name,
+            "count": log.count,
+            "max_count": log.max_count,
+            "slices": len(log.rates),
+            "min_slices": rule.min_slices if rule else None,
+            "rate": log.rates[-1] if log.rates else None,
+            "in_block": log.in_block,
+        }
         print(f"{PROGRESS_TAG} {json.dumps(info)}", flush=True)
 
     return report
@@ -111,8 +118,9 @@ class _Ended:
     cpu_monitor: dict[str, Any] | None
 
 
-def _call(fn: Callable[..., Any], exp: Experiment, argv: list[str],
-          monitor_interval: float) -> _Ended:
+def _call(
+    fn: Callable[..., Any], exp: Experiment, argv: list[str], monitor_interval: float
+) -> _Ended:
     """``fn(exp, argv)`` under the monitors; SIGTERM and SIGALRM become its failures."""
     gpu_mon = devices.gpu_monitor(interval=monitor_interval).start()
     cpu_mon = devices.cpu_monitor(interval=monitor_interval).start()
@@ -144,9 +152,15 @@ def _call(fn: Callable[..., Any], exp: Experiment, argv: list[str],
     return _Ended(called_at, failure, error, timings, gpu_record, cpu_record)
 
 
-def _test_record(function: str, argv: list[str], exp: Experiment, ended: _Ended,
-                 imported_at: float, extra: dict[str, Any] | None,
-                 rerun_of: str | None) -> records.ResultRecord:
+def _test_record(
+    function: str,
+    argv: list[str],
+    exp: Experiment,
+    ended: _Ended,
+    imported_at: float,
+    extra: dict[str, Any] | None,
+    rerun_of: str | None,
+) -> records.ResultRecord:
     """The record of a test that ran in this process."""
     failure = ended.failure or _check_measurement(exp)
     error = ended.error if ended.error is not None else (failure.message if failure else None)
@@ -160,22 +174,39 @@ def _test_record(function: str, argv: list[str], exp: Experiment, ended: _Ended,
     # energy and throttle records name it as the operator did.
     labels = {g.uuid or g.id: f"cuda:{g.id}" for g in gpus}
     return records.ResultRecord(
-        name=exp.name, job_id=exp.job_id, dataroot=str(exp.dataroot),
-        outdir=str(exp.outdir), call=records.Call(function, list(argv), exp.arguments),
-        failure=failure, error=error, device=device,
+        name=exp.name,
+        job_id=exp.job_id,
+        dataroot=str(exp.dataroot),
+        outdir=str(exp.outdir),
+        call=records.Call(function, list(argv), exp.arguments),
+        failure=failure,
+        error=error,
+        device=device,
         devices=ids if on_gpu else [device],
         gpu=records.gpu_name(system, ids) if on_gpu else None,
-        device_count=len(ids) if on_gpu else 0, gpu_identity=gpus,
-        environ=records.recorded_environ(os.environ), isolation=confinement.isolation_record(),
-        returncode=0 if failure is None else 1, metrics=exp.metrics, timings=ended.timings,
-        gpu_monitor=ended.gpu_monitor, cpu_monitor=ended.cpu_monitor,
-        synthetic_data=exp.synthetic_data, dataset=exp.dataset, rerun_of=rerun_of,
+        device_count=len(ids) if on_gpu else 0,
+        gpu_identity=gpus,
+        environ=records.recorded_environ(os.environ),
+        isolation=confinement.isolation_record(),
+        returncode=0 if failure is None else 1,
+        metrics=exp.metrics,
+        timings=ended.timings,
+        gpu_monitor=ended.gpu_monitor,
+        cpu_monitor=ended.cpu_monitor,
+        synthetic_data=exp.synthetic_data,
+        dataset=exp.dataset,
+        rerun_of=rerun_of,
         startup=diagnostics.startup(imported_at, ended.called_at, logs),
-        diagnostics={log.name: energy.with_throttle(diagnostics.log_record(log),
-                                                    ended.timings.get(log.name),
-                                                    ended.gpu_monitor, labels)
-                     for log in logs},
-        efficiency=exp.efficiency, launch=extra or {}, system=system, ranks=tuple(exp.ranks),
+        diagnostics={
+            log.name: energy.with_throttle(
+                diagnostics.log_record(log), ended.timings.get(log.name), ended.gpu_monitor, labels
+            )
+            for log in logs
+        },
+        efficiency=exp.efficiency,
+        launch=extra or {},
+        system=system,
+        ranks=tuple(exp.ranks),
         energy=energy.energy_record(device, ended.timings, ended.gpu_monitor, labels),
     )
 
@@ -206,8 +237,14 @@ def run_test(
     # Under `jobs` the supervisor chose the stamp, so it reads exactly this run's file and
     # never another run's of the same name and job id.
     stamp = os.environ.get(watchdog.RESULT_STAMP_ENV) or results.utc_stamp()
-    exp = Experiment(name, job_id=job_id, outdir=outdir, dataroot=dataroot, stamp=stamp,
-                     on_progress=progress_printer())
+    exp = Experiment(
+        name,
+        job_id=job_id,
+        outdir=outdir,
+        dataroot=dataroot,
+        stamp=stamp,
+        on_progress=progress_printer(),
+    )
     ended = _call(fn, exp, argv, monitor_interval)
     record = _test_record(function, argv, exp, ended, imported_at, extra, rerun_of)
     result = record.to_dict()
@@ -215,8 +252,10 @@ def run_test(
         # A non-zero DDP rank: rank 0 writes the result for all. When this rank is the one
         # that failed, its log is the only place that says why.
         if record.failure is not None:
-            print(f"rank {os.environ.get('RANK')}: {record.failure.kind}: {result['error']}",
-                  file=sys.stderr)
+            print(
+                f"rank {os.environ.get('RANK')}: {record.failure.kind}: {result['error']}",
+                file=sys.stderr,
+            )
         return result, None
     try:
         try:
@@ -227,9 +266,11 @@ def run_test(
         # The measurement must survive the disk: the whole record goes to this process's
         # output (the instance's log under `milarun jobs`), then the one-line error.
         print(f"{UNWRITTEN_TAG} {json.dumps(result, default=str)}", flush=True)
-        raise errors.WriteError(f"{err}; the result is printed in full on the line "
-                                 f"starting with {UNWRITTEN_TAG} above (or in the "
-                                 "instance's log)") from None
+        raise errors.WriteError(
+            f"{err}; the result is printed in full on the line "
+            f"starting with {UNWRITTEN_TAG} above (or in the "
+            "instance's log)"
+        ) from None
     return result, path
 
 
@@ -263,9 +304,15 @@ class RunCall:
         return {k: v for k, v in asdict(self).items() if k not in ("function", "argv")}
 
 
-def plan_run(function: str, test_args: list[str], out: str | Path, dataroot: Path,
-             experiment_name: str | None = None, job_id: str = "0",
-             extra: dict[str, Any] | None = None) -> RunCall:
+def plan_run(
+    function: str,
+    test_args: list[str],
+    out: str | Path,
+    dataroot: Path,
+    experiment_name: str | None = None,
+    job_id: str = "0",
+    extra: dict[str, Any] | None = None,
+) -> RunCall:
     """``milarun run``: ``out`` is a folder, or a .json file name for the result (never
     overwritten); the name defaults to the test module's. Bad input fails here, before
     anything runs or any folder is made."""
@@ -277,17 +324,29 @@ def plan_run(function: str, test_args: list[str], out: str | Path, dataroot: Pat
         outdir = outfile.parent
         if outfile.exists():
             raise UsageError(f"-o {out}: file exists; results are never overwritten")
-    name = results.safe_name(experiment_name, "--experiment-name") if experiment_name \
+    name = (
+        results.safe_name(experiment_name, "--experiment-name")
+        if experiment_name
         else function.split(":")[0].rsplit(".", 1)[-1]
+    )
     results.safe_name(name, "test name")
     results.safe_name(job_id, "--job-id")
     check_outdir(outdir)
-    return RunCall(function, list(test_args), name, job_id, outdir, dataroot,
-                    dict(extra or {}), outfile=outfile)
+    return RunCall(
+        function,
+        list(test_args),
+        name,
+        job_id,
+        outdir,
+        dataroot,
+        dict(extra or {}),
+        outfile=outfile,
+    )
 
 
-def plan_rerun(result_file: str | Path, out: str | Path | None, test_args: list[str],
-               dataroot: Path) -> RunCall:
+def plan_rerun(
+    result_file: str | Path, out: str | Path | None, test_args: list[str], dataroot: Path
+) -> RunCall:
     """``milarun rerun``: the original's call, name, job id, job, suite and data folder
     (``dataroot`` when it has none), the new ``test_args`` last; results go next to the
     original unless ``out`` says otherwise.
@@ -305,8 +364,11 @@ def plan_rerun(result_file: str | Path, out: str | Path | None, test_args: list[
     if problem:
         raise UsageError(f"{result_file}: {problem}; fix the file")
     call = original.get("call") or {}
-    if not isinstance(call, dict) or not isinstance(call.get("function"), str) \
-            or not call["function"]:
+    if (
+        not isinstance(call, dict)
+        or not isinstance(call.get("function"), str)
+        or not call["function"]
+    ):
         raise UsageError(f"{result_file}: no call.function to re-run")
     argv = call.get("argv") or []
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
@@ -325,18 +387,29 @@ def plan_rerun(result_file: str | Path, out: str | Path | None, test_args: list[
     check_outdir(outdir)
     os.environ.update(environ)
     return RunCall(
-        call["function"], list(argv) + list(test_args), name, job_id, outdir,
-        Path(dataroot_saved or dataroot), extra,
+        call["function"],
+        list(argv) + list(test_args),
+        name,
+        job_id,
+        outdir,
+        Path(dataroot_saved or dataroot),
+        extra,
         rerun_of=str(Path(result_file).resolve()),
     )
 
 
 # The supervisor's variables of one job, not restored by a rerun (see plan_rerun).
-RERUN_DROPPED_ENV = (diagnostics.DEADLINE_ENV, watchdog.SUPERVISOR_ENV,
-                     watchdog.RESULT_STAMP_ENV, "MILARUN_CGROUP",
-                     # the Slurm job it ran in is over: the rerun's own `slurm` record says
-                     # where it runs now
-                     "SLURM_JOB_ID", "SLURM_CPUS_ON_NODE", "SLURM_CPUS_PER_TASK")
+RERUN_DROPPED_ENV = (
+    diagnostics.DEADLINE_ENV,
+    watchdog.SUPERVISOR_ENV,
+    watchdog.RESULT_STAMP_ENV,
+    "MILARUN_CGROUP",
+    # the Slurm job it ran in is over: the rerun's own `slurm` record says
+    # where it runs now
+    "SLURM_JOB_ID",
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_CPUS_PER_TASK",
+)
 
 
 def _saved_environ(result_file: str | Path, environ: Any) -> dict[str, str]:
@@ -345,14 +418,17 @@ def _saved_environ(result_file: str | Path, environ: Any) -> dict[str, str]:
     if environ is None:
         return {}
     if not isinstance(environ, dict):
-        raise UsageError(f"{result_file}: environ is not an object of NAME -> \"value\"")
+        raise UsageError(f'{result_file}: environ is not an object of NAME -> "value"')
     for key, value in environ.items():
         if not key or "=" in key or "\0" in key:
-            raise UsageError(f"{result_file}: environ name {key[:60]!r} is not a variable "
-                             "name; remove it")
+            raise UsageError(
+                f"{result_file}: environ name {key[:60]!r} is not a variable name; remove it"
+            )
         if not isinstance(value, str) or "\0" in value:
-            raise UsageError(f"{result_file}: environ {key}={str(value)[:60]!r} is not a "
-                             "string; quote it or remove it")
+            raise UsageError(
+                f"{result_file}: environ {key}={str(value)[:60]!r} is not a "
+                "string; quote it or remove it"
+            )
     return {k: v for k, v in environ.items() if k not in RERUN_DROPPED_ENV}
 
 
@@ -361,8 +437,10 @@ def check_dataroot(dataroot: Path) -> None:
     try:
         Path(dataroot).mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UsageError(f"data folder '{dataroot}' cannot be created "
-                         f"({err.strerror or err}); pass -d with a folder you can write") from err
+        raise UsageError(
+            f"data folder '{dataroot}' cannot be created "
+            f"({err.strerror or err}); pass -d with a folder you can write"
+        ) from err
 
 
 WRITE_CHECK_BYTES = 256 * 1024  # about one result with its rate series and monitor samples
@@ -395,5 +473,3 @@ def exit_code(result: dict[str, Any]) -> int:
     if kind == "interrupted":
         return 130
     return 0 if result["success"] else 1
-
-

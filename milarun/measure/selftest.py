@@ -115,23 +115,29 @@ class Measurement:
         if self.overhead_pass is False:
             out.append(f"{step}: overhead {self.overhead_pct:.3f}% > {self.overhead_target}%")
         if self.error_pass is False:
-            out.append(f"{step}: rate error {self.error_pct:+.3f}% beyond "
-                       f"+-{self.error_target}% ({self.rate_source} rate)")
+            out.append(
+                f"{step}: rate error {self.error_pct:+.3f}% beyond "
+                f"+-{self.error_target}% ({self.rate_source} rate)"
+            )
         return out
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.update(
-            step_ms=self.step_time * 1e3, true_rate=self.true_rate,
-            overhead_pct=self.overhead_pct, error_pct=self.error_pct,
-            outside_pct=self.outside_pct, outside_us_per_step=self.outside_us_per_step,
-            overhead_pass=self.overhead_pass, error_pass=self.error_pass, passed=self.passed,
+            step_ms=self.step_time * 1e3,
+            true_rate=self.true_rate,
+            overhead_pct=self.overhead_pct,
+            error_pct=self.error_pct,
+            outside_pct=self.outside_pct,
+            outside_us_per_step=self.outside_us_per_step,
+            overhead_pass=self.overhead_pass,
+            error_pass=self.error_pass,
+            passed=self.passed,
         )
         return data
 
 
-def bare_loop(spin: Callable[[float], object], step_time: float,
-              steps: int) -> tuple[float, float]:
+def bare_loop(spin: Callable[[float], object], step_time: float, steps: int) -> tuple[float, float]:
     """Wall time and on-CPU time of ``steps`` spins with nothing around them."""
     cpu, start = time.thread_time(), time.perf_counter()
     for _ in range(steps):
@@ -139,8 +145,9 @@ def bare_loop(spin: Callable[[float], object], step_time: float,
     return time.perf_counter() - start, time.thread_time() - cpu
 
 
-def instrumented_loop(spin: Callable[[float], object], step_time: float, steps: int,
-                      batch: int = BATCH) -> tuple[float, float, Experiment]:
+def instrumented_loop(
+    spin: Callable[[float], object], step_time: float, steps: int, batch: int = BATCH
+) -> tuple[float, float, Experiment]:
     """Wall and on-CPU time of ``steps`` spins run as the calibration test runs them.
 
     The monitors and the progress callback of a real run are active; the progress lines
@@ -170,8 +177,12 @@ def instrumented_loop(spin: Callable[[float], object], step_time: float, steps: 
     return wall, cpu, exp
 
 
-def measure(spec: StepSpec, seconds: float = DEFAULT_SECONDS, batch: int = BATCH,
-            spin: Callable[[float], object] | None = None) -> Measurement:
+def measure(
+    spec: StepSpec,
+    seconds: float = DEFAULT_SECONDS,
+    batch: int = BATCH,
+    spin: Callable[[float], object] | None = None,
+) -> Measurement:
     """Run one step time both ways for about ``seconds`` each.
 
     The bare loop is split around the instrumented run (half before, half after) so a
@@ -193,18 +204,28 @@ def measure(spec: StepSpec, seconds: float = DEFAULT_SECONDS, batch: int = BATCH
     if rate is None:  # too few slices for the steady window: the whole log instead
         rate, source = log.count / log.in_block, "full-log"
     return Measurement(
-        step_time=spec.step_time, batch=batch, steps=steps,
-        instrumented_steps=record.blocks, bare_wall=bare,
-        instrumented_wall=wall, measured_rate=rate, rate_source=source,
-        slices=len(log.rates), log_duration=record.duration,
-        outside_blocks=record.overhead, syncs=record.syncs,
-        overhead_target=spec.overhead_target, error_target=spec.error_target, load=load,
+        step_time=spec.step_time,
+        batch=batch,
+        steps=steps,
+        instrumented_steps=record.blocks,
+        bare_wall=bare,
+        instrumented_wall=wall,
+        measured_rate=rate,
+        rate_source=source,
+        slices=len(log.rates),
+        log_duration=record.duration,
+        outside_blocks=record.overhead,
+        syncs=record.syncs,
+        overhead_target=spec.overhead_target,
+        error_target=spec.error_target,
+        load=load,
         cpu_share=100.0 * min((first_cpu + second_cpu) / bare, cpu / wall),
     )
 
 
-def run_selftest(seconds: float = DEFAULT_SECONDS,
-                 specs: tuple[StepSpec, ...] = STEPS) -> list[Measurement]:
+def run_selftest(
+    seconds: float = DEFAULT_SECONDS, specs: tuple[StepSpec, ...] = STEPS
+) -> list[Measurement]:
     """Every step time, shortest first."""
     return [measure(spec, seconds) for spec in specs]
 
@@ -219,10 +240,12 @@ def notes(measurements: list[Measurement]) -> list[str]:
     share = min((m.cpu_share for m in measurements), default=100.0)
     if share >= BUSY_CPU_SHARE:
         return []
-    return [f"machine busy: this process was on a CPU only {share:.1f}% of the wall time "
-            f"(load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs); spin steps then "
-            "outlast their step time, so misses measure the load, not the harness: "
-            "rerun on an idle machine"]
+    return [
+        f"machine busy: this process was on a CPU only {share:.1f}% of the wall time "
+        f"(load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs); spin steps then "
+        "outlast their step time, so misses measure the load, not the harness: "
+        "rerun on an idle machine"
+    ]
 
 
 def exit_code(measurements: list[Measurement]) -> int:
@@ -240,21 +263,24 @@ def to_frame(measurements: list[Measurement]) -> Any:
     """The table: one row per step time (pandas, imported only here)."""
     import pandas as pd
 
-    rows = [{
-        "step ms": m.step_time * 1e3,
-        "steps": m.steps,
-        "true ex/s": round(m.true_rate),
-        "measured": round(m.measured_rate, 1),
-        "rate from": f"{m.rate_source} ({m.slices} sl)",
-        "error %": round(m.error_pct, 3),
-        "error target": _target(m.error_target, m.error_pass),
-        "overhead %": round(m.overhead_pct, 3),
-        "overhead target": _target(m.overhead_target, m.overhead_pass),
-        "outside %": round(m.outside_pct, 3),
-        "outside us/step": round(m.outside_us_per_step, 3),
-        "on-CPU %": round(m.cpu_share, 2),
-        "load": "/".join(f"{x:.2f}" for x in m.load),
-    } for m in measurements]
+    rows = [
+        {
+            "step ms": m.step_time * 1e3,
+            "steps": m.steps,
+            "true ex/s": round(m.true_rate),
+            "measured": round(m.measured_rate, 1),
+            "rate from": f"{m.rate_source} ({m.slices} sl)",
+            "error %": round(m.error_pct, 3),
+            "error target": _target(m.error_target, m.error_pass),
+            "overhead %": round(m.overhead_pct, 3),
+            "overhead target": _target(m.overhead_target, m.overhead_pass),
+            "outside %": round(m.outside_pct, 3),
+            "outside us/step": round(m.outside_us_per_step, 3),
+            "on-CPU %": round(m.cpu_share, 2),
+            "load": "/".join(f"{x:.2f}" for x in m.load),
+        }
+        for m in measurements
+    ]
     return pd.DataFrame(rows)
 
 
@@ -265,8 +291,10 @@ def render_text(measurements: list[Measurement]) -> str:
     lines.append("PASS" if not reasons else "FAIL")
     lines += [f"  {r}" for r in reasons]
     lines += [f"note: {n}" for n in notes(measurements)]
-    lines.append("overhead: (instrumented - bare) / bare wall time; error: measured / true "
-                 "rate - 1; outside: time outside blocks per the rate log")
+    lines.append(
+        "overhead: (instrumented - bare) / bare wall time; error: measured / true "
+        "rate - 1; outside: time outside blocks per the rate log"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -281,4 +309,3 @@ def render_json(measurements: list[Measurement], seconds: float) -> str:
         "notes": notes(measurements),
     }
     return json.dumps(data, indent=2, allow_nan=False) + "\n"
-

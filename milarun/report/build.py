@@ -43,8 +43,13 @@ class Perf:
         if not perf > 0:  # zero, negative or missing perf: every run counts as failed
             return cls(n, n, math.nan, math.nan, [])
         rates = entry.get("rates")
-        return cls(n, fail, perf, std if math.isfinite(std) else 0.0,
-                   [float(r) for r in rates] if isinstance(rates, list) else None)
+        return cls(
+            n,
+            fail,
+            perf,
+            std if math.isfinite(std) else 0.0,
+            [float(r) for r in rates] if isinstance(rates, list) else None,
+        )
 
     def adjusted(self, penalize_variance: bool) -> float:
         """perf_adj = (1 - fail/n) * (perf - penalty), penalty = min(std, perf)."""
@@ -123,12 +128,19 @@ class Report:
         return {str(t): float(w) for t, w in self.table["weight"].items()}
 
 
-def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None,
-                 weights: tuple[str, dict[str, float]] | None = None,
-                 compare: tuple[str, dict[str, dict[str, Any]]] | None = None,
-                 price: float | None = None, penalize_variance: bool = False,
-                 compare_gpus: bool = False, power_cost: float | None = None,
-                 loaded: Loaded | None = None, compare_nodes: bool = False) -> Report:
+def build_report(
+    summary: dict[str, dict[str, Any]],
+    *,
+    title: str | None = None,
+    weights: tuple[str, dict[str, float]] | None = None,
+    compare: tuple[str, dict[str, dict[str, Any]]] | None = None,
+    price: float | None = None,
+    penalize_variance: bool = False,
+    compare_gpus: bool = False,
+    power_cost: float | None = None,
+    loaded: Loaded | None = None,
+    compare_nodes: bool = False,
+) -> Report:
     """The report of a summary, optionally weighted, against a baseline, with a price and
     a power cost ($/kWh). ``loaded``: the result files it was made from, for what only they
     say (failed runs, isolation, systems, rate series, nodes); ``compare_nodes``: the node
@@ -136,20 +148,27 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
     weight_map = weights[1] if weights else {}
     baseline = compare[1] if compare else {}
     weighted = [t for t, w in weight_map.items() if w > 0]
-    tests = sorted(set(summary) | set(weighted)
-                   | {t for t in baseline if t in summary or t in weight_map})
+    tests = sorted(
+        set(summary) | set(weighted) | {t for t in baseline if t in summary or t in weight_map}
+    )
     ours = {t: Perf.of(summary.get(t)) for t in tests}
     base = {t: Perf.of(baseline.get(t)) for t in tests} if compare else {}
     # Legacy figures against legacy figures are like with like; milarun against legacy is not.
     legacy = comparability.is_legacy(baseline) and not comparability.is_legacy(summary)
-    like = ({t: comparability.judge(t, legacy, (summary.get(t) or {}).get("dataset"))
-             if t in baseline else comparability.NOT_IN_BASELINE for t in tests}
-            if compare else {})
+    like = (
+        {
+            t: comparability.judge(t, legacy, (summary.get(t) or {}).get("dataset"))
+            if t in baseline
+            else comparability.NOT_IN_BASELINE
+            for t in tests
+        }
+        if compare
+        else {}
+    )
 
     report = Report(
         title=title or "Benchmark results",
-        table=_table(tests, ours, base, weight_map if weights else None, penalize_variance,
-                     like),
+        table=_table(tests, ours, base, weight_map if weights else None, penalize_variance, like),
         weights_source=weights[0] if weights else None,
         baseline_source=compare[0] if compare else None,
         penalize_variance=penalize_variance,
@@ -189,9 +208,14 @@ def build_report(summary: dict[str, dict[str, Any]], *, title: str | None = None
     return report
 
 
-def _table(tests: list[str], ours: dict[str, Perf], base: dict[str, Perf],
-           weights: dict[str, float] | None, penalize_variance: bool,
-           like: dict[str, tuple[str, str | None]]) -> pd.DataFrame:
+def _table(
+    tests: list[str],
+    ours: dict[str, Perf],
+    base: dict[str, Perf],
+    weights: dict[str, float] | None,
+    penalize_variance: bool,
+    like: dict[str, tuple[str, str | None]],
+) -> pd.DataFrame:
     rows = []
     for test in tests:
         mine = ours[test]
@@ -208,11 +232,17 @@ def _table(tests: list[str], ours: dict[str, Perf], base: dict[str, Perf],
             row["perf_base"] = theirs.perf
             row["perf_ratio"] = mine.perf / theirs.perf
             row["perf_base_adj"] = theirs.adjusted(penalize_variance)
-            row["perf_ratio_adj"] = (row["perf_adj"] / row["perf_base_adj"]
-                                     if row["perf_base_adj"] > 0 else math.nan)
+            row["perf_ratio_adj"] = (
+                row["perf_adj"] / row["perf_base_adj"] if row["perf_base_adj"] > 0 else math.nan
+            )
             verdict = stats.welch_verdict(
-                mine.perf, mine.std, mine.n - mine.fail,
-                theirs.perf, theirs.std, theirs.n - theirs.fail)
+                mine.perf,
+                mine.std,
+                mine.n - mine.fail,
+                theirs.perf,
+                theirs.std,
+                theirs.n - theirs.fail,
+            )
             row["p_value"] = verdict.p_value if verdict.p_value is not None else math.nan
             row["verdict"] = verdict.label
             row["comparable"], row["comparable_note"] = like[test]
@@ -222,9 +252,14 @@ def _table(tests: list[str], ours: dict[str, Perf], base: dict[str, Perf],
     return pd.DataFrame(rows).set_index("test")
 
 
-def _score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
-           weights: dict[str, float], weighted: list[str],
-           summary: dict[str, dict[str, Any]]) -> None:
+def _score(
+    report: Report,
+    ours: dict[str, Perf],
+    base: dict[str, Perf],
+    weights: dict[str, float],
+    weighted: list[str],
+    summary: dict[str, dict[str, Any]],
+) -> None:
     pv = report.penalize_variance
     report.weighted_tests = len(weighted)
     report.missing = sorted(t for t in weighted if t not in summary)
@@ -236,11 +271,14 @@ def _score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
     total = sum(weights[t] for t in weighted)
     report.coverage = sum(weights[t] for t in scored) / total if total else None
     if report.missing:
-        report.warnings.append(f"{len(report.missing)} weighted test(s) have no results: "
-                               + ", ".join(report.missing))
+        report.warnings.append(
+            f"{len(report.missing)} weighted test(s) have no results: " + ", ".join(report.missing)
+        )
     if report.unweighted:
-        report.warnings.append(f"{len(report.unweighted)} test(s) are not in the weights "
-                               "(not scored): " + ", ".join(report.unweighted))
+        report.warnings.append(
+            f"{len(report.unweighted)} test(s) are not in the weights "
+            "(not scored): " + ", ".join(report.unweighted)
+        )
     if report.unscored:
         report.warnings.append("failed every run (not scored): " + ", ".join(report.unscored))
     if not scored:
@@ -255,8 +293,24 @@ def _score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
         _compare_score(report, ours, base, weights, scored)
 
 
-def _compare_score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
-                   weights: dict[str, float], scored: dict[str, float]) -> None:
+def _run_sets(perfs: dict[str, Perf], tests: list[str]) -> dict[str, stats.RunSet] | None:
+    """Each test's runs; None when a test keeps no per-run rates (a legacy summary)."""
+    found = {}
+    for test in tests:
+        runs = perfs[test].runs()
+        if runs is None:
+            return None
+        found[test] = runs
+    return found
+
+
+def _compare_score(
+    report: Report,
+    ours: dict[str, Perf],
+    base: dict[str, Perf],
+    weights: dict[str, float],
+    scored: dict[str, float],
+) -> None:
     """Score ratio on the tests both sides scored, with a paired-bootstrap interval."""
     pv = report.penalize_variance
     base_adj = {t: base[t].adjusted(pv) for t in scored}
@@ -267,33 +321,35 @@ def _compare_score(report: Report, ours: dict[str, Perf], base: dict[str, Perf],
     if report.unlike:
         report.warnings.append(
             f"left out of the compared score as different workloads ({len(report.unlike)}): "
-            + ", ".join(report.unlike))
+            + ", ".join(report.unlike)
+        )
     if not common:
         report.warnings.append("no scored test is in the baseline: no score ratio")
         return
     if len(common) < len(scored):
         report.warnings.append(
             f"score ratio uses the {len(common)} of {len(scored)} scored tests that the "
-            "baseline also has and measures alike")
+            "baseline also has and measures alike"
+        )
     mine = stats.weighted_geomean({t: scored[t] for t in common}, weights)
     report.score_base = stats.weighted_geomean({t: base_adj[t] for t in common}, weights)
     report.ratio = mine / report.score_base
-    our_runs = {t: ours[t].runs() for t in common}
-    base_runs = {t: base[t].runs() for t in common}
-    if any(r is None for r in our_runs.values()):
+    our_runs = _run_sets(ours, common)
+    if our_runs is None:
         return
-    ours_boot = stats.score_interval(our_runs, weights, pv)  # type: ignore[arg-type]
+    ours_boot = stats.score_interval(our_runs, weights, pv)
     if ours_boot is None:
         return
     base_boot = None
-    if all(r is not None for r in base_runs.values()):
-        found = stats.score_interval(base_runs, weights, pv,  # type: ignore[arg-type]
-                                     seed=stats.SEED + 1)
+    base_runs = _run_sets(base, common)
+    if base_runs is not None:
+        found = stats.score_interval(base_runs, weights, pv, seed=stats.SEED + 1)
         base_boot = found[0] if found else None
     report.ratio_ci = stats.ratio_interval(ours_boot[0], base_boot, report.score_base)
     low, high = report.ratio_ci
-    report.ratio_verdict = ("faster" if low > 1 else "slower" if high < 1
-                            else "no significant change")
+    report.ratio_verdict = (
+        "faster" if low > 1 else "slower" if high < 1 else "no significant change"
+    )
 
 
 def ratio_gate(report: Report, threshold: float) -> str | None:

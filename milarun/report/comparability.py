@@ -35,10 +35,15 @@ LEGACY: dict[str, tuple[str, str | None]] = {
     "cart": (YES, None),
     "scaling": (YES, None),
     "translator": (YES, None),
-    "minigrid": (APPROX, "64 env processes (legacy: 63 + 1 in the trainer); missions "
-                         "tokenised once each; no per-step .item() syncs"),
-    "atari": (APPROX, "ale-py emulator; grayscale before the frame max (legacy: atari-py, "
-                      "RGB max then OpenCV)"),
+    "minigrid": (
+        APPROX,
+        "64 env processes (legacy: 63 + 1 in the trainer); missions "
+        "tokenised once each; no per-step .item() syncs",
+    ),
+    "atari": (
+        APPROX,
+        "ale-py emulator; grayscale before the frame max (legacy: atari-py, RGB max then OpenCV)",
+    ),
     "recom": (APPROX, "positives looked up in a sorted array (legacy: scipy dok_matrix)"),
 }
 NOT_IN_LEGACY = (NO, "not in the 2020 suite")
@@ -57,8 +62,7 @@ def legacy_name(key: str) -> str:
     return name.split(".", 1)[0]
 
 
-def judge(key: str, legacy: bool,
-          dataset: dict[str, Any] | None = None) -> tuple[str, str | None]:
+def judge(key: str, legacy: bool, dataset: dict[str, Any] | None = None) -> tuple[str, str | None]:
     """The verdict and its reason for one test key against a baseline; ``dataset`` is the
     data the runs read (the summary's ``dataset``: name, smallest size, synthetic)."""
     if not legacy:
@@ -67,7 +71,7 @@ def judge(key: str, legacy: bool,
     verdict, note = LEGACY.get(name, NOT_IN_LEGACY)
     size = (dataset or {}).get("size")
     if name in FAKE_IMAGENET_TESTS and not (size and size >= LEGACY_IMAGENET_SIZE):
-        small = (f"fake ImageNet of {size:,} images" if size else "fake ImageNet of unknown size")
+        small = f"fake ImageNet of {size:,} images" if size else "fake ImageNet of unknown size"
         note = "; ".join(n for n in (f"{small} (legacy: 100,000)", note) if n)
         verdict = APPROX if verdict == YES else verdict
     return verdict, note

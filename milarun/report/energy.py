@@ -22,16 +22,17 @@ if TYPE_CHECKING:
 COLUMN = "perf_per_watt"  # examples/s per W = examples/J, in the per-test table
 JOULES_PER_KWH = 3.6e6
 PER = 1e6  # the energy cost is given per million examples
-COLUMNS = ("runs", "watts", "joules_per_example", "perf_per_watt", "cost_per_million",
-           "method")
-REASON_TEXT = {"SwPowerCap": "power cap", "HwSlowdown": "hardware slowdown",
-               "SwThermalSlowdown": "thermal slowdown", "HwThermalSlowdown":
-               "hardware thermal slowdown", "HwPowerBrakeSlowdown": "power brake"}
+COLUMNS = ("runs", "watts", "joules_per_example", "perf_per_watt", "cost_per_million", "method")
+REASON_TEXT = {
+    "SwPowerCap": "power cap",
+    "HwSlowdown": "hardware slowdown",
+    "SwThermalSlowdown": "thermal slowdown",
+    "HwThermalSlowdown": "hardware thermal slowdown",
+    "HwPowerBrakeSlowdown": "power brake",
+}
 
 
-
-def energy_table(summary: dict[str, dict[str, Any]], power_cost: float | None
-                 ) -> pd.DataFrame:
+def energy_table(summary: dict[str, dict[str, Any]], power_cost: float | None) -> pd.DataFrame:
     """Per test with energy: runs measured, mean W, J/example, examples/J and, with a power
     cost ($/kWh), the cost of a million examples: J/example x 1e6 / 3.6e6 x $/kWh."""
     import pandas as pd  # the summary side needs no pandas
@@ -43,10 +44,15 @@ def energy_table(summary: dict[str, dict[str, Any]], power_cost: float | None
             continue
         per_example = found.get("joules_per_example")
         rows[test] = {
-            "runs": found.get("n"), "watts": found.get("watts"),
-            "joules_per_example": per_example, "perf_per_watt": found["examples_per_joule"],
-            "cost_per_million": (per_example * PER / JOULES_PER_KWH * power_cost
-                                 if power_cost is not None and per_example else None),
+            "runs": found.get("n"),
+            "watts": found.get("watts"),
+            "joules_per_example": per_example,
+            "perf_per_watt": found["examples_per_joule"],
+            "cost_per_million": (
+                per_example * PER / JOULES_PER_KWH * power_cost
+                if power_cost is not None and per_example
+                else None
+            ),
             "method": str(found.get("method") or "-"),
         }
     if not rows:
@@ -67,20 +73,26 @@ class EnergySection:
     warnings: tuple[str, ...] = ()
 
 
-def energy_section(summary: dict[str, dict[str, Any]], weights: dict[str, float] | None,
-                   power_cost: float | None) -> EnergySection:
+def energy_section(
+    summary: dict[str, dict[str, Any]], weights: dict[str, float] | None, power_cost: float | None
+) -> EnergySection:
     """The energy table, perf/W score and throttling warnings of a summary."""
     warnings = throttle_warnings(summary)
     table = energy_table(summary, power_cost)
     if table.empty:
         if power_cost is not None:
-            warnings.append("--power-cost: no test has an energy measurement (GPU runs only), "
-                            "so no energy cost is shown")
+            warnings.append(
+                "--power-cost: no test has an energy measurement (GPU runs only), "
+                "so no energy cost is shown"
+            )
         return EnergySection(table, warnings=tuple(warnings))
     score = coverage = None
     weighted = [t for t, w in (weights or {}).items() if w > 0]
-    values = {t: float(table.loc[t, COLUMN]) for t in weighted
-              if t in table.index and table.loc[t, COLUMN] > 0}
+    values = {
+        t: float(table.loc[t, COLUMN])
+        for t in weighted
+        if t in table.index and table.loc[t, COLUMN] > 0
+    }
     total = sum(weights[t] for t in weighted) if weights else 0
     if weights and values and total:
         score = stats.weighted_geomean(values, weights)
@@ -96,8 +108,7 @@ def throttle_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
             window = found["window_slices"]
             for name, slices in found["reasons"].items():
                 what = REASON_TEXT.get(name, name)
-                out.append(f"{test}: {gpu} {what} ({name}) in {slices} of {window} steady "
-                           "slices")
+                out.append(f"{test}: {gpu} {what} ({name}) in {slices} of {window} steady slices")
     return out
 
 
@@ -113,14 +124,22 @@ def summary_entries(runs: list[dict[str, Any]]) -> dict[str, Any]:
     (per GPU: its runs' window slices, and the slices throttled per reason); each only
     where there is something to say."""
     out: dict[str, Any] = {}
-    measured = [e for r in runs if isinstance(e := r.get("energy"), dict)
-                and _positive(e.get("joules_per_example"))
-                and _positive(e.get("examples_per_joule"))]
+    measured = [
+        e
+        for r in runs
+        if isinstance(e := r.get("energy"), dict)
+        and _positive(e.get("joules_per_example"))
+        and _positive(e.get("examples_per_joule"))
+    ]
     if measured:
-        out["energy"] = {"n": len(measured), **{
-            k: _mean([float(e[k]) for e in measured if results.is_finite(e.get(k))])
-            for k in ENERGY_KEYS},
-            "method": ",".join(sorted({str(e.get("method")) for e in measured}))}
+        out["energy"] = {
+            "n": len(measured),
+            **{
+                k: _mean([float(e[k]) for e in measured if results.is_finite(e.get(k))])
+                for k in ENERGY_KEYS
+            },
+            "method": ",".join(sorted({str(e.get("method")) for e in measured})),
+        }
     windows: Counter[str] = Counter()
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
     for run in runs:
@@ -133,8 +152,11 @@ def summary_entries(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 windows[gpu] += throttle["window_slices"]
                 for name, n in named.items():
                     reasons[gpu][str(name)] += n if _count(n) else 0
-    throttled = {gpu: {"window_slices": windows[gpu], "reasons": dict(sorted(c.items()))}
-                 for gpu, c in sorted(reasons.items()) if sum(c.values())}
+    throttled = {
+        gpu: {"window_slices": windows[gpu], "reasons": dict(sorted(c.items()))}
+        for gpu, c in sorted(reasons.items())
+        if sum(c.values())
+    }
     if throttled:
         out["throttle"] = throttled
     return out
@@ -155,8 +177,11 @@ def entry_problem(entry: Mapping[str, Any]) -> str | None:
         if energy.get(key) is not None and not _positive(energy[key]):
             return f"'energy.{key}' is {energy[key]!r}, not a positive number"
     for gpu, found in (entry.get("throttle") or {}).items():
-        if not isinstance(found, dict) or not _count(found.get("window_slices")) \
-                or not isinstance(found.get("reasons"), dict) \
-                or not all(_count(n) for n in found["reasons"].values()):
-            return (f"'throttle.{gpu}' is not {{window_slices, reasons: {{name: count}}}}")
+        if (
+            not isinstance(found, dict)
+            or not _count(found.get("window_slices"))
+            or not isinstance(found.get("reasons"), dict)
+            or not all(_count(n) for n in found["reasons"].values())
+        ):
+            return f"'throttle.{gpu}' is not {{window_slices, reasons: {{name: count}}}}"
     return None

@@ -97,8 +97,11 @@ class NodeReport:
         """The flags, and the nodes whose runs all failed, one line each (when tested)."""
         if not self.tested:
             return []
-        dead = [f"node {n.node}: all {n.runs} run(s) failed (no score)" for n in self.nodes
-                if n.runs and n.failures == n.runs]
+        dead = [
+            f"node {n.node}: all {n.runs} run(s) failed (no score)"
+            for n in self.nodes
+            if n.runs and n.failures == n.runs
+        ]
         return dead + [f.reason for f in self.flags]
 
 
@@ -137,8 +140,9 @@ def _runs(loaded: Iterable[dict[str, Any]]) -> list[_Run]:
         if view.distributed:
             continue
         rate = view.rate()
-        out.append(_Run(view.node, view.device, view.name, rate,
-                        _slices(view) if rate is not None else ()))
+        out.append(
+            _Run(view.node, view.device, view.name, rate, _slices(view) if rate is not None else ())
+        )
     return out
 
 
@@ -157,8 +161,9 @@ def _means(runs: list[_Run], weights: dict[str, float]) -> dict[str, float]:
     return {t: math.fsum(v) / len(v) for t, v in rates.items()}
 
 
-def _relative(means: dict[Any, dict[str, float]],
-              weights: dict[str, float]) -> dict[Any, float | None]:
+def _relative(
+    means: dict[Any, dict[str, float]], weights: dict[str, float]
+) -> dict[Any, float | None]:
     """Per unit (node or cell), the weighted geometric mean over the tests it has of (its
     mean rate / the median of that test's unit means): 1.0 is a typical unit."""
     per_test: dict[str, list[float]] = defaultdict(list)
@@ -166,12 +171,15 @@ def _relative(means: dict[Any, dict[str, float]],
         for t, v in found.items():
             per_test[t].append(v)
     medians = {t: statistics.median(v) for t, v in per_test.items()}
-    return {key: _geomean({t: v / medians[t] for t, v in found.items()}, weights)
-            for key, found in means.items()}
+    return {
+        key: _geomean({t: v / medians[t] for t, v in found.items()}, weights)
+        for key, found in means.items()
+    }
 
 
-def _samples(runs: list[_Run], weights: dict[str, float],
-             unit: Callable[[_Run], str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _samples(
+    runs: list[_Run], weights: dict[str, float], unit: Callable[[_Run], str]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per weighted test: every steady-window slice of the runs, and its unit's name."""
     values: dict[str, list[float]] = defaultdict(list)
     owners: dict[str, list[str]] = defaultdict(list)
@@ -209,21 +217,34 @@ def _sibling_ratio(value: float | None, others: list[float | None]) -> float | N
     return value / statistics.median(known)
 
 
-def _judge(unit: str, kind: str, value: float | None, others: list[float | None],
-           samples: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[float | None, Flag | None]:
+def _judge(
+    unit: str,
+    kind: str,
+    value: float | None,
+    others: list[float | None],
+    samples: dict[str, tuple[np.ndarray, np.ndarray]],
+) -> tuple[float | None, Flag | None]:
     """The unit's combined p-value, and its flag when both the margin and the test say so."""
-    p, tests = slower_p([(values[owners == unit], values[owners != unit])
-                         for values, owners in samples.values()])
+    p, tests = slower_p(
+        [(values[owners == unit], values[owners != unit]) for values, owners in samples.values()]
+    )
     ratio = _sibling_ratio(value, others)
     if p is None or ratio is None or not (ratio < MARGIN and p < ALPHA):
         return p, None
-    return p, Flag(unit, ratio, p, (
-        f"{kind} {unit} is significantly slower than the other {kind}s: {ratio:.2f}x their "
-        f"median (one-sided Welch tests over {tests} test(s), Fisher p={p:.2g})"))
+    return p, Flag(
+        unit,
+        ratio,
+        p,
+        (
+            f"{kind} {unit} is significantly slower than the other {kind}s: {ratio:.2f}x their "
+            f"median (one-sided Welch tests over {tests} test(s), Fisher p={p:.2g})"
+        ),
+    )
 
 
-def compare_nodes(loaded: list[dict[str, Any]], weights: dict[str, float] | None = None, *,
-                  test: bool = False) -> NodeReport:
+def compare_nodes(
+    loaded: list[dict[str, Any]], weights: dict[str, float] | None = None, *, test: bool = False
+) -> NodeReport:
     """The per-node section of these results; ``test``: run the significance test and flag."""
     runs = _runs(loaded)
     weights = {t: w for t, w in (weights or {}).items() if w > 0}
@@ -240,19 +261,31 @@ def compare_nodes(loaded: list[dict[str, Any]], weights: dict[str, float] | None
     rows = []
     samples = _samples(runs, weights, lambda r: r.node) if test else {}
     for node in names:
-        p, flag = (_judge(node, "node", ratios[node], [ratios[n] for n in names if n != node],
-                          samples) if test else (None, None))
+        p, flag = (
+            _judge(node, "node", ratios[node], [ratios[n] for n in names if n != node], samples)
+            if test
+            else (None, None)
+        )
         flags += [flag] if flag else []
-        rows.append(NodeRow(node, len(by_node[node]), sum(r.rate is None for r in by_node[node]),
-                            _geomean(means[node], weights),
-                            sum(weights[t] for t in means[node]) / total if total else None,
-                            ratios[node], p, flag is not None))
+        rows.append(
+            NodeRow(
+                node,
+                len(by_node[node]),
+                sum(r.rate is None for r in by_node[node]),
+                _geomean(means[node], weights),
+                sum(weights[t] for t in means[node]) / total if total else None,
+                ratios[node],
+                p,
+                flag is not None,
+            )
+        )
     cells, devices = _matrix(runs, weights, test, flags)
     return NodeReport(tuple(rows), devices, cells, tuple(flags), test)
 
 
-def _matrix(runs: list[_Run], weights: dict[str, float], test: bool,
-            flags: list[Flag]) -> tuple[tuple[Cell, ...], tuple[str, ...]]:
+def _matrix(
+    runs: list[_Run], weights: dict[str, float], test: bool, flags: list[Flag]
+) -> tuple[tuple[Cell, ...], tuple[str, ...]]:
     """The node x device cells (flags of slow cells are added to ``flags``)."""
     by_cell: dict[tuple[str, str], list[_Run]] = defaultdict(list)
     for run in runs:
@@ -262,17 +295,26 @@ def _matrix(runs: list[_Run], weights: dict[str, float], test: bool,
     cells = []
     samples = _samples(runs, weights, lambda r: f"{r.node}/{r.device}") if test else {}
     for key in keys:
-        p, flag = (_judge("/".join(key), "device", values[key],
-                          [v for k, v in values.items() if k != key], samples)
-                   if test else (None, None))
+        p, flag = (
+            _judge(
+                "/".join(key),
+                "device",
+                values[key],
+                [v for k, v in values.items() if k != key],
+                samples,
+            )
+            if test
+            else (None, None)
+        )
         flags += [flag] if flag else []
         cells.append(Cell(key[0], key[1], len(by_cell[key]), values[key], p, flag is not None))
     devices = tuple(sorted({k[1] for k in keys}, key=device_order))
     return tuple(cells), devices
 
 
-def section(weights: dict[str, float] | None, loaded: summary.Loaded | None, *,
-            test: bool = False) -> NodeReport | None:
+def section(
+    weights: dict[str, float] | None, loaded: summary.Loaded | None, *, test: bool = False
+) -> NodeReport | None:
     """The per-node section of a report: with ``test`` (--compare-nodes) always, with its
     flags; otherwise only when the results span more than one node. The weights are the
     report's (Report.test_weights), else every test weighs 1."""

@@ -46,45 +46,65 @@ def make_report(request: ReportRequest) -> ReportOutcome:
 
     if request.format not in render.FORMATS:
         raise errors.UsageError(
-            f"--format {request.format}: use one of {', '.join(render.FORMATS)}")
+            f"--format {request.format}: use one of {', '.join(render.FORMATS)}"
+        )
     if request.fail_below is not None and request.compare is None:
         raise errors.UsageError("--fail-below needs --compare BASELINE")
     if request.price is not None and not request.price > 0:
         raise errors.UsageError(f"--price {request.price}: must be a positive number of dollars")
     if request.power_cost is not None and not 0 < request.power_cost < math.inf:
-        raise errors.UsageError(f"--power-cost {request.power_cost}: must be a positive "
-                                "number of dollars per kWh")
+        raise errors.UsageError(
+            f"--power-cost {request.power_cost}: must be a positive number of dollars per kWh"
+        )
     if request.html:
         from milarun.report.render import html  # matplotlib: only for the page
 
         html.check_html_path(request.html)  # before any work: never overwrite a foreign file
     src = summary.load_source(request.source)
     if request.compare_nodes and src.loaded is None:
-        raise errors.UsageError(f"--compare-nodes: {request.source} is a summary file, which "
-                                "keeps no node; pass the results folder")
-    base = (summary.load_source(summary.baseline_path(request.compare))
-            if request.compare else None)
-    weights = (report_weights.load_weights(request.weights) if request.weights
-               else report_weights.default_weights(list(src.summary)))
+        raise errors.UsageError(
+            f"--compare-nodes: {request.source} is a summary file, which "
+            "keeps no node; pass the results folder"
+        )
+    base = summary.load_source(summary.baseline_path(request.compare)) if request.compare else None
+    weights = (
+        report_weights.load_weights(request.weights)
+        if request.weights
+        else report_weights.default_weights(list(src.summary))
+    )
     if weights and request.only_tests is not None:
         weights = (weights[0], {t: w for t, w in weights[1].items() if t in request.only_tests})
     rep = report.build_report(
-        src.summary, title=request.title, weights=weights,
-        compare=(str(base.path), base.summary) if base else None, price=request.price,
-        penalize_variance=request.penalize_variance, compare_gpus=request.compare_gpus,
-        power_cost=request.power_cost, loaded=src.loaded, compare_nodes=request.compare_nodes)
+        src.summary,
+        title=request.title,
+        weights=weights,
+        compare=(str(base.path), base.summary) if base else None,
+        price=request.price,
+        penalize_variance=request.penalize_variance,
+        compare_gpus=request.compare_gpus,
+        power_cost=request.power_cost,
+        loaded=src.loaded,
+        compare_nodes=request.compare_nodes,
+    )
     if src.loaded is not None:  # a results folder: a run cut short says what it never did
-        rep.warnings += [f"{cut.describe()}: no result for "
-                         f"{', '.join(cut.without_result) or 'none of its tests'}"
-                         for cut in manifest.cut_short(request.source)]
-    skipped = [s for item in (src, base) if item is not None and item.loaded is not None
-               for s in item.loaded.skipped]
+        rep.warnings += [
+            f"{cut.describe()}: no result for "
+            f"{', '.join(cut.without_result) or 'none of its tests'}"
+            for cut in manifest.cut_short(request.source)
+        ]
+    skipped = [
+        s
+        for item in (src, base)
+        if item is not None and item.loaded is not None
+        for s in item.loaded.skipped
+    ]
     if request.html:
         html.write_html(request.html, html.to_html(rep))
     gate = None
     if request.fail_below is not None:
         if rep.ratio is None:
-            raise errors.UsageError("--fail-below: no score ratio (are weights and "
-                                    "baseline tests in common?)")
+            raise errors.UsageError(
+                "--fail-below: no score ratio (are weights and baseline tests in common?)"
+            )
         gate = report.ratio_gate(rep, request.fail_below)
     return ReportOutcome(render.render(rep, request.format), skipped, request.html, gate)

@@ -71,10 +71,17 @@ def failed_runs(loaded: Loaded, many_nodes: bool) -> list[FailedRun]:
         failure = result.get("failure")
         failure = failure if isinstance(failure, Mapping) else {}
         error = str(result.get("error") or failure.get("message") or "")
-        rows.append(FailedRun(
-            view.name, str(result.get("job_id")), view.device_label(many_nodes),
-            view.failure_kind, str(failure.get("message") or ""), path.name,
-            "\n".join(error.splitlines()[-ERROR_TAIL_LINES:])))
+        rows.append(
+            FailedRun(
+                view.name,
+                str(result.get("job_id")),
+                view.device_label(many_nodes),
+                view.failure_kind,
+                str(failure.get("message") or ""),
+                path.name,
+                "\n".join(error.splitlines()[-ERROR_TAIL_LINES:]),
+            )
+        )
     return rows
 
 
@@ -85,8 +92,7 @@ def _cpus(cpus: Any) -> str:
     return isolation.cpu_list(sorted({c for c in cpus if isinstance(c, int)})) or "-"
 
 
-def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool
-                   ) -> list[IsolationRow]:
+def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> list[IsolationRow]:
     """The isolation each instance got, one row per distinct setting with its run count."""
     counts: Counter[tuple[str, ...]] = Counter()
     for result in results:
@@ -95,14 +101,20 @@ def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool
         groups = iso.get("cgroups")
         groups = groups if isinstance(groups, Mapping) else {}
         limit = iso.get("memory_limit")
-        counts[(
-            read.ResultView.from_dict(result).device_label(many_nodes), _cpus(iso.get("cpus")),
-            f"{limit / 2**30:.1f} GiB" if isinstance(limit, (int, float)) else "none",
-            str(groups.get("cpuset", "-")), str(groups.get("memory", "-")),
-            str(iso.get("torch_threads", "-")),
-        )] += 1
-    return [IsolationRow(device, cpus, limit, cpuset, memory, threads, n) for
-            (device, cpus, limit, cpuset, memory, threads), n in sorted(counts.items())]
+        counts[
+            (
+                read.ResultView.from_dict(result).device_label(many_nodes),
+                _cpus(iso.get("cpus")),
+                f"{limit / 2**30:.1f} GiB" if isinstance(limit, (int, float)) else "none",
+                str(groups.get("cpuset", "-")),
+                str(groups.get("memory", "-")),
+                str(iso.get("torch_threads", "-")),
+            )
+        ] += 1
+    return [
+        IsolationRow(device, cpus, limit, cpuset, memory, threads, n)
+        for (device, cpus, limit, cpuset, memory, threads), n in sorted(counts.items())
+    ]
 
 
 def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
@@ -113,8 +125,10 @@ def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
         record = record if isinstance(record, Mapping) else {}
         key = json.dumps(record, sort_keys=True, default=str)
         if key not in seen:
-            seen[key] = {k: (json.dumps(v) if isinstance(v, (dict, list)) else str(v))
-                         for k, v in record.items()}
+            seen[key] = {
+                k: (json.dumps(v) if isinstance(v, (dict, list)) else str(v))
+                for k, v in record.items()
+            }
     return list(seen.values())
 
 
@@ -128,8 +142,9 @@ def run_series(view: read.ResultView, many_nodes: bool) -> Series | None:
     return Series(view.device_label(many_nodes), found[0].slice, total)
 
 
-def test_series(results: Iterable[Mapping[str, Any]], many_nodes: bool
-                ) -> dict[str, tuple[Series, ...]]:
+def test_series(
+    results: Iterable[Mapping[str, Any]], many_nodes: bool
+) -> dict[str, tuple[Series, ...]]:
     by_test: dict[str, list[Series]] = defaultdict(list)
     for result in results:
         view = read.ResultView.from_dict(result)
@@ -144,7 +159,9 @@ def runs_section(loaded: Loaded | None) -> RunsSection:
     if loaded is None:
         return RunsSection()
     many_nodes = read.spans_nodes(loaded.results)
-    return RunsSection(tuple(failed_runs(loaded, many_nodes)),
-                       tuple(isolation_rows(loaded.results, many_nodes)),
-                       tuple(systems(loaded.results)),
-                       test_series(loaded.results, many_nodes))
+    return RunsSection(
+        tuple(failed_runs(loaded, many_nodes)),
+        tuple(isolation_rows(loaded.results, many_nodes)),
+        tuple(systems(loaded.results)),
+        test_series(loaded.results, many_nodes),
+    )

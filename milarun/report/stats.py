@@ -45,8 +45,7 @@ def _interval(samples: np.ndarray) -> tuple[float, float]:
 
 def _resample(runs: RunSet, rng: np.random.Generator, size: int) -> np.ndarray:
     """``size`` bootstrap resamples of the runs: rows of n values, NaN for a failed run."""
-    values = np.concatenate([np.asarray(runs.rates, dtype=float),
-                             np.full(runs.failures, np.nan)])
+    values = np.concatenate([np.asarray(runs.rates, dtype=float), np.full(runs.failures, np.nan)])
     return values[rng.integers(0, len(values), size=(size, len(values)))]
 
 
@@ -65,8 +64,9 @@ def _adjusted(sample: np.ndarray, penalize_variance: bool) -> tuple[np.ndarray, 
     return mean, adj
 
 
-def mean_interval(rates: Sequence[float], resamples: int = RESAMPLES,
-                  seed: int = SEED) -> tuple[float, float] | None:
+def mean_interval(
+    rates: Sequence[float], resamples: int = RESAMPLES, seed: int = SEED
+) -> tuple[float, float] | None:
     """95% bootstrap percentile interval of the mean rate; None with fewer than 2 runs."""
     if len(rates) < 2:
         return None
@@ -75,9 +75,13 @@ def mean_interval(rates: Sequence[float], resamples: int = RESAMPLES,
     return _interval(sample.mean(axis=1))
 
 
-def score_interval(tests: dict[str, RunSet], weights: dict[str, float],
-                   penalize_variance: bool = False, resamples: int = RESAMPLES,
-                   seed: int = SEED) -> tuple[np.ndarray, tuple[float, float]] | None:
+def score_interval(
+    tests: dict[str, RunSet],
+    weights: dict[str, float],
+    penalize_variance: bool = False,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> tuple[np.ndarray, tuple[float, float]] | None:
     """Bootstrap distribution and 95% interval of the weighted geometric-mean score.
 
     Each resample draws every test's runs with replacement and recomputes perf_adj and the
@@ -93,21 +97,26 @@ def score_interval(tests: dict[str, RunSet], weights: dict[str, float],
     log_score = np.zeros(resamples)
     for name in names:
         # A test with a single run cannot be resampled: it is held at its value.
-        _, adj = _adjusted(_resample(tests[name], rng, resamples if tests[name].n >= 2 else 1),
-                           penalize_variance)
+        _, adj = _adjusted(
+            _resample(tests[name], rng, resamples if tests[name].n >= 2 else 1), penalize_variance
+        )
         with np.errstate(divide="ignore"):
             log_score += weights[name] * np.log(np.maximum(adj, 0.0))
     scores = np.exp(log_score / total_weight)
     return scores, _interval(scores)
 
 
-def ratio_interval(ours: np.ndarray, base: np.ndarray | None,
-                   base_score: float) -> tuple[float, float]:
+def ratio_interval(
+    ours: np.ndarray, base: np.ndarray | None, base_score: float
+) -> tuple[float, float]:
     """Interval of score/baseline score from paired bootstrap draws of both sides."""
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = ours / (base if base is not None else base_score)
-    return _interval(ratios[np.isfinite(ratios)]) if np.isfinite(ratios).any() else (
-        math.nan, math.nan)
+    return (
+        _interval(ratios[np.isfinite(ratios)])
+        if np.isfinite(ratios).any()
+        else (math.nan, math.nan)
+    )
 
 
 @dataclass(frozen=True)
@@ -118,8 +127,9 @@ class Verdict:
     label: str
 
 
-def welch_verdict(mean: float, std: float, n: int, base_mean: float, base_std: float,
-                  base_n: int) -> Verdict:
+def welch_verdict(
+    mean: float, std: float, n: int, base_mean: float, base_std: float, base_n: int
+) -> Verdict:
     """'faster'/'slower' when the difference is significant at 5%, else 'no significant
     change'. Works from summary stats (population std) so a baseline file is enough."""
     if n < 2 or base_n < 2 or not all(map(math.isfinite, (mean, std, base_mean, base_std))):
@@ -128,8 +138,11 @@ def welch_verdict(mean: float, std: float, n: int, base_mean: float, base_std: f
     s1 = std * math.sqrt(n / (n - 1))
     s2 = base_std * math.sqrt(base_n / (base_n - 1))
     if s1 == 0 and s2 == 0:
-        label = "no significant change" if mean == base_mean else (
-            "faster" if mean > base_mean else "slower")
+        label = (
+            "no significant change"
+            if mean == base_mean
+            else ("faster" if mean > base_mean else "slower")
+        )
         return Verdict(None if mean == base_mean else 0.0, label)
     from scipy import stats as sps  # imported here: scipy.stats takes ~1 s to import
 

@@ -49,8 +49,13 @@ def stats(values: list[float]) -> dict[str, Any]:
         return {"n": 0, "min": None, "max": None, "mean": None, "std": None}
     mean = math.fsum(values) / len(values)
     var = math.fsum((v - mean) ** 2 for v in values) / len(values)
-    return {"n": len(values), "min": min(values), "max": max(values), "mean": mean,
-            "std": math.sqrt(var)}
+    return {
+        "n": len(values),
+        "min": min(values),
+        "max": max(values),
+        "mean": mean,
+        "std": math.sqrt(var),
+    }
 
 
 def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -137,8 +142,10 @@ def quality(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "drift": max(drifts, key=abs) if drifts else None,  # the worst run
         "warmup": _mean_of([d.get("warmup") for d in diags]),
         "flagged": dict(sorted(flagged.items())),
-        "startup": {k: _mean_of([st.get(k) for st in starts])
-                    for k in ("import", "setup", "first_step", "to_first_slice")},
+        "startup": {
+            k: _mean_of([st.get(k) for st in starts])
+            for k in ("import", "setup", "first_step", "to_first_slice")
+        },
         "flops_per_example": _mean_of([e.get("flops_per_example") for e in effs]),
         "achieved_flops": _mean_of([e.get("achieved_flops") for e in effs]),
         "percent_of_peak": _mean_of([e.get("percent_of_peak") for e in effs]),
@@ -149,10 +156,16 @@ def _peak_memory(result: dict[str, Any]) -> float | None:
     """Largest memory use seen by the monitors, in MiB (GPU memory when there is one)."""
     # Samples are typed here, where they are read (results.result_problem checks the lists).
     gpu = (result.get("gpu_monitor") or {}).get("samples") or []
-    used = [m[0] for s in gpu if isinstance(s, dict) and isinstance(s.get("gpus"), dict)
-            for g in s["gpus"].values()
-            if isinstance(g, dict) and isinstance(m := g.get("memory"), list) and m
-            and results.is_finite(m[0])]
+    used = [
+        m[0]
+        for s in gpu
+        if isinstance(s, dict) and isinstance(s.get("gpus"), dict)
+        for g in s["gpus"].values()
+        if isinstance(g, dict)
+        and isinstance(m := g.get("memory"), list)
+        and m
+        and results.is_finite(m[0])
+    ]
     if used:
         return max(used)
     cpu = (result.get("cpu_monitor") or {}).get("samples") or []
@@ -226,10 +239,14 @@ def baseline_path(spec: str) -> Path:
     shipped = BASELINE_DIR / f"{spec.removesuffix('.json')}.json"
     if shipped.is_file():
         return shipped
-    names = ", ".join(sorted(str(p.relative_to(BASELINE_DIR).with_suffix(""))
-                             for p in BASELINE_DIR.glob("*/*.json")))
-    raise SummaryError(f"--compare {spec}: no such file or folder, nor a shipped baseline "
-                       f"({names})")
+    names = ", ".join(
+        sorted(
+            str(p.relative_to(BASELINE_DIR).with_suffix("")) for p in BASELINE_DIR.glob("*/*.json")
+        )
+    )
+    raise SummaryError(
+        f"--compare {spec}: no such file or folder, nor a shipped baseline ({names})"
+    )
 
 
 def load_source(path: Path) -> Source:
@@ -238,10 +255,16 @@ def load_source(path: Path) -> Source:
     if path.is_dir():
         loaded = load_dir(path)
         if not loaded.results:
-            why = (f"{len(loaded.skipped)} JSON file(s) skipped, e.g. {loaded.skipped[0].path}: "
-                   f"{loaded.skipped[0].reason}" if loaded.skipped else "no JSON files")
-            raise EmptyResults(f"{path}: no milarun results found ({why}); run "
-                               f"`milarun jobs PROFILE -o {path}` first")
+            why = (
+                f"{len(loaded.skipped)} JSON file(s) skipped, e.g. {loaded.skipped[0].path}: "
+                f"{loaded.skipped[0].reason}"
+                if loaded.skipped
+                else "no JSON files"
+            )
+            raise EmptyResults(
+                f"{path}: no milarun results found ({why}); run "
+                f"`milarun jobs PROFILE -o {path}` first"
+            )
         return Source(path, summarize(loaded.results), loaded)
     if not path.exists():
         raise SummaryError(f"{path}: no such file or folder")

@@ -21,8 +21,9 @@ def check_summary(data: Any, source: str) -> dict[str, dict[str, Any]]:
     if not isinstance(data, dict) or not data:
         raise SummaryError(f"{source}: not a summary file (expected an object of tests); {hint}")
     if "name" in data and "success" in data:
-        raise SummaryError(f"{source}: is a single result file, not a summary; give its "
-                           f"folder or {hint}")
+        raise SummaryError(
+            f"{source}: is a single result file, not a summary; give its folder or {hint}"
+        )
     for test, entry in data.items():
         if not isinstance(entry, dict):
             raise SummaryError(f"{source}: test {test!r} is not an object; {hint}")
@@ -58,8 +59,9 @@ def _stats_problem(where: str, value: Any) -> str | None:
         return f"'{where}.n' is {value['n']!r}, not a count"
     for key in ("min", "max", "mean", "std"):
         if value.get(key) is not None and not _bounded(value[key]):
-            return (f"'{where}.{key}' is {value[key]!r}, not a number of at most "
-                    f"{results.MAX_RATE:g}")
+            return (
+                f"'{where}.{key}' is {value[key]!r}, not a number of at most {results.MAX_RATE:g}"
+            )
     if value.get("std") is not None and value["std"] < 0:
         return f"'{where}.std' is negative"
     return None
@@ -100,11 +102,13 @@ def _quality_problem(quality: dict[str, Any]) -> str | None:
     if startup is not None and not isinstance(startup, dict):
         return "'quality.startup' is not an object"
     flagged = quality.get("flagged")
-    if flagged is not None and not (isinstance(flagged, dict)
-                                    and all(_count(v) for v in flagged.values())):
+    if flagged is not None and not (
+        isinstance(flagged, dict) and all(_count(v) for v in flagged.values())
+    ):
         return "'quality.flagged' is not an object of counts"
-    numbers = [(f"quality.{k}", v) for k, v in quality.items() if k not in (
-        "startup", "flagged")] + [(f"quality.startup.{k}", v) for k, v in (startup or {}).items()]
+    numbers = [
+        (f"quality.{k}", v) for k, v in quality.items() if k not in ("startup", "flagged")
+    ] + [(f"quality.startup.{k}", v) for k, v in (startup or {}).items()]
     for where, value in numbers:
         if value is not None and not results.is_finite(value):
             return f"'{where}' is {value!r}, not a finite number"

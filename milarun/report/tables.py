@@ -28,9 +28,13 @@ def quality_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
             continue  # a summary without diagnostics (legacy, or every run failed)
         start = q.get("startup") or {}
         rows[test] = {
-            "slices": q.get("slices"), "cv": q.get("cv"), "drift": q.get("drift"),
-            "warmup": q.get("warmup"), "to_first_slice": start.get("to_first_slice"),
-            "import": start.get("import"), "setup": start.get("setup"),
+            "slices": q.get("slices"),
+            "cv": q.get("cv"),
+            "drift": q.get("drift"),
+            "warmup": q.get("warmup"),
+            "to_first_slice": start.get("to_first_slice"),
+            "import": start.get("import"),
+            "setup": start.get("setup"),
             "first_step": start.get("first_step"),
             "flops_per_example": q.get("flops_per_example"),
             "achieved_flops": q.get("achieved_flops"),
@@ -57,8 +61,7 @@ def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
     if drift:
         out.append("rate drifted beyond 2% over the steady window: " + ", ".join(drift))
     if few:
-        out.append("steady window shorter than 5 s (raise --min-slices): "
-                   + ", ".join(few))
+        out.append("steady window shorter than 5 s (raise --min-slices): " + ", ".join(few))
     return out
 
 
@@ -72,21 +75,24 @@ def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
         prefix, _, size = test.rpartition(".")
         if total is not None and size.isdigit() and int(size) > 0:
             found[test] = (prefix, int(size), total, entry)
-    base = {p: min((k, t) for q, k, t, _ in found.values() if q == p)
-            for p, *_ in found.values()}
+    base = {p: min((k, t) for q, k, t, _ in found.values() if q == p) for p, *_ in found.values()}
     rows = {}
     for test, (prefix, k, total, entry) in found.items():
         k0, total0 = base[prefix]
-        rows[test] = {"k": k, "per_rank": (entry.get("train") or {}).get("mean"),
-                      "total": total,
-                      "efficiency": total / (k / k0 * total0) if total0 else math.nan}
+        rows[test] = {
+            "k": k,
+            "per_rank": (entry.get("train") or {}).get("mean"),
+            "total": total,
+            "efficiency": total / (k / k0 * total0) if total0 else math.nan,
+        }
         if entry.get("nodes") is not None:
             rows[test]["nodes"] = entry["nodes"]
     if not rows:
         return pd.DataFrame()
     df = pd.DataFrame.from_dict(rows, orient="index").sort_values("k", kind="stable")
-    return df.astype({c: float for c in ("per_rank", "total", "efficiency", "nodes")
-                      if c in df.columns})
+    return df.astype(
+        {c: float for c in ("per_rank", "total", "efficiency", "nodes") if c in df.columns}
+    )
 
 
 def gpu_tables(summary: dict[str, dict[str, Any]]) -> dict[str, pd.DataFrame]:

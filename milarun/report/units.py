@@ -36,7 +36,7 @@ def natural(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         for name, value in (metrics if isinstance(metrics, dict) else {}).items():
             number = _positive(value)
             if isinstance(name, str) and name.startswith(PREFIX) and number is not None:
-                values[name[len(PREFIX):]].append(number)
+                values[name[len(PREFIX) :]].append(number)
     if not values:
         return None
     unit = min(values)  # a test records one natural unit; the choice is only made stable
@@ -56,8 +56,12 @@ def natural_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
         if per is None or perf is None:
             continue  # no natural unit, or no successful run to convert
         assert isinstance(found, dict)  # per is None otherwise
-        rows[test] = {"unit": str(found["unit"]), "perf": perf, "per_example": per,
-                      "natural": perf * per}
+        rows[test] = {
+            "unit": str(found["unit"]),
+            "perf": perf,
+            "per_example": per,
+            "natural": perf * per,
+        }
     if not rows:
         return pd.DataFrame()
     return pd.DataFrame.from_dict(rows, orient="index", columns=list(COLUMNS)).sort_index()

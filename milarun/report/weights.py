@@ -28,10 +28,15 @@ def load_weights(spec: str) -> tuple[str, dict[str, float]]:
     for test, value in data.items():
         if isinstance(value, dict):
             value = value.get("weight")
-        if (not isinstance(value, (int, float)) or isinstance(value, bool)
-                or not 0 <= value <= results.MAX_WEIGHT):
-            raise WeightsError(f"{path}: test {test!r}: weight {value!r} is not a number "
-                               f"from 0 to {results.MAX_WEIGHT:g}")
+        if (
+            not isinstance(value, (int, float))
+            or isinstance(value, bool)
+            or not 0 <= value <= results.MAX_WEIGHT
+        ):
+            raise WeightsError(
+                f"{path}: test {test!r}: weight {value!r} is not a number "
+                f"from 0 to {results.MAX_WEIGHT:g}"
+            )
         weights[test] = float(value)
     return str(path), weights
 

@@ -48,8 +48,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
-                    ) -> dict[str, Any]:
+def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False) -> dict[str, Any]:
     """The FAIL result the harness writes for an instance that wrote none."""
     kind, message = failure_kind(inst, oom)
     code = inst.started_process.returncode
@@ -58,17 +57,27 @@ def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False
     gpus = instance_gpus(inst.env)
     on_gpu = inst.devices[0].kind == devmod.GPU_KIND
     return records.ResultRecord(
-        name=inst.name, job_id=inst.job_id, dataroot=str(opts.dataroot),
+        name=inst.name,
+        job_id=inst.job_id,
+        dataroot=str(opts.dataroot),
         outdir=str(opts.outdir),
         call=records.Call(inst.job.experiment, inst.job.argv() + list(opts.user_args)),
-        failure=records.Failure(kind, message), error=log_tail(inst.log_path),
-        device=labels[0], devices=labels,
+        failure=records.Failure(kind, message),
+        error=log_tail(inst.log_path),
+        device=labels[0],
+        devices=labels,
         gpu=records.gpu_name(system, [g.id for g in gpus]) if on_gpu else None,
         device_count=sum(d.kind == devmod.GPU_KIND for d in inst.devices),
         environ=records.recorded_environ(inst.env),
-        isolation={"requested": inst.placement.spec if inst.placement else None,
-                   "groups": inst.placement.groups if inst.placement else None},
-        returncode=code, signal=signal.Signals(-code).name if code and code < 0 else None,
-        log=str(inst.log_path), written_by="harness", system=system, gpu_identity=gpus,
+        isolation={
+            "requested": inst.placement.spec if inst.placement else None,
+            "groups": inst.placement.groups if inst.placement else None,
+        },
+        returncode=code,
+        signal=signal.Signals(-code).name if code and code < 0 else None,
+        log=str(inst.log_path),
+        written_by="harness",
+        system=system,
+        gpu_identity=gpus,
         launch={**inst.launch, "job": inst.job.definition, "suite": inst.job.suite},
     ).to_dict()

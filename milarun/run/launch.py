@@ -53,9 +53,12 @@ class JobsInterrupted(Exception):
 class Supervisor:
     """Starts instances, enforces deadlines, stops everything on SIGINT/SIGTERM."""
 
-    def __init__(self, opts: LaunchOptions,
-                 on_end: Callable[[Instance], None] | None = None,
-                 on_recorded: Callable[[Instance], None] | None = None):
+    def __init__(
+        self,
+        opts: LaunchOptions,
+        on_end: Callable[[Instance], None] | None = None,
+        on_recorded: Callable[[Instance], None] | None = None,
+    ):
         self.opts = opts
         self.board = ProgressBoard(opts.out, opts.progress_interval, opts.verbose)
         # by default the board prints each ended instance's done/FAIL line
@@ -127,8 +130,7 @@ class Supervisor:
             if inst.placement.v2_procs:
                 procs = inst.placement.v2_procs
                 preexec = lambda: isolation.join_v2(procs)  # noqa: E731
-            inst.oom_before = isolation.oom_kills(inst.placement.groups,
-                                                  self.opts.hierarchies)
+            inst.oom_before = isolation.oom_kills(inst.placement.groups, self.opts.hierarchies)
         # The kernel kills the instance if this process dies, however it dies.
         preexec = watchdog.die_with_parent(os.getpid(), then=preexec)
         with open(inst.log_path, "ab") as log:
@@ -141,12 +143,20 @@ class Supervisor:
             # The stamp: the instance writes exactly the file _finish reads. The pid: its
             # ranks (torchrun) end themselves when this process is gone.
             deadline = inst.wall_started + 0.9 * inst.job.max_duration
-            env = {**inst.env, "MILARUN_DEADLINE": f"{deadline:.3f}",
-                   watchdog.RESULT_STAMP_ENV: inst.stamp,
-                   watchdog.SUPERVISOR_ENV: str(os.getpid())}
+            env = {
+                **inst.env,
+                "MILARUN_DEADLINE": f"{deadline:.3f}",
+                watchdog.RESULT_STAMP_ENV: inst.stamp,
+                watchdog.SUPERVISOR_ENV: str(os.getpid()),
+            }
             inst.process = subprocess.Popen(
-                command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec,
+                command,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=preexec,
             )
         self.board.say(f"start  {inst.tag}  log: {inst.log_path}")
 
@@ -170,8 +180,11 @@ class Supervisor:
                 inst.started_process.send_signal(signal.SIGALRM)
             except ProcessLookupError:
                 pass
-        elif inst.alarm_sent is not None and not inst.killed \
-                and now - inst.alarm_sent > self.opts.grace:
+        elif (
+            inst.alarm_sent is not None
+            and not inst.killed
+            and now - inst.alarm_sent > self.opts.grace
+        ):
             inst.killed = True
             self._signal_group(inst, signal.SIGKILL)
 
@@ -182,8 +195,9 @@ class Supervisor:
                 inst.stopped_by = reason
                 self._signal_group(inst, signal.SIGTERM)
         deadline = time.monotonic() + self.opts.grace
-        while time.monotonic() < deadline and any(i.started_process.poll() is None
-                                                  for i in running):
+        while time.monotonic() < deadline and any(
+            i.started_process.poll() is None for i in running
+        ):
             time.sleep(POLL_INTERVAL)
         for inst in running:
             if inst.started_process.poll() is None:
@@ -195,15 +209,17 @@ class Supervisor:
         self.board.read([inst])  # the last lines of its output (no redraw of the table)
         # Reap whatever the test left behind in its group (loader workers, ...).
         self._signal_group(inst, signal.SIGKILL)
-        found = [path for path in results.result_paths(
-            self.opts.outdir, inst.name, inst.job_id, inst.stamp) if path.exists()]
+        found = [
+            path
+            for path in results.result_paths(self.opts.outdir, inst.name, inst.job_id, inst.stamp)
+            if path.exists()
+        ]
         if found:
             inst.result_path = found[-1]
             try:
                 inst.result = results.load_result(found[-1])
             except ValueError as err:
-                inst.result = {"success": False, "failure": {"kind": "crash",
-                                                             "message": str(err)}}
+                inst.result = {"success": False, "failure": {"kind": "crash", "message": str(err)}}
         elif inst.recorded_on_head:
             # One record per run: rank 0's, on the head node; the head's ranks fail with
             # ours, so a FAIL of ours here would count one failed run twice.
@@ -212,14 +228,13 @@ class Supervisor:
             self.board.say(
                 f"{'done ' if code == 0 else 'FAIL '}  {inst.tag}: this node's ranks "
                 f"{'ended well' if code == 0 else f'failed (exit {code}), see {inst.log_path}'}"
-                "; rank 0, on the head node, records the run")
+                "; rank 0, on the head node, records the run"
+            )
             return
         else:
-            inst.result = harness_record.harness_failure(inst, self.opts,
-                                                         self._oom_killed(inst))
+            inst.result = harness_record.harness_failure(inst, self.opts, self._oom_killed(inst))
             try:
-                inst.result_path = results.write_result(self.opts.outdir, inst.result,
-                                                        inst.stamp)
+                inst.result_path = results.write_result(self.opts.outdir, inst.result, inst.stamp)
             except errors.WriteError as err:  # the report still counts it, from memory
                 log.error("%s; what happened is in %s", err, inst.log_path)
         if self.on_recorded is not None:
@@ -227,9 +242,14 @@ class Supervisor:
         self.on_end(inst)
 
 
-def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOptions,
-             on_end: Callable[[Instance], None] | None = None,
-             on_recorded: Callable[[Instance], None] | None = None) -> list[Instance]:
+def run_jobs(
+    jobs: list[Job],
+    devices: list[Device],
+    repeat: int,
+    opts: LaunchOptions,
+    on_end: Callable[[Instance], None] | None = None,
+    on_recorded: Callable[[Instance], None] | None = None,
+) -> list[Instance]:
     """All jobs once, then again ``repeat`` times; each job's instances run side by side.
     Returns every ended instance (a multi-node run's part on another node than the head
     has ``recorded_on_head`` in its result, which is not written)."""
@@ -239,9 +259,11 @@ def run_jobs(jobs: list[Job], devices: list[Device], repeat: int, opts: LaunchOp
     for r in range(repeat):
         for job in jobs:
             prepared = run_prepare(job, opts)
-            rounds = (plan_progression(job, r, devices, opts, prepared)
-                      if job.partition == "gpu-progression"
-                      else [plan_instances(job, r, devices, opts, prepared)])
+            rounds = (
+                plan_progression(job, r, devices, opts, prepared)
+                if job.partition == "gpu-progression"
+                else [plan_instances(job, r, devices, opts, prepared)]
+            )
             for instances in rounds:
                 try:
                     supervisor.run_group(instances)

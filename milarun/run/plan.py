@@ -96,25 +96,30 @@ class Rendezvous:
     master_port: int
 
     @classmethod
-    def parse(cls, nnodes: int, master: str, node_rank: int | None,
-              environ: dict[str, str] | None = None) -> Rendezvous:
+    def parse(
+        cls, nnodes: int, master: str, node_rank: int | None, environ: dict[str, str] | None = None
+    ) -> Rendezvous:
         """From ``--nnodes K --master ADDR:PORT [--node-rank R]``; R defaults to Slurm's
         node index in the step (SLURM_NODEID)."""
         env = os.environ if environ is None else environ
         addr, _, port = master.rpartition(":")
         if not addr or not port.isdigit() or not 0 < int(port) < 65536:
-            raise LaunchError(f"--master {master}: give the head node as ADDR:PORT, "
-                              "e.g. node1:29500")
+            raise LaunchError(
+                f"--master {master}: give the head node as ADDR:PORT, e.g. node1:29500"
+            )
         if nnodes < 1:
             raise LaunchError(f"--nnodes {nnodes}: must be at least 1")
         if node_rank is None:
             if not (env.get("SLURM_NODEID") or "").isdigit():
-                raise LaunchError("--nnodes: give --node-rank R (0 on the head node), or run "
-                                  "under srun, which sets SLURM_NODEID")
+                raise LaunchError(
+                    "--nnodes: give --node-rank R (0 on the head node), or run "
+                    "under srun, which sets SLURM_NODEID"
+                )
             node_rank = int(env["SLURM_NODEID"])
         if not 0 <= node_rank < nnodes:
-            raise LaunchError(f"--node-rank {node_rank}: must be 0 to {nnodes - 1} for "
-                              f"--nnodes {nnodes}")
+            raise LaunchError(
+                f"--node-rank {node_rank}: must be 0 to {nnodes - 1} for --nnodes {nnodes}"
+            )
         return cls(nnodes, node_rank, addr, int(port))
 
 
@@ -148,18 +153,38 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_command(job: Job, name: str, job_id: str, extra: dict[str, Any],
-                 opts: LaunchOptions) -> list[str]:
+def _run_command(
+    job: Job, name: str, job_id: str, extra: dict[str, Any], opts: LaunchOptions
+) -> list[str]:
     """The ``milarun run`` words of one instance (profile args first, the user's last)."""
     return [
-        "-m", "milarun", "run", job.experiment, "--experiment-name", name,
-        "--job-id", job_id, "-o", str(opts.outdir), "-d", str(opts.dataroot),
-        "--extra", json.dumps(extra), "--", *job.argv(), *opts.user_args,
+        "-m",
+        "milarun",
+        "run",
+        job.experiment,
+        "--experiment-name",
+        name,
+        "--job-id",
+        job_id,
+        "-o",
+        str(opts.outdir),
+        "-d",
+        str(opts.dataroot),
+        "--extra",
+        json.dumps(extra),
+        "--",
+        *job.argv(),
+        *opts.user_args,
     ]
 
 
-def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions,
-                     prepared: list[dict[str, Any]] | None = None) -> list[list[Instance]]:
+def plan_progression(
+    job: Job,
+    repeat: int,
+    devices: list[Device],
+    opts: LaunchOptions,
+    prepared: list[dict[str, Any]] | None = None,
+) -> list[list[Instance]]:
     """gpu-progression: for k = 1..N, one torchrun job of k ranks named <suite>.<test>.<k>;
     in a multi-node run (opts.rendezvous), this node's part of the one job of nnodes x N
     ranks, named by its world size."""
@@ -170,46 +195,88 @@ def plan_progression(job: Job, repeat: int, devices: list[Device], opts: LaunchO
         group = devices[:k]
         world = k * rdzv.nnodes if rdzv else k
         name = f"{job.fullname}.{world}"
-        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat,
-                 "world_size": world, "prepare": prepared or []}
+        extra = {
+            "job": job.definition,
+            "suite": job.suite,
+            "repeat": repeat,
+            "world_size": world,
+            "prepare": prepared or [],
+        }
         # each round its own port: a node that starts round r+1 early must not reach the
         # head's round-r store, still closing
-        where = (["--nnodes", str(rdzv.nnodes), "--node-rank", str(rdzv.node_rank),
-                  "--master-addr", rdzv.master_addr,
-                  "--master-port", str(rdzv.master_port + repeat)]
-                 if rdzv else ["--nnodes", "1", "--master-addr", "127.0.0.1",
-                               "--master-port", str(free_port())])
-        command = [sys.executable, "-m", "torch.distributed.run", *where,
-                   "--nproc-per-node", str(k),
-                   *_run_command(job, name, str(repeat), extra, opts)]
+        where = (
+            [
+                "--nnodes",
+                str(rdzv.nnodes),
+                "--node-rank",
+                str(rdzv.node_rank),
+                "--master-addr",
+                rdzv.master_addr,
+                "--master-port",
+                str(rdzv.master_port + repeat),
+            ]
+            if rdzv
+            else ["--nnodes", "1", "--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            *where,
+            "--nproc-per-node",
+            str(k),
+            *_run_command(job, name, str(repeat), extra, opts),
+        ]
         env = devmod.launch_environ(group)  # without the operator's leftover rank variables
         if group[0].kind == devmod.CPU_KIND and "OMP_NUM_THREADS" not in os.environ:
             # each rank gets one slice's share of the cores, not the whole group's
             env["OMP_NUM_THREADS"] = devmod.instance_environ(group[:1])["OMP_NUM_THREADS"]
         log_path = opts.outdir / "logs" / f"{name}.J{repeat}.log"
-        rounds.append([Instance(job, str(repeat), group, command, env, log_path,
-                                fullname=name, launch=extra,
-                                recorded_on_head=bool(rdzv and rdzv.node_rank > 0))])
+        rounds.append(
+            [
+                Instance(
+                    job,
+                    str(repeat),
+                    group,
+                    command,
+                    env,
+                    log_path,
+                    fullname=name,
+                    launch=extra,
+                    recorded_on_head=bool(rdzv and rdzv.node_rank > 0),
+                )
+            ]
+        )
     return rounds
 
 
-def plan_instances(job: Job, repeat: int, devices: list[Device], opts: LaunchOptions,
-                   prepared: list[dict[str, Any]] | None = None) -> list[Instance]:
+def plan_instances(
+    job: Job,
+    repeat: int,
+    devices: list[Device],
+    opts: LaunchOptions,
+    prepared: list[dict[str, Any]] | None = None,
+) -> list[Instance]:
     """per-gpu: one instance per device; normal: one instance on every device."""
     groups = [[d] for d in devices] if job.partition == "per-gpu" else [devices]
     instances = []
     for group in groups:
         job_id = f"{repeat}.{group[0].id}" if job.partition == "per-gpu" else str(repeat)
-        extra = {"job": job.definition, "suite": job.suite, "repeat": repeat,
-                 "prepare": prepared or []}
+        extra = {
+            "job": job.definition,
+            "suite": job.suite,
+            "repeat": repeat,
+            "prepare": prepared or [],
+        }
         command = [sys.executable, *_run_command(job, job.fullname, job_id, extra, opts)]
         env = devmod.launch_environ(group)  # without the operator's leftover rank variables
         place = _placement(job, group[0], opts)
         if place is not None:
             env["MILARUN_CGROUP"] = place.spec
         log_path = opts.outdir / "logs" / f"{job.fullname}.J{job_id}.log"
-        instances.append(Instance(job, job_id, group, command, env, log_path, placement=place,
-                                  launch=extra))
+        instances.append(
+            Instance(job, job_id, group, command, env, log_path, placement=place, launch=extra)
+        )
     return instances
 
 
@@ -220,8 +287,7 @@ def exec_prefix(job: Job, warned: set[str]) -> list[str]:
         return list(job.exec_prefix)
     if job.exec_prefix[0] not in warned:
         warned.add(job.exec_prefix[0])
-        log.warning("exec_prefix '%s' is not installed; running without it",
-                    job.exec_prefix[0])
+        log.warning("exec_prefix '%s' is not installed; running without it", job.exec_prefix[0])
     return []
 
 
@@ -235,15 +301,21 @@ def run_prepare(job: Job, opts: LaunchOptions) -> list[dict[str, Any]]:
     for command in job.prepare:
         # The command sees the run's data folder and this Python (e.g. to synthesise data:
         # "$MILARUN_PYTHON" -m milarun dataset mnist --synthetic).
-        env = {**os.environ, "MILARUN_DATAROOT": str(opts.dataroot),
-               "MILARUN_PYTHON": sys.executable}
+        env = {
+            **os.environ,
+            "MILARUN_DATAROOT": str(opts.dataroot),
+            "MILARUN_PYTHON": sys.executable,
+        }
         done = subprocess.run(command, shell=True, capture_output=True, text=True, env=env)
         outcomes.append({"command": command, "returncode": done.returncode})
         if done.returncode != 0 and command not in opts.prepare_warned:
             opts.prepare_warned.add(command)
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-            log.warning("prepare command of %s failed (exit %d, continuing): %s: %s",
-                        job.fullname, done.returncode, command, tail[0])
+            log.warning(
+                "prepare command of %s failed (exit %d, continuing): %s: %s",
+                job.fullname,
+                done.returncode,
+                command,
+                tail[0],
+            )
     return outcomes
-
-

@@ -16,8 +16,13 @@ from milarun.errors import ProfileError
 PROFILE_DIR = Path(__file__).parent.parent / "profiles"
 PARTITION_TYPES = ("per-gpu", "gpu-progression", "normal")
 JOB_KEYS = {
-    "experiment", "arguments", "partition_scheme", "prepare", "exec_prefix",
-    "max_duration", "tags",
+    "experiment",
+    "arguments",
+    "partition_scheme",
+    "prepare",
+    "exec_prefix",
+    "max_duration",
+    "tags",
 }
 DEFAULT_MAX_DURATION = 600.0
 
@@ -99,9 +104,7 @@ def find_profile(spec: str) -> Path:
     if "/" not in spec and shipped.is_file():
         return shipped
     names = sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
-    raise ProfileError(
-        f"profile '{spec}' not found: give a JSON file or one of {', '.join(names)}"
-    )
+    raise ProfileError(f"profile '{spec}' not found: give a JSON file or one of {', '.join(names)}")
 
 
 def load_profile(spec: str) -> Profile:
@@ -109,8 +112,9 @@ def load_profile(spec: str) -> Profile:
     deep = False
     try:
         if path.stat().st_size > results.MAX_FILE_BYTES:
-            raise ProfileError(f"profile {path}: larger than "
-                               f"{results.MAX_FILE_BYTES // 2**20} MiB; not a profile")
+            raise ProfileError(
+                f"profile {path}: larger than {results.MAX_FILE_BYTES // 2**20} MiB; not a profile"
+            )
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ProfileError(
@@ -121,8 +125,9 @@ def load_profile(spec: str) -> Profile:
     except RecursionError:
         deep = True
     if deep or results.too_deep(data, results.MAX_DEPTH):
-        raise ProfileError(f"profile {path}: JSON nested deeper than {results.MAX_DEPTH} "
-                           "levels; not a profile")
+        raise ProfileError(
+            f"profile {path}: JSON nested deeper than {results.MAX_DEPTH} levels; not a profile"
+        )
     if not isinstance(data, dict):
         raise ProfileError(f"profile {path}: must be an object of job name -> definition")
     defaults = data.get("*", {})
@@ -195,8 +200,9 @@ def _make_job(path: Path, suite: str, name: str, d: dict[str, Any]) -> Job:
         raise bad("partition_scheme", f"type must be one of {', '.join(PARTITION_TYPES)}")
     unknown = set(scheme) - {"type", "cgroup", "optional"}
     if unknown:
-        raise bad("partition_scheme",
-                  f"unknown field '{sorted(unknown)[0]}' (type, cgroup, optional)")
+        raise bad(
+            "partition_scheme", f"unknown field '{sorted(unknown)[0]}' (type, cgroup, optional)"
+        )
     if not isinstance(scheme.get("optional", False), bool):
         raise bad("partition_scheme", "'optional' must be true or false")
     prepare = d.get("prepare", [])
@@ -208,16 +214,27 @@ def _make_job(path: Path, suite: str, name: str, d: dict[str, Any]) -> Job:
     if not isinstance(prefix, list) or not all(isinstance(c, str) for c in prefix):
         raise bad("exec_prefix", "must be a list of argv words")
     max_duration = d.get("max_duration", DEFAULT_MAX_DURATION)
-    if isinstance(max_duration, bool) or not isinstance(max_duration, (int, float)) \
-            or not math.isfinite(max_duration) or max_duration <= 0:
+    if (
+        isinstance(max_duration, bool)
+        or not isinstance(max_duration, (int, float))
+        or not math.isfinite(max_duration)
+        or max_duration <= 0
+    ):
         raise bad("max_duration", f"must be a positive number of seconds, got {max_duration!r}")
     tags = d.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise bad("tags", "must be a list of strings")
     return Job(
-        suite=suite, name=name, experiment=experiment, arguments=arguments,
-        partition=scheme.get("type", "per-gpu"), cgroup=scheme.get("cgroup"),
+        suite=suite,
+        name=name,
+        experiment=experiment,
+        arguments=arguments,
+        partition=scheme.get("type", "per-gpu"),
+        cgroup=scheme.get("cgroup"),
         cgroup_optional=scheme.get("optional", False),
-        prepare=prepare, exec_prefix=prefix, max_duration=float(max_duration),
-        tags=tags, definition=d,
+        prepare=prepare,
+        exec_prefix=prefix,
+        max_duration=float(max_duration),
+        tags=tags,
+        definition=d,
     )

@@ -81,8 +81,12 @@ def parse_progress(text: str) -> dict[str, Any] | None:
     clean: dict[str, Any] = {}
     for key in ("count", "max_count", "slices", "min_slices", "rate", "in_block"):
         value = data.get(key)
-        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-              and math.isfinite(value) and value >= 0)
+        ok = (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value >= 0
+        )
         clean[key] = value if ok else None
     return clean
 
@@ -97,10 +101,8 @@ class ProgressBoard:
         self.watches: dict[Path, _Watch] = {}
         self.last_print = time.monotonic()
         # rich decides what a terminal is (isatty, TERM=dumb, FORCE_TERMINAL, ...)
-        console = Console(file=out, markup=False, emoji=False, highlight=False,
-                          soft_wrap=True)
-        self.console = console if console.is_terminal and not console.is_dumb_terminal \
-            else None
+        console = Console(file=out, markup=False, emoji=False, highlight=False, soft_wrap=True)
+        self.console = console if console.is_terminal and not console.is_dumb_terminal else None
         self.live: Live | None = None
         self.last_draw = float("-inf")
 
@@ -166,7 +168,7 @@ class ProgressBoard:
         *lines, watch.partial = text.split("\n")
         for line in lines:
             if line.startswith(PROGRESS_TAG):
-                watch.latest = parse_progress(line[len(PROGRESS_TAG):]) or watch.latest
+                watch.latest = parse_progress(line[len(PROGRESS_TAG) :]) or watch.latest
             elif self.verbose:
                 self.say(f"[{inst.name} J{inst.job_id}] {line}")
 
@@ -198,8 +200,7 @@ class ProgressBoard:
             return f"  ...    {inst.tag}  starting ({shown.elapsed})"
         slices = f"  {shown.slices} slices" if shown.slices else ""
         eta = f"  ETA {shown.eta}" if shown.eta else ""
-        return (f"  ...    {inst.tag}  {shown.rate}{slices}  {shown.count}{eta}"
-                f"  ({shown.elapsed})")
+        return f"  ...    {inst.tag}  {shown.rate}{slices}  {shown.count}{eta}  ({shown.elapsed})"
 
     def table(self, running: list[Any], now: float) -> Table:
         """One row per running instance, for the live display."""
@@ -208,6 +209,14 @@ class ProgressBoard:
             column.justify = "right"
         for inst in running:
             shown = self.progress(inst, now)
-            table.add_row(inst.name, ",".join(d.label for d in inst.devices), shown.rate,
-                          shown.slices, shown.count, shown.eta, shown.elapsed, shown.state)
+            table.add_row(
+                inst.name,
+                ",".join(d.label for d in inst.devices),
+                shown.rate,
+                shown.slices,
+                shown.count,
+                shown.eta,
+                shown.elapsed,
+                shown.state,
+            )
         return table

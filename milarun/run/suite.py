@@ -51,8 +51,11 @@ class SuiteOutcome:
     interrupted_by: str | None = None
 
 
-def run_suite(request: SuiteRequest, say: Callable[[str], None],
-              on_end: Callable[[launch.Instance], None] | None = None) -> SuiteOutcome:
+def run_suite(
+    request: SuiteRequest,
+    say: Callable[[str], None],
+    on_end: Callable[[launch.Instance], None] | None = None,
+) -> SuiteOutcome:
     """Check the request, run every selected job, and build the report of the results.
 
     ``say`` gets the header line before anything runs; ``on_end`` each finished instance.
@@ -66,13 +69,19 @@ def run_suite(request: SuiteRequest, say: Callable[[str], None],
     request = dataclasses.replace(request, outdir=slurmenv.node_outdir(request.outdir))
     prof = profile.load_profile(request.profile)
     selected = prof.select(request.names, request.tags)
-    devs = resolve_gpus(devices.parse_device_spec(request.devices)
-                        if request.devices is not None else devices.discover_devices())
+    devs = resolve_gpus(
+        devices.parse_device_spec(request.devices)
+        if request.devices is not None
+        else devices.discover_devices()
+    )
     cpus = len(os.sched_getaffinity(0))
     if devs[0].kind == devices.CPU_KIND and len(devs) > cpus:
-        log.warning("--devices cpu:%d asks for more slices than the %d CPU(s) this process "
-                    "may use: the slices will share CPUs and each rate will be lower",
-                    len(devs), cpus)
+        log.warning(
+            "--devices cpu:%d asks for more slices than the %d CPU(s) this process "
+            "may use: the slices will share CPUs and each rate will be lower",
+            len(devs),
+            cpus,
+        )
     runner.check_outdir(request.outdir)
     runner.check_dataroot(request.dataroot)
     # One live `jobs` per folder: two would write the same names side by side.
@@ -83,30 +92,46 @@ def run_suite(request: SuiteRequest, say: Callable[[str], None],
         raise errors.UsageError(str(err)) from None
 
 
-def _run_held(request: SuiteRequest, prof: profile.Profile, selected: list[profile.Job],
-              devs: list[devices.Device], say: Callable[[str], None],
-              on_end: Callable[[launch.Instance], None] | None) -> SuiteOutcome:
+def _run_held(
+    request: SuiteRequest,
+    prof: profile.Profile,
+    selected: list[profile.Job],
+    devs: list[devices.Device],
+    say: Callable[[str], None],
+    on_end: Callable[[launch.Instance], None] | None,
+) -> SuiteOutcome:
     """run_suite's work once the output folder is this process's."""
     opts = launch.LaunchOptions(
-        outdir=request.outdir, dataroot=request.dataroot, user_args=request.user_args,
+        outdir=request.outdir,
+        dataroot=request.dataroot,
+        user_args=request.user_args,
         use_cgexec=request.use_cgexec,
         hierarchies=isolation.find_hierarchies() if request.use_cgexec else {},
-        verbose=request.verbose, progress_interval=request.progress_interval,
+        verbose=request.verbose,
+        progress_interval=request.progress_interval,
         rendezvous=request.rendezvous,
     )
     expected = expected_tests(selected, devs, request.rendezvous)
-    record = manifest.RunManifest.start(request.outdir, prof.name, sorted(expected),
-                                        request.repeat, [d.label for d in devs])
-    say(f"{prof.name}: {len(selected)} job(s) x {request.repeat} on "
-        f"{', '.join(d.label for d in devs)} -> {request.outdir}")
+    record = manifest.RunManifest.start(
+        request.outdir, prof.name, sorted(expected), request.repeat, [d.label for d in devs]
+    )
+    say(
+        f"{prof.name}: {len(selected)} job(s) x {request.repeat} on "
+        f"{', '.join(d.label for d in devs)} -> {request.outdir}"
+    )
 
     def recorded(instance: launch.Instance) -> None:
-        record.instance_ended(instance.name, instance.job_id, instance.result_path,
-                              bool(instance.result.get("success")))
+        record.instance_ended(
+            instance.name,
+            instance.job_id,
+            instance.result_path,
+            bool(instance.result.get("success")),
+        )
 
     try:
-        done = launch.run_jobs(selected, devs, request.repeat, opts, on_end=on_end,
-                               on_recorded=recorded)
+        done = launch.run_jobs(
+            selected, devs, request.repeat, opts, on_end=on_end, on_recorded=recorded
+        )
     except launch.JobsInterrupted as err:
         record.finish("interrupted", str(err))
         return SuiteOutcome(request.outdir, exit_code=err.exit_code, interrupted_by=str(err))
@@ -119,34 +144,46 @@ def _run_held(request: SuiteRequest, prof: profile.Profile, selected: list[profi
     rdzv = request.rendezvous
     if rdzv is not None and parts and not done:  # a node other than the head's: no results
         failed = sum(not i.result["success"] for i in parts)
-        return SuiteOutcome(request.outdir, report_text=(
-            f"node rank {rdzv.node_rank} of {rdzv.nnodes}: {len(parts) - failed} run(s) of "
-            f"its ranks ended well, {failed} failed; rank 0 on the head node "
-            f"({rdzv.master_addr}) records them\n"), exit_code=1 if failed else 0)
+        return SuiteOutcome(
+            request.outdir,
+            report_text=(
+                f"node rank {rdzv.node_rank} of {rdzv.nnodes}: {len(parts) - failed} run(s) of "
+                f"its ranks ended well, {failed} failed; rank 0 on the head node "
+                f"({rdzv.master_addr}) records them\n"
+            ),
+            exit_code=1 if failed else 0,
+        )
     return _report(prof.name, expected, done, request.outdir)
 
 
-def expected_tests(selected: list[profile.Job], devs: list[devices.Device],
-                   rendezvous: launch.Rendezvous | None = None) -> set[str]:
+def expected_tests(
+    selected: list[profile.Job],
+    devs: list[devices.Device],
+    rendezvous: launch.Rendezvous | None = None,
+) -> set[str]:
     """The result names the selection can produce on these devices: a gpu-progression job
     makes ``<test>.1`` .. ``<test>.N`` for N devices, so scaling.2 is not missing on one;
     on K nodes (a rendezvous), the one ``<test>.<K x N>``."""
-    sizes = ([rendezvous.nnodes * len(devs)] if rendezvous
-             else range(1, len(devs) + 1))
-    expected = {f"{j.fullname}.{k}" for j in selected if j.partition == "gpu-progression"
-                for k in sizes}
+    sizes = [rendezvous.nnodes * len(devs)] if rendezvous else range(1, len(devs) + 1)
+    expected = {
+        f"{j.fullname}.{k}" for j in selected if j.partition == "gpu-progression" for k in sizes
+    }
     return expected | {j.fullname for j in selected if j.partition != "gpu-progression"}
 
 
-def _report(title: str, expected: set[str], done: list[launch.Instance],
-            outdir: Path) -> SuiteOutcome:
+def _report(
+    title: str, expected: set[str], done: list[launch.Instance], outdir: Path
+) -> SuiteOutcome:
     from milarun.report import build as report  # pandas/matplotlib: only once jobs are done
     from milarun.report import weights as report_weights
     from milarun.report.render import html
     from milarun.report.render import text as render
 
-    loaded = summary.Loaded(root=outdir, results=[i.result for i in done if i.result],
-                            paths=[i.result_path or outdir / "?" for i in done if i.result])
+    loaded = summary.Loaded(
+        root=outdir,
+        results=[i.result for i in done if i.result],
+        paths=[i.result_path or outdir / "?" for i in done if i.result],
+    )
     summ = summary.summarize(loaded.results)
     weights: Any = report_weights.default_weights(list(summ))
     if weights:  # score what was selected and could run: the rest is not "missing"

@@ -37,11 +37,28 @@ POLL_FIRST, POLL_MAX = 1.0, 5.0  # seconds between polls: growing while nothing 
 SETTLE_ENV, SETTLE_DEFAULT = "MILARUN_SLURM_SETTLE", 60.0
 # Slurm's states of a job that has ended; GONE: neither the controller nor accounting
 # knows the job any more
-ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-         "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT", "GONE"}
+ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+    "SPECIAL_EXIT",
+    "GONE",
+}
 # The failure kind of a result a node never wrote, by the job's end state
-KIND_OF_STATE = {"CANCELLED": "interrupted", "TIMEOUT": "timeout", "PREEMPTED": "interrupted",
-                 "OUT_OF_MEMORY": "oom", "DEADLINE": "timeout"}
+KIND_OF_STATE = {
+    "CANCELLED": "interrupted",
+    "TIMEOUT": "timeout",
+    "PREEMPTED": "interrupted",
+    "OUT_OF_MEMORY": "oom",
+    "DEADLINE": "timeout",
+}
 NO_NODES = ("", "(null)", "None assigned")
 
 
@@ -74,17 +91,24 @@ def _nodes(text: str) -> str:
 def _final(job_id: str) -> JobState:
     """An ended job's state and exit code: scontrol while it remembers, then sacct."""
     try:
-        info = _fields(slurm_command(["scontrol", "show", "job", "-o", job_id],
-                                     f"reading job {job_id}"))
-        return JobState(job_id, info.get("JobState", "GONE").split()[0],
-                        info.get("ExitCode", ""), _nodes(info.get("NodeList", "")),
-                        info.get("Reason", ""))
+        info = _fields(
+            slurm_command(["scontrol", "show", "job", "-o", job_id], f"reading job {job_id}")
+        )
+        return JobState(
+            job_id,
+            info.get("JobState", "GONE").split()[0],
+            info.get("ExitCode", ""),
+            _nodes(info.get("NodeList", "")),
+            info.get("Reason", ""),
+        )
     except SlurmError as err:
         if "Invalid job id" not in str(err):
             raise
     try:
-        lines = slurm_command(["sacct", "-X", "-n", "-P", "-j", job_id, "-o",
-                               "State,ExitCode,NodeList"], f"reading job {job_id}")
+        lines = slurm_command(
+            ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode,NodeList"],
+            f"reading job {job_id}",
+        )
     except SlurmError:  # no accounting here: the job is gone without a trace
         return JobState(job_id, "GONE")
     for line in lines.splitlines():
@@ -97,8 +121,10 @@ def _final(job_id: str) -> JobState:
 def job_states(job_ids: list[str]) -> dict[str, JobState]:
     """The state of each job; SlurmError when Slurm could not be asked (try again later)."""
     try:
-        out = slurm_command(["squeue", "-h", "-t", "all", "-j", ",".join(job_ids),
-                             "-o", "%i|%T|%N|%r"], "reading the jobs' states")
+        out = slurm_command(
+            ["squeue", "-h", "-t", "all", "-j", ",".join(job_ids), "-o", "%i|%T|%N|%r"],
+            "reading the jobs' states",
+        )
     except SlurmError as err:
         if "Invalid job id" not in str(err):
             raise
@@ -124,46 +150,70 @@ def _job_results(folder: Path, job_ids: set[str]) -> Iterator[dict[str, Any]]:
         except ValueError:
             continue
         block = data.get("slurm")
-        if isinstance(block, dict) and str(block.get("job_id")) in job_ids \
-                and isinstance(data.get("name"), str):
+        if (
+            isinstance(block, dict)
+            and str(block.get("job_id")) in job_ids
+            and isinstance(data.get("name"), str)
+        ):
             yield data
 
 
-def _missing_record(name: str, function: str, node: str, job: JobState, nodes: list[str],
-                    outdir: Path, why: str) -> dict[str, Any]:
+def _missing_record(
+    name: str, function: str, node: str, job: JobState, nodes: list[str], outdir: Path, why: str
+) -> dict[str, Any]:
     kind = KIND_OF_STATE.get(job.state, "crash")
-    message = (f"node {node} recorded no result for {name} in Slurm job {job.job_id} "
-               f"({why}; job state {job.state}"
-               + (f", exit {job.exit_code}" if job.exit_code else "")
-               + f"): see {outdir / SLURM_FOLDER} for the job's output")
+    message = (
+        f"node {node} recorded no result for {name} in Slurm job {job.job_id} "
+        f"({why}; job state {job.state}"
+        + (f", exit {job.exit_code}" if job.exit_code else "")
+        + f"): see {outdir / SLURM_FOLDER} for the job's output"
+    )
     return records.ResultRecord(
-        name=name, job_id=f"slurm{job.job_id}", dataroot="", outdir=str(outdir),
-        call=records.Call(function, []), failure=records.Failure(kind, message),
-        error=message, device="", devices=[], gpu=None, device_count=0, environ={},
-        isolation=None, returncode=None, written_by="milarun slurm check", node=node,
-        slurm={"job_id": job.job_id, "step_id": None, "node": node, "node_id": None,
-               "nodelist": job.nodelist or ",".join(nodes), "nnodes": len(nodes),
-               "state": job.state, "exit_code": job.exit_code},
+        name=name,
+        job_id=f"slurm{job.job_id}",
+        dataroot="",
+        outdir=str(outdir),
+        call=records.Call(function, []),
+        failure=records.Failure(kind, message),
+        error=message,
+        device="",
+        devices=[],
+        gpu=None,
+        device_count=0,
+        environ={},
+        isolation=None,
+        returncode=None,
+        written_by="milarun slurm check",
+        node=node,
+        slurm={
+            "job_id": job.job_id,
+            "step_id": None,
+            "node": node,
+            "node_id": None,
+            "nodelist": job.nodelist or ",".join(nodes),
+            "nnodes": len(nodes),
+            "state": job.state,
+            "exit_code": job.exit_code,
+        },
     ).to_dict()
 
 
-def _missing(outdir: Path, record: Submission, job_id: str,
-             nodes: list[str]) -> dict[str, tuple[set[str], str]]:
+def _missing(
+    outdir: Path, record: Submission, job_id: str, nodes: list[str]
+) -> dict[str, tuple[set[str], str]]:
     """Per node (the head only for scaling), the expected results it has not recorded, and
     why. A node's expected results are what its runs of this submission planned (their
     manifests); the submission's own list where no run of it started there."""
     base = outdir / slurmenv.NODES_FOLDER
-    recorded = {node: {d["name"] for d in _job_results(base / node, {job_id})}
-                for node in nodes}
+    recorded = {node: {d["name"] for d in _job_results(base / node, {job_id})} for node in nodes}
     anywhere = set().union(*recorded.values()) if recorded else set()
     missing = {}
-    for node in (nodes[:1] if record.kind == "scaling" else nodes):
+    for node in nodes[:1] if record.kind == "scaling" else nodes:
         planned = planned_on(base / node, record)
         have = anywhere if record.kind == "scaling" else recorded[node]
         absent = set(planned if planned is not None else record.expected) - have
         if absent:
-            missing[node] = (absent, "no result at all" if not have
-                             else "others were recorded")
+            missing[node] = (absent, "no result at all" if not have else "others were recorded")
     return missing
 
 
@@ -180,8 +230,13 @@ def _job_nodes(record: Submission, job: JobState) -> list[str]:
     return expand_nodelist(asked) if asked else []  # never allocated: no node to name
 
 
-def check(outdir: Path, job_id: str, nodes: list[str] | None = None,
-          job: JobState | None = None, settle: float | None = None) -> list[Path]:
+def check(
+    outdir: Path,
+    job_id: str,
+    nodes: list[str] | None = None,
+    job: JobState | None = None,
+    settle: float | None = None,
+) -> list[Path]:
     """Write a FAIL record for every expected result a node of the job did not record;
     returns the files written (none when nothing is missing)."""
     found = load_submissions(outdir, job_id)
@@ -191,8 +246,10 @@ def check(outdir: Path, job_id: str, nodes: list[str] | None = None,
         time.sleep(0.5)
         found = load_submissions(outdir, job_id)
     if not found:
-        raise SlurmError(f"{outdir / SLURM_FOLDER}: no submission of job {job_id} recorded "
-                         "there (was it submitted with milarun slurm?)")
+        raise SlurmError(
+            f"{outdir / SLURM_FOLDER}: no submission of job {job_id} recorded "
+            "there (was it submitted with milarun slurm?)"
+        )
     record = found[-1][1]
     job = job or job_states([job_id])[job_id]
     nodes = nodes if nodes is not None else _job_nodes(record, job)
@@ -209,10 +266,14 @@ def check(outdir: Path, job_id: str, nodes: list[str] | None = None,
         fcntl.flock(lock, fcntl.LOCK_EX)
         for node, (absent, why) in sorted(_missing(outdir, record, job_id, nodes).items()):
             for name in sorted(absent):
-                fail = _missing_record(name, record.functions.get(name, "?"), node, job,
-                                       nodes, outdir, why)
-                written.append(results.write_result(outdir / slurmenv.NODES_FOLDER / node,
-                                                    fail, results.utc_stamp()))
+                fail = _missing_record(
+                    name, record.functions.get(name, "?"), node, job, nodes, outdir, why
+                )
+                written.append(
+                    results.write_result(
+                        outdir / slurmenv.NODES_FOLDER / node, fail, results.utc_stamp()
+                    )
+                )
     return written
 
 
@@ -231,13 +292,15 @@ def node_counts(outdir: Path, nodes: list[str], since: float) -> dict[str, tuple
     return counts
 
 
-def follow(outdir: Path, submission: Submission, say: Callable[[str], None],
-           poll: float = POLL_FIRST) -> dict[str, JobState]:
+def follow(
+    outdir: Path, submission: Submission, say: Callable[[str], None], poll: float = POLL_FIRST
+) -> dict[str, JobState]:
     """Poll the submission's jobs until all have ended, saying what changes; then check
     each one. Returns the final state of every job."""
     if not submission.job_ids:
-        raise SlurmError(f"{outdir / SLURM_FOLDER}: its submission has no job id (sbatch "
-                         "accepted none)")
+        raise SlurmError(
+            f"{outdir / SLURM_FOLDER}: its submission has no job id (sbatch accepted none)"
+        )
     states: dict[str, JobState] = {}
     seen_nodes: dict[str, list[str]] = {}
     counts: dict[str, tuple[int, int]] = {}
@@ -247,8 +310,9 @@ def follow(outdir: Path, submission: Submission, say: Callable[[str], None],
             time.sleep(wait)
         wait = min(wait * 1.5, POLL_MAX)
         try:
-            now = job_states([j for j in submission.job_ids
-                              if j not in states or not states[j].ended])
+            now = job_states(
+                [j for j in submission.job_ids if j not in states or not states[j].ended]
+            )
         except SlurmError as err:  # a busy controller: ask again later
             say(f"  (Slurm did not answer: {err}; asking again)")
             continue
@@ -276,6 +340,8 @@ def follow(outdir: Path, submission: Submission, say: Callable[[str], None],
 def failed_runs(outdir: Path, submission: Submission) -> int:
     """The failed results of this submission's jobs (older runs in the folder aside)."""
     jobs = set(submission.job_ids)
-    return sum(data.get("success") is not True
-               for folder in (outdir / slurmenv.NODES_FOLDER).glob("*")
-               for data in _job_results(folder, jobs))
+    return sum(
+        data.get("success") is not True
+        for folder in (outdir / slurmenv.NODES_FOLDER).glob("*")
+        for data in _job_results(folder, jobs)
+    )

@@ -37,13 +37,18 @@ def gather(source: Path, target: Path, remove: bool = True) -> Gathered:
     if target.resolve().is_relative_to(source.resolve()):
         raise GatherError(f"{target} is inside {source}: gather into another folder")
     # the folder's lock is its run's, not a result; logs go on where a run left them
-    files = [p for p in sorted(source.rglob("*")) if p.is_file() and not p.is_symlink()
-             and p.name != watchdog.LOCK_NAME]
+    files = [
+        p
+        for p in sorted(source.rglob("*"))
+        if p.is_file() and not p.is_symlink() and p.name != watchdog.LOCK_NAME
+    ]
     logs = [p for p in files if p.parent == source / LOGS]
     clashing = [p for p in files if p not in logs and (target / p.relative_to(source)).exists()]
     if clashing:
-        raise GatherError(f"{target / clashing[0].relative_to(source)} exists: gathering "
-                          f"would overwrite it; the local results stay in {source}")
+        raise GatherError(
+            f"{target / clashing[0].relative_to(source)} exists: gathering "
+            f"would overwrite it; the local results stay in {source}"
+        )
     total = 0
     for path in logs:  # appended, as `jobs` appends to a log in its own folder
         dest = target / path.relative_to(source)
@@ -52,8 +57,9 @@ def gather(source: Path, target: Path, remove: bool = True) -> Gathered:
             with open(path, "rb") as src, open(dest, "ab") as out:
                 shutil.copyfileobj(src, out)
         except OSError as err:
-            raise GatherError(f"{dest}: cannot append ({err.strerror or err}); the local "
-                              f"results stay in {source}") from None
+            raise GatherError(
+                f"{dest}: cannot append ({err.strerror or err}); the local results stay in {source}"
+            ) from None
         total += path.stat().st_size
     for path in (p for p in files if p not in logs):
         dest = target / path.relative_to(source)
@@ -66,12 +72,14 @@ def gather(source: Path, target: Path, remove: bool = True) -> Gathered:
                 temp.rename(dest)
         except OSError as err:  # a full or read-only shared disk: one line, nothing lost
             temp.unlink(missing_ok=True)
-            raise GatherError(f"{dest}: cannot copy ({err.strerror or err}); the local "
-                              f"results stay in {source}") from None
+            raise GatherError(
+                f"{dest}: cannot copy ({err.strerror or err}); the local results stay in {source}"
+            ) from None
         if not same:
             temp.unlink(missing_ok=True)
-            raise GatherError(f"{dest}: the copy differs from {path}; the local "
-                              f"results stay in {source}")
+            raise GatherError(
+                f"{dest}: the copy differs from {path}; the local results stay in {source}"
+            )
         total += path.stat().st_size
     if remove:
         shutil.rmtree(source)

@@ -75,8 +75,9 @@ class Submission:
 
     def save(self, folder: Path, stamp: str) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
-        return results.write_atomic(folder / f"{self.kind}.{stamp}{SUBMISSION_SUFFIX}",
-                                    asdict(self), replace=True)
+        return results.write_atomic(
+            folder / f"{self.kind}.{stamp}{SUBMISSION_SUFFIX}", asdict(self), replace=True
+        )
 
 
 def slurm_environ() -> dict[str, str]:
@@ -84,8 +85,10 @@ def slurm_environ() -> dict[str, str]:
     Slurm configuration is set (SLURM_CONF unset and /etc/slurm/slurm.conf absent)."""
     env = dict(os.environ)
     if "SLURM_CONF" not in env and not Path("/etc/slurm/slurm.conf").exists():
-        dev = Path(os.environ.get("MILARUN_SLURM_DEV")
-                   or Path(os.environ.get("TMPDIR") or "/tmp") / "milarun-slurm-dev")
+        dev = Path(
+            os.environ.get("MILARUN_SLURM_DEV")
+            or Path(os.environ.get("TMPDIR") or "/tmp") / "milarun-slurm-dev"
+        )
         if _ours(dev) and _ours(dev / "slurm.conf"):
             env["SLURM_CONF"] = str(dev / "slurm.conf")
     return env
@@ -104,11 +107,14 @@ def _ours(path: Path) -> bool:
 def slurm_command(words: list[str], what: str) -> str:
     """Run a Slurm client command; its output, or SlurmError with Slurm's own message."""
     try:
-        done = subprocess.run(words, capture_output=True, text=True, env=slurm_environ(),
-                              timeout=60)
+        done = subprocess.run(
+            words, capture_output=True, text=True, env=slurm_environ(), timeout=60
+        )
     except FileNotFoundError:
-        raise SlurmError(f"{words[0]} not found: run this on a Slurm login node (or start "
-                         "scripts/slurm-dev-cluster.sh up)") from None
+        raise SlurmError(
+            f"{words[0]} not found: run this on a Slurm login node (or start "
+            "scripts/slurm-dev-cluster.sh up)"
+        ) from None
     except subprocess.TimeoutExpired:
         raise SlurmError(f"{words[0]} did not answer in 60 s ({what})") from None
     if done.returncode != 0:
@@ -124,35 +130,45 @@ def _check(request: SlurmRequest) -> None:
     if request.nodes is not None and request.nodes < 1:
         raise errors.UsageError(f"--nodes {request.nodes}: must be at least 1")
     if request.local_dir is not None and not request.local_dir.is_absolute():
-        raise errors.UsageError(f"--local-dir {request.local_dir}: give an absolute path "
-                                "(a folder on each node's own disk, e.g. /tmp)")
+        raise errors.UsageError(
+            f"--local-dir {request.local_dir}: give an absolute path "
+            "(a folder on each node's own disk, e.g. /tmp)"
+        )
     if request.partition is not None and not PARTITION_RE.match(request.partition):
-        raise errors.UsageError(f"--partition {request.partition!r}: give Slurm partition "
-                                "names, e.g. gpu or gpu,long")
+        raise errors.UsageError(
+            f"--partition {request.partition!r}: give Slurm partition names, e.g. gpu or gpu,long"
+        )
     out = str(request.outdir.resolve())
     if any(c in out for c in " \t\n\r#%"):
-        raise errors.UsageError(f"-o {out!r}: the batch script's #SBATCH --output cannot hold "
-                                "spaces, '#' or '%': choose a folder without them")
+        raise errors.UsageError(
+            f"-o {out!r}: the batch script's #SBATCH --output cannot hold "
+            "spaces, '#' or '%': choose a folder without them"
+        )
     if any(c in str(request.profile) for c in "\n\r"):
         raise errors.UsageError(f"profile {request.profile!r}: not a profile name or file")
     if request.nodelist and not NODELIST_RE.match(request.nodelist):
-        raise errors.UsageError(f"--nodelist {request.nodelist!r}: give Slurm node names "
-                                "such as node[1-4],gpu7")
+        raise errors.UsageError(
+            f"--nodelist {request.nodelist!r}: give Slurm node names such as node[1-4],gpu7"
+        )
     if request.gpus_per_node is not None and request.gpus_per_node < 1:
         raise errors.UsageError(f"--gpus-per-node {request.gpus_per_node}: must be at least 1")
     if request.time is not None and not TIME_RE.match(request.time):
-        raise errors.UsageError(f"--time {request.time!r}: use Slurm's forms, e.g. 90, "
-                                "2:00:00 or 1-00:00:00")
+        raise errors.UsageError(
+            f"--time {request.time!r}: use Slurm's forms, e.g. 90, 2:00:00 or 1-00:00:00"
+        )
     if request.repeat < 1:
         raise errors.UsageError(f"--repeat {request.repeat}: must be at least 1")
     for arg in request.sbatch_args:  # each becomes one #SBATCH line of the script
         if not arg.startswith("-") or any(c in arg for c in "\n\r\0"):
-            raise errors.UsageError(f"--sbatch-arg {arg!r}: give one sbatch option, e.g. "
-                                    "--sbatch-arg=--account=lab")
+            raise errors.UsageError(
+                f"--sbatch-arg {arg!r}: give one sbatch option, e.g. --sbatch-arg=--account=lab"
+            )
     if request.kind == "scaling":
         if request.nodelist or request.each_node:
-            raise errors.UsageError("slurm scaling takes --nodes 1,2,4,... (one allocation of "
-                                    "the largest count), not --nodelist or --each-node")
+            raise errors.UsageError(
+                "slurm scaling takes --nodes 1,2,4,... (one allocation of "
+                "the largest count), not --nodelist or --each-node"
+            )
         if not request.node_counts or min(request.node_counts) < 1:
             raise errors.UsageError("slurm scaling: give --nodes as node counts, e.g. 1,2,4,8")
     elif request.nodes is None and not request.nodelist:
@@ -176,10 +192,18 @@ def expected_results(request: SlurmRequest, selected: list[profile.Job]) -> dict
     devs = _per_node_devices(request)
     if request.kind == "fleet":
         names = suite.expected_tests(selected, devs)
-        return {name: job.experiment for name in sorted(names) for job in selected
-                if name == job.fullname or name.rpartition(".")[0] == job.fullname}
-    return {f"{j.fullname}.{k * len(devs)}": j.experiment for j in selected
-            if j.partition == "gpu-progression" for k in sorted(set(request.node_counts))}
+        return {
+            name: job.experiment
+            for name in sorted(names)
+            for job in selected
+            if name == job.fullname or name.rpartition(".")[0] == job.fullname
+        }
+    return {
+        f"{j.fullname}.{k * len(devs)}": j.experiment
+        for j in selected
+        if j.partition == "gpu-progression"
+        for k in sorted(set(request.node_counts))
+    }
 
 
 def _jobs_words(request: SlurmRequest, python: str) -> tuple[str, str]:
@@ -203,9 +227,11 @@ def _jobs_words(request: SlurmRequest, python: str) -> tuple[str, str]:
         return f"{python} {shlex.join(words)} -o {out}", tail
     # Each node writes on its own disk, then copies its folder back, verified (gather).
     local = shlex.quote(str(request.local_dir))
-    inner = (f'node_out={local}/milarun-"$SLURM_JOB_ID"; {python} {shlex.join(words)} '
-             f'-o "$node_out"{tail}; s=$?; '
-             f'{python} -m milarun slurm gather "$node_out" {out} || s=1; exit $s')
+    inner = (
+        f'node_out={local}/milarun-"$SLURM_JOB_ID"; {python} {shlex.join(words)} '
+        f'-o "$node_out"{tail}; s=$?; '
+        f'{python} -m milarun slurm gather "$node_out" {out} || s=1; exit $s'
+    )
     return f"bash -c {shlex.quote(inner)}", ""
 
 
@@ -214,8 +240,9 @@ def _sbatch_lines(request: SlurmRequest, out: Path) -> list[str]:
     if request.kind == "scaling":
         lines.append(f"--nodes={max(request.node_counts)}")
     elif not request.each_node:  # --each-node: sbatch --nodelist=<node> per submission
-        lines.append(f"--nodelist={request.nodelist}" if request.nodelist
-                     else f"--nodes={request.nodes}")
+        lines.append(
+            f"--nodelist={request.nodelist}" if request.nodelist else f"--nodes={request.nodes}"
+        )
     # whole nodes: every CPU and all their memory (a site's default --mem would be a limit)
     lines += ["--ntasks-per-node=1", "--exclusive", "--mem=0", f"--output={out}/%x.%j.out"]
     if request.partition:
@@ -227,29 +254,48 @@ def _sbatch_lines(request: SlurmRequest, out: Path) -> list[str]:
     return lines + [shlex.quote(arg) for arg in request.sbatch_args]
 
 
-def render_script(request: SlurmRequest, script_path: Path, python: str = sys.executable,
-                  cwd: Path | None = None) -> str:
+def render_script(
+    request: SlurmRequest, script_path: Path, python: str = sys.executable, cwd: Path | None = None
+) -> str:
     """The batch script's text."""
     out = request.outdir.resolve()
     jobs, tail = _jobs_words(request, shlex.quote(python))
-    where = (f"nodes {request.nodelist}" if request.nodelist
-             else f"{request.nodes} node(s)" if request.nodes
-             else "node counts " + ",".join(map(str, request.node_counts)))
-    summary = (f"profile {request.profile} on {where}"
-               + (", one job per node" if request.each_node else ""))
+    where = (
+        f"nodes {request.nodelist}"
+        if request.nodelist
+        else f"{request.nodes} node(s)"
+        if request.nodes
+        else "node counts " + ",".join(map(str, request.node_counts))
+    )
+    summary = f"profile {request.profile} on {where}" + (
+        ", one job per node" if request.each_node else ""
+    )
     template = jinja2.Environment(
-        loader=jinja2.PackageLoader("milarun", "templates"), trim_blocks=True,
-        lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+        loader=jinja2.PackageLoader("milarun", "templates"),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
     ).get_template("slurm.sbatch.j2")
-    return template.render(
-        kind=request.kind, summary=summary, version=sysinfo.milarun_version(),
-        written=_dt.datetime.now().isoformat(timespec="seconds"), script_path=script_path,
-        out=out, out_q=shlex.quote(str(out)), job_name=f"milarun-{request.kind}",
-        sbatch=_sbatch_lines(request, out / SLURM_FOLDER),
-        cwd=shlex.quote(str((cwd or Path.cwd()).resolve())), python=shlex.quote(python),
-        jobs=jobs + tail if request.kind == "fleet" else jobs, tail=tail,
-        node_counts=sorted(set(request.node_counts)),
-    ).rstrip("\n") + "\n"
+    return (
+        template.render(
+            kind=request.kind,
+            summary=summary,
+            version=sysinfo.milarun_version(),
+            written=_dt.datetime.now().isoformat(timespec="seconds"),
+            script_path=script_path,
+            out=out,
+            out_q=shlex.quote(str(out)),
+            job_name=f"milarun-{request.kind}",
+            sbatch=_sbatch_lines(request, out / SLURM_FOLDER),
+            cwd=shlex.quote(str((cwd or Path.cwd()).resolve())),
+            python=shlex.quote(python),
+            jobs=jobs + tail if request.kind == "fleet" else jobs,
+            tail=tail,
+            node_counts=sorted(set(request.node_counts)),
+        ).rstrip("\n")
+        + "\n"
+    )
 
 
 def each_node_list(request: SlurmRequest) -> list[str]:
@@ -261,15 +307,18 @@ def each_node_list(request: SlurmRequest) -> list[str]:
         words += ["-p", request.partition]
     up = sorted(set(slurm_command(words, "listing the nodes").split()))
     if len(up) < (request.nodes or 0):
-        raise SlurmError(f"--each-node --nodes {request.nodes}: only {len(up)} node(s) are "
-                         f"up ({', '.join(up) or 'none'}); give --nodelist")
+        raise SlurmError(
+            f"--each-node --nodes {request.nodes}: only {len(up)} node(s) are "
+            f"up ({', '.join(up) or 'none'}); give --nodelist"
+        )
     return up[: request.nodes]
 
 
 def expand_nodelist(nodelist: str) -> list[str]:
     """node[1-3],gpu7 -> node1 node2 node3 gpu7, by Slurm itself."""
-    return slurm_command(["scontrol", "show", "hostnames", nodelist],
-                         f"expanding {nodelist}").split()
+    return slurm_command(
+        ["scontrol", "show", "hostnames", nodelist], f"expanding {nodelist}"
+    ).split()
 
 
 @dataclass(frozen=True)
@@ -288,9 +337,11 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
     selected = prof.select(list(request.names), list(request.tags))
     expected = expected_results(request, selected)
     if not expected:
-        raise errors.UsageError(f"slurm {request.kind}: the selection of {prof.name} has no "
-                                "job to run" + (" (scaling needs a gpu-progression job)"
-                                                if request.kind == "scaling" else ""))
+        raise errors.UsageError(
+            f"slurm {request.kind}: the selection of {prof.name} has no "
+            "job to run"
+            + (" (scaling needs a gpu-progression job)" if request.kind == "scaling" else "")
+        )
     folder = request.outdir / SLURM_FOLDER
     stamp = results.utc_stamp()
     script = folder / f"{request.kind}.{stamp}.sbatch"
@@ -298,18 +349,39 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
     if dry_run:  # asks Slurm nothing
         each = ["--nodelist=<node>", "--job-name=milarun-fleet-<node>"]
         command = ["sbatch", "--parsable", *(each if request.each_node else []), str(script)]
-        return Submitted(script, text, [], None, [command + (
-            [f"# once per node of {request.nodelist or f'{request.nodes} nodes'}"]
-            if request.each_node else [])])
+        return Submitted(
+            script,
+            text,
+            [],
+            None,
+            [
+                command
+                + (
+                    [f"# once per node of {request.nodelist or f'{request.nodes} nodes'}"]
+                    if request.each_node
+                    else []
+                )
+            ],
+        )
     nodes = each_node_list(request) if request.each_node else [None]
-    commands = [["sbatch", "--parsable"] + ([f"--nodelist={n}", f"--job-name=milarun-fleet-{n}"]
-                                            if n else []) + [str(script)] for n in nodes]
+    commands = [
+        ["sbatch", "--parsable"]
+        + ([f"--nodelist={n}", f"--job-name=milarun-fleet-{n}"] if n else [])
+        + [str(script)]
+        for n in nodes
+    ]
     runner.check_outdir(request.outdir)
     folder.mkdir(parents=True, exist_ok=True)
     results.write_text_atomic(script, text)
     script.chmod(0o755)
-    record = Submission(request.kind, prof.name, str(script), sorted(expected), expected,
-                        submitted_at=_dt.datetime.now().timestamp())
+    record = Submission(
+        request.kind,
+        prof.name,
+        str(script),
+        sorted(expected),
+        expected,
+        submitted_at=_dt.datetime.now().timestamp(),
+    )
     path = record.save(folder, stamp)  # before the first job can start and look for it
     for node, command in zip(nodes, commands):
         try:
@@ -318,8 +390,10 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
             if not record.job_ids:  # nothing submitted: nothing to follow
                 path.unlink(missing_ok=True)
                 raise
-            raise SlurmError(f"{err} (already submitted: job(s) {', '.join(record.job_ids)}; "
-                             f"`milarun slurm wait {request.outdir}` follows them)") from None
+            raise SlurmError(
+                f"{err} (already submitted: job(s) {', '.join(record.job_ids)}; "
+                f"`milarun slurm wait {request.outdir}` follows them)"
+            ) from None
         record.job_ids.append(answer.strip().split(";")[0])
         record.nodelists.append(node or request.nodelist)
         record.save(folder, stamp)

@@ -33,8 +33,14 @@ def inf_metric(exp, argv):
 
 def hostile_progress(exp, argv):
     """Prints progress lines a supervisor must survive, then trains normally."""
-    for line in ('{', '[1, 2]', '{"rate": "fast", "count": -1}', '{"rate": Infinity}',
-                 '[' * 100_000, '{"rate": 1e309, "slices": "x"}'):
+    for line in (
+        "{",
+        "[1, 2]",
+        '{"rate": "fast", "count": -1}',
+        '{"rate": Infinity}',
+        "[" * 100_000,
+        '{"rate": 1e309, "slices": "x"}',
+    ):
         print(f"MILARUN_PROGRESS {line}", flush=True)
     _spin_steps(exp, argv)
 
@@ -95,7 +101,7 @@ def kills_its_supervisor_on(exp, argv):
     (as the OOM killer or a node fault would: nothing on that node records anything);
     elsewhere, spins like a healthy test."""
     node = argv[argv.index("--node") + 1]
-    rest = [a for i, a in enumerate(argv) if a != "--node" and argv[i - 1:i] != ["--node"]]
+    rest = [a for i, a in enumerate(argv) if a != "--node" and argv[i - 1 : i] != ["--node"]]
     if os.environ.get("SLURMD_NODENAME") == node:
         os.kill(int(os.environ["MILARUN_SUPERVISOR_PID"]), signal.SIGKILL)
         time.sleep(30)  # the kernel ends this process with its supervisor

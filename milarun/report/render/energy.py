@@ -13,8 +13,13 @@ def score_lines(report: Report) -> list[tuple[str, str]]:
     """The Scores block's energy lines: the perf/W score with its coverage, the power cost."""
     lines = []
     if report.energy_score is not None:
-        lines.append(("Perf/W score", f"{fmt.sig(report.energy_score):>12}  examples/J "
-                      f"(coverage {report.energy_coverage or 0:.0%}: tests with energy)"))
+        lines.append(
+            (
+                "Perf/W score",
+                f"{fmt.sig(report.energy_score):>12}  examples/J "
+                f"(coverage {report.energy_coverage or 0:.0%}: tests with energy)",
+            )
+        )
     if report.power_cost is not None:
         lines.append(("Power cost ($/kWh)", f"{report.power_cost:12,.4g}"))
     return lines
@@ -26,15 +31,17 @@ def text_section(report: Report) -> list[str]:
         return []
     rows = {}
     for test, r in report.energy.iterrows():
-        cells = {"runs": fmt.count(r["runs"]), "W": fmt.sig(r["watts"]),
-                 "J/example": fmt.sig(r["joules_per_example"]),
-                 "perf/W": fmt.sig(r["perf_per_watt"])}
+        cells = {
+            "runs": fmt.count(r["runs"]),
+            "W": fmt.sig(r["watts"]),
+            "J/example": fmt.sig(r["joules_per_example"]),
+            "perf/W": fmt.sig(r["perf_per_watt"]),
+        }
         if report.power_cost is not None:
             cells["$ per 1M examples"] = fmt.num(r["cost_per_million"], ",.4f")
         cells["method"] = r["method"]
         rows[fmt.short(str(test))] = cells
-    title = ("Energy over the steady window (mean of runs; perf/W = examples/s per W = "
-             "examples/J)")
+    title = "Energy over the steady window (mean of runs; perf/W = examples/s per W = examples/J)"
     return fmt.section(title) + [fmt.frame(rows)]
 
 
@@ -42,10 +49,15 @@ def add_records(data: dict[str, Any], report: Report) -> None:
     """The JSON report's energy (its ``energy`` and score keys), only where there is one."""
     if report.energy.empty:
         return
-    data["energy"] = {str(t): {k: (v if isinstance(v, str) else
-                                   float(v) if math.isfinite(v) else None)
-                               for k, v in row.items()}
-                      for t, row in report.energy.iterrows()}
-    data["scores"].update(perf_per_watt_score=report.energy_score,
-                          perf_per_watt_coverage=report.energy_coverage,
-                          power_cost=report.power_cost)
+    data["energy"] = {
+        str(t): {
+            k: (v if isinstance(v, str) else float(v) if math.isfinite(v) else None)
+            for k, v in row.items()
+        }
+        for t, row in report.energy.iterrows()
+    }
+    data["scores"].update(
+        perf_per_watt_score=report.energy_score,
+        perf_per_watt_coverage=report.energy_coverage,
+        power_cost=report.power_cost,
+    )

@@ -30,7 +30,7 @@ def sig(value: Any, digits: int = 3) -> str:
     """A number to ``digits`` significant digits, with thousands separators when large."""
     if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
         return "-"
-    return f"{value:,.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
+    return f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
 
 
 def short(name: str, width: int = NAME_WIDTH) -> str:
@@ -38,12 +38,12 @@ def short(name: str, width: int = NAME_WIDTH) -> str:
     if len(name) <= width:
         return name
     keep = width - 1
-    return name[: keep - keep // 2] + "…" + name[-(keep // 2):]
+    return name[: keep - keep // 2] + "…" + name[-(keep // 2) :]
 
 
 def clip(line: str, width: int = WIDTH) -> str:
     """One line cut to ``width`` columns (its spacing kept), " ..." marking the cut."""
-    return line if len(line) <= width else line[:width - 4] + " ..."
+    return line if len(line) <= width else line[: width - 4] + " ..."
 
 
 def ci(row: pd.Series) -> str:

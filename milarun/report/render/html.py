@@ -48,7 +48,7 @@ def _svg(fig: Figure) -> Markup:
         fig.savefig(buf, format="svg", bbox_inches="tight")
     text = buf.getvalue()
     # Inline SVG: drop the XML prologue and DOCTYPE; matplotlib escapes the text it draws.
-    return Markup(text[text.index("<svg"):])
+    return Markup(text[text.index("<svg") :])
 
 
 def rate_chart(runs: Iterable[Series]) -> tuple[Markup, str] | None:
@@ -66,8 +66,14 @@ def rate_chart(runs: Iterable[Series]) -> tuple[Markup, str] | None:
         colour = colours(index % 10)
         if count <= MAX_LINES:
             for k, (rates, step) in enumerate(items):
-                ax.plot([step * (i + 1) for i in range(len(rates))], rates, color=colour,
-                        linewidth=1, alpha=0.85, label=device if k == 0 else None)
+                ax.plot(
+                    [step * (i + 1) for i in range(len(rates))],
+                    rates,
+                    color=colour,
+                    linewidth=1,
+                    alpha=0.85,
+                    label=device if k == 0 else None,
+                )
         else:
             _band(ax, items, colour, device)
     ax.set_xlabel("seconds of training")
@@ -77,8 +83,11 @@ def rate_chart(runs: Iterable[Series]) -> tuple[Markup, str] | None:
     ax.grid(alpha=0.3)
     if len(by_device) <= 16:
         ax.legend(fontsize="small", loc="lower right", ncol=min(len(by_device), 8))
-    note = (f"one line per run ({count} runs)" if count <= MAX_LINES else
-            f"{count} runs: each device's median run, band from its slowest to its fastest")
+    note = (
+        f"one line per run ({count} runs)"
+        if count <= MAX_LINES
+        else f"{count} runs: each device's median run, band from its slowest to its fastest"
+    )
     return _svg(fig), note
 
 
@@ -87,8 +96,9 @@ def _band(ax: Any, items: list[tuple[tuple[float, ...], float]], colour: Any, la
     step = items[0][1]
     columns = [sorted(r[i] for r, _ in items) for i in range(length)]
     xs = [step * (i + 1) for i in range(length)]
-    ax.fill_between(xs, [c[0] for c in columns], [c[-1] for c in columns], color=colour,
-                    alpha=0.2, linewidth=0)
+    ax.fill_between(
+        xs, [c[0] for c in columns], [c[-1] for c in columns], color=colour, alpha=0.2, linewidth=0
+    )
     ax.plot(xs, [c[len(c) // 2] for c in columns], color=colour, linewidth=1, label=label)
 
 
@@ -106,7 +116,9 @@ def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
     env.filters["num"] = fmt.num
     env.filters["count"] = fmt.count
@@ -124,12 +136,23 @@ def to_html(report: Report) -> str:
         chart = rate_chart(runs)
         if chart:
             charts.append({"test": test, "svg": chart[0], "note": chart[1]})
-    return _environment().get_template("report.html.j2").render(
-        report=report, rows=_rows(report), columns=list(report.table.columns),
-        score_lines=render.score_lines(report), charts=charts,
-        failures=report.failed_runs, isolation=report.isolation, systems=report.systems,
-        skipped=report.skipped, source=report.source, nodes=report.nodes,
-        explain_flags=render_nodes.explain(),
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            report=report,
+            rows=_rows(report),
+            columns=list(report.table.columns),
+            score_lines=render.score_lines(report),
+            charts=charts,
+            failures=report.failed_runs,
+            isolation=report.isolation,
+            systems=report.systems,
+            skipped=report.skipped,
+            source=report.source,
+            nodes=report.nodes,
+            explain_flags=render_nodes.explain(),
+        )
     )
 
 
@@ -144,8 +167,9 @@ def check_html_path(path: Path) -> None:
         with open(path, encoding="utf-8", errors="replace") as f:
             head = f.read(4096)
         if MARKER not in head:
-            raise HtmlPathError(f"--html {path}: exists and is not a milarun report; "
-                                "choose another file name")
+            raise HtmlPathError(
+                f"--html {path}: exists and is not a milarun report; choose another file name"
+            )
 
 
 def write_html(path: Path, text: str) -> Path:
@@ -155,7 +179,5 @@ def write_html(path: Path, text: str) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise errors.WriteError(
-            f"{path.parent}: cannot create ({err.strerror or err})") from None
+        raise errors.WriteError(f"{path.parent}: cannot create ({err.strerror or err})") from None
     return results.write_text_atomic(path, text, replace=True)
-

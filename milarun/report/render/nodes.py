@@ -15,8 +15,10 @@ from milarun.report.render import format as fmt
 if TYPE_CHECKING:
     from milarun.report.build import Report
 
-NODES_TITLE = ("Per node (score: weighted geometric mean of its mean rates; ratio: the same, "
-               "of rate / test median)")
+NODES_TITLE = (
+    "Per node (score: weighted geometric mean of its mean rates; ratio: the same, "
+    "of rate / test median)"
+)
 MATRIX_TITLE = "Node x device (geometric mean of rate / the test's median device; 1.00 = typical)"
 
 
@@ -50,26 +52,39 @@ def text_section(report: Report) -> list[str]:
     label = labels([row.node for row in nodes.nodes])
     rows = {}
     for row in nodes.nodes:
-        cells = {"runs": str(row.runs), "fail": str(row.failures), "score": fmt.num(row.score),
-                 "coverage": fmt.num(row.coverage, ".0%"),
-                 "ratio to median": fmt.num(row.ratio, ".3f")}
+        cells = {
+            "runs": str(row.runs),
+            "fail": str(row.failures),
+            "score": fmt.num(row.score),
+            "coverage": fmt.num(row.coverage, ".0%"),
+            "ratio to median": fmt.num(row.ratio, ".3f"),
+        }
         if nodes.tested:
             cells["flag"] = flag_text(row.flagged, row.p_value)
         rows[label[row.node]] = cells
     out = fmt.section(NODES_TITLE) + [fmt.frame(rows, "node")]
     if nodes.cells:
-        matrix = {label[row.node]: {d: cell_text(nodes, row.node, d) for d in nodes.devices}
-                  for row in nodes.nodes}
+        matrix = {
+            label[row.node]: {d: cell_text(nodes, row.node, d) for d in nodes.devices}
+            for row in nodes.nodes
+        }
         out += fmt.section(MATRIX_TITLE) + [fmt.frame(matrix, "node")]
         if nodes.tested:
-            out.append(textwrap.fill(f"* significantly slower than its siblings ({explain()})",
-                                     fmt.WIDTH, subsequent_indent="  "))
+            out.append(
+                textwrap.fill(
+                    f"* significantly slower than its siblings ({explain()})",
+                    fmt.WIDTH,
+                    subsequent_indent="  ",
+                )
+            )
     return out
 
 
 def explain() -> str:
-    return (f"below {MARGIN:.2f}x their median and p < {ALPHA:g}: one-sided Welch tests of "
-            "the steady-window slices, combined over tests with Fisher's method")
+    return (
+        f"below {MARGIN:.2f}x their median and p < {ALPHA:g}: one-sided Welch tests of "
+        "the steady-window slices, combined over tests with Fisher's method"
+    )
 
 
 def records(nodes: NodeReport | None) -> dict[str, Any] | None:
@@ -78,12 +93,24 @@ def records(nodes: NodeReport | None) -> dict[str, Any] | None:
         return None
     return {
         "tested": nodes.tested,
-        "nodes": {r.node: {k: v for k, v in dataclasses.asdict(r).items() if k != "node"}
-                  for r in nodes.nodes},
+        "nodes": {
+            r.node: {k: v for k, v in dataclasses.asdict(r).items() if k != "node"}
+            for r in nodes.nodes
+        },
         "devices": list(nodes.devices),
-        "matrix": {r.node: {c.device: {"runs": c.runs, "value": c.value, "p_value": c.p_value,
-                                       "flagged": c.flagged}
-                            for c in nodes.cells if c.node == r.node} for r in nodes.nodes},
+        "matrix": {
+            r.node: {
+                c.device: {
+                    "runs": c.runs,
+                    "value": c.value,
+                    "p_value": c.p_value,
+                    "flagged": c.flagged,
+                }
+                for c in nodes.cells
+                if c.node == r.node
+            }
+            for r in nodes.nodes
+        },
         "flags": [dataclasses.asdict(f) for f in nodes.flags],
     }
 
@@ -98,10 +125,13 @@ def csv_blocks(nodes: NodeReport | None) -> str:
     buf = io.StringIO()
     buf.write("\n")
     pd.DataFrame([dataclasses.asdict(r) for r in nodes.nodes]).set_index("node").to_csv(
-        buf, float_format="%.10g")
+        buf, float_format="%.10g"
+    )
     buf.write("\n")
-    matrix = {r.node: {d: getattr(nodes.cell(r.node, d), "value", None) for d in nodes.devices}
-              for r in nodes.nodes}
+    matrix = {
+        r.node: {d: getattr(nodes.cell(r.node, d), "value", None) for d in nodes.devices}
+        for r in nodes.nodes
+    }
     df = pd.DataFrame.from_dict(matrix, orient="index", columns=list(nodes.devices))
     df.index.name = "node"
     df.to_csv(buf, float_format="%.10g")

@@ -17,9 +17,14 @@ TEXT_TAIL_LINES = 8  # of each failed run's log in the text report (JSON and HTM
 def _failed_text(report: Report) -> list[str]:
     if not report.failed_runs:
         return []
-    rows = {f"{fmt.short(f.test)} J{f.job_id}": {
-        "device": f.device, "kind": f.kind, "message": textwrap.shorten(f.message, 60) or "-",
-    } for f in report.failed_runs}
+    rows = {
+        f"{fmt.short(f.test)} J{f.job_id}": {
+            "device": f.device,
+            "kind": f.kind,
+            "message": textwrap.shorten(f.message, 60) or "-",
+        }
+        for f in report.failed_runs
+    }
     out = fmt.section("Failed runs") + [fmt.frame(rows, "run")]
     for f in report.failed_runs:
         tail = f.tail.splitlines()[-TEXT_TAIL_LINES:]
@@ -34,12 +39,20 @@ def _isolation_text(report: Report) -> list[str]:
         return []
     devices = [i.device for i in report.isolation]
     unique = len(set(devices)) == len(devices)  # else a device had several settings
-    rows = {(i.device if unique else f"{i.device} #{n}"): {
-        "cpus": i.cpus, "memory limit": i.memory_limit, "cpuset": i.cpuset,
-        "memory": i.memory, "threads": i.threads, "runs": str(i.runs),
-    } for n, i in enumerate(report.isolation, 1)}
+    rows = {
+        (i.device if unique else f"{i.device} #{n}"): {
+            "cpus": i.cpus,
+            "memory limit": i.memory_limit,
+            "cpuset": i.cpuset,
+            "memory": i.memory,
+            "threads": i.threads,
+            "runs": str(i.runs),
+        }
+        for n, i in enumerate(report.isolation, 1)
+    }
     return fmt.section("Isolation each run got (cgroups, CPUs, memory limit)") + [
-        fmt.frame(rows, "device")]
+        fmt.frame(rows, "device")
+    ]
 
 
 def _systems_text(report: Report) -> list[str]:
@@ -64,8 +77,10 @@ def records(report: Report) -> dict[str, Any]:
         "failed_runs": [dataclasses.asdict(f) for f in report.failed_runs],
         "isolation": [dataclasses.asdict(i) for i in report.isolation],
         "systems": list(report.systems),
-        "series": {test: [{"device": s.device, "slice": s.slice, "rates": list(s.rates)}
-                          for s in runs] for test, runs in report.series.items()},
+        "series": {
+            test: [{"device": s.device, "slice": s.slice, "rates": list(s.rates)} for s in runs]
+            for test, runs in report.series.items()
+        },
         "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],
     }
 
@@ -80,8 +95,9 @@ def csv_blocks(report: Report) -> str:
         if not rows:
             continue
         buf.write("\n")
-        writer = csv.DictWriter(buf, fieldnames=[f.name for f in dataclasses.fields(rows[0])],
-                                lineterminator="\n")
+        writer = csv.DictWriter(
+            buf, fieldnames=[f.name for f in dataclasses.fields(rows[0])], lineterminator="\n"
+        )
         writer.writeheader()
         writer.writerows(dataclasses.asdict(r) for r in rows)
     return buf.getvalue()

@@ -27,11 +27,16 @@ def performance_table(report: Report) -> str:
         cells = {}
         if "weight" in row:
             cells["weight"] = fmt.num(row["weight"], ".2f")
-        cells.update({
-            "n": fmt.count(row["n"]), "fail": fmt.count(row["fail"]),
-            "perf": fmt.num(row["perf"]), "ci95": fmt.ci(row),
-            "std%": fmt.num(row["std%"], ".1f"), "perf_adj": fmt.num(row["perf_adj"]),
-        })
+        cells.update(
+            {
+                "n": fmt.count(row["n"]),
+                "fail": fmt.count(row["fail"]),
+                "perf": fmt.num(row["perf"]),
+                "ci95": fmt.ci(row),
+                "std%": fmt.num(row["std%"], ".1f"),
+                "perf_adj": fmt.num(row["perf_adj"]),
+            }
+        )
         if report_energy.COLUMN in row:  # only where some test measured its energy
             cells["perf/W"] = fmt.sig(row[report_energy.COLUMN])
         rows[fmt.short(str(test))] = cells
@@ -42,7 +47,8 @@ def comparison_table(report: Report) -> str:
     rows = {}
     for test, row in report.table.iterrows():
         rows[fmt.short(str(test))] = {
-            "perf_base": fmt.num(row["perf_base"]), "perf_ratio": fmt.num(row["perf_ratio"], ".3f"),
+            "perf_base": fmt.num(row["perf_base"]),
+            "perf_ratio": fmt.num(row["perf_ratio"], ".3f"),
             "perf_base_adj": fmt.num(row["perf_base_adj"]),
             "perf_ratio_adj": fmt.num(row["perf_ratio_adj"], ".3f"),
             "verdict": _verdict(row),
@@ -53,9 +59,15 @@ def comparison_table(report: Report) -> str:
 def comparability_notes(report: Report) -> list[str]:
     """Why each test that is not like with like differs from the baseline, one line each."""
     rows = report.table[report.table["comparable"] != "yes"]
-    return [textwrap.fill(f"{test} ({row['comparable']}): {row['comparable_note']}", fmt.WIDTH,
-                          initial_indent="- ", subsequent_indent="  ")
-            for test, row in rows.iterrows()]
+    return [
+        textwrap.fill(
+            f"{test} ({row['comparable']}): {row['comparable_note']}",
+            fmt.WIDTH,
+            initial_indent="- ",
+            subsequent_indent="  ",
+        )
+        for test, row in rows.iterrows()
+    ]
 
 
 def scaling_text(df: pd.DataFrame) -> str:
@@ -64,9 +76,12 @@ def scaling_text(df: pd.DataFrame) -> str:
         cells = {"k": fmt.count(r["k"])}
         if "nodes" in df.columns:  # multi-node runs: on how many nodes
             cells["nodes"] = fmt.count(r["nodes"])
-        rows[fmt.short(str(test))] = {**cells, "per rank": fmt.num(r["per_rank"]),
-                                   "total": fmt.num(r["total"]),
-                                   "efficiency": fmt.num(r["efficiency"], ".1%")}
+        rows[fmt.short(str(test))] = {
+            **cells,
+            "per rank": fmt.num(r["per_rank"]),
+            "total": fmt.num(r["total"]),
+            "efficiency": fmt.num(r["efficiency"], ".1%"),
+        }
     return fmt.frame(rows)
 
 
@@ -78,8 +93,10 @@ def _verdict(row: pd.Series) -> str:
 
 
 def gpu_table(df: pd.DataFrame) -> str:
-    rows = {fmt.short(str(test)): {str(dev): fmt.num(v, ".0%") for dev, v in row.items()}
-            for test, row in df.iterrows()}
+    rows = {
+        fmt.short(str(test)): {str(dev): fmt.num(v, ".0%") for dev, v in row.items()}
+        for test, row in df.iterrows()
+    }
     return fmt.frame(rows)
 
 
@@ -99,11 +116,14 @@ def quality_table(report: Report) -> str:
         split = "/".join(fmt.num(row[k], ".1f") for k in ("import", "setup", "first_step"))
         peak = row["percent_of_peak"]
         rows[fmt.short(str(test))] = {
-            "slices": fmt.num(row["slices"], ".0f"), "cv%": fmt.num(100 * row["cv"], ".1f"),
-            "drift%": fmt.num(100 * row["drift"], "+.1f"), "warmup": fmt.num(row["warmup"], ".1f"),
-            "start": fmt.num(row["to_first_slice"], ".1f"), "imp/set/1st": split,
-            "FLOP/s": _flops(row["achieved_flops"]) + (
-                f" {peak:.0f}%" if peak is not None and math.isfinite(peak) else ""),
+            "slices": fmt.num(row["slices"], ".0f"),
+            "cv%": fmt.num(100 * row["cv"], ".1f"),
+            "drift%": fmt.num(100 * row["drift"], "+.1f"),
+            "warmup": fmt.num(row["warmup"], ".1f"),
+            "start": fmt.num(row["to_first_slice"], ".1f"),
+            "imp/set/1st": split,
+            "FLOP/s": _flops(row["achieved_flops"])
+            + (f" {peak:.0f}%" if peak is not None and math.isfinite(peak) else ""),
             "flags": row["flags"] or "-",
         }
     return fmt.frame(rows)
@@ -113,33 +133,49 @@ def score_lines(report: Report) -> list[str]:
     """The Scores block: failure rate, score with CI and coverage, ratio, price."""
     verdict = "PASS" if report.passed else "FAIL"
     kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.failure_kinds.items()))
-    lines = [("Failure rate", f"{report.failure_rate:12.2%} ({verdict})  "
-              f"{report.failures} of {report.runs} runs" + (f": {kinds}" if kinds else ""))]
+    lines = [
+        (
+            "Failure rate",
+            f"{report.failure_rate:12.2%} ({verdict})  "
+            f"{report.failures} of {report.runs} runs" + (f": {kinds}" if kinds else ""),
+        )
+    ]
     if report.weights_source is not None:
         coverage = f"(coverage {(report.coverage or 0):.0%})"
         if report.score is not None:
             lines.append(("Score", f"{report.score:12,.2f}  {coverage}"))
             if report.score_ci:
                 single = [t for t in report.scored if report.table.loc[t, "n"] < 2]
-                lines.append(("Score 95% CI", f"{report.score_ci[0]:12,.2f} to "
-                              f"{report.score_ci[1]:,.2f}" + (
-                                  f"  ({len(single)} single-run test(s) held fixed)"
-                                  if single else "")))
+                lines.append(
+                    (
+                        "Score 95% CI",
+                        f"{report.score_ci[0]:12,.2f} to "
+                        f"{report.score_ci[1]:,.2f}"
+                        + (f"  ({len(single)} single-run test(s) held fixed)" if single else ""),
+                    )
+                )
         else:
             lines.append(("Score", f"{'-':>12}  {coverage}: no scored test"))
-        lines.append(("Tests scored", f"{len(report.scored):12d}  of "
-                      f"{report.weighted_tests} weighted tests"))
+        lines.append(
+            ("Tests scored", f"{len(report.scored):12d}  of {report.weighted_tests} weighted tests")
+        )
         if report.missing:
             lines.append(("Missing", f"{len(report.missing):12d}  " + ", ".join(report.missing)))
     if report.unlike:
         lines.append(("Not compared", f"{len(report.unlike):12d}  different workloads"))
     if report.score_base is not None:
-        lines.append(("Score (baseline)", f"{report.score_base:12,.2f}  over "
-                      f"{len(report.common)} test(s) measured alike"))
+        lines.append(
+            (
+                "Score (baseline)",
+                f"{report.score_base:12,.2f}  over {len(report.common)} test(s) measured alike",
+            )
+        )
         text = f"{report.ratio:12.3f}"
         if report.ratio_ci:
-            text += (f"  95% CI {report.ratio_ci[0]:.3f} to {report.ratio_ci[1]:.3f}: "
-                     f"{report.ratio_verdict}")
+            text += (
+                f"  95% CI {report.ratio_ci[0]:.3f} to {report.ratio_ci[1]:.3f}: "
+                f"{report.ratio_verdict}"
+            )
         lines.append(("Ratio", text))
     if report.price is not None:
         lines.append(("Price ($)", f"{report.price:12,.2f}"))
@@ -148,8 +184,16 @@ def score_lines(report: Report) -> list[str]:
     lines += render_energy.score_lines(report)
     width = max(len(k) for k, _ in lines) + 2
     # Long lists (missing tests) wrap under their value so the block fits fmt.WIDTH columns.
-    return [textwrap.fill(f"{k + ':':{width}} {v}", fmt.WIDTH, subsequent_indent=" " * (width + 15),
-                          break_on_hyphens=False, break_long_words=False) for k, v in lines]
+    return [
+        textwrap.fill(
+            f"{k + ':':{width}} {v}",
+            fmt.WIDTH,
+            subsequent_indent=" " * (width + 15),
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+        for k, v in lines
+    ]
 
 
 def to_text(report: Report) -> str:
@@ -172,8 +216,9 @@ def to_text(report: Report) -> str:
             notes = comparability_notes(report)
             if notes:
                 out += fmt.section("Like with like? Every test not listed here is 'yes'")
-                out.append("approx: the same workload with a known difference; no: a different "
-                           "workload,")
+                out.append(
+                    "approx: the same workload with a known difference; no: a different workload,"
+                )
                 out.append("left out of the compared score.")
                 out += notes
     out += fmt.section("Scores")
@@ -193,8 +238,12 @@ def to_text(report: Report) -> str:
     out += render_runs.text_section(report)
     if report.warnings:
         out += fmt.section("Warnings")
-        out += [textwrap.fill(w, fmt.WIDTH, initial_indent="- ", subsequent_indent="  ",
-                              break_on_hyphens=False) for w in report.warnings]
+        out += [
+            textwrap.fill(
+                w, fmt.WIDTH, initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False
+            )
+            for w in report.warnings
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -208,8 +257,7 @@ def to_csv(report: Report) -> str:
     and the failed runs and isolation rows (render.runs.csv_blocks)."""
     buf = io.StringIO()
     report.table.to_csv(buf, float_format="%.10g")
-    return (buf.getvalue() + render_nodes.csv_blocks(report.nodes)
-            + render_runs.csv_blocks(report))
+    return buf.getvalue() + render_nodes.csv_blocks(report.nodes) + render_runs.csv_blocks(report)
 
 
 def render(report: Report, fmt: str) -> str:
@@ -227,24 +275,37 @@ def to_records(report: Report) -> dict[str, Any]:
         "penalize_variance": report.penalize_variance,
         "tests": tests,
         "scores": {
-            "runs": report.runs, "failures": report.failures,
-            "failure_rate": report.failure_rate, "passed": report.passed,
+            "runs": report.runs,
+            "failures": report.failures,
+            "failure_rate": report.failure_rate,
+            "passed": report.passed,
             "failure_kinds": report.failure_kinds,
-            "score": report.score, "score_ci95": report.score_ci,
-            "coverage": report.coverage, "scored": report.scored,
-            "missing": report.missing, "unscored": report.unscored,
+            "score": report.score,
+            "score_ci95": report.score_ci,
+            "coverage": report.coverage,
+            "scored": report.scored,
+            "missing": report.missing,
+            "unscored": report.unscored,
             "unweighted": report.unweighted,
-            "score_base": report.score_base, "ratio": report.ratio,
-            "ratio_ci95": report.ratio_ci, "ratio_verdict": report.ratio_verdict,
-            "common_tests": report.common, "not_compared": report.unlike,
-            "price": report.price, "price_per_score": report.price_per_score,
+            "score_base": report.score_base,
+            "ratio": report.ratio,
+            "ratio_ci95": report.ratio_ci,
+            "ratio_verdict": report.ratio_verdict,
+            "common_tests": report.common,
+            "not_compared": report.unlike,
+            "price": report.price,
+            "price_per_score": report.price_per_score,
         },
-        "scaling": {t: {k: _plain(v) for k, v in row.items()}
-                    for t, row in report.scaling.iterrows()},
-        "gpu": {m: {t: {d: _plain(v) for d, v in row.items()} for t, row in df.iterrows()}
-                for m, df in report.gpu_tables.items()},
-        "quality": {t: {k: _plain(v) for k, v in row.items()}
-                    for t, row in report.quality.iterrows()},
+        "scaling": {
+            t: {k: _plain(v) for k, v in row.items()} for t, row in report.scaling.iterrows()
+        },
+        "gpu": {
+            m: {t: {d: _plain(v) for d, v in row.items()} for t, row in df.iterrows()}
+            for m, df in report.gpu_tables.items()
+        },
+        "quality": {
+            t: {k: _plain(v) for k, v in row.items()} for t, row in report.quality.iterrows()
+        },
         "natural": units_records(report.natural),
         "nodes": render_nodes.records(report.nodes),
         "warnings": report.warnings,
@@ -258,19 +319,30 @@ def units_section(report: Report) -> list[str]:
     """The "Natural units" block of the text report (nothing when no test has one)."""
     if report.natural.empty:
         return []
-    rows = {fmt.short(str(test)): {
-        "perf": fmt.num(r["perf"]), "per example": fmt.num(r["per_example"], ",.4g"),
-        "natural/s": fmt.num(r["natural"]), "unit": r["unit"],
-    } for test, r in report.natural.iterrows()}
+    rows = {
+        fmt.short(str(test)): {
+            "perf": fmt.num(r["perf"]),
+            "per example": fmt.num(r["per_example"], ",.4g"),
+            "natural/s": fmt.num(r["natural"]),
+            "unit": r["unit"],
+        }
+        for test, r in report.natural.iterrows()
+    }
     title = "Natural units (perf: the scored, legacy unit; natural/s = perf x per example)"
     return fmt.section(title) + [fmt.frame(rows)]
 
 
 def units_records(table: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """The table as plain data (the JSON report's ``natural``)."""
-    return {str(test): {"unit": r["unit"], "perf": float(r["perf"]),
-                        "per_example": float(r["per_example"]), "natural": float(r["natural"])}
-            for test, r in table.iterrows()}
+    return {
+        str(test): {
+            "unit": r["unit"],
+            "perf": float(r["perf"]),
+            "per_example": float(r["per_example"]),
+            "natural": float(r["natural"]),
+        }
+        for test, r in table.iterrows()
+    }
 
 
 def _plain(value: Any) -> Any:
