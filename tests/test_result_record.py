@@ -89,7 +89,8 @@ def test_a_launch_cannot_overwrite_a_result_field():
 def test_rerun_restores_the_environment_but_not_the_old_deadline(tmp_path, monkeypatch):
     """The deadline of the original job has passed: restored, it would end the rerun at
     its first slice."""
-    from milarun.measure import diagnostics, runner
+    from milarun.measure import diagnostics
+    from milarun.measure.call import plan_rerun
 
     monkeypatch.setenv("OMP_NUM_THREADS", "7")  # undone after the test, like the rest
     monkeypatch.delenv(diagnostics.DEADLINE_ENV, raising=False)
@@ -106,7 +107,7 @@ def test_rerun_restores_the_environment_but_not_the_old_deadline(tmp_path, monke
             }
         )
     )
-    call = runner.plan_rerun(original, None, ["--b"], dataroot=tmp_path / "unused")
+    call = plan_rerun(original, None, ["--b"], dataroot=tmp_path / "unused")
     assert os.environ["OMP_NUM_THREADS"] == "1"
     assert diagnostics.DEADLINE_ENV not in os.environ
     assert (call.argv, call.job_id, call.outdir) == (["--a", "--b"], "0.1", tmp_path)

@@ -177,9 +177,9 @@ class Commands:
         # [alias: -d]
         dataroot: Option = default(None)
 
-        from milarun.measure import runner
+        from milarun.measure.call import plan_run
 
-        call = runner.plan_run(
+        call = plan_run(
             function,
             test_args,
             out=out or default_outdir(),
@@ -199,9 +199,9 @@ class Commands:
         # [alias: -o]
         out: Option = default(None)
 
-        from milarun.measure import runner
+        from milarun.measure.call import plan_rerun
 
-        call = runner.plan_rerun(result_file, out, test_args, dataroot=default_dataroot())
+        call = plan_rerun(result_file, out, test_args, dataroot=default_dataroot())
         return _run_and_exit(call.function, call.argv, **call.options())
 
     def summary(test_args: list[str]) -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -11,15 +10,15 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from milarun import errors, results
-from milarun.errors import UsageError
 from milarun.machine import devices, sysinfo, watchdog
 from milarun.machine.gpuids import instance_gpus
 from milarun.measure import confinement, diagnostics, energy
+from milarun.measure.call import check_extra, resolve_function
 from milarun.measure.experiment import BadTestArguments, Experiment, RateLog
 from milarun.results import records, steady
 from milarun.results.records import Failure, RateRecord, TimerRecord
@@ -27,6 +26,7 @@ from milarun.results.records import Failure, RateRecord, TimerRecord
 # The prefix of the progress lines an instance prints on stdout (the supervisor's board
 # reads them from the instance's log).
 PROGRESS_TAG = "MILARUN_PROGRESS"
+UNWRITTEN_TAG = "MILARUN_UNWRITTEN_RESULT"
 
 
 class Interrupted(BaseException):
@@ -35,21 +35,6 @@ class Interrupted(BaseException):
 
 class TimedOut(BaseException):
     """The supervisor's SIGALRM: the job ran past its max_duration."""
-
-
-def resolve_function(spec: str) -> Callable[..., Any]:
-    """Import ``module:function``; a UsageError says what is wrong with it."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UsageError(f"'{spec}' is not MODULE:FUNCTION (e.g. milabench.models.polynome:main)")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise UsageError(f"cannot import module '{module_name}' of '{spec}': {err}") from err
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise UsageError(f"module '{module_name}' has no function '{attr}' (from '{spec}')")
-    return fn
 
 
 def _raise_on(exc: type[BaseException]) -> Callable[[int, Any], None]:
@@ -230,7 +215,7 @@ def run_test(
     (job, suite, repeat, ...; see records.ResultRecord.launch).
     """
     outdir = Path(outdir)
-    _check_extra(extra)
+    check_extra(extra)
     watchdog.watch_parent()  # under `jobs`: never outlive the supervisor
     fn = resolve_function(function)
     imported_at = time.time()  # the test module (and torch) are imported by now
@@ -272,200 +257,6 @@ def run_test(
             "instance's log)"
         ) from None
     return result, path
-
-
-UNWRITTEN_TAG = "MILARUN_UNWRITTEN_RESULT"
-
-
-def _check_extra(extra: dict[str, Any] | None) -> None:
-    """Checked before the test runs, so a bad call never costs a finished run."""
-    clashing = sorted(set(extra or {}) & results.OWN_KEYS)
-    if clashing:
-        raise UsageError(f"--extra key '{clashing[0]}' would overwrite the harness's own field")
-
-
-# -- the policy of `milarun run` and `milarun rerun` --------------------------------------
-@dataclass(frozen=True)
-class RunCall:
-    """One test to run in this process, every path and name decided: run_test's arguments."""
-
-    function: str
-    argv: list[str]
-    name: str
-    job_id: str
-    outdir: Path
-    dataroot: Path
-    extra: dict[str, Any] = field(default_factory=dict)
-    rerun_of: str | None = None
-    outfile: Path | None = None
-
-    def options(self) -> dict[str, Any]:
-        """run_test's keyword arguments (all but function and argv)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("function", "argv")}
-
-
-def plan_run(
-    function: str,
-    test_args: list[str],
-    out: str | Path,
-    dataroot: Path,
-    experiment_name: str | None = None,
-    job_id: str = "0",
-    extra: dict[str, Any] | None = None,
-) -> RunCall:
-    """``milarun run``: ``out`` is a folder, or a .json file name for the result (never
-    overwritten); the name defaults to the test module's. Bad input fails here, before
-    anything runs or any folder is made."""
-    _check_extra(extra)
-    resolve_function(function)
-    outdir, outfile = Path(out), None
-    if str(out).endswith(".json"):
-        outfile = Path(out)
-        outdir = outfile.parent
-        if outfile.exists():
-            raise UsageError(f"-o {out}: file exists; results are never overwritten")
-    name = (
-        results.safe_name(experiment_name, "--experiment-name")
-        if experiment_name
-        else function.split(":")[0].rsplit(".", 1)[-1]
-    )
-    results.safe_name(name, "test name")
-    results.safe_name(job_id, "--job-id")
-    check_outdir(outdir)
-    return RunCall(
-        function,
-        list(test_args),
-        name,
-        job_id,
-        outdir,
-        dataroot,
-        dict(extra or {}),
-        outfile=outfile,
-    )
-
-
-def plan_rerun(
-    result_file: str | Path, out: str | Path | None, test_args: list[str], dataroot: Path
-) -> RunCall:
-    """``milarun rerun``: the original's call, name, job id, job, suite and data folder
-    (``dataroot`` when it has none), the new ``test_args`` last; results go next to the
-    original unless ``out`` says otherwise.
-
-    The original's recorded environment is applied to this process here, before the test
-    is imported: CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS and the like are only read when
-    torch loads. Not the supervisor's own variables of that job (RERUN_DROPPED_ENV): its
-    MILARUN_DEADLINE, long past by now, would stop the rerun at its first slice; its pid
-    (long dead: the watchdog would end the rerun at once); its result stamp (the
-    original's file name); its MILARUN_CGROUP (a student group this process is not in);
-    the Slurm job it ran in.
-    """
-    original = results.load_result(Path(result_file))
-    problem = results.result_problem(original)
-    if problem:
-        raise UsageError(f"{result_file}: {problem}; fix the file")
-    call = original.get("call") or {}
-    if (
-        not isinstance(call, dict)
-        or not isinstance(call.get("function"), str)
-        or not call["function"]
-    ):
-        raise UsageError(f"{result_file}: no call.function to re-run")
-    argv = call.get("argv") or []
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-        raise UsageError(f"{result_file}: call.argv is not a list of strings; fix the file")
-    name = results.safe_name(original["name"], f"{result_file}: name")
-    job_id = original.get("job_id", "0")
-    if isinstance(job_id, int) and not isinstance(job_id, bool):
-        job_id = str(job_id)
-    results.safe_name(job_id, f"{result_file}: job_id")
-    dataroot_saved = original.get("dataroot")
-    if dataroot_saved is not None and not isinstance(dataroot_saved, str):
-        raise UsageError(f"{result_file}: dataroot {dataroot_saved!r} is not a path")
-    extra = {k: original[k] for k in ("job", "suite") if original.get(k) is not None}
-    environ = _saved_environ(result_file, original.get("environ"))
-    outdir = Path(out) if out else Path(result_file).parent
-    check_outdir(outdir)
-    os.environ.update(environ)
-    return RunCall(
-        call["function"],
-        list(argv) + list(test_args),
-        name,
-        job_id,
-        outdir,
-        Path(dataroot_saved or dataroot),
-        extra,
-        rerun_of=str(Path(result_file).resolve()),
-    )
-
-
-# The supervisor's variables of one job, not restored by a rerun (see plan_rerun).
-RERUN_DROPPED_ENV = (
-    diagnostics.DEADLINE_ENV,
-    watchdog.SUPERVISOR_ENV,
-    watchdog.RESULT_STAMP_ENV,
-    "MILARUN_CGROUP",
-    # the Slurm job it ran in is over: the rerun's own `slurm` record says
-    # where it runs now
-    "SLURM_JOB_ID",
-    "SLURM_CPUS_ON_NODE",
-    "SLURM_CPUS_PER_TASK",
-)
-
-
-def _saved_environ(result_file: str | Path, environ: Any) -> dict[str, str]:
-    """A result's recorded environment as a rerun restores it; a hand-edited one that is
-    not {NAME: "value"} is refused with the variable's name."""
-    if environ is None:
-        return {}
-    if not isinstance(environ, dict):
-        raise UsageError(f'{result_file}: environ is not an object of NAME -> "value"')
-    for key, value in environ.items():
-        if not key or "=" in key or "\0" in key:
-            raise UsageError(
-                f"{result_file}: environ name {key[:60]!r} is not a variable name; remove it"
-            )
-        if not isinstance(value, str) or "\0" in value:
-            raise UsageError(
-                f"{result_file}: environ {key}={str(value)[:60]!r} is not a "
-                "string; quote it or remove it"
-            )
-    return {k: v for k, v in environ.items() if k not in RERUN_DROPPED_ENV}
-
-
-def check_dataroot(dataroot: Path) -> None:
-    """The data folder exists or can be created (a test reads its data from there)."""
-    try:
-        Path(dataroot).mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(
-            f"data folder '{dataroot}' cannot be created "
-            f"({err.strerror or err}); pass -d with a folder you can write"
-        ) from err
-
-
-WRITE_CHECK_BYTES = 256 * 1024  # about one result with its rate series and monitor samples
-
-
-def check_outdir(outdir: Path) -> None:
-    """Fail early, before running anything, when results could not be written."""
-    probe = Path(outdir) / f".milarun-write-test-{os.getpid()}"
-    try:
-        Path(outdir).mkdir(parents=True, exist_ok=True)
-        # Real bytes, flushed: an empty file is created even on a full disk.
-        with open(probe, "wb") as f:
-            f.write(b"\0" * WRITE_CHECK_BYTES)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as err:
-        raise UsageError(
-            f"output folder '{outdir}' is not writable ({err.strerror}); pass -o with a "
-            "folder you can write, with room for the results"
-        ) from err
-    finally:
-        try:
-            probe.unlink()
-        except OSError:
-            pass
 
 
 def exit_code(result: dict[str, Any]) -> int:

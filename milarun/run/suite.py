@@ -14,7 +14,7 @@ from typing import Any
 from milarun import errors, results
 from milarun.machine import devices, isolation, slurmenv, watchdog
 from milarun.machine.gpuids import resolve_gpus
-from milarun.measure import runner
+from milarun.measure import call
 from milarun.report import summary
 from milarun.results import manifest
 from milarun.run import launch, profile
@@ -82,8 +82,8 @@ def run_suite(
             len(devs),
             cpus,
         )
-    runner.check_outdir(request.outdir)
-    runner.check_dataroot(request.dataroot)
+    call.check_outdir(request.outdir)
+    call.check_dataroot(request.dataroot)
     # One live `jobs` per folder: two would write the same names side by side.
     try:
         with watchdog.hold_outdir(request.outdir):

@@ -25,7 +25,7 @@ import jinja2
 from milarun import errors, results
 from milarun.errors import SlurmError
 from milarun.machine import devices, sysinfo
-from milarun.measure import runner
+from milarun.measure import call
 from milarun.run import profile, suite
 
 SLURM_FOLDER = "slurm"
@@ -370,7 +370,7 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
         + [str(script)]
         for n in nodes
     ]
-    runner.check_outdir(request.outdir)
+    call.check_outdir(request.outdir)
     folder.mkdir(parents=True, exist_ok=True)
     results.write_text_atomic(script, text)
     script.chmod(0o755)
