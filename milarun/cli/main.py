@@ -6,45 +6,28 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coleo import Option, default, run_cli
 
 from milarun import errors
-from milarun.cli.options import default_dataroot, default_outdir, setup_logging, split_names
+from milarun.cli.options import (
+    OneLineParser,
+    default_dataroot,
+    default_outdir,
+    no_test_args,
+    parse_extra,
+    print_skipped,
+    setup_logging,
+    split_names,
+)
 from milarun.cli.slurm import SlurmCommands
-
-if TYPE_CHECKING:
-    from milarun.report.summary import Skipped
 
 # Each command imports its wing when it runs: a benchmark process (`milarun run`) loads the
 # measurement side only, `milarun report` no torch (tests/test_layering.py).
 
 # Exit code of `report --fail-below` when the score ratio is under the threshold.
 GATE_FAILED = 3
-MAX_SKIPPED_SHOWN = 20
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad call in one line instead of the usage block."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"{self.prog}: error: {message} (see {self.prog} -h)", file=sys.stderr)
-        sys.exit(2)
-
-
-def _parse_extra(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        extra = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise errors.UsageError(
-            f"--extra is not valid JSON ({err.msg} at column {err.colno})"
-        ) from None
-    if not isinstance(extra, dict):
-        raise errors.UsageError("--extra must be a JSON object")
-    return extra
 
 
 def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
@@ -63,22 +46,6 @@ def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
     if path is not None:
         print(f"result: {path}")
     return runner.exit_code(result)
-
-
-def _no_test_args(command: str, test_args: list[str]) -> None:
-    if test_args:
-        raise errors.UsageError(f"{command} takes no arguments after --")
-
-
-def _print_skipped(skipped: list[Skipped]) -> None:
-    """Files that were not results: listed with the reason, never fatal."""
-    if not skipped:
-        return
-    print(f"skipped {len(skipped)} file(s) that are not usable results:", file=sys.stderr)
-    for item in skipped[:MAX_SKIPPED_SHOWN]:
-        print(f"  {item.path}: {item.reason}", file=sys.stderr)
-    if len(skipped) > MAX_SKIPPED_SHOWN:
-        print(f"  ... and {len(skipped) - MAX_SKIPPED_SHOWN} more", file=sys.stderr)
 
 
 class Commands:
@@ -186,7 +153,7 @@ class Commands:
             dataroot=Path(dataroot) if dataroot else default_dataroot(),
             experiment_name=experiment_name,
             job_id=job_id,
-            extra=_parse_extra(extra),
+            extra=parse_extra(extra),
         )
         return _run_and_exit(call.function, call.argv, **call.options())
 
@@ -216,13 +183,13 @@ class Commands:
         from milarun import results
         from milarun.report import summary
 
-        _no_test_args("summary", test_args)
+        no_test_args("summary", test_args)
         if out and Path(out).exists():
             raise errors.UsageError(f"-o {out}: file exists; choose another name")
         source = summary.load_source(Path(results_dir))
         if source.loaded is None:
             raise errors.UsageError(f"{results_dir}: give a results folder, not a file")
-        _print_skipped(source.loaded.skipped)
+        print_skipped(source.loaded.skipped)
         text = json.dumps(source.summary, indent=2)
         if out:
             results.write_atomic(Path(out), source.summary)
@@ -264,7 +231,7 @@ class Commands:
 
         from milarun.report import request as reporting
 
-        _no_test_args("report", test_args)
+        no_test_args("report", test_args)
         outcome = reporting.make_report(
             reporting.ReportRequest(
                 Path(source),
@@ -281,7 +248,7 @@ class Commands:
                 format=format,
             )
         )
-        _print_skipped(outcome.skipped)
+        print_skipped(outcome.skipped)
         print(outcome.text, end="")
         if outcome.html:
             print(f"HTML report: {outcome.html.resolve()}", file=sys.stderr)
@@ -309,7 +276,7 @@ class Commands:
 
         from milabench import dataset_command as command  # the data side: only here
 
-        _no_test_args("dataset", test_args)
+        no_test_args("dataset", test_args)
         root = Path(dataroot) if dataroot else default_dataroot()
         try:
             for line in command.make(specs, root, synthetic, size, seed, workers):
@@ -367,7 +334,7 @@ class Commands:
 
         from milarun.doctor import passive as doctor
 
-        _no_test_args("doctor", test_args)
+        no_test_args("doctor", test_args)
         request = doctor.Request(
             Path(dataroot) if dataroot else default_dataroot(),
             profile=profile_spec,
@@ -386,7 +353,7 @@ class Commands:
         """Print the system record that every result embeds."""
         from milarun.machine import sysinfo
 
-        _no_test_args("sysinfo", test_args)
+        no_test_args("sysinfo", test_args)
         print(json.dumps(sysinfo.system_record(), indent=2))
         return 0
 
@@ -399,7 +366,7 @@ class Commands:
 
         from milarun.measure import selftest  # the monitors and psutil: only when measuring
 
-        _no_test_args("selftest", test_args)
+        no_test_args("selftest", test_args)
         if format not in ("text", "json"):
             raise errors.UsageError(f"--format {format}: use text or json")
         if not 0 < seconds < float("inf"):

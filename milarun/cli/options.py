@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
+import json
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING, Any
+
+from milarun import errors
+
+if TYPE_CHECKING:
+    from milarun.report.summary import Skipped
 from pathlib import Path
 
 
@@ -47,3 +55,44 @@ def setup_logging() -> None:
         logger.addHandler(_StderrHandler())
     logger.setLevel(logging.WARNING)
     logger.propagate = False  # a library's root handler would print them twice
+
+
+MAX_SKIPPED_SHOWN = 20
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad call in one line instead of the usage block."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {message} (see {self.prog} -h)", file=sys.stderr)
+        sys.exit(2)
+
+
+def parse_extra(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        extra = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise errors.UsageError(
+            f"--extra is not valid JSON ({err.msg} at column {err.colno})"
+        ) from None
+    if not isinstance(extra, dict):
+        raise errors.UsageError("--extra must be a JSON object")
+    return extra
+
+
+def no_test_args(command: str, test_args: list[str]) -> None:
+    if test_args:
+        raise errors.UsageError(f"{command} takes no arguments after --")
+
+
+def print_skipped(skipped: list[Skipped]) -> None:
+    """Files that were not results: listed with the reason, never fatal."""
+    if not skipped:
+        return
+    print(f"skipped {len(skipped)} file(s) that are not usable results:", file=sys.stderr)
+    for item in skipped[:MAX_SKIPPED_SHOWN]:
+        print(f"  {item.path}: {item.reason}", file=sys.stderr)
+    if len(skipped) > MAX_SKIPPED_SHOWN:
+        print(f"  ... and {len(skipped) - MAX_SKIPPED_SHOWN} more", file=sys.stderr)

@@ -13,18 +13,19 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import shlex
 import shutil
 import sys
 import textwrap
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from milarun import errors
 from milarun.doctor import gpu as doctor_gpu
+from milarun.doctor.data import data_checks
 from milarun.doctor.gpu import FAIL, INFO, PASS, WARN, Check
+from milarun.doctor.health import health
 from milarun.machine import devices, gpuprobe, isolation
 from milarun.run import profile
 
@@ -113,7 +114,7 @@ def _checks(
         )
     selected, unknown = _select(gpus, chosen)
     yield from unknown
-    yield from doctor_gpu.health(machine.nvml, selected)
+    yield from health(machine.nvml, selected)
     yield from cgroup_checks(chosen, request.devices, machine)
     if prof is None:
         yield Check("data", INFO, "not checked: give --profile NAME (quick, standard, ...)")
@@ -252,108 +253,6 @@ def _disjoint(cpus: dict[str, list[int]], spec: str) -> Check:
                 )
     shown = ", ".join(f"{n} {isolation.cpu_list(c)}" for n, c in cpus.items())
     return Check("cgroups", PASS, f"disjoint CPUs: {shown}")
-
-
-# -- data and disk --------------------------------------------------------------------------
-@dataclass
-class DataNeed:
-    """A dataset a profile's tests read; ``command``/``size``: what its prepare step makes."""
-
-    name: str
-    jobs: list[str] = field(default_factory=list)
-    command: list[str] | None = None  # `milarun dataset ...` arguments
-    size: int | None = None  # synthetic examples asked for; None: the real data
-
-
-def _prepared(job: profile.Job) -> dict[str, tuple[list[str], int | None]]:
-    """Datasets a job's prepare commands make: name -> (dataset arguments, synthetic size)."""
-    made = {}
-    for line in job.prepare:
-        try:
-            words = shlex.split(line)
-        except ValueError:
-            continue
-        at = next(
-            (
-                i
-                for i in range(1, len(words))
-                if words[i] == "dataset" and words[i - 1].endswith("milarun")
-            ),
-            None,
-        )
-        if at is None:
-            continue
-        args = words[at + 1 :]
-        first_flag = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
-        size = None
-        if "--synthetic" in args and "--size" in args[:-1]:
-            value = args[args.index("--size") + 1]
-            size = int(value) if value.isdigit() else None
-        for name in args[:first_flag]:
-            made[name] = (args, size)
-    return made
-
-
-def data_needs(prof: profile.Profile, read_by: Mapping[str, tuple[str, ...]]) -> list[DataNeed]:
-    """Each dataset the profile's tests read (``read_by``: experiment module -> datasets)."""
-    needs: dict[str, DataNeed] = {}
-    for job in prof.jobs.values():
-        made = _prepared(job)
-        for name in read_by.get(job.experiment.split(":", 1)[0], ()):
-            need = needs.setdefault(name, DataNeed(name))
-            need.jobs.append(job.name)
-            if name in made and need.command is None:
-                need.command, need.size = made[name]
-    return list(needs.values())
-
-
-def data_checks(prof: profile.Profile, root: Path) -> tuple[list[Check], dict[str, float]]:
-    """One check per dataset the profile reads; and the bytes each missing one needs."""
-    from milabench import datasets as ds  # the data side, only when a profile is checked
-
-    checks, missing = [], {}
-    for need in data_needs(prof, ds.READ_BY):
-        folder = ds.resolve(need.name).folder(root)
-        who = f"read by {', '.join(need.jobs)}"
-        try:
-            ds.require(folder, need.name, root)
-        except ds.DataMissing as err:
-            missing[need.name] = ds.disk_bytes(need.name, need.size)
-            if (folder / ds.PARTIAL).exists():  # the message says how to complete it
-                checks.append(Check(f"data {need.name}", FAIL, f"incomplete; {who}", str(err)))
-            elif need.command:  # the profile's prepare step makes it: not a problem
-                words = need.command + ([] if "-d" in need.command else ["-d", str(root)])
-                checks.append(
-                    Check(
-                        f"data {need.name}",
-                        INFO,
-                        f"not in {folder} yet; `jobs {prof.name}` makes it first; {who}",
-                        f"`milarun dataset {shlex.join(words)}` (what `jobs "
-                        f"{prof.name}` runs first)",
-                    )
-                )
-            else:
-                checks.append(
-                    Check(
-                        f"data {need.name}",
-                        FAIL,
-                        f"not in {folder}; {who}",
-                        f"`milarun dataset {need.name} -d {root}` (real data), or "
-                        "the same with --synthetic (generated offline)",
-                    )
-                )
-            continue
-        detail = f"{ds.describe(folder)} in {folder}; {who}"
-        try:
-            if need.size is not None:
-                ds.ready(folder, True, need.size)
-        except ds.DataMissing as err:  # smaller than the profile asks: it runs on less
-            checks.append(Check(f"data {need.name}", WARN, detail, str(err)))
-            continue
-        checks.append(Check(f"data {need.name}", PASS, detail))
-    if not checks:
-        checks.append(Check("data", PASS, f"no test of {prof.name} reads a dataset"))
-    return checks, missing
 
 
 def _bytes(n: float) -> str:
