@@ -317,7 +317,7 @@ def bytecode_check(packages: tuple[str, ...]) -> Check:
             "bytecode",
             WARN,
             "; ".join(f"{n}: {c} of {t} modules compiled for {tag}" for n, c, t, _ in short),
-            f"`uv sync` (pyproject's [tool.uv] compile-bytecode), or "
+            "`uv sync --compile-bytecode` (uv) or `poetry install --compile` (Poetry), or "
             f"`{sys.executable} -m compileall -q {base}`",
         )
     if not seen:

@@ -67,8 +67,14 @@ def _check_measurement(exp: Experiment) -> Failure | None:
     return None
 
 
-def progress_printer(min_interval: float = 1.0) -> Callable[[Any], None]:
-    """Print a rate log's progress as one tagged JSON line, at most once per interval."""
+def progress_printer(
+    min_interval: float = 1.0, supervised: bool | None = None
+) -> Callable[[Any], None]:
+    """Show a rate log's progress at most once per interval: under `milarun jobs` (its
+    SUPERVISOR_ENV in the environment, or ``supervised``) one tagged JSON line on stdout for
+    the supervisor's board; run by hand, one plain line on stderr for the person watching."""
+    if supervised is None:
+        supervised = watchdog.SUPERVISOR_ENV in os.environ
     last = [0.0]
 
     def report(log: Any) -> None:
@@ -86,7 +92,16 @@ def progress_printer(min_interval: float = 1.0) -> Callable[[Any], None]:
             "rate": log.rates[-1] if log.rates else None,
             "in_block": log.in_block,
         }
-        print(f"{PROGRESS_TAG} {json.dumps(info)}", flush=True)
+        if supervised:
+            print(f"{PROGRESS_TAG} {json.dumps(info)}", flush=True)
+            return
+        rate = f"{info['rate']:,.2f} examples/s" if info["rate"] is not None else "starting"
+        slices = f"{info['slices']}/{info['min_slices']}" if rule else str(info["slices"])
+        print(
+            f"  {log.name}: {rate}, {slices} slices, {log.count:,} examples",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return report
 

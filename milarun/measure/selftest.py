@@ -155,7 +155,7 @@ def instrumented_loop(
     """
     from milarun.measure.runner import progress_printer
 
-    exp = Experiment("selftest", on_progress=progress_printer())
+    exp = Experiment("selftest", on_progress=progress_printer(supervised=True))
     exp.max_count = steps * batch
     exp.sync()  # a real test has touched its device before its first step
     gpu_mon = devices.gpu_monitor().start()
