@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from milarun.errors import DeviceSpecError
-from milarun.machine import devices
+from milarun.machine import devices, gpuprobe
 from milarun.machine.devices import GPU_KIND, Device
 
 PCI_ORDER = "PCI_BUS_ID"
@@ -78,6 +78,11 @@ def resolve_gpus(
     if nvml is None:
         nvml, reason = devices.load_nvml()
     if nvml is None:
+        if gpuprobe.unseen_gpus(reason) is None:  # no device file and torch sees no GPU
+            raise DeviceSpecError(
+                f"--devices {','.join(d.id for d in devs)}: this machine shows no GPU "
+                f"({reason}; no GPU device file; torch sees none): use --devices cpu:N"
+            )
         log.warning(
             "%s: GPUs %s go to their instances by index, in PCI bus order",
             reason,

@@ -83,6 +83,13 @@ class LaunchOptions:
     unisolated_warned: set[str] = field(default_factory=set)
     prepare_warned: set[str] = field(default_factory=set)
     rendezvous: Rendezvous | None = None  # a multi-node scaling run: this node's part
+    # job fullname -> its share of user_args (run.arguments: the flags it takes); a job not
+    # in it gets them all
+    user_args_by_job: dict[str, list[str]] = field(default_factory=dict)
+
+    def args_for(self, job: Job) -> list[str]:
+        """The arguments after ``--`` that ``job`` is given."""
+        return list(self.user_args_by_job.get(job.fullname, self.user_args))
 
 
 @dataclass(frozen=True)
@@ -178,7 +185,7 @@ def _run_command(
         json.dumps(extra),
         "--",
         *job.argv(),
-        *opts.user_args,
+        *opts.args_for(job),
     ]
 
 

@@ -17,7 +17,7 @@ from milarun.machine.gpuids import resolve_gpus
 from milarun.measure import call
 from milarun.report import summary
 from milarun.results import manifest
-from milarun.run import launch, profile
+from milarun.run import arguments, launch, profile
 
 log = logging.getLogger("milarun")
 
@@ -38,6 +38,7 @@ class SuiteRequest:
     progress_interval: float = 10.0
     user_args: list[str] = field(default_factory=list)
     rendezvous: launch.Rendezvous | None = None  # this node's part of a multi-node run
+    user_args_by_job: dict[str, list[str]] = field(default_factory=dict)  # run.arguments
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,9 @@ def run_suite(
             len(devs),
             cpus,
         )
+    # Every job's arguments parse, before anything is written or run.
+    args_by_job = arguments.check_arguments(selected, request.user_args)
+    request = dataclasses.replace(request, user_args_by_job=args_by_job)
     call.check_outdir(request.outdir)
     call.check_dataroot(request.dataroot)
     # One live `jobs` per folder: two would write the same names side by side.
@@ -110,6 +114,7 @@ def _run_held(
         verbose=request.verbose,
         progress_interval=request.progress_interval,
         rendezvous=request.rendezvous,
+        user_args_by_job=request.user_args_by_job,
     )
     expected = expected_tests(selected, devs, request.rendezvous)
     record = manifest.RunManifest.start(
