@@ -1,0 +1,196 @@
+"""The one reader of results: a typed view over a loaded result (``results.load_result``
+checked its shape), with its rate series, its per-rank series, its node and its device.
+
+The summary, the node comparison, the energy record and the HTML charts all read a result
+through this view, so a rule such as "a distributed run's rate is the mean of its ranks"
+lives in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, TypeVar
+
+from milarun import results
+from milarun.results import steady
+
+T = TypeVar("T")
+
+
+def rank_timers(timings: Mapping[str, T], timer: str = "train") -> list[T]:
+    """A distributed run's ``<timer>_<rank>`` entries in rank order (empty for a
+    single-process run); the entries may be dicts read from a file or records in memory."""
+    prefix = f"{timer}_"
+    ranks = sorted((int(key[len(prefix):]), value) for key, value in timings.items()
+                   if key.startswith(prefix) and key[len(prefix):].isdigit())
+    return [value for _, value in ranks]
+
+
+@dataclass(frozen=True)
+class RateSeries:
+    """A ``timings`` entry of type "rate": examples/s per slice of in-block time."""
+
+    rates: tuple[float, ...]
+    slice: float = 0.5
+    slice_ends: tuple[float, ...] = ()
+
+    @classmethod
+    def from_dict(cls, record: Any) -> RateSeries | None:
+        """The series of a timings entry; None for anything that is not one."""
+        if not isinstance(record, Mapping):
+            return None
+        width = record.get("slice", 0.5)
+        return cls(tuple(record.get("rates") or ()),
+                   float(width) if results.is_finite(width) and width > 0 else 0.5,
+                   tuple(record.get("slice_ends") or ()))
+
+    @property
+    def steady_slices(self) -> list[float]:
+        """The slices of the steady window (results.steady)."""
+        return steady.window(self.rates, self.slice)
+
+    @property
+    def steady_rate(self) -> float | None:
+        """The steady rate; None when too short, or when NaN, zero, negative or absurd: such
+        a rate is no measurement and the run counts as failed."""
+        rate = steady.rate(self.rates, self.slice)
+        return rate if rate is not None and 0 < rate <= results.MAX_RATE else None
+
+
+@dataclass(frozen=True)
+class ResultView:
+    """A result as the reports read it. ``data`` is the whole result, for what has no
+    typed reading here (monitors, diagnostics, energy)."""
+
+    data: Mapping[str, Any]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ResultView:
+        return cls(data)
+
+    @property
+    def name(self) -> str:
+        return str(self.data.get("name"))
+
+    @property
+    def device(self) -> str:
+        return str(self.data.get("device"))
+
+    @property
+    def timings(self) -> Mapping[str, Any]:
+        timings = self.data.get("timings")
+        return timings if isinstance(timings, Mapping) else {}
+
+    def series(self, timer: str = "train") -> RateSeries | None:
+        """The single-process rate series of ``timer`` (None when there is none)."""
+        return RateSeries.from_dict(self.timings.get(timer))
+
+    def rank_series(self, timer: str = "train") -> list[RateSeries | None] | None:
+        """Each rank's series of a distributed result, in rank order; None for a
+        single-process result."""
+        ranks = rank_timers(self.timings, timer)
+        return [RateSeries.from_dict(r) for r in ranks] or None
+
+    def all_series(self, timer: str = "train") -> list[RateSeries]:
+        """Every rate series of ``timer``: one per rank, else the single one (charts)."""
+        found = self.rank_series(timer) or [self.series(timer)]
+        return [s for s in found if s is not None]
+
+    def rank_rates(self, timer: str = "train") -> list[float | None] | None:
+        """Each rank's steady rate of a distributed result; None for a single process."""
+        ranks = self.rank_series(timer)
+        return None if ranks is None else [s.steady_rate if s else None for s in ranks]
+
+    def rate(self, timer: str = "train") -> float | None:
+        """Steady examples/s of a successful result (None if it has none).
+
+        A distributed result is the mean of its ranks' rates, as the legacy suite counted
+        scaling.k (every rank one sample of the same test); the total over the ranks is
+        this mean times the number of ranks (the summary's ``throughput``).
+        """
+        if self.data.get("success") is not True or self.has_nan_metric:
+            return None
+        ranks = self.rank_rates(timer)
+        if ranks is not None:
+            measured = [r for r in ranks if r is not None]
+            return math.fsum(measured) / len(measured) if len(measured) == len(ranks) else None
+        series = self.series(timer)
+        return series.steady_rate if series else None
+
+    @property
+    def has_nan_metric(self) -> bool:
+        metrics = self.data.get("metrics")
+        if not isinstance(metrics, Mapping):
+            return False
+        return any(v is None or (isinstance(v, float) and not math.isfinite(v))
+                   for v in metrics.values())
+
+    @property
+    def failure_kind(self) -> str:
+        """The failure kind of a result that does not count as a successful run."""
+        failure = self.data.get("failure")
+        if isinstance(failure, Mapping) and failure.get("kind"):
+            return str(failure["kind"])
+        if self.data.get("success") is True:
+            return "nan" if self.has_nan_metric else "no-rate"
+        return "unknown"
+
+    @property
+    def program_time(self) -> float | None:
+        program = self.timings.get("program")
+        if not isinstance(program, Mapping):
+            return None
+        value = program.get("duration", program.get("time"))
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def node(self) -> str:
+        """The node it ran on: ``node``, else (older results) the Slurm block's node, else
+        the host name."""
+        slurm = self.data.get("slurm")
+        for value in (self.data.get("node"),
+                      slurm.get("node") if isinstance(slurm, Mapping) else None,
+                      self.data.get("hostname")):
+            if isinstance(value, str) and value:
+                return value
+        return "?"
+
+    @property
+    def rank_nodes(self) -> int | None:
+        """How many distinct nodes a distributed result's ``ranks`` ran on (None: none)."""
+        ranks = self.data.get("ranks")
+        if not isinstance(ranks, list):
+            return None
+        return len({str(r.get("node")) for r in ranks if isinstance(r, Mapping)}) or None
+
+    @property
+    def device_key(self) -> str | None:
+        """The device of a single-device run; None for multi-device (scaling) runs."""
+        devices = self.data.get("devices")
+        if isinstance(devices, list) and len(devices) > 1:
+            return None
+        device = self.data.get("device")
+        if device is None or "," in str(device):
+            return None
+        return str(device)
+
+    @property
+    def distributed(self) -> bool:
+        """Several devices, per-rank series or ranks: not one device's measurement."""
+        return (self.device_key is None or self.rank_series() is not None
+                or self.rank_nodes is not None)
+
+    def device_label(self, many_nodes: bool) -> str:
+        """Its device as reports name it: ``<node>/<device>`` when the results span nodes
+        (two nodes' cpu:0 are two devices), else the device alone."""
+        return f"{self.node}/{self.device}" if many_nodes else self.device
+
+
+def views(loaded: Iterable[Mapping[str, Any]]) -> list[ResultView]:
+    return [ResultView.from_dict(r) for r in loaded]
+
+
+def spans_nodes(loaded: Iterable[Mapping[str, Any]]) -> bool:
+    """True when the results come from more than one node."""
+    return len({v.node for v in views(loaded)}) > 1
