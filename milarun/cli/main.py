@@ -162,7 +162,7 @@ class Commands:
         # The result file to re-run
         # [positional]
         result_file: Option
-        # Output folder (default: the folder of the original result)
+        # Output folder (default: <original folder>.rerun-<stamp>, beside the original)
         # [alias: -o]
         out: Option = default(None)
 

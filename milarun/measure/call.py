@@ -103,8 +103,9 @@ def plan_rerun(
     result_file: str | Path, out: str | Path | None, test_args: list[str], dataroot: Path
 ) -> RunCall:
     """``milarun rerun``: the original's call, name, job id, job, suite and data folder
-    (``dataroot`` when it has none), the new ``test_args`` last; results go next to the
-    original unless ``out`` says otherwise.
+    (``dataroot`` when it has none), the new ``test_args`` last; the result goes to a
+    folder of its own beside the original's (``<folder>.rerun-<stamp>``) unless ``out``
+    says otherwise, so a rerun with other arguments never joins the original's runs.
 
     The original's recorded environment is applied to this process here, before the test
     is imported: CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS and the like are only read when
@@ -138,7 +139,8 @@ def plan_rerun(
         raise UsageError(f"{result_file}: dataroot {dataroot_saved!r} is not a path")
     extra = {k: original[k] for k in ("job", "suite") if original.get(k) is not None}
     environ = _saved_environ(result_file, original.get("environ"))
-    outdir = Path(out) if out else Path(result_file).parent
+    folder = Path(result_file).resolve().parent
+    outdir = Path(out) if out else folder.with_name(f"{folder.name}.rerun-{results.utc_stamp()}")
     check_outdir(outdir)
     os.environ.update(environ)
     return RunCall(

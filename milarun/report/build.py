@@ -190,7 +190,7 @@ def build_report(
     report.scaling = tables.scaling_table(summary)
     report.natural = units.natural_table(summary)
     report.quality = tables.quality_table(summary)
-    report.warnings += tables.quality_warnings(summary)
+    report.warnings += tables.variant_warnings(summary) + tables.quality_warnings(summary)
     energy = report_energy.energy_section(summary, weight_map if weights else None, power_cost)
     report.warnings += energy.warnings
     report.energy, report.power_cost = energy.table, energy.power_cost
@@ -263,7 +263,10 @@ def _score(
     pv = report.penalize_variance
     report.weighted_tests = len(weighted)
     report.missing = sorted(t for t in weighted if t not in summary)
-    report.unweighted = sorted(t for t in summary if t not in weights)
+    # a test's runs with other settings (report.variants) are said apart, not listed here
+    report.unweighted = sorted(
+        t for t in summary if t not in weights and not summary[t].get("variant_of")
+    )
     adjusted = {t: ours[t].adjusted(pv) for t in weighted if t in summary}
     scored = {t: v for t, v in adjusted.items() if v > 0}
     report.unscored = sorted(t for t in adjusted if t not in scored)

@@ -20,7 +20,7 @@ from typing import Any
 
 from milarun import errors, results
 from milarun.errors import EmptyResults, SummaryError
-from milarun.report import energy, units
+from milarun.report import energy, units, variants
 from milarun.report.summary_file import load_summary_file
 from milarun.results import read
 
@@ -62,64 +62,74 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Group results by test name; a test whose runs all failed keeps null stats.
 
     ``pergpu`` keys are the devices (``cpu:0``, ``0``), or ``<node>/<device>`` when the
-    results span more than one node (two nodes' ``cpu:0`` are two devices)."""
+    results span more than one node (two nodes' ``cpu:0`` are two devices). Runs of one
+    test made with other settings are a test of their own (milarun.report.variants), with
+    ``variant_of`` and ``differs``."""
     by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in loaded:
         by_name[str(result["name"])].append(result)
     many_nodes = read.spans_nodes(loaded)
     out = {}
     for name in sorted(by_name):
-        runs = by_name[name]
-        rates: list[float] = []
-        programs: list[float] = []
-        pergpu: dict[str, list[float]] = defaultdict(list)
-        peaks: list[float] = []
-        kinds: Counter[str] = Counter()
-        good: list[dict[str, Any]] = []
-        totals: list[float] = []  # distributed runs: all ranks together
-        for run in runs:
-            view = read.ResultView.from_dict(run)
-            rate = view.rate()
-            if rate is None:
-                kinds[view.failure_kind] += 1
-                continue
-            rates.append(rate)
-            ranks = view.rank_rates()
-            if ranks is not None:  # the rate is the mean of the ranks: total = mean x k
-                totals.append(rate * len(ranks))
-            good.append(run)
-            program = view.program_time
-            if program is not None:
-                programs.append(program)
-            if view.device_key is not None:
-                pergpu[view.device_label(many_nodes)].append(rate)
-            peak = _peak_memory(run)
-            if peak is not None:
-                peaks.append(peak)
-        out[name] = {
-            "n": len(runs),
-            "failures": sum(kinds.values()),
-            "total": stats(programs),
-            "train": stats(rates),
-            "pergpu": {device: stats(v) for device, v in sorted(pergpu.items())},
-            "peak_memory": max(peaks) if peaks else None,
-            "rates": rates,
-            "failure_kinds": dict(sorted(kinds.items())),
-            "quality": quality(good),
-            **energy.summary_entries(good),  # "energy" and "throttle", where measured
-        }
-        datasets = [r["dataset"] for r in good if isinstance(r.get("dataset"), dict)]
-        if datasets:  # the smallest set the runs read: what decides comparability
-            out[name]["dataset"] = min(datasets, key=lambda d: d.get("size") or 0)
-        if totals:  # scaling.k: train is the mean per rank, throughput all k ranks
-            out[name]["throughput"] = stats(totals)
-        spans = [n for n in (read.ResultView.from_dict(r).rank_nodes for r in runs) if n]
-        if spans:  # a distributed test: on how many nodes its ranks ran
-            out[name]["nodes"] = max(spans)
-        found = units.natural(good)
-        if found:  # the test counts in a legacy unit: the natural one per counted example
-            out[name]["natural"] = found
+        for key, runs, differs in variants.split(name, by_name[name]):
+            out[key] = _entry(runs, many_nodes)
+            if differs:
+                out[key].update(variant_of=name, differs=differs)
     return out
+
+
+def _entry(runs: list[dict[str, Any]], many_nodes: bool) -> dict[str, Any]:
+    """One test's summary entry from its runs."""
+    rates: list[float] = []
+    programs: list[float] = []
+    pergpu: dict[str, list[float]] = defaultdict(list)
+    peaks: list[float] = []
+    kinds: Counter[str] = Counter()
+    good: list[dict[str, Any]] = []
+    totals: list[float] = []  # distributed runs: all ranks together
+    for run in runs:
+        view = read.ResultView.from_dict(run)
+        rate = view.rate()
+        if rate is None:
+            kinds[view.failure_kind] += 1
+            continue
+        rates.append(rate)
+        ranks = view.rank_rates()
+        if ranks is not None:  # the rate is the mean of the ranks: total = mean x k
+            totals.append(rate * len(ranks))
+        good.append(run)
+        program = view.program_time
+        if program is not None:
+            programs.append(program)
+        if view.device_key is not None:
+            pergpu[view.device_label(many_nodes)].append(rate)
+        peak = _peak_memory(run)
+        if peak is not None:
+            peaks.append(peak)
+    entry: dict[str, Any] = {
+        "n": len(runs),
+        "failures": sum(kinds.values()),
+        "total": stats(programs),
+        "train": stats(rates),
+        "pergpu": {device: stats(v) for device, v in sorted(pergpu.items())},
+        "peak_memory": max(peaks) if peaks else None,
+        "rates": rates,
+        "failure_kinds": dict(sorted(kinds.items())),
+        "quality": quality(good),
+        **energy.summary_entries(good),  # "energy" and "throttle", where measured
+    }
+    datasets = [r["dataset"] for r in good if isinstance(r.get("dataset"), dict)]
+    if datasets:  # the smallest set the runs read: what decides comparability
+        entry["dataset"] = min(datasets, key=lambda d: d.get("size") or 0)
+    if totals:  # scaling.k: train is the mean per rank, throughput all k ranks
+        entry["throughput"] = stats(totals)
+    spans = [n for n in (read.ResultView.from_dict(r).rank_nodes for r in runs) if n]
+    if spans:  # a distributed test: on how many nodes its ranks ran
+        entry["nodes"] = max(spans)
+    found = units.natural(good)
+    if found:  # the test counts in a legacy unit: the natural one per counted example
+        entry["natural"] = found
+    return entry
 
 
 def _mean_of(values: list[Any]) -> float | None:

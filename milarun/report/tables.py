@@ -47,6 +47,16 @@ def quality_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     return df.astype({c: float for c in df.columns if c != "flags"})
 
 
+def variant_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per group of runs kept apart from its test (milarun.report.variants)."""
+    return [
+        f"{entry['variant_of']}: {entry['n']} run(s) with other settings ({entry['differs']}) "
+        f"are reported apart as '{test}': never averaged with it, not scored"
+        for test, entry in sorted(summary.items())
+        if entry.get("variant_of")
+    ]
+
+
 def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
     """Tests whose runs drifted beyond 2% or had too few slices for a full window."""
     drift, few = [], []

@@ -16,19 +16,56 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
 from milarun.errors import InputError, ResultError, WriteError
 
 FAILURE_KINDS = (
-    "exception", "nan", "timeout", "killed", "oom", "crash", "interrupted", "too-short",
+    "exception",
+    "nan",
+    "timeout",
+    "killed",
+    "oom",
+    "crash",
+    "interrupted",
+    "too-short",
 )
 
 # Keys every result carries (legacy keys first, then the ones milarun added).
 RESULT_KEYS = (
-    "name", "job_id", "dataroot", "outdir", "job", "device", "devices", "call", "success",
-    "error", "hostname", "gpu", "device_count", "environ", "metrics", "timings",
-    "gpu_monitor", "cpu_monitor", "milarun_version", "system", "isolation", "failure",
-    "returncode", "synthetic_data", "dataset", "rerun_of", "startup", "diagnostics",
-    "efficiency", "energy", "gpu_identity", "node", "slurm", "ranks",
+    "name",
+    "job_id",
+    "dataroot",
+    "outdir",
+    "job",
+    "device",
+    "devices",
+    "call",
+    "success",
+    "error",
+    "hostname",
+    "gpu",
+    "device_count",
+    "environ",
+    "metrics",
+    "timings",
+    "gpu_monitor",
+    "cpu_monitor",
+    "milarun_version",
+    "system",
+    "isolation",
+    "failure",
+    "returncode",
+    "synthetic_data",
+    "dataset",
+    "rerun_of",
+    "startup",
+    "diagnostics",
+    "efficiency",
+    "energy",
+    "gpu_identity",
+    "node",
+    "slurm",
+    "ranks",
 )
 # How `milarun jobs` launched the instance (its --extra): null in a plain `milarun run`.
 LAUNCH_KEYS = ("suite", "repeat", "prepare", "world_size")
@@ -51,11 +88,16 @@ _SAFE_NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 def safe_name(value: Any, what: str, limit: int = MAX_NAME) -> str:
     """``value`` when it is a safe, bounded path component; else an InputError naming it."""
-    shown = repr(value) if not isinstance(value, str) or len(value) <= 60 \
+    shown = (
+        repr(value)
+        if not isinstance(value, str) or len(value) <= 60
         else repr(value[:60]) + f"... ({len(value)} characters)"
+    )
     if not isinstance(value, str) or not _SAFE_NAME_RE.fullmatch(value):
-        raise InputError(f"{what} {shown} is not a safe name: use letters, digits and ._- "
-                         "only, not starting with a dot")
+        raise InputError(
+            f"{what} {shown} is not a safe name: use letters, digits and ._- "
+            "only, not starting with a dot"
+        )
     if len(value) > limit:
         raise InputError(f"{what} {shown} is too long: at most {limit} characters")
     return value
@@ -66,8 +108,12 @@ def safe_name(value: Any, what: str, limit: int = MAX_NAME) -> str:
 MAX_FILE_BYTES = 64 * 2**20
 
 
-def read_json(path: Path, error: type[InputError] = InputError,
-              limit: int = MAX_FILE_BYTES, check_depth: bool = True) -> Any:
+def read_json(
+    path: Path,
+    error: type[InputError] = InputError,
+    limit: int = MAX_FILE_BYTES,
+    check_depth: bool = True,
+) -> Any:
     """The JSON in ``path``, read with a bound; ``error`` with the reason when unusable:
     not a regular file, larger than ``limit``, not UTF-8, not JSON, nested too deep
     (``check_depth=False``: only beyond what the parser allows, e.g. for results, whose
@@ -75,20 +121,21 @@ def read_json(path: Path, error: type[InputError] = InputError,
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
     except OSError as err:
-        raise error(f"{path}: cannot read ({err.strerror})")
+        raise error(f"{path}: cannot read ({err.strerror})") from None
     with os.fdopen(fd, "rb", buffering=0) as f:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise error(f"{path}: not a regular file")
         if info.st_size > limit:
-            raise error(f"{path}: larger than {limit // 2**20} MiB "
-                        f"({info.st_size / 2**20:.0f} MiB)")
+            raise error(
+                f"{path}: larger than {limit // 2**20} MiB ({info.st_size / 2**20:.0f} MiB)"
+            )
         try:  # the size it has now, then what it may have grown by, up to the limit
             raw = f.read(info.st_size + 1)
             if len(raw) > info.st_size:
                 raw += f.read(limit + 1 - len(raw)) or b""
         except OSError as err:
-            raise error(f"{path}: cannot read ({err.strerror})")
+            raise error(f"{path}: cannot read ({err.strerror})") from None
     if len(raw) > limit:
         raise error(f"{path}: larger than {limit // 2**20} MiB")
     deep = f"{path}: JSON nested deeper than {MAX_DEPTH} levels"
@@ -96,15 +143,15 @@ def read_json(path: Path, error: type[InputError] = InputError,
         data = orjson.loads(raw)  # ~4x faster than json on rate series; reports read 10k files
     except orjson.JSONDecodeError as first:
         if "depth" in str(first):
-            raise error(deep)
+            raise error(deep) from None
         try:  # the stdlib also accepts NaN/Infinity, which hand-edited files may hold
             data = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError:
-            raise error(f"{path}: not UTF-8 text")
+            raise error(f"{path}: not UTF-8 text") from None
         except RecursionError:
-            raise error(deep)
+            raise error(deep) from None
         except json.JSONDecodeError as err:
-            raise error(f"{path}: not valid JSON (line {err.lineno}, column {err.colno})")
+            raise error(f"{path}: not valid JSON (line {err.lineno}, column {err.colno})") from None
     if check_depth and too_deep(data, MAX_DEPTH):
         raise error(deep)
     return data
@@ -157,8 +204,7 @@ def result_paths(outdir: Path, name: str, job_id: str, stamp: str) -> list[Path]
     """The only files an instance given ``stamp`` may write (FAIL last). The supervisor
     reads these, never the newest file of that name and job id, which may be another
     run's."""
-    return [Path(outdir) / result_filename(name, job_id, ok, stamp)
-            for ok in (True, False)]
+    return [Path(outdir) / result_filename(name, job_id, ok, stamp) for ok in (True, False)]
 
 
 def parse_filename(filename: str) -> dict[str, Any] | None:
@@ -198,8 +244,9 @@ def _clean(obj: Any) -> Any:
 def write_atomic(path: Path, data: dict[str, Any], replace: bool = False) -> Path:
     """Write JSON to ``path`` atomically; never replaces an existing file unless asked
     (a file that is updated in place: the run manifest). See write_text_atomic."""
-    return write_text_atomic(path, json.dumps(_clean(data), indent=2, default=_json_default),
-                             replace)
+    return write_text_atomic(
+        path, json.dumps(_clean(data), indent=2, default=_json_default), replace
+    )
 
 
 def write_text_atomic(path: Path, text: str, replace: bool = False) -> Path:
@@ -230,8 +277,9 @@ def write_text_atomic(path: Path, text: str, replace: bool = False) -> Path:
     return path
 
 
-def write_result(outdir: Path, result: dict[str, Any], stamp: str,
-                 path: Path | None = None) -> Path:
+def write_result(
+    outdir: Path, result: dict[str, Any], stamp: str, path: Path | None = None
+) -> Path:
     """Write a result under its DESIGN name in ``outdir`` (or at ``path``)."""
     if path is None:
         outdir = Path(outdir)
@@ -320,19 +368,20 @@ def result_problem(data: dict[str, Any]) -> str | None:
             return f"'{key}' is nested deeper than {MAX_DEPTH} levels"
     for timer, record in (data.get("timings") or {}).items():
         rates = record.get("rates")
-        if rates is not None and not (isinstance(rates, list)
-                                      and set(map(type, rates)) <= _RATE_TYPES):
+        if rates is not None and not (
+            isinstance(rates, list) and set(map(type, rates)) <= _RATE_TYPES
+        ):
             return f"'timings.{timer}.rates' is not a list of numbers"
         for key in ("slice", "duration", "time"):
             value = record.get(key)
-            if value is not None and not (is_number(value) and math.isfinite(value)
-                                          and value >= 0):
+            if value is not None and not (is_number(value) and math.isfinite(value) and value >= 0):
                 return f"'timings.{timer}.{key}' is not a number >= 0"
         if record.get("slice") == 0:
             return f"'timings.{timer}.slice' is 0"
     failure = data.get("failure") or {}
-    if not isinstance(failure.get("kind"), (str, type(None))) \
-            or not isinstance(failure.get("message"), (str, type(None))):
+    if not isinstance(failure.get("kind"), (str, type(None))) or not isinstance(
+        failure.get("message"), (str, type(None))
+    ):
         return "'failure' kind/message are not strings"
     for name in ("gpu_monitor", "cpu_monitor"):
         samples = (data.get(name) or {}).get("samples")
@@ -340,15 +389,18 @@ def result_problem(data: dict[str, Any]) -> str | None:
             return f"'{name}.samples' is not a list"  # its items are typed where read
     for timer, diag in (data.get("diagnostics") or {}).items():
         flags = diag.get("flags")
-        if flags is not None and not (isinstance(flags, list)
-                                      and all(isinstance(f, str) for f in flags)):
+        if flags is not None and not (
+            isinstance(flags, list) and all(isinstance(f, str) for f in flags)
+        ):
             return f"'diagnostics.{timer}.flags' is not a list of strings"
     dataset = data.get("dataset") or {}
     if not _opt(lambda v: is_number(v) and math.isfinite(v))(dataset.get("size")):
         return "'dataset.size' is not a number"
     iso = data.get("isolation") or {}
-    if not isinstance(iso.get("cgroups"), (dict, type(None))) \
-            or not isinstance(iso.get("cpus"), (list, type(None))) \
-            or not all(isinstance(c, int) for c in iso.get("cpus") or []):
+    if (
+        not isinstance(iso.get("cgroups"), (dict, type(None)))
+        or not isinstance(iso.get("cpus"), (list, type(None)))
+        or not all(isinstance(c, int) for c in iso.get("cpus") or [])
+    ):
         return "'isolation' cgroups/cpus are not an object/a list of CPU numbers"
     return None

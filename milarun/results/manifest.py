@@ -13,13 +13,13 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from milarun import results
+from milarun import errors, results
 from milarun.machine import slurmenv, watchdog
-from milarun import errors
 
 # Neither *.json nor visible: no reader of results (ours or a user's glob) takes it for one.
 PREFIX, SUFFIX = ".milarun-run.", ".manifest"
@@ -35,23 +35,39 @@ class RunManifest:
         self._warned = False
 
     @classmethod
-    def start(cls, outdir: Path, profile: str, tests: list[str], repeat: int,
-              devices: list[str]) -> RunManifest:
+    def start(
+        cls, outdir: Path, profile: str, tests: list[str], repeat: int, devices: list[str]
+    ) -> RunManifest:
         """Write the manifest of a run about to start; WriteError when the folder cannot
         take it (full disk, read-only), before any job runs."""
         started = time.time()
-        data = {"kind": KIND, "profile": profile, "status": "running", "reason": None,
-                "started_at": started, "finished_at": None, "pid": os.getpid(),
-                "host": socket.gethostname(), "devices": devices, "repeat": repeat,
-                "planned": sorted(tests), "ended": []}
+        data = {
+            "kind": KIND,
+            "profile": profile,
+            "status": "running",
+            "reason": None,
+            "started_at": started,
+            "finished_at": None,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "devices": devices,
+            "repeat": repeat,
+            "planned": sorted(tests),
+            "ended": [],
+        }
         path = Path(outdir) / f"{PREFIX}{results.utc_stamp(started)}{SUFFIX}"
         results.write_atomic(path, data)
         return cls(path, data)
 
-    def instance_ended(self, name: str, job_id: str, result: Path | None,
-                       success: bool) -> None:
-        self.data["ended"].append({"test": name, "job_id": job_id, "success": success,
-                                   "result": result.name if result else None})
+    def instance_ended(self, name: str, job_id: str, result: Path | None, success: bool) -> None:
+        self.data["ended"].append(
+            {
+                "test": name,
+                "job_id": job_id,
+                "success": success,
+                "result": result.name if result else None,
+            }
+        )
         self._save()
 
     def finish(self, status: str, reason: str | None = None) -> None:
@@ -84,8 +100,11 @@ class CutShort:
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
         # a Slurm fleet's node folder (<out>/nodes/<node>) says which node it was
-        where = (f" on node {self.path.parent.name}"
-                 if self.path.parent.parent.name == slurmenv.NODES_FOLDER else "")
+        where = (
+            f" on node {self.path.parent.name}"
+            if self.path.parent.parent.name == slurmenv.NODES_FOLDER
+            else ""
+        )
         return f"the jobs run started {when}{where} was cut short ({self.reason})"
 
 
@@ -121,9 +140,15 @@ def cut_short(outdir: Path) -> list[CutShort]:
         ended = {e.get("test") for e in data.get("ended") or () if isinstance(e, dict)}
         planned = [t for t in data.get("planned") or () if isinstance(t, str)]
         started = data.get("started_at")
-        found.append(CutShort(path, str(status), reason,
-                              float(started) if isinstance(started, (int, float)) else 0.0,
-                              tuple(t for t in planned if t not in ended)))
+        found.append(
+            CutShort(
+                path,
+                str(status),
+                reason,
+                float(started) if isinstance(started, (int, float)) else 0.0,
+                tuple(t for t in planned if t not in ended),
+            )
+        )
     return sorted(found, key=lambda cut: cut.started_at)
 
 
@@ -134,7 +159,7 @@ def planned_since(folder: Path, since: float) -> set[str] | None:
     for _, data in _manifests(folder):
         started = data.get("started_at")
         if isinstance(started, (int, float)) and started >= since:
-            planned = (planned or set()) | {t for t in data.get("planned") or ()
-                                            if isinstance(t, str)}
+            planned = (planned or set()) | {
+                t for t in data.get("planned") or () if isinstance(t, str)
+            }
     return planned
-

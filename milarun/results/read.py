@@ -9,8 +9,9 @@ lives in one place.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from milarun import results
 from milarun.results import steady
@@ -22,8 +23,11 @@ def rank_timers(timings: Mapping[str, T], timer: str = "train") -> list[T]:
     """A distributed run's ``<timer>_<rank>`` entries in rank order (empty for a
     single-process run); the entries may be dicts read from a file or records in memory."""
     prefix = f"{timer}_"
-    ranks = sorted((int(key[len(prefix):]), value) for key, value in timings.items()
-                   if key.startswith(prefix) and key[len(prefix):].isdigit())
+    ranks = sorted(
+        (int(key[len(prefix) :]), value)
+        for key, value in timings.items()
+        if key.startswith(prefix) and key[len(prefix) :].isdigit()
+    )
     return [value for _, value in ranks]
 
 
@@ -41,9 +45,11 @@ class RateSeries:
         if not isinstance(record, Mapping):
             return None
         width = record.get("slice", 0.5)
-        return cls(tuple(record.get("rates") or ()),
-                   float(width) if results.is_finite(width) and width > 0 else 0.5,
-                   tuple(record.get("slice_ends") or ()))
+        return cls(
+            tuple(record.get("rates") or ()),
+            float(width) if results.is_finite(width) and width > 0 else 0.5,
+            tuple(record.get("slice_ends") or ()),
+        )
 
     @property
     def steady_slices(self) -> list[float]:
@@ -123,8 +129,9 @@ class ResultView:
         metrics = self.data.get("metrics")
         if not isinstance(metrics, Mapping):
             return False
-        return any(v is None or (isinstance(v, float) and not math.isfinite(v))
-                   for v in metrics.values())
+        return any(
+            v is None or (isinstance(v, float) and not math.isfinite(v)) for v in metrics.values()
+        )
 
     @property
     def failure_kind(self) -> str:
@@ -149,9 +156,11 @@ class ResultView:
         """The node it ran on: ``node``, else (older results) the Slurm block's node, else
         the host name."""
         slurm = self.data.get("slurm")
-        for value in (self.data.get("node"),
-                      slurm.get("node") if isinstance(slurm, Mapping) else None,
-                      self.data.get("hostname")):
+        for value in (
+            self.data.get("node"),
+            slurm.get("node") if isinstance(slurm, Mapping) else None,
+            self.data.get("hostname"),
+        ):
             if isinstance(value, str) and value:
                 return value
         return "?"
@@ -178,8 +187,9 @@ class ResultView:
     @property
     def distributed(self) -> bool:
         """Several devices, per-rank series or ranks: not one device's measurement."""
-        return (self.device_key is None or self.rank_series() is not None
-                or self.rank_nodes is not None)
+        return (
+            self.device_key is None or self.rank_series() is not None or self.rank_nodes is not None
+        )
 
     def device_label(self, many_nodes: bool) -> str:
         """Its device as reports name it: ``<node>/<device>`` when the results span nodes

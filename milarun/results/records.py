@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from milarun.machine import slurmenv, sysinfo
 from milarun.results import LAUNCH_KEYS, OWN_KEYS, RECORD_KEYS, WRITTEN_BY
@@ -13,8 +14,22 @@ from milarun.results import LAUNCH_KEYS, OWN_KEYS, RECORD_KEYS, WRITTEN_BY
 # Environment variables worth recording (and restoring on rerun); never the whole
 # environment, which may hold secrets.
 ENV_PREFIXES = (
-    "CUDA_", "HIP_", "ROCR_", "ROCM_", "NVIDIA_", "NCCL_", "OMP_", "MKL_", "KMP_",
-    "ONEDNN_", "DNNL_", "PYTORCH_", "TORCH_", "MILARUN_", "SLURM_JOB_ID", "SLURM_CPUS",
+    "CUDA_",
+    "HIP_",
+    "ROCR_",
+    "ROCM_",
+    "NVIDIA_",
+    "NCCL_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "ONEDNN_",
+    "DNNL_",
+    "PYTORCH_",
+    "TORCH_",
+    "MILARUN_",
+    "SLURM_JOB_ID",
+    "SLURM_CPUS",
 )
 
 
@@ -43,12 +58,23 @@ class RateRecord:
         return max(0.0, self.duration - self.in_block)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "rate", "start": self.start, "duration": self.duration,
-                "in_block": self.in_block, "overhead": self.overhead, "count": self.count,
-                "max_count": self.max_count, "blocks": self.blocks, "syncs": self.syncs,
-                "slice": self.slice, "last_slice": self.last_slice, "rates": list(self.rates),
-                "warmup_blocks": self.warmup_blocks, "warmup_time": self.warmup_time,
-                "slice_ends": list(self.slice_ends)}
+        return {
+            "type": "rate",
+            "start": self.start,
+            "duration": self.duration,
+            "in_block": self.in_block,
+            "overhead": self.overhead,
+            "count": self.count,
+            "max_count": self.max_count,
+            "blocks": self.blocks,
+            "syncs": self.syncs,
+            "slice": self.slice,
+            "last_slice": self.last_slice,
+            "rates": list(self.rates),
+            "warmup_blocks": self.warmup_blocks,
+            "warmup_time": self.warmup_time,
+            "slice_ends": list(self.slice_ends),
+        }
 
 
 @dataclass(frozen=True)
@@ -60,8 +86,12 @@ class TimerRecord:
     entries: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "timer", "start": self.start, "duration": self.duration,
-                "entries": self.entries}
+        return {
+            "type": "timer",
+            "start": self.start,
+            "duration": self.duration,
+            "entries": self.entries,
+        }
 
 
 # -- the one builder of a result record ---------------------------------------------------
@@ -95,8 +125,7 @@ class Call:
     arguments: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"function": self.function, "argv": list(self.argv),
-                "arguments": self.arguments}
+        return {"function": self.function, "argv": list(self.argv), "arguments": self.arguments}
 
 
 @dataclass(frozen=True)
@@ -180,17 +209,30 @@ class ResultRecord:
         results.RECORD_KEYS, the one declaration of the schema, in its order; a key
         declared there and given no value here (or the reverse) fails on the first write."""
         values = {
-            "name": self.name, "job_id": self.job_id, "dataroot": self.dataroot,
-            "outdir": self.outdir, "job": self.launch.get("job"), "device": self.device,
-            "devices": list(self.devices), "call": self.call.to_dict(),
-            "success": self.success, "error": self.error, "hostname": self.hostname,
-            "gpu": self.gpu, "device_count": self.device_count, "environ": self.environ,
-            "metrics": self.metrics, "timings": _dicts(self.timings),
-            "gpu_monitor": self.gpu_monitor, "cpu_monitor": self.cpu_monitor,
-            "milarun_version": self.milarun_version, "system": self.system,
+            "name": self.name,
+            "job_id": self.job_id,
+            "dataroot": self.dataroot,
+            "outdir": self.outdir,
+            "job": self.launch.get("job"),
+            "device": self.device,
+            "devices": list(self.devices),
+            "call": self.call.to_dict(),
+            "success": self.success,
+            "error": self.error,
+            "hostname": self.hostname,
+            "gpu": self.gpu,
+            "device_count": self.device_count,
+            "environ": self.environ,
+            "metrics": self.metrics,
+            "timings": _dicts(self.timings),
+            "gpu_monitor": self.gpu_monitor,
+            "cpu_monitor": self.cpu_monitor,
+            "milarun_version": self.milarun_version,
+            "system": self.system,
             "isolation": self.isolation,
             "failure": self.failure.to_dict() if self.failure else None,
-            "returncode": self.returncode, "synthetic_data": self.synthetic_data,
+            "returncode": self.returncode,
+            "synthetic_data": self.synthetic_data,
             "dataset": dict(self.dataset) if self.dataset is not None else None,
             "rerun_of": self.rerun_of,
             "startup": self.startup.to_dict() if self.startup else None,
@@ -198,14 +240,18 @@ class ResultRecord:
             "efficiency": self.efficiency.to_dict() if self.efficiency else None,
             "energy": self.energy.to_dict() if self.energy else None,
             "gpu_identity": [g.to_dict() for g in self.gpu_identity] or None,
-            "node": self.node, "slurm": dict(self.slurm) if self.slurm else None,
+            "node": self.node,
+            "slurm": dict(self.slurm) if self.slurm else None,
             "ranks": [dict(r) for r in self.ranks] or None,
-            "signal": self.signal, "log": self.log, "finished_at": self.finished_at,
+            "signal": self.signal,
+            "log": self.log,
+            "finished_at": self.finished_at,
             **{key: self.launch.get(key) for key in LAUNCH_KEYS},
         }
         if values.keys() != set(RECORD_KEYS):
-            raise AssertionError(f"result keys differ from the schema: "
-                                 f"{sorted(values.keys() ^ set(RECORD_KEYS))}")
+            raise AssertionError(
+                f"result keys differ from the schema: {sorted(values.keys() ^ set(RECORD_KEYS))}"
+            )
         return {
             **{key: values[key] for key in RECORD_KEYS},
             **{k: v for k, v in self.launch.items() if k not in RECORD_KEYS},

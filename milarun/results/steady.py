@@ -9,8 +9,9 @@ throttle records need the same window in wall-clock time (``wall_clock_window``)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 FROM_END = 10.0  # seconds before the end where the window starts
 TO_END = 1.0  # seconds before the end where it stops
@@ -27,7 +28,7 @@ def slices(count: int, slice_duration: float = 0.5) -> range:
 def window(rates: Sequence[float], slice_duration: float = 0.5) -> list[float]:
     """The slices from 10 s before the end to 1 s before the end (``rates[-20:-2]``)."""
     index = slices(len(rates), slice_duration)
-    return list(rates[index.start:index.stop])
+    return list(rates[index.start : index.stop])
 
 
 def rate(rates: Sequence[float], slice_duration: float = 0.5) -> float | None:
