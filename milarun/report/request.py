@@ -67,13 +67,27 @@ def make_report(request: ReportRequest) -> ReportOutcome:
             "keeps no node; pass the results folder"
         )
     base = summary.load_source(summary.baseline_path(request.compare)) if request.compare else None
+    if base is not None and src.summary and not set(src.summary) & set(base.summary):
+        ours = ", ".join(sorted({t.split(".", 1)[0] for t in src.summary}))
+        theirs = ", ".join(sorted({t.split(".", 1)[0] for t in base.summary}))
+        raise errors.UsageError(
+            f"--compare {request.compare}: the baseline has none of these tests (suite "
+            f"{ours} against suite {theirs}): compare with a baseline of the same suite "
+            "(milarun/baselines/<suite>/)"
+        )
     weights = (
         report_weights.load_weights(request.weights)
         if request.weights
         else report_weights.default_weights(list(src.summary))
     )
-    if weights and request.only_tests is not None:
-        weights = (weights[0], {t: w for t, w in weights[1].items() if t in request.only_tests})
+    only = request.only_tests
+    if only is None and src.loaded is not None:
+        # what the runs here planned (their manifests) or measured: a test the weights name
+        # that no run here was asked to do (scaling.2 on one device) is not "missing"
+        planned = manifest.planned_since(request.source, 0.0)
+        only = frozenset(planned | set(src.summary)) if planned else None
+    if weights and only is not None:
+        weights = (weights[0], {t: w for t, w in weights[1].items() if t in only})
     rep = report.build_report(
         src.summary,
         title=request.title,

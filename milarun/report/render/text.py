@@ -223,6 +223,15 @@ def to_text(report: Report) -> str:
                 out += notes
     out += fmt.section("Scores")
     out += score_lines(report)
+    if report.score is not None:
+        out.append(
+            textwrap.fill(
+                "The score is the weighted geometric mean of the scored tests' perf_adj "
+                "(examples/s in each test's unit): it compares only with a score of the same "
+                "suite and weights, as a ratio against a baseline of that suite.",
+                fmt.WIDTH,
+            )
+        )
     if not report.quality.empty:
         out += fmt.section("Measurement quality (mean of runs; times in seconds)")
         out.append(quality_table(report))
