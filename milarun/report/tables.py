@@ -70,6 +70,17 @@ def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
     out = []
     if drift:
         out.append("rate drifted beyond 2% over the steady window: " + ", ".join(drift))
+    short = [
+        test
+        for test, entry in sorted(summary.items())
+        if ((entry.get("quality") or {}).get("flagged") or {}).get("short-window")
+    ]
+    if short:
+        named = ", ".join(short) if len(short) <= 6 else f"{len(short)} tests"
+        out.append(
+            "drift not judged on steady windows shorter than the full 9 s (raise --min-slices "
+            f"to 22 to judge it): {named}"
+        )
     if few:
         out.append("steady window shorter than 5 s (raise --min-slices): " + ", ".join(few))
     return out
