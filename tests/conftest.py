@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCHES = Path(__file__).resolve().parent / "benches"
+TESTS = Path(__file__).resolve().parent  # tests/: the helpers; tests/<wing>/: the tests
+ROOT = TESTS.parent  # the repository
+BENCHES = TESTS / "benches"  # toy tests (faulty, rankenv) the CLI tests run
+DATA = TESTS / "data"  # fixtures: a real H100's NVML readings, the pinned golden report
 
 
 def _cli_env(env: dict[str, str] | None) -> dict[str, str]:

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ROOT, milarun
+from conftest import DATA, ROOT, milarun
 from milabench import datasets as ds
 from milarun.doctor import gpu as doctor_gpu
 from milarun.doctor import passive as doctor
@@ -25,7 +25,7 @@ from milarun.doctor.passive import FAIL, INFO, PASS, WARN, Machine, Request
 from milarun.machine import devices, isolation
 from milarun.machine.gpuprobe import TorchGPUs
 
-H100 = json.loads((Path(__file__).parent / "data" / "nvml_h100.json").read_text())
+H100 = json.loads((DATA / "nvml_h100.json").read_text())
 
 
 class NotSupported(Exception):

@@ -9,16 +9,16 @@ import time
 from pathlib import Path
 
 import pytest
+from test_devices import FakeNVML
 
-from conftest import BENCHES, load_all, milarun
+from conftest import BENCHES, DATA, load_all, milarun
 from milarun import errors
 from milarun.cli import options
 from milarun.machine import devices, gpuids
 from milarun.machine.devices import GPU_KIND, Device, parse_device_spec
 from milarun.run import launch, profile
-from test_devices import FakeNVML
 
-H100 = json.loads((Path(__file__).parent / "data" / "nvml_h100.json").read_text())
+H100 = json.loads((DATA / "nvml_h100.json").read_text())
 MiB = 2**20
 
 

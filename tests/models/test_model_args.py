@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
-from conftest import milarun
+from conftest import ROOT, milarun
 from modelrun import assert_rejected
 
-MODELS = Path(__file__).resolve().parent.parent / "milabench" / "models"
+MODELS = ROOT / "milabench" / "models"
 # Every model that takes --batch-size (found in its source, so a new one is covered).
 BATCHED = sorted(p.stem for p in MODELS.glob("*.py") if '"--batch-size"' in p.read_text())
 # The ones that took a plain type=int before.

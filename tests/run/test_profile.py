@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from milarun.run import profile
 from milarun.run.profile import (
     DEFAULT_MAX_DURATION,
@@ -19,7 +20,6 @@ from milarun.run.profile import (
     load_profile,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 EXP = "milabench.models.polynome:main"  # an importable experiment module
 
 
@@ -38,7 +38,7 @@ def error_of(path_or_spec) -> str:
 # -- shipped profiles -----------------------------------------------------------------------
 def test_quick_by_name_is_the_shipped_file():
     prof = load_profile("quick")
-    assert prof.path.resolve() == (REPO / "milarun" / "profiles" / "quick.json").resolve()
+    assert prof.path.resolve() == (ROOT / "milarun" / "profiles" / "quick.json").resolve()
     assert prof.name == "quick"
     assert {"calibration", "polynome", "sine_wave"} <= set(prof.jobs)
     for job in prof.jobs.values():
@@ -52,7 +52,7 @@ def test_quick_by_name_is_the_shipped_file():
 
 def test_quick_by_name_equals_quick_by_path():
     by_name = load_profile("quick")
-    by_path = load_profile(str(REPO / "profiles" / "quick.json"))
+    by_path = load_profile(str(ROOT / "profiles" / "quick.json"))
     assert by_path.name == by_name.name
     assert by_path.path.resolve() == by_name.path.resolve()
     assert list(by_path.jobs) == list(by_name.jobs)
@@ -390,7 +390,7 @@ def test_cli_bad_profile_is_one_line_error(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "milarun", "jobs", str(bad), "--no-cgexec", "-o", str(out)],
-        cwd=REPO,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,

@@ -9,6 +9,7 @@ import random
 
 import pandas as pd
 import pytest
+from test_html import _Table
 
 from conftest import milarun, one_line_error
 from milarun.report import build as report
@@ -18,7 +19,6 @@ from milarun.report.render import html
 from milarun.report.render import nodes as render_nodes
 from milarun.results import read
 from resultfactory import rate_series, result, write
-from test_html import _Table
 
 TESTS = (("suite.alpha", 100.0), ("suite.beta", 10.0))
 HOSTILE = "<i>n9</i>"

@@ -18,13 +18,12 @@ import itertools
 import json
 import math
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-from conftest import milarun
+from conftest import DATA, milarun
 from resultfactory import result, write
 
 WEIGHTS = {
@@ -99,7 +98,7 @@ def gold(tmp_path_factory):
     return json.loads(done.stdout), done.stderr, text.stdout.replace(str(root), "<root>")
 
 
-PINNED = Path(__file__).parent / "data" / "report_gold.txt"
+PINNED = DATA / "report_gold.txt"
 
 
 def test_the_text_report_is_pinned(gold):

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_devices import FakeNVML
 
 from conftest import load_all, milarun
 from milarun.machine import devices
@@ -19,7 +20,6 @@ from milarun.measure.experiment import RateLog
 from milarun.results import steady
 from milarun.results.records import RateRecord
 from resultfactory import result, write
-from test_devices import FakeNVML
 
 POWER_CAP, HW_SLOWDOWN, THERMAL, IDLE, SYNC_BOOST = 4, 8, 32, 1, 16
 

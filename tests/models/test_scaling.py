@@ -42,8 +42,8 @@ def test_single_process_run(tmp_path):
     assert result["call"]["arguments"]["arch"] == "resnet18"
 
 
-# Two ranks under torchrun: tests/test_cli.py (the quick run's scaling.2) and, across
-# nodes, tests/test_slurm.py.
+# Two ranks under torchrun: tests/run/test_jobs.py (the quick run's scaling.2) and, across
+# nodes, tests/slurm/test_slurm.py.
 
 
 # -- helpers in this process -----------------------------------------------------------------
