@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,30 @@ BENCHES = TESTS / "benches"  # toy tests (faulty, rankenv) the CLI tests run
 DATA = TESTS / "data"  # fixtures: a real H100's NVML readings, the pinned golden report
 
 
-def _cli_env(env: dict[str, str] | None) -> dict[str, str]:
-    full_env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}", **(env or {})}
-    full_env.pop("OMP_NUM_THREADS", None)
-    return full_env
+def cli_env(
+    env: Mapping[str, str] | None = None,
+    *,
+    benches: bool = True,
+    keep_omp: bool = False,
+    keep_pythonpath: bool = False,
+) -> dict[str, str]:
+    """The environment of a ``milarun`` (or any repository Python) subprocess of a test.
+
+    This process's environment, with PYTHONPATH naming tests/benches (the toy tests faulty
+    and rankenv; ``benches=False``: not) and the repository, and without OMP_NUM_THREADS, so
+    that milarun gives each instance its share of the CPUs as it would from a fresh shell;
+    then ``env`` on top (a caller that wants OMP_NUM_THREADS sets it there).
+    ``keep_omp``: keep this process's OMP_NUM_THREADS; ``keep_pythonpath``: keep this
+    process's PYTHONPATH, after ours.
+    """
+    path = [str(BENCHES)] if benches else []
+    path.append(str(ROOT))
+    if keep_pythonpath and os.environ.get("PYTHONPATH"):
+        path.append(os.environ["PYTHONPATH"])
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    if not keep_omp:
+        full_env.pop("OMP_NUM_THREADS", None)
+    return {**full_env, **(env or {})}
 
 
 def milarun(
@@ -30,7 +51,7 @@ def milarun(
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_cli_env(env),
+        env=cli_env(env),
     )
 
 
@@ -42,7 +63,7 @@ def milarun_process(*args: str, env: dict[str, str] | None = None) -> subprocess
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_cli_env(env),
+        env=cli_env(env),
     )
 
 

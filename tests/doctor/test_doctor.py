@@ -17,130 +17,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import DATA, ROOT, milarun
+from conftest import ROOT, milarun
+from fakes import H100, FakeNVML
 from milabench import datasets as ds
 from milarun.doctor import gpu as doctor_gpu
 from milarun.doctor import passive as doctor
 from milarun.doctor.passive import FAIL, INFO, PASS, WARN, Machine, Request
 from milarun.machine import devices, isolation
 from milarun.machine.gpuprobe import TorchGPUs
-
-H100 = json.loads((DATA / "nvml_h100.json").read_text())
-
-
-class NotSupported(Exception):
-    """What pynvml raises (NVMLError_NotSupported) for a reading a GPU does not offer."""
-
-
-class FakeNVML:
-    """pynvml's names over one dict of readings per GPU, in the keys of nvml_h100.json.
-
-    Handles are the dicts themselves. A GPU dict may add what the H100 file lacks:
-    ``remapped_rows`` (corrected, uncorrected, pending, failure), ``retired_pending``,
-    ``default_app_clock_sm`` and ``slowdown_temperature``.
-    """
-
-    def __init__(self, gpus: list[dict], cuda_driver: int = H100["cuda_driver"]) -> None:
-        self.gpus = gpus
-        self.cuda_driver = cuda_driver
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        return H100["driver"]
-
-    def nvmlSystemGetCudaDriverVersion(self) -> int:
-        return self.cuda_driver
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> dict:
-        return self.gpus[index]
-
-    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> dict:
-        return next(g for g in self.gpus if g["uuid"] == uuid)
-
-    def nvmlDeviceGetName(self, h):
-        return h["name"]
-
-    def nvmlDeviceGetUUID(self, h):
-        return h["uuid"]
-
-    def nvmlDeviceGetPciInfo(self, h):
-        return SimpleNamespace(busId=h["pci_bus_id"].encode())
-
-    def nvmlDeviceGetMemoryInfo(self, h):
-        return SimpleNamespace(total=h["memory"], used=0)
-
-    def nvmlDeviceGetPersistenceMode(self, h):
-        return h["persistence"]
-
-    def nvmlDeviceGetMigMode(self, h):
-        return h["mig"]
-
-    def nvmlDeviceGetEccMode(self, h):
-        return h["ecc_mode"]
-
-    def nvmlDeviceGetMaxClockInfo(self, h, kind):
-        return self._sm(kind, h["max_clock_sm"])
-
-    def nvmlDeviceGetClockInfo(self, h, kind):
-        return self._sm(kind, h["clock_sm"])
-
-    def nvmlDeviceGetApplicationsClock(self, h, kind):
-        return self._sm(kind, h["app_clock_sm"])
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, h):
-        return h["enforced_power_limit_mw"]
-
-    def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
-        return h["power_default_limit_mw"]
-
-    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
-        return h["pcie_gen"]
-
-    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
-        return h["pcie_width"]
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
-        return h["pcie_max_gen"]
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
-        return h["pcie_max_width"]
-
-    def nvmlDeviceGetCpuAffinity(self, h, words):
-        return h["cpu_affinity"][:words]
-
-    def nvmlDeviceGetDefaultApplicationsClock(self, h, kind):
-        return self._sm(kind, h.get("default_app_clock_sm", h["app_clock_sm"]))
-
-    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
-        assert (error_type, counter_type) == (1, 0)  # uncorrected, volatile
-        return h["ecc_uncorrected_volatile"]
-
-    def nvmlDeviceGetRemappedRows(self, h):
-        return tuple(h.get("remapped_rows", (0, 0, 0, 0)))
-
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
-        return self._offered(h, "retired_pending")  # Hopper remaps rows instead
-
-    def nvmlDeviceGetTemperature(self, h, sensor):
-        assert sensor == 0  # NVML_TEMPERATURE_GPU
-        return h["temperature"]
-
-    def nvmlDeviceGetTemperatureThreshold(self, h, threshold):
-        assert threshold == 1  # NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
-        return self._offered(h, "slowdown_temperature")
-
-    @staticmethod
-    def _sm(kind: int, value: int) -> int:
-        assert kind == 1  # NVML_CLOCK_SM
-        return value
-
-    @staticmethod
-    def _offered(h: dict, key: str):
-        if key not in h:
-            raise NotSupported("Not Supported")
-        return h[key]
 
 
 def h100(**changes) -> dict:

@@ -1,13 +1,13 @@
 """Device specs, discovery, per-instance environment and monitors (milarun/devices.py,
-milarun/sysinfo.py), with a fake NVML module instead of a real GPU."""
+milarun/sysinfo.py), with a fake NVML module (tests/fakes.py) instead of a real GPU."""
 
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
 
+from fakes import FakeNVML
 from milarun import errors
 from milarun.machine import devices, gpuprobe, sysinfo
 from milarun.machine.devices import (
@@ -26,107 +26,25 @@ from milarun.machine.devices import (
 MiB = 2**20
 
 
-# -- a fake NVML ---------------------------------------------------------------------------
-class FakeNVML:
-    """The slice of the pynvml API that milarun uses, with fixed per-device readings.
-
-    ``gpus`` is a list of dicts (name, uuid, util %, used/total bytes, temperature C,
-    power mW). Every handle lookup is recorded in ``asked``; every reading in ``read``.
-    """
-
-    def __init__(
-        self,
-        gpus: list[dict] | None = None,
-        driver: str | bytes = "550.54.15",
-        fail_handles: bool = False,
-        fail_power: bool = False,
-    ) -> None:
-        self.gpus = gpus if gpus is not None else []
-        self.driver = driver
-        self.fail_handles = fail_handles
-        self.fail_power = fail_power
-        self.initialised = 0
-        self.asked: list[object] = []  # indices / UUIDs whose handle was requested
-        self.read: list[int] = []  # device indices whose readings were taken
-
-    def nvmlInit(self) -> None:
-        self.initialised += 1
-
-    def nvmlSystemGetDriverVersion(self):
-        return self.driver
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int):
-        self.asked.append(index)
-        if self.fail_handles:
-            raise RuntimeError("NVML_ERROR_INVALID_ARGUMENT")
-        if not 0 <= index < len(self.gpus):
-            raise RuntimeError(f"no GPU with index {index}")
-        return ("handle", index)
-
-    def nvmlDeviceGetHandleByUUID(self, uuid: str):
-        self.asked.append(uuid)
-        if self.fail_handles:
-            raise RuntimeError("NVML_ERROR_NOT_FOUND")
-        for i, g in enumerate(self.gpus):
-            if g["uuid"] == uuid:
-                return ("handle", i)
-        raise RuntimeError(f"no GPU with UUID {uuid}")
-
-    def nvmlDeviceGetUUID(self, handle):
-        return self.gpus[self._index(handle)]["uuid"]
-
-    def nvmlDeviceGetPciInfo(self, handle):  # pynvml's busId is bytes (a char array)
-        bus = self.gpus[self._index(handle)].get("pci_bus_id", "00000000:00:00.0")
-        return SimpleNamespace(busId=bus.encode())
-
-    def _index(self, handle) -> int:
-        assert handle[0] == "handle"
-        self.read.append(handle[1])
-        return handle[1]
-
-    def nvmlDeviceGetName(self, handle):
-        return self.gpus[self._index(handle)]["name"]
-
-    def nvmlDeviceGetUtilizationRates(self, handle):
-        return SimpleNamespace(gpu=self.gpus[self._index(handle)]["util"], memory=0)
-
-    def nvmlDeviceGetMemoryInfo(self, handle):
-        g = self.gpus[self._index(handle)]
-        return SimpleNamespace(used=g["used"], total=g["total"], free=g["total"] - g["used"])
-
-    def nvmlDeviceGetTemperature(self, handle, sensor):
-        assert sensor == 0  # NVML_TEMPERATURE_GPU
-        return self.gpus[self._index(handle)]["temp"]
-
-    def nvmlDeviceGetPowerUsage(self, handle):
-        i = self._index(handle)
-        if self.fail_power:
-            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
-        return self.gpus[i]["power_mw"]
-
-
 def two_gpus() -> list[dict]:
     return [
         {
             "name": "NVIDIA A100-SXM4-40GB",
             "uuid": "GPU-aaaa-0000",
-            "util": 10,
-            "used": 512 * MiB,
-            "total": 40960 * MiB,
-            "temp": 40,
-            "power_mw": 60000,
+            "utilization": [10, 0],
+            "memory_used": 512 * MiB,
+            "memory": 40960 * MiB,
+            "temperature": 40,
+            "power_usage_mw": 60000,
         },
         {
             "name": b"NVIDIA H100 80GB HBM3",
             "uuid": "GPU-bbbb-1111",
-            "util": 75,
-            "used": 3 * 1024 * MiB,
-            "total": 81920 * MiB,
-            "temp": 67,
-            "power_mw": 312500,
+            "utilization": [75, 0],
+            "memory_used": 3 * 1024 * MiB,
+            "memory": 81920 * MiB,
+            "temperature": 67,
+            "power_usage_mw": 312500,
         },
     ]
 

@@ -9,16 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
-from test_devices import FakeNVML
 
-from conftest import BENCHES, DATA, load_all, milarun
+from conftest import BENCHES, load_all, milarun
+from fakes import H100, FakeNVML
 from milarun import errors
 from milarun.cli import options
 from milarun.machine import devices, gpuids
 from milarun.machine.devices import GPU_KIND, Device, parse_device_spec
 from milarun.run import launch, profile
 
-H100 = json.loads((DATA / "nvml_h100.json").read_text())
 MiB = 2**20
 
 
@@ -29,21 +28,21 @@ def mixed_host() -> list[dict]:
             "name": "NVIDIA A100-SXM4-40GB",
             "uuid": "GPU-0a100000-1111-2222-3333-444444444444",
             "pci_bus_id": "00000000:00:05.0",
-            "util": 10,
-            "used": 512 * MiB,
-            "total": 40960 * MiB,
-            "temp": 40,
-            "power_mw": 60000,
+            "utilization": [10, 0],
+            "memory_used": 512 * MiB,
+            "memory": 40960 * MiB,
+            "temperature": 40,
+            "power_usage_mw": 60000,
         },
         {
             "name": H100["name"],
             "uuid": H100["uuid"],
             "pci_bus_id": H100["pci_bus_id"],
-            "util": 75,
-            "used": 3 * 1024 * MiB,
-            "total": H100["memory"],
-            "temp": 67,
-            "power_mw": H100["power_usage_mw"],
+            "utilization": [75, 0],
+            "memory_used": 3 * 1024 * MiB,
+            "memory": H100["memory"],
+            "temperature": 67,
+            "power_usage_mw": H100["power_usage_mw"],
         },
     ]
 
@@ -122,7 +121,7 @@ def test_each_instance_opens_the_gpu_the_operator_named(gpu_env, tmp_path, spec)
         assert record["samples"], record.get("note")
         for sample in record["samples"]:
             assert list(sample["gpus"]) == [want["uuid"]]
-            assert sample["gpus"][want["uuid"]]["memory"][1] == pytest.approx(want["total"] / MiB)
+            assert sample["gpus"][want["uuid"]]["memory"][1] == pytest.approx(want["memory"] / MiB)
         assert devices.instance_device_label() == f"cuda:{dev.id}"
         assert gpuids.instance_gpus() == (
             gpuids.GpuIdentity(dev.id, want["uuid"], want["pci_bus_id"]),

@@ -9,6 +9,7 @@ import random
 import pytest
 
 from conftest import milarun
+from fakes import FakeClock
 from milabench.models import calibration
 from milarun.measure.diagnostics import RunLength, ci_halfwidth, log_record, steady_state
 from milarun.measure.experiment import RateLog
@@ -65,14 +66,6 @@ def test_ci_halfwidth_by_hand():
     window = [98.0, 102.0, 100.0, 100.0]
     sample_std = math.sqrt((4 + 4) / 3)
     assert ci_halfwidth(window) == pytest.approx(3.182 * sample_std / 2 / 100)
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
 
 
 def test_extension_keeps_measuring_until_min_slices():

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_devices import FakeNVML
 
 from conftest import load_all, milarun
+from fakes import FakeNVML
 from milarun.machine import devices
 from milarun.measure import energy, runner
 from milarun.measure.diagnostics import steady_state
@@ -35,11 +35,11 @@ class MovingNVML(FakeNVML):
                 {
                     "name": "NVIDIA H100 80GB HBM3",
                     "uuid": "GPU-h100",
-                    "util": 99,
-                    "used": 2**30,
-                    "total": 80 * 2**30,
-                    "temp": 60,
-                    "power_mw": 0,
+                    "utilization": [99, 0],
+                    "memory_used": 2**30,
+                    "memory": 80 * 2**30,
+                    "temperature": 60,
+                    "power_usage_mw": 0,
                 }
             ]
         )
@@ -110,11 +110,11 @@ def test_monitor_without_the_new_readings_records_none():
                 {
                     "name": "old",
                     "uuid": "GPU-x",
-                    "util": 5,
-                    "used": 1,
-                    "total": 2,
-                    "temp": 30,
-                    "power_mw": 50000,
+                    "utilization": [5, 0],
+                    "memory_used": 1,
+                    "memory": 2,
+                    "temperature": 30,
+                    "power_usage_mw": 50000,
                 }
             ]
         ),

@@ -6,21 +6,9 @@ import argparse
 
 import pytest
 
+from fakes import FakeClock
 from milarun.measure.experiment import BadTestArguments, Experiment, RateLog
 from milarun.results import steady
-
-
-class FakeClock:
-    """A clock that only moves when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, dt: float) -> None:
-        self.now += dt
 
 
 class SyncRecorder:

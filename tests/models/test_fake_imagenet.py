@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from conftest import ROOT, milarun
+from conftest import ROOT, cli_env, milarun
 from milabench import datasets
 from milabench.datasets import fake_imagenet
 from modelrun import tree_bytes
@@ -59,7 +59,6 @@ def test_images_are_legacy_noise_jpegs(tmp_path):
 
 def _generate(root: Path, *args: str) -> subprocess.Popen:
     """`milarun dataset fake_imagenet --synthetic` in its own process group."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
         [
             sys.executable,
@@ -79,7 +78,7 @@ def _generate(root: Path, *args: str) -> subprocess.Popen:
             *args,
         ],
         cwd=ROOT,
-        env=env,
+        env=cli_env(benches=False, keep_omp=True),
         start_new_session=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

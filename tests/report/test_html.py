@@ -6,13 +6,13 @@ import json
 import re
 import shutil
 import subprocess
-from html.parser import HTMLParser
 
 import numpy as np
 import pytest
 from matplotlib import image
 
 from conftest import milarun
+from pages import TableReader
 from resultfactory import result, write
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -43,36 +43,9 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-class _Table(HTMLParser):
-    """The text of each cell of one table (by id) of a page, row by row."""
-
-    def __init__(self, table_id: str):
-        super().__init__()
-        self.table_id, self.inside, self.rows, self.cell = table_id, False, [], None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "table" and dict(attrs).get("id") == self.table_id:
-            self.inside = True
-        elif self.inside and tag == "tr":
-            self.rows.append([])
-        elif self.inside and tag in ("td", "th"):
-            self.cell = ""
-
-    def handle_endtag(self, tag):
-        if tag == "table":
-            self.inside = False
-        elif self.inside and tag in ("td", "th") and self.cell is not None:
-            self.rows[-1].append(self.cell.strip())
-            self.cell = None
-
-    def handle_data(self, data):
-        if self.cell is not None:
-            self.cell += data
-
-
 def table_rows(html: str, table_id: str) -> dict[str, dict[str, str]]:
     """{first cell: {header: cell text}} of the table with that id."""
-    parser = _Table(table_id)
+    parser = TableReader(table_id)
     parser.feed(html)
     header, *rows = parser.rows
     return {row[0]: dict(zip(header, row)) for row in rows}

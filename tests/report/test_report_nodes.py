@@ -9,7 +9,6 @@ import random
 
 import pandas as pd
 import pytest
-from test_html import _Table
 
 from conftest import milarun, one_line_error
 from milarun.report import build as report
@@ -18,6 +17,7 @@ from milarun.report import summary, tables
 from milarun.report.render import html
 from milarun.report.render import nodes as render_nodes
 from milarun.results import read
+from pages import TableReader
 from resultfactory import rate_series, result, write
 
 TESTS = (("suite.alpha", 100.0), ("suite.beta", 10.0))
@@ -225,8 +225,8 @@ def test_compare_nodes_needs_the_results_folder(tmp_path):
     assert str(summary_file) in line and "pass the results folder" in line
 
 
-class _Cells(_Table):
-    """test_html's table reader, with each cell's class kept beside its text."""
+class _Cells(TableReader):
+    """The table reader, with each cell's class kept beside its text."""
 
     def __init__(self, table_id: str):
         super().__init__(table_id)

@@ -141,7 +141,6 @@ def test_gpu_instance_without_a_gpu_fails_instead_of_using_the_cpu(tmp_path):
 
 
 def test_ctrl_c_stops_every_instance_and_records_them(tmp_path):
-    import os
     import signal
     import subprocess
     import sys
@@ -149,17 +148,16 @@ def test_ctrl_c_stops_every_instance_and_records_them(tmp_path):
 
     import psutil
 
-    from conftest import BENCHES, ROOT
+    from conftest import ROOT, cli_env
 
     prof = write_profile(
         tmp_path / "long.json", wait={"experiment": "faulty:sleepy", "max_duration": 120}
     )
     out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "milarun", "jobs", str(prof), "--devices", "cpu:2", "-o", str(out)],
         cwd=ROOT,
-        env=env,
+        env=cli_env(keep_omp=True),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import BENCHES, ROOT, load_all, milarun
+from conftest import ROOT, cli_env, load_all, milarun
 from milarun import results
 from milarun.results import manifest
 
@@ -34,8 +34,6 @@ def start_jobs(
     env: dict[str, str] | None = None,
     stdout: int = subprocess.PIPE,
 ) -> subprocess.Popen:
-    full_env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}", **(env or {})}
-    full_env.pop("OMP_NUM_THREADS", None)
     words = [
         sys.executable,
         "-m",
@@ -49,7 +47,7 @@ def start_jobs(
         *(["--", *test_args] if test_args else []),
     ]
     return subprocess.Popen(
-        words, cwd=ROOT, env=full_env, stdout=stdout, stderr=subprocess.PIPE, text=True
+        words, cwd=ROOT, env=cli_env(env), stdout=stdout, stderr=subprocess.PIPE, text=True
     )
 
 

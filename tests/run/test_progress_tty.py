@@ -3,7 +3,6 @@ the permanent done lines once the rows are gone."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -15,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from conftest import BENCHES, ROOT
+from conftest import ROOT, cli_env
 
 TMUX = shutil.which("tmux")
 pytestmark = pytest.mark.skipif(
@@ -50,8 +49,7 @@ def _wait_for(socket: str, found: Callable[[str], bool], history: bool = False) 
 
 def test_jobs_shows_a_live_row_per_instance_on_a_terminal(tmp_path):
     # the same environment as conftest.milarun; the pane is the process's stdout
-    env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}"}
-    env.pop("OMP_NUM_THREADS", None)
+    env = cli_env()
     env.pop("TMUX", None)  # run our own server even inside someone's tmux
     command = shlex.join(
         [
