@@ -249,6 +249,7 @@ def _calibration_result(folder, environ):
     return write(folder, data, "quick.calibration.J0.1.20260101-000000-000000.json")
 
 
+@pytest.mark.slow
 def test_rerun_restores_the_environment_but_not_the_supervisors(tmp_path):
     original = _calibration_result(
         tmp_path / "orig",
@@ -354,18 +355,17 @@ def test_a_huge_profile_is_not_read(tmp_path):
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A real 64 KiB tmpfs filled to the last byte (root only), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+    """A real 64 KiB tmpfs filled to the last byte (its tests are marked root), unmounted
+    afterwards."""
     with full_tmpfs(tmp_path / "disk") as disk:
         yield disk
 
 
+@pytest.mark.root("mounts a tmpfs")
+@pytest.mark.slow
 def test_a_full_disk_loses_no_measurement_and_leaves_no_temp_file(tmp_path):
     """The disk fills while the test runs (the start-up write check passed): the finished
     measurement is printed whole, the error is one line, no temporary file survives."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
     with full_tmpfs(tmp_path / "disk", size="2m", fill=False) as full_disk:
         proc = milarun_process(
             "run",
@@ -393,6 +393,7 @@ def test_a_full_disk_loses_no_measurement_and_leaves_no_temp_file(tmp_path):
     assert result["success"] is True and len(result["timings"]["train"]["rates"]) >= 5
 
 
+@pytest.mark.root("mounts a tmpfs")
 def test_jobs_on_a_full_disk_stops_before_anything_runs(full_disk):
     """The run manifest is the start-up write check: a real file, written before the first
     job; on a full disk `jobs` ends there, in one line, and starts no instance."""
@@ -414,9 +415,8 @@ def test_jobs_on_a_full_disk_stops_before_anything_runs(full_disk):
     assert not [p for p in full_disk.rglob("*") if p.name.endswith(".tmp")]
 
 
+@pytest.mark.root("mounts a tmpfs")
 def test_summary_and_html_report_on_a_full_disk_are_one_line_errors(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
     folder = tmp_path / "res"
     write(folder, result("t.a", "0", 100.0))
     with full_tmpfs(tmp_path / "disk") as disk:

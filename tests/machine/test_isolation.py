@@ -196,6 +196,7 @@ ISO_JOB = {
 }
 
 
+@pytest.mark.root("creates cgroups")
 @needs_v1
 def test_instances_run_inside_their_slices(students, tmp_path):
     parent, hier = students
@@ -238,6 +239,8 @@ def test_instances_run_inside_their_slices(students, tmp_path):
     assert not set(found["cpu:0"]["isolation"]["cpus"]) & set(found["cpu:1"]["isolation"]["cpus"])
 
 
+@pytest.mark.root("creates cgroups")
+@pytest.mark.slow
 @needs_v1
 def test_memory_hog_is_reported_as_oom_and_its_sibling_finishes(students, tmp_path):
     parent, hier = students

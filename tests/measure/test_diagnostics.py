@@ -98,6 +98,7 @@ def test_extension_stops_at_the_deadline():
     assert noisy.satisfied([100.0] * 24, 0.5)
 
 
+@pytest.mark.slow
 def test_results_record_startup_and_diagnostics(tmp_path):
     done = milarun(
         "run",

@@ -182,6 +182,7 @@ def test_a_step_without_matmuls_has_no_count():
     assert record.flops_per_example is None and "no matmul" in record.note
 
 
+@pytest.mark.slow
 def test_record_in_a_real_result(tmp_path):
     done = milarun(
         "run", "milabench.models.polynome:main", "-o", tmp_path, "--", "--min-slices", "4"

@@ -68,6 +68,7 @@ def test_missed_targets_fail_and_say_why():
     assert "FAIL" in text and "MISS" in text and "0.1 ms" not in text
 
 
+@pytest.mark.slow
 def test_selftest_command_reports_every_step_time():
     done = milarun("selftest", "--seconds", "1", "--format", "json", timeout=120)
     data = json.loads(done.stdout)

@@ -116,6 +116,7 @@ def _dead_pid() -> int:
     return int(done.stdout)
 
 
+@pytest.mark.slow
 def test_interrupted_generation_is_refused_then_completed(tmp_path):
     root = tmp_path / "data"
     base = fake_imagenet.folder(root)

@@ -423,6 +423,7 @@ def test_atari_frame_stack_shifts_and_restarts_on_the_device():
 
 
 # -- the models -------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model, args, per_iteration",
     [
@@ -440,6 +441,7 @@ def test_model_trains(tmp_path, model, args, per_iteration):
     assert not any(k.startswith("per_example.") for k in result["metrics"])  # natural already
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not has_opencv(), reason="gymnasium's AtariPreprocessing needs opencv-python-headless"
 )

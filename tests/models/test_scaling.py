@@ -28,6 +28,7 @@ TORCHRUN_VARS = (
 )
 
 
+@pytest.mark.slow
 def test_single_process_run(tmp_path):
     result = run_trained(
         "scaling",

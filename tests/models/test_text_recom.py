@@ -26,6 +26,10 @@ WLM_FP16_ARGS = [*WLM_ARGS, "--precision", "fp16", "--min-slices", "6"]
 RECOM_ARGS = ["--batch-size", "512", "--workers", "2", "--min-slices", "6"]
 
 
+# Every test here on one worker, in a row: the data below is synthesized once.
+pytestmark = pytest.mark.xdist_group(name="text_recom")
+
+
 @pytest.fixture(scope="module")
 def dataroot(tmp_path_factory) -> Path:
     """Both datasets, tiny, synthesized once for this module."""
@@ -311,6 +315,7 @@ def test_rnn_model_cells(cell):
 
 
 # -- the models -------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model, args",
     [("wlm", WLM_FP32_ARGS), ("wlm", WLM_FP16_ARGS), ("recom", RECOM_ARGS)],

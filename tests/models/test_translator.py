@@ -50,6 +50,10 @@ def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
+# Every test here on one worker, in a row: the data below is synthesized once.
+pytestmark = pytest.mark.xdist_group(name="translator")
+
+
 @pytest.fixture(scope="module")
 def dataroot(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wmt16-data")
@@ -257,6 +261,7 @@ def test_padding_does_not_change_a_translation(dataroot):
     torch.testing.assert_close(batch[: len(t) - 1, -1], alone[:, 0], atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_translator_trains_on_synthetic_data(tmp_path, dataroot):
     result = run_trained("translator", dataroot, tmp_path, TRANSLATOR_ARGS)
     assert result["metrics"]["loss"] > 0 and result["call"]["arguments"]["bucketing"]

@@ -63,6 +63,10 @@ FAST_STYLE = [
 ]
 
 
+# Every test here on one worker, in a row: the data below is synthesized once.
+pytestmark = pytest.mark.xdist_group(name="vision_imagenet")
+
+
 @pytest.fixture(scope="module")
 def dataroot(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("imagenet-data")
@@ -173,6 +177,7 @@ def test_missing_data_through_the_cli(tmp_path):
 
 
 # -- the models through the CLI ---------------------------------------------------------------
+@pytest.mark.slow
 def test_loader(dataroot, tmp_path):
     result = run_trained("loader", dataroot, tmp_path, LOADER, metrics=("pixel_mean",))
     assert result["dataset"] == {"name": "fake_imagenet", "size": TRAIN, "synthetic": True}
@@ -180,11 +185,13 @@ def test_loader(dataroot, tmp_path):
     assert result["timings"]["train"]["count"] % 16 == 0  # whole batches of 16
 
 
+@pytest.mark.slow
 def test_convnet(dataroot, tmp_path):
     result = run_trained("convnet", dataroot, tmp_path, CONVNET)
     assert result["call"]["arguments"]["precision_used"] == "fp32"
 
 
+@pytest.mark.slow
 def test_convnet_fp16(dataroot, tmp_path):
     # fp16 convolutions have no fast CPU kernel (4-10 images/s): a smaller crop, a few steps,
     # and a gentler lr so fp16 activations of a network trained on noise stay in range.
@@ -208,6 +215,7 @@ def test_convnet_fp16(dataroot, tmp_path):
     assert result["call"]["arguments"]["precision_used"] == "fp16"
 
 
+@pytest.mark.slow
 def test_convnet_bf16(dataroot, tmp_path):
     # oneDNN's newest bf16 kernels crash (SIGILL) on some virtual CPUs; this pins the ISA.
     result = run_trained(
@@ -220,12 +228,14 @@ def test_convnet_bf16(dataroot, tmp_path):
     assert result["call"]["arguments"]["precision_used"] == "bf16"
 
 
+@pytest.mark.slow
 def test_dcgan(dataroot, tmp_path):
     result = run_trained("dcgan", dataroot, tmp_path, DCGAN, metrics=("loss", "loss_d", "loss_g"))
     metrics = result["metrics"]
     assert metrics["loss"] == pytest.approx(metrics["loss_d"] + metrics["loss_g"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_fast_style(dataroot, tmp_path):
     result = run_trained(
         "fast_style", dataroot, tmp_path, FAST_STYLE, metrics=("loss", "content_loss", "style_loss")

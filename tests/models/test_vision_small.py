@@ -22,6 +22,10 @@ VAE_ARGS = ["--batch-size", "64", "--workers", "0", "--min-slices", "6"]
 RESO_ARGS = ["--batch-size", "8", "--crop-size", "32", "--workers", "0", "--min-slices", "6"]
 
 
+# Every test here on one worker, in a row: the data below is synthesized once.
+pytestmark = pytest.mark.xdist_group(name="vision_small")
+
+
 @pytest.fixture(scope="module")
 def dataroot(tmp_path_factory) -> Path:
     """Both datasets, tiny, synthesized once for this module."""
@@ -103,6 +107,7 @@ def test_bsds500_loader_skips_other_files(dataroot):
 
 
 # -- the models -------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("model, args", [("vae", VAE_ARGS), ("reso", RESO_ARGS)])
 def test_model_trains_on_synthetic_data(tmp_path, dataroot, model, args):
     run_trained(model, dataroot, tmp_path, args)

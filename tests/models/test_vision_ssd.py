@@ -32,6 +32,10 @@ SEED = 3
 RUN_ARGS = ["--batch-size", "2", "--image-size", "257", "--workers", "1", "--min-slices", "6"]
 
 
+# Every test here on one worker, in a row: the data below is synthesized once.
+pytestmark = pytest.mark.xdist_group(name="vision_ssd")
+
+
 @pytest.fixture(scope="module")
 def dataroot(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("cocodata")
@@ -287,6 +291,7 @@ def test_training_examples_are_cropped_and_encoded_in_the_loader(dataroot):
     assert (400, 300) in sizes and len(sizes) > 1  # kept whole sometimes, cropped others
 
 
+@pytest.mark.slow
 def test_ssd_trains_on_synthetic_coco(dataroot, tmp_path):
     result = run_trained("ssd", dataroot, tmp_path, RUN_ARGS)
     assert result["timings"]["train"]["count"] % 2 == 0  # whole batches of 2

@@ -51,6 +51,10 @@ def table_rows(html: str, table_id: str) -> dict[str, dict[str, str]]:
     return {row[0]: dict(zip(header, row)) for row in rows}
 
 
+# Every test here on one worker, in a row: the page below is made once.
+pytestmark = pytest.mark.xdist_group(name="html_page")
+
+
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
     root = tmp_path_factory.mktemp("html")

@@ -50,6 +50,10 @@ A = [100.0, 110.0, 90.0, 100.0]
 B = [50.0, 60.0, 55.0]
 
 
+# Every test here on one worker, in a row: the reports below are made once.
+pytestmark = pytest.mark.xdist_group(name="report_golden")
+
+
 @pytest.fixture(scope="module")
 def gold(tmp_path_factory):
     root = tmp_path_factory.mktemp("gold")

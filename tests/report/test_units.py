@@ -15,6 +15,7 @@ from resultfactory import result, write
 SINE_ARGS = ["--seq-len", "50", "--min-slices", "6"]
 
 
+@pytest.mark.slow
 def test_sine_wave_counts_every_sample_and_trains_on_all_but_3(tmp_path):
     """The legacy toy_lstm: `it.set_count(samples)` per step while training on samples - 3;
     --batch-size is the waves trained on (--samples minus the 3 held out)."""

@@ -31,6 +31,8 @@ def records(tmp_path_factory):
     return written, harness
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group(name="result_record")  # the records fixture, once
 def test_both_writers_give_the_same_keys(records):
     written, harness = records
     assert written["success"] is True
@@ -42,6 +44,8 @@ def test_both_writers_give_the_same_keys(records):
     assert list(written) == list(results.RECORD_KEYS)  # the legacy order, nothing extra
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group(name="result_record")  # the records fixture, once
 def test_unknown_values_are_null_and_known_ones_are_filled(records):
     written, harness = records
     # The test's record of a plain `milarun run` has no launch; the harness's has one.

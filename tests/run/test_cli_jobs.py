@@ -54,6 +54,7 @@ def write_profile(path, **jobs):
     return path
 
 
+@pytest.mark.slow
 def test_crashes_and_timeouts_get_harness_fail_records(tmp_path):
     prof = write_profile(
         tmp_path / "faults.json",
@@ -182,6 +183,7 @@ def test_ctrl_c_stops_every_instance_and_records_them(tmp_path):
         assert result["failure"]["kind"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_repeat_adds_a_round_and_a_failing_prepare_warns_once_and_is_recorded(tmp_path):
     prof = write_profile(
         tmp_path / "prep.json",
@@ -224,6 +226,7 @@ def test_extra_that_would_overwrite_a_harness_field_is_refused_before_running(tm
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))
 
 
+@pytest.mark.slow
 def test_jobs_scores_only_what_could_run(tmp_path):
     """On one device a gpu-progression job makes only scaling.1: scaling.2 is not missing."""
     done = milarun(

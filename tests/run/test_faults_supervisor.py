@@ -160,6 +160,7 @@ def test_an_error_in_the_supervisor_stops_and_records_every_instance(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_closed_stdout_stops_and_records_every_instance(tmp_path):
     """``milarun jobs ... | head -1``: the reader goes away, the next line the supervisor
     prints (at the latest its 10 s progress lines) fails with a broken pipe."""
@@ -176,6 +177,7 @@ def test_closed_stdout_stops_and_records_every_instance(tmp_path):
         assert result["failure"]["kind"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_second_jobs_into_a_held_folder_is_refused(tmp_path):
     """Two ``jobs`` into one folder: the second is refused at once, naming the folder and
     the holder; the first reads its own results, not a newer file of the same name."""

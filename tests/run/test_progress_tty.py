@@ -47,6 +47,7 @@ def _wait_for(socket: str, found: Callable[[str], bool], history: bool = False) 
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_jobs_shows_a_live_row_per_instance_on_a_terminal(tmp_path):
     # the same environment as conftest.milarun; the pane is the process's stdout
     env = cli_env()

@@ -18,8 +18,12 @@ from milarun.report import summary
 SCRIPT = ROOT / "scripts" / "slurm-dev-cluster.sh"
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol")
 
+# One cluster at a time on this host: the whole module on one worker, in a row.
 pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="slurmd needs root"),
+    pytest.mark.slurm,
+    pytest.mark.slow,
+    pytest.mark.root("slurmd"),
+    pytest.mark.xdist_group(name="slurm"),
     pytest.mark.skipif(
         any(shutil.which(d) is None for d in DAEMONS),
         reason="Slurm is not installed (apt-get install --no-install-recommends "
