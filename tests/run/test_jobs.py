@@ -343,6 +343,7 @@ def test_repeat_adds_a_round_and_a_failing_prepare_warns_once_and_is_recorded(tm
         assert result["prepare"] == [{"command": "echo needs root >&2; exit 1", "returncode": 1}]
 
 
+@pytest.mark.slow
 def test_one_killed_instance_leaves_a_record_and_its_sibling_succeeds(tmp_path):
     prof = write_profile(
         tmp_path / "kill.json", k={"experiment": "faulty:killed_on_first_slice", "max_duration": 60}

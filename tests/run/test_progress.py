@@ -8,6 +8,7 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import pytest
 from rich.console import Console
 
 import resultfactory
@@ -154,6 +155,7 @@ def test_hostile_progress_lines_never_reach_the_arithmetic():
     assert fields["min_slices"] == 8
 
 
+@pytest.mark.slow
 def test_a_test_printing_hostile_progress_lines_is_supervised_to_the_end(tmp_path):
     from conftest import milarun
 
