@@ -4,18 +4,41 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-BENCHES = Path(__file__).resolve().parent / "benches"
+TESTS = Path(__file__).resolve().parent  # tests/: the helpers; tests/<wing>/: the tests
+ROOT = TESTS.parent  # the repository
+BENCHES = TESTS / "benches"  # toy tests (faulty, rankenv) the CLI tests run
+DATA = TESTS / "data"  # fixtures: a real H100's NVML readings, the pinned golden report
 
 
-def _cli_env(env: dict[str, str] | None) -> dict[str, str]:
-    full_env = {**os.environ, "PYTHONPATH": f"{BENCHES}{os.pathsep}{ROOT}", **(env or {})}
-    full_env.pop("OMP_NUM_THREADS", None)
-    return full_env
+def cli_env(
+    env: Mapping[str, str] | None = None,
+    *,
+    benches: bool = True,
+    keep_omp: bool = False,
+    keep_pythonpath: bool = False,
+) -> dict[str, str]:
+    """The environment of a ``milarun`` (or any repository Python) subprocess of a test.
+
+    This process's environment, with PYTHONPATH naming tests/benches (the toy tests faulty
+    and rankenv; ``benches=False``: not) and the repository, and without OMP_NUM_THREADS, so
+    that milarun gives each instance its share of the CPUs as it would from a fresh shell;
+    then ``env`` on top (a caller that wants OMP_NUM_THREADS sets it there).
+    ``keep_omp``: keep this process's OMP_NUM_THREADS; ``keep_pythonpath``: keep this
+    process's PYTHONPATH, after ours.
+    """
+    path = [str(BENCHES)] if benches else []
+    path.append(str(ROOT))
+    if keep_pythonpath and os.environ.get("PYTHONPATH"):
+        path.append(os.environ["PYTHONPATH"])
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    if not keep_omp:
+        full_env.pop("OMP_NUM_THREADS", None)
+    return {**full_env, **(env or {})}
 
 
 def milarun(
@@ -28,7 +51,7 @@ def milarun(
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_cli_env(env),
+        env=cli_env(env),
     )
 
 
@@ -40,7 +63,7 @@ def milarun_process(*args: str, env: dict[str, str] | None = None) -> subprocess
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_cli_env(env),
+        env=cli_env(env),
     )
 
 
@@ -84,3 +107,57 @@ def quick_run(tmp_path_factory):
         str(QUICK_RUN_SLICES),
     )
     return done, out
+
+
+# -- markers (registered in pyproject.toml) --------------------------------------------------
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    """Before the other hooks (-m selection, xdist's groups): a test of the shared quick run
+    is slow and in the quick_run group, so that the run happens once (on the one worker
+    that runs them all), whoever adds such a test. After them: the xdist groups applied."""
+    for item in items:
+        if "quick_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group(name="quick_run"))
+    result = yield
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        _group_node_ids(items)
+    return result
+
+
+def _group_node_ids(items: list[pytest.Item]) -> None:
+    """Give each test of an xdist_group the ``@group`` suffix that --dist loadgroup schedules
+    by, where xdist could not: xdist 3.8 sets the old ``_nodeid``, which pytest 9.2 no longer
+    reads (pytest-xdist issue 1386), and the groups were silently ignored. A no-op once
+    xdist sets it; an error if neither way works, rather than groups silently spread."""
+    for item in items:
+        names = sorted(
+            str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+            for mark in item.iter_markers("xdist_group")
+        )
+        suffix = "@" + "_".join(dict.fromkeys(names))
+        if not names or item.nodeid.endswith(suffix):
+            continue
+        wanted = item.nodeid + suffix
+        if hasattr(item, "_id"):  # pytest >= 9.2: a structured NodeId
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(wanted)
+        else:
+            item._nodeid = wanted
+        if item.nodeid != wanted:
+            raise pytest.UsageError(f"cannot put {item.nodeid} in its xdist_group{suffix}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """``root`` tests are skipped unless this process runs as root, ``gpu`` tests where
+    torch sees no CUDA GPU; each with its reason (the marker's argument: what needs it)."""
+    root = item.get_closest_marker("root")
+    if root is not None and os.geteuid() != 0:
+        pytest.skip(f"needs root ({root.args[0]})" if root.args else "needs root")
+    gpu = item.get_closest_marker("gpu")
+    if gpu is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU (torch sees none)")

@@ -4,32 +4,27 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT, cli_env
 
 
 def run_model(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``python -m milarun ...`` in a subprocess, on the CPU with one torch thread (``env``:
     more variables)."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    env = {
-        **os.environ,
-        "PYTHONPATH": path,
-        "OMP_NUM_THREADS": "1",
-        "CUDA_VISIBLE_DEVICES": "",
-        **(env or {}),
-    }
     return subprocess.run(
         [sys.executable, "-m", "milarun", *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
-        env=env,
+        env=cli_env(
+            {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **(env or {})},
+            benches=False,
+            keep_pythonpath=True,
+        ),
     )
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 import milarun
+from conftest import ROOT, cli_env
 
-ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "milabench" / "models"
 # The harness modules a model may use: the Experiment API, and the calibration workload's
 # step, which the harness's selftest measures too (so it cannot live in a model).
@@ -343,15 +343,13 @@ runpy.run_module("milarun", run_name="__main__")
 
 
 def modules_of(*args: str) -> set[str]:
-    from conftest import _cli_env
-
     done = subprocess.run(
         [sys.executable, "-c", MODULES_AT_EXIT, *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
-        env=_cli_env(None),
+        env=cli_env(),
     )
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("MODULES ")]
     assert lines, done.stdout + done.stderr

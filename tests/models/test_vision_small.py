@@ -1,0 +1,131 @@
+"""MNIST and BSDS500 (synthesized, read back by their loaders) and the vae and reso tests.
+
+The models run through the real ``milarun run`` CLI on tiny synthetic data, with one torch
+thread (like one CPU slice; two threads fighting other processes on a 2-core machine are
+several times slower and make the durations unpredictable).
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+
+from milabench import datasets
+from milabench.datasets import bsds500, mnist
+from modelrun import assert_rejected, run_trained, run_without_data
+
+MNIST_SIZE = 1200
+BSDS_SIZE = 16
+VAE_ARGS = ["--batch-size", "64", "--workers", "0", "--min-slices", "6"]
+RESO_ARGS = ["--batch-size", "8", "--crop-size", "32", "--workers", "0", "--min-slices", "6"]
+
+
+# Every test here on one worker, in a row: the data below is synthesized once.
+pytestmark = pytest.mark.xdist_group(name="vision_small")
+
+
+@pytest.fixture(scope="module")
+def dataroot(tmp_path_factory) -> Path:
+    """Both datasets, tiny, synthesized once for this module."""
+    root = tmp_path_factory.mktemp("vision-data")
+    mnist.synthesize(root, MNIST_SIZE, seed=0, workers=2)
+    bsds500.synthesize(root, BSDS_SIZE, seed=0, workers=2)
+    return root
+
+
+# -- MNIST ------------------------------------------------------------------------------------
+def test_mnist_layout_and_idx_headers(dataroot):
+    raw = dataroot / "MNIST" / "raw"
+    assert sorted(p.name for p in raw.iterdir()) == sorted(mnist.RESOURCES)
+    for prefix, count in (("train", MNIST_SIZE), ("t10k", MNIST_SIZE // 6)):
+        images = (raw / f"{prefix}-images-idx3-ubyte").read_bytes()
+        assert struct.unpack(">4i", images[:16]) == (2051, count, 28, 28)
+        assert len(images) == 16 + count * 28 * 28
+        labels = (raw / f"{prefix}-labels-idx1-ubyte").read_bytes()
+        assert struct.unpack(">2i", labels[:8]) == (2049, count)
+        assert len(labels) == 8 + count and max(labels[8:]) <= 9
+    assert datasets.is_synthetic(mnist.folder(dataroot)) is True
+
+
+def test_mnist_read_back_by_torchvision(dataroot):
+    import torch
+    from torchvision.datasets import MNIST
+    from torchvision.transforms import ToTensor
+
+    train = mnist.train_set(dataroot, transform=ToTensor())
+    assert len(train) == MNIST_SIZE
+    image, label = train[0]
+    assert image.shape == (1, 28, 28) and image.dtype == torch.float32
+    assert 0 <= float(image.min()) and float(image.max()) <= 1
+    assert set(train.targets.tolist()) == set(range(10))  # every digit is there
+    assert 0.05 < float(train.data.float().mean()) / 255 < 0.4  # strokes on a dark ground
+    assert len(MNIST(str(dataroot), train=False)) == MNIST_SIZE // 6
+    assert not (dataroot / "MNIST" / "processed").exists()
+
+
+# -- BSDS500 ----------------------------------------------------------------------------------
+def test_bsds500_layout(dataroot):
+    from PIL import Image
+
+    for split, count in (("train", BSDS_SIZE), ("val", 1), ("test", 1)):
+        files = bsds500.image_files(dataroot, split)
+        assert len(files) == count
+        assert files[0].parent == dataroot / "BSR/BSDS500/data/images" / split
+        for path in files:
+            assert len(path.stem) == 6 and path.stem.isdigit() and path.suffix == ".jpg"
+            with Image.open(path) as image:
+                assert image.format == "JPEG" and image.mode == "RGB"
+                assert image.size in ((481, 321), (321, 481))
+    assert datasets.is_synthetic(bsds500.folder(dataroot)) is True
+
+
+def test_bsds500_super_resolution_pairs(dataroot):
+    import torch
+
+    pairs = bsds500.reso_train_set(dataroot)
+    assert len(pairs) == BSDS_SIZE
+    source, target = pairs[0]
+    assert source.shape == (1, 128, 128) and target.shape == (1, 256, 256)
+    for t in (source, target):
+        assert t.dtype == torch.float32 and 0 <= float(t.min()) and float(t.max()) <= 1
+    assert float(target.std()) > 0.02  # there is detail to recover
+    # The input is the target down-scaled: their averages agree.
+    assert abs(float(source.mean()) - float(target.mean())) < 0.02
+    source, target = bsds500.reso_train_set(dataroot, crop_size=65, upscale_factor=3)[1]
+    assert source.shape == (1, 21, 21) and target.shape == (1, 63, 63)
+
+
+def test_bsds500_loader_skips_other_files(dataroot):
+    thumbs = bsds500.images_folder(dataroot, "train") / "Thumbs.db"  # as in the real archive
+    thumbs.write_bytes(b"not an image")
+    try:
+        assert len(bsds500.reso_train_set(dataroot)) == BSDS_SIZE
+    finally:
+        thumbs.unlink()
+
+
+# -- the models -------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("model, args", [("vae", VAE_ARGS), ("reso", RESO_ARGS)])
+def test_model_trains_on_synthetic_data(tmp_path, dataroot, model, args):
+    run_trained(model, dataroot, tmp_path, args)
+
+
+@pytest.mark.parametrize("model", ["vae", "reso"])
+def test_model_without_data_fails_at_once(tmp_path, model):
+    run_without_data(model, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "model, argv, message",
+    [
+        ("reso", ["--crop-size", "400"], "--crop-size 400"),
+        ("reso", ["--upscale-factor", "0"], "--upscale-factor 0"),
+        ("reso", ["--batch-size", "0"], "--batch-size: 0"),
+        ("vae", ["--batch-size", "0"], "--batch-size: 0"),
+    ],
+)
+def test_bad_arguments(model, argv, message):
+    assert_rejected(model, argv, message)

@@ -1,0 +1,228 @@
+"""The supervisor's own faults (issue 13, causes 1-3), with real processes and signals:
+``milarun jobs`` killed, hung up on or failing never leaves an instance running, and two
+``jobs`` never share an output folder or each other's results."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import ROOT, cli_env, load_all, milarun
+from milarun import results
+from milarun.results import manifest
+
+SLEEPY = {"experiment": "faulty:sleepy", "max_duration": 120}
+
+
+def write_profile(path: Path, **jobs: dict) -> Path:
+    path.write_text(json.dumps({"*": {"max_duration": 60}, **jobs}))
+    return path
+
+
+def start_jobs(
+    prof: Path,
+    out: Path,
+    *test_args: str,
+    env: dict[str, str] | None = None,
+    stdout: int = subprocess.PIPE,
+) -> subprocess.Popen:
+    words = [
+        sys.executable,
+        "-m",
+        "milarun",
+        "jobs",
+        str(prof),
+        "--devices",
+        "cpu:2",
+        "-o",
+        str(out),
+        *(["--", *test_args] if test_args else []),
+    ]
+    return subprocess.Popen(
+        words, cwd=ROOT, env=cli_env(env), stdout=stdout, stderr=subprocess.PIPE, text=True
+    )
+
+
+def running_instances(proc: subprocess.Popen, count: int = 2) -> list[psutil.Process]:
+    """The instance processes once ``count`` of them run (and have imported the test)."""
+    deadline = time.time() + 60
+    children: list[psutil.Process] = []
+    while time.time() < deadline and len(children) < count:
+        children = psutil.Process(proc.pid).children(recursive=True)
+        time.sleep(0.2)
+    assert len(children) >= count, children
+    time.sleep(3)  # let the tests start their loops
+    return children
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def alive(processes: list[psutil.Process], within: float = 5.0) -> list[psutil.Process]:
+    """Those still running (not zombies) after waiting up to ``within`` seconds."""
+    deadline = time.time() + within
+    while True:
+        left = [p for p in processes if _running(p)]
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def assert_none_left(processes: list[psutil.Process], within: float = 5.0) -> None:
+    left = alive(processes, within)
+    for process in left:  # a failing run must not leave its orphans to the next tests
+        process.kill()
+    assert not left, [p.cmdline() for p in left]
+
+
+def test_sigkill_of_jobs_kills_every_instance(tmp_path):
+    """SIGKILL (OOM killer, scheduler) cannot be caught: the kernel's parent-death signal
+    takes the instances with it, none runs on to write a result nobody supervised."""
+    prof = write_profile(tmp_path / "long.json", wait=SLEEPY, after=SLEEPY)
+    proc = start_jobs(prof, tmp_path / "out")
+    children = running_instances(proc)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert_none_left(children)
+    assert not list((tmp_path / "out").glob("*.json"))
+    # The run manifest says it was cut short and which tests never recorded an end.
+    (cut,) = manifest.cut_short(tmp_path / "out")
+    assert cut.status == "running" and "killed?" in cut.describe()
+    assert cut.without_result == ("long.after", "long.wait")
+
+
+def test_sigkill_reaches_an_instance_behind_a_forking_prefix(tmp_path):
+    """A prefix that forks (as torchrun does for its ranks) puts the test out of reach of
+    the parent-death signal: the instance's own watchdog sees its parent gone."""
+    prefix = ["sh", "-c", '"$@"; exit $?', "sh"]  # not an exec: sh waits for the test
+    prof = write_profile(tmp_path / "fork.json", wait={**SLEEPY, "exec_prefix": prefix})
+    proc = start_jobs(prof, tmp_path / "out")
+    children = running_instances(proc, count=4)  # sh and its test, twice
+    assert any("sleepy" in " ".join(c.cmdline()) for c in children)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert_none_left(children)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
+def test_sighup_or_sigterm_stops_and_records_every_instance(tmp_path, sig):
+    """The ssh session closed (SIGHUP), the scheduler asks to stop (SIGTERM): like Ctrl-C,
+    every instance stopped and recorded, exit 128+signal; the report names what never ran."""
+    prof = write_profile(tmp_path / "long.json", wait=SLEEPY, after=SLEEPY)
+    proc = start_jobs(prof, tmp_path / "out")
+    children = running_instances(proc)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, stderr
+    assert "Traceback" not in stderr and sig.name in stderr
+    assert_none_left(children)
+    (cut,) = manifest.cut_short(tmp_path / "out")
+    assert cut.status == "interrupted" and sig.name in cut.reason
+    assert cut.without_result == ("long.after",)
+    shown = milarun("report", tmp_path / "out")
+    assert "was cut short" in shown.stdout and "no result for long.after" in shown.stdout
+    found = load_all(tmp_path / "out")
+    assert len(found) == 2
+    for name, result in found.items():
+        assert ".FAIL." in name
+        assert result["failure"]["kind"] == "interrupted"
+
+
+def test_an_error_in_the_supervisor_stops_and_records_every_instance(tmp_path):
+    """The hook MILARUN_TEST_SUPERVISOR_FAULT (read by the supervisor, set only by tests)
+    raises inside the supervisor once both instances started: they are stopped and
+    recorded, then the error goes on up."""
+    prof = write_profile(tmp_path / "long.json", wait=SLEEPY)
+    proc = start_jobs(prof, tmp_path / "out", env={"MILARUN_TEST_SUPERVISOR_FAULT": "started"})
+    _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 1
+    assert "test fault in the supervisor" in stderr
+    found = load_all(tmp_path / "out")
+    assert len(found) == 2, stderr
+    for result in found.values():
+        assert result["failure"]["kind"] == "interrupted"
+    assert not [
+        p
+        for p in psutil.process_iter(["environ"])
+        if (p.info["environ"] or {}).get("MILARUN_TEST_SUPERVISOR_FAULT") and p.pid != os.getpid()
+    ]
+
+
+@pytest.mark.slow
+def test_closed_stdout_stops_and_records_every_instance(tmp_path):
+    """``milarun jobs ... | head -1``: the reader goes away, the next line the supervisor
+    prints (at the latest its 10 s progress lines) fails with a broken pipe."""
+    prof = write_profile(tmp_path / "long.json", wait=SLEEPY)
+    proc = start_jobs(prof, tmp_path / "out")
+    assert proc.stdout.readline()  # the header, as `head -1` reads it
+    children = running_instances(proc)
+    proc.stdout.close()
+    _, stderr = proc.communicate(timeout=90)
+    assert_none_left(children)
+    found = load_all(tmp_path / "out")
+    assert len(found) == 2
+    for result in found.values():
+        assert result["failure"]["kind"] == "interrupted"
+
+
+@pytest.mark.slow
+def test_second_jobs_into_a_held_folder_is_refused(tmp_path):
+    """Two ``jobs`` into one folder: the second is refused at once, naming the folder and
+    the holder; the first reads its own results, not a newer file of the same name."""
+    prof = write_profile(tmp_path / "two.json", run={"experiment": "faulty:steps"})
+    out = tmp_path / "out"
+    first = start_jobs(prof, out, "--min-slices", "8")
+    running_instances(first)
+    # Another run's FAIL record of the same name and job id, newer than the first's own.
+    stamp = results.utc_stamp()
+    for job_id in ("0.0", "0.1"):
+        foreign = out / results.result_filename("two.run", job_id, False, stamp)
+        foreign.write_text(
+            json.dumps(
+                {
+                    "name": "two.run",
+                    "job_id": job_id,
+                    "success": False,
+                    "failure": {"kind": "crash"},
+                }
+            )
+        )
+    started = time.time()
+    second = milarun("jobs", prof, "--devices", "cpu:2", "-o", out, timeout=60)
+    assert time.time() - started < 10
+    assert second.returncode == 1
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1, second.stderr
+    assert str(out) in lines[0] and f"pid {first.pid}" in lines[0]
+    stdout, stderr = first.communicate(timeout=120)
+    assert first.returncode == 0, stdout + stderr
+    own = [r for r in load_all(out).values() if "metrics" in r]
+    assert len(own) == 2 and all(r["success"] for r in own)
+    assert "FAIL" not in stdout.split("\n\n")[0]  # the done lines: each instance passed
+
+
+def test_a_log_that_grows_without_end_is_capped(tmp_path):
+    """A test printing without end stops at the log cap (here 1 MiB) with a FAIL record,
+    instead of filling the disk."""
+    prof = write_profile(tmp_path / "p.json", chatty={"experiment": "faulty:chatty"})
+    proc = start_jobs(prof, tmp_path / "out", env={"MILARUN_LOG_LIMIT_MB": "1"})
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr
+    logs = list((tmp_path / "out" / "logs").glob("*.log"))
+    assert len(logs) == 2 and all(log.stat().st_size <= 2**20 for log in logs)
+    found = load_all(tmp_path / "out")
+    assert len(found) == 2
+    for result in found.values():
+        assert not result["success"] and "File too large" in result["error"]
