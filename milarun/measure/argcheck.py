@@ -12,7 +12,9 @@ dropped for that test and listed; a bad value of a flag it has is an error.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import signal
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -56,12 +58,37 @@ class _ParseOnly(Experiment):
         raise _Parsed(parser, None)
 
 
+class _TooLong(BaseException):
+    """The test did not reach its parser in time (it does work before parsing)."""
+
+
+PARSE_TIMEOUT = 20  # seconds for a test to reach its parser once imported
+
+
 def _parse(experiment: str, name: str, argv: list[str]) -> _Parsed:
     function = resolve_function(experiment)
+    try:
+        source = inspect.getsource(function)
+    except (OSError, TypeError):
+        source = ""
+    # A test that does not parse through Experiment.parse_args would run here in full.
+    if "parse_args(" not in source:
+        raise UsageError(f"{experiment} does not parse its arguments with exp.parse_args")
+
+    def too_long(signum: int, frame: Any) -> None:
+        raise _TooLong
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(PARSE_TIMEOUT)
     try:
         function(_ParseOnly(name), argv)
     except _Parsed as parsed:
         return parsed
+    except _TooLong:
+        raise UsageError(f"{experiment} did not reach its parser in {PARSE_TIMEOUT} s") from None
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     raise UsageError(f"{experiment} returned without parsing its arguments")
 
 
@@ -110,7 +137,12 @@ def main() -> None:
         try:
             verdict = check(job["job"], job["experiment"], job["argv"], job["user"])
         except Exception as err:  # an import or set-up failure: the instance will say it
-            verdict = Verdict(job["job"], unchecked=f"{type(err).__name__}: {err}")
+            verdict = Verdict(
+                job["job"],
+                unchecked=str(err)
+                if isinstance(err, UsageError)
+                else f"{type(err).__name__}: {err}",
+            )
         verdicts.append(asdict(verdict))
     print(json.dumps(verdicts))
 

@@ -44,6 +44,7 @@ def check_arguments(jobs: list[Job], user_args: list[str]) -> dict[str, list[str
         raise errors.UsageError(f"job {first['job']}: {first['error']}{more}; nothing was run")
     out = {}
     skipped = []
+    unchecked: list[str] = []  # tests that parse some other way: they run unchecked
     for verdict in verdicts:
         dropped = verdict["dropped"]
         out[verdict["job"]] = [
@@ -53,7 +54,9 @@ def check_arguments(jobs: list[Job], user_args: list[str]) -> dict[str, list[str
             flags = " ".join(" ".join(group) for group in dropped)
             skipped.append(f"{verdict['job']} ({flags})")
         if verdict["unchecked"]:
-            log.warning("%s: arguments not checked: %s", verdict["job"], verdict["unchecked"])
+            unchecked.append(f"{verdict['job']} ({verdict['unchecked']})")
+    if unchecked:
+        log.info("arguments not checked before the run: %s", ", ".join(unchecked))
     if skipped:
         log.warning(
             "arguments after -- that a test does not take are left out for it: %s",

@@ -375,6 +375,8 @@ def test_a_full_disk_loses_no_measurement_and_leaves_no_temp_file(tmp_path):
             "--",
             "--min-slices",
             "5",
+            # as under `jobs` (this process its supervisor): progress as tagged stdout lines
+            env={"MILARUN_SUPERVISOR_PID": str(os.getpid())},
         )
         for line in proc.stdout:  # the run is measuring: now the disk fills up
             if line.startswith("MILARUN_PROGRESS"):

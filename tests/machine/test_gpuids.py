@@ -171,13 +171,15 @@ def test_unresolved_gpu_falls_back_to_its_index_in_pci_order(gpu_env, tmp_path):
     assert "index 0, in PCI_BUS_ID order" in gpu.note
 
 
-def test_unresolved_gpus_are_said_once_each(gpu_env, capsys, monkeypatch):
+def test_unresolved_gpus_are_said_once_each(gpu_env, capsys, monkeypatch, tmp_path):
     options.setup_logging()
     gpuids.resolve_gpus(parse_device_spec("0"), nvml=FakeNVML(mixed_host(), fail_handles=True))
     err = capsys.readouterr().err
     assert err.startswith("milarun: warning: NVML cannot describe GPU 0 (")
     assert "by index, in PCI bus order" in err
     monkeypatch.setattr(devices, "load_nvml", lambda: (None, "NVML unavailable: no driver"))
+    (tmp_path / "nvidia0").write_text("")  # a GPU machine whose NVML fails: by index
+    monkeypatch.setenv("MILARUN_DEV_DIR", str(tmp_path))
     devs = gpuids.resolve_gpus(parse_device_spec(f"0,{H100['uuid']}"))
     assert capsys.readouterr().err.strip() == (
         f"milarun: warning: NVML unavailable: no driver: GPUs 0,{H100['uuid']} go to their "

@@ -108,9 +108,9 @@ def test_fake_imagenet_tests_are_alike_only_on_the_legacy_sized_set(tmp_path):
     assert comparability.judge("standard.convnet", True, None)[1].startswith(
         "fake ImageNet of unknown size"
     )
-    # through the summary: the smallest set the runs read decides
+    # through the summary: the runs on another set are a test of their own (report.variants)
     res = tmp_path / "res"
-    for i, size in enumerate([100_000, 2_000]):
+    for i, size in enumerate([2_000, 2_000, 100_000]):
         write(
             res,
             result(
@@ -124,10 +124,13 @@ def test_fake_imagenet_tests_are_alike_only_on_the_legacy_sized_set(tmp_path):
     base.write_text(json.dumps(legacy_summary({"standard.loader": 535.0})))
     data = json.loads(milarun("report", res, "--compare", base, "--format", "json").stdout)
     row = data["tests"]["standard.loader"]
-    assert (row["comparable"], row["comparable_note"]) == (
+    assert (row["comparable"], row["comparable_note"], row["n"]) == (
         comparability.APPROX,
         "fake ImageNet of 2,000 images (legacy: 100,000)",
+        2,
     )
+    full_set = data["tests"]["standard.loader [data fake_imagenet 100000 synthetic]"]
+    assert full_set["n"] == 1
 
 
 def test_a_test_the_baseline_lacks_is_not_like_with_like(against_legacy):

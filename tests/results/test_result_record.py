@@ -114,5 +114,7 @@ def test_rerun_restores_the_environment_but_not_the_old_deadline(tmp_path, monke
     call = plan_rerun(original, None, ["--b"], dataroot=tmp_path / "unused")
     assert os.environ["OMP_NUM_THREADS"] == "1"
     assert diagnostics.DEADLINE_ENV not in os.environ
-    assert (call.argv, call.job_id, call.outdir) == (["--a", "--b"], "0.1", tmp_path)
+    assert (call.argv, call.job_id) == (["--a", "--b"], "0.1")
+    assert call.outdir.parent == tmp_path.parent  # its own folder, beside the original's
+    assert call.outdir.name.startswith(f"{tmp_path.name}.rerun-")
     assert call.rerun_of == str(original.resolve()) and call.dataroot == tmp_path
