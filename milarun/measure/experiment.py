@@ -57,6 +57,46 @@ class Timer:
         return TimerRecord(self.start, self.duration, self.entries)
 
 
+def parse_with_harness_flags(
+    parser: argparse.ArgumentParser, argv: list[str], max_count: int | None = None, seed: int = 1234
+) -> argparse.Namespace:
+    """``argv`` parsed by ``parser`` with the harness's own flags added (--max-count,
+    --seed, --min-slices, --ci-target); any error is BadTestArguments."""
+    parser.add_argument(
+        "--max-count",
+        type=int,
+        default=max_count,
+        help="minimum work: train at least this many examples",
+    )
+    parser.add_argument("--seed", type=int, default=seed, help="random seed")
+    parser.add_argument(
+        "--min-slices",
+        type=int,
+        default=None,
+        help="measure at least this many 0.5 s slices (default "
+        f"{DEFAULT_MIN_SLICES}: one full steady window)",
+    )
+    parser.add_argument(
+        "--ci-target",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="keep measuring past --max-count until the steady rate's "
+        "95%% CI half-width is below this fraction (e.g. 0.01)",
+    )
+
+    def error(message: str) -> NoReturn:
+        raise BadTestArguments(f"bad test argument: {message}")
+
+    parser.error = error  # type: ignore[method-assign]
+    args = parser.parse_args(argv)
+    for flag in ("max_count", "min_slices", "ci_target"):
+        value = getattr(args, flag)
+        if value is not None and value <= 0:
+            error(f"--{flag.replace('_', '-')} {value} (> 0)")
+    return args
+
+
 class Experiment:
     """What a benchmark receives: arguments, device, timers, rate logs and metrics.
 
@@ -109,38 +149,7 @@ class Experiment:
         seed: int = 1234,
     ) -> argparse.Namespace:
         """Parse the test's arguments, adding the harness's ``--max-count`` and ``--seed``."""
-        parser.add_argument(
-            "--max-count",
-            type=int,
-            default=max_count,
-            help="minimum work: train at least this many examples",
-        )
-        parser.add_argument("--seed", type=int, default=seed, help="random seed")
-        parser.add_argument(
-            "--min-slices",
-            type=int,
-            default=None,
-            help="measure at least this many 0.5 s slices (default "
-            f"{DEFAULT_MIN_SLICES}: one full steady window)",
-        )
-        parser.add_argument(
-            "--ci-target",
-            type=float,
-            default=None,
-            metavar="FRACTION",
-            help="keep measuring past --max-count until the steady rate's "
-            "95%% CI half-width is below this fraction (e.g. 0.01)",
-        )
-
-        def error(message: str) -> NoReturn:
-            raise BadTestArguments(f"bad test argument: {message}")
-
-        parser.error = error  # type: ignore[method-assign]
-        args = parser.parse_args(argv)
-        for flag in ("max_count", "min_slices", "ci_target"):
-            value = getattr(args, flag)
-            if value is not None and value <= 0:
-                error(f"--{flag.replace('_', '-')} {value} (> 0)")
+        args = parse_with_harness_flags(parser, argv, max_count, seed)
         self.max_count = args.max_count
         self.min_slices, self.ci_target = args.min_slices, args.ci_target
         self.arguments = dict(vars(args))

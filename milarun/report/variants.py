@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from milarun import results
 from milarun.results import read
 
-# The harness's own flags: how long a run measures or its seed, not what it measures.
-MEASUREMENT_FLAGS = frozenset({"--min-slices", "--max-count", "--ci-target", "--seed"})
 TF32 = ("tf32_matmul", "tf32_cudnn")
 
 
@@ -32,7 +31,7 @@ def _flags(argv: Any) -> dict[str, str]:
             out[flag] = value if value else ""
         elif flag is not None:
             out[flag] = (out[flag] + " " + word).strip()
-    return {k: v for k, v in out.items() if k not in MEASUREMENT_FLAGS}
+    return {k: v for k, v in out.items() if k not in results.HARNESS_FLAGS}
 
 
 def setup(result: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,10 @@ import orjson
 
 from milarun.errors import InputError, ResultError, WriteError
 
+# The flags the harness adds to every test's parser (measure.experiment): how long a run
+# measures, or its seed; not what it measures.
+HARNESS_FLAGS = frozenset({"--min-slices", "--max-count", "--ci-target", "--seed"})
+
 FAILURE_KINDS = (
     "exception",
     "nan",

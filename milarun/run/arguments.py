@@ -3,24 +3,38 @@ process: milarun.measure.argcheck), and the arguments after ``--`` each job take
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import subprocess
 import sys
 
-from milarun import errors
+from milarun import errors, results
 from milarun.measure.argcheck import flag_groups
+from milarun.measure.experiment import BadTestArguments, parse_with_harness_flags
 from milarun.run.profile import Job
 
 log = logging.getLogger("milarun.run.arguments")
 CHECK_TIMEOUT = 300.0  # imports every test module once: seconds on a laptop
 
 
-def check_arguments(jobs: list[Job], user_args: list[str]) -> dict[str, list[str]]:
+def check_arguments(
+    jobs: list[Job], user_args: list[str], shipped: bool = False
+) -> dict[str, list[str]]:
     """Each job's share of ``user_args`` (job fullname -> words), after checking that every
     job parses its profile arguments and those words. A bad argument is a UsageError that
     names the job and the flag, before anything runs; a flag a test does not have is left
-    out for that test, with one warning that lists them."""
+    out for that test, with one warning that lists them.
+
+    A shipped profile (``shipped``: its arguments are tested with milarun) given only the
+    harness's own flags, which every test takes, is checked here without importing a test.
+    """
+    if shipped and all(g[0] in results.HARNESS_FLAGS for g in flag_groups(user_args)):
+        try:
+            parse_with_harness_flags(argparse.ArgumentParser(add_help=False), user_args)
+        except BadTestArguments as err:
+            raise errors.UsageError(f"{err}; nothing was run") from None
+        return {}
     asked = [
         {"job": job.fullname, "experiment": job.experiment, "argv": job.argv(), "user": user_args}
         for job in jobs

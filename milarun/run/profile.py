@@ -58,6 +58,11 @@ class Profile:
     path: Path
     jobs: dict[str, Job]
 
+    @property
+    def shipped(self) -> bool:
+        """A profile shipped with milarun (its jobs' arguments are tested with it)."""
+        return self.path.resolve().parent == PROFILE_DIR.resolve()
+
     def select(self, names: list[str] | None = None, tags: list[str] | None = None) -> list[Job]:
         """Jobs by name and/or tag, in profile order; unknown names list the valid ones."""
         unknown = [n for n in names or [] if n not in self.jobs]

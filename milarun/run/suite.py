@@ -84,7 +84,7 @@ def run_suite(
             cpus,
         )
     # Every job's arguments parse, before anything is written or run.
-    args_by_job = arguments.check_arguments(selected, request.user_args)
+    args_by_job = arguments.check_arguments(selected, request.user_args, shipped=prof.shipped)
     request = dataclasses.replace(request, user_args_by_job=args_by_job)
     call.check_outdir(request.outdir)
     call.check_dataroot(request.dataroot)

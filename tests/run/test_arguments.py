@@ -50,3 +50,13 @@ def test_jobs_with_a_bad_argument_runs_and_writes_nothing(tmp_path):
     line = one_line_error(done)
     assert "--batch-size" in line and "nothing was run" in line and "job quick." in line
     assert not out.exists()  # not even the folder: the check comes first
+
+
+def test_harness_flags_on_a_shipped_profile_are_checked_without_a_test(monkeypatch):
+    """Every test takes --min-slices and the like: a shipped profile's jobs need no import
+    to check them (the child process is never started)."""
+    monkeypatch.setattr(arguments.subprocess, "run", None)  # would fail if called
+    assert arguments.check_arguments(jobs("cart"), ["--min-slices", "6"], shipped=True) == {}
+    with pytest.raises(errors.UsageError) as info:
+        arguments.check_arguments(jobs("cart"), ["--min-slices", "abc"], shipped=True)
+    assert "--min-slices" in str(info.value) and "nothing was run" in str(info.value)
