@@ -65,7 +65,7 @@ def known() -> list[str]:
 
 
 # The datasets each test reads, by its experiment module: `milarun doctor --profile` checks a
-# profile's data from this table without importing a model (tests/test_doctor.py keeps it
+# profile's data from this table without importing a model (tests/doctor/test_doctor.py keeps it
 # equal to what each model imports from milabench.datasets).
 READ_BY = {
     "milabench.models.vae": ("mnist",),
