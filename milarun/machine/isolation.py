@@ -22,6 +22,10 @@ from milarun.errors import IsolationError
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpuset", "memory")
 PARENT_ENV = "MILARUN_CGROUP_PARENT"  # optional folder between own cgroup and students
+# cgroup v2 lets a non-root group hand controllers to its children only while it holds no
+# process: setup moves the caller's processes into this leaf, and the leaf's parent stays
+# the group that students live under.
+V2_LEAF = "milarun.leaf"
 
 
 # -- hierarchies -------------------------------------------------------------------------
@@ -85,9 +89,12 @@ def find_hierarchies(
             available = (v2_mount / "cgroup.controllers").read_text().split()
         except OSError:
             available = []
+        own_v2 = own.get("", "/")
+        if posixpath.basename(own_v2) == V2_LEAF:
+            own_v2 = posixpath.dirname(own_v2)
         for ctl in CONTROLLERS:
             if ctl not in found and ctl in available:
-                found[ctl] = Hierarchy(ctl, 2, v2_mount, own.get("", "/"))
+                found[ctl] = Hierarchy(ctl, 2, v2_mount, own_v2)
     return found
 
 
@@ -221,8 +228,39 @@ def _enable_v2(h: Hierarchy, path: str) -> None:
     control = h.dir(path) / "cgroup.subtree_control"
     enabled = (read_file(control) or "").split()
     if h.controller not in enabled:
-        with open(control, "w") as f:
-            f.write(f"+{h.controller}")
+        try:
+            with open(control, "w") as f:
+                f.write(f"+{h.controller}")
+        except OSError as err:
+            raise IsolationError(
+                f"cannot enable {h.controller} for the children of {path} ({control}: "
+                f"{err.strerror}); a cgroup v2 group that holds processes cannot: run milarun "
+                f"from a group of its own (e.g. `systemd-run --scope -p Delegate=yes ...`)"
+            ) from err
+
+
+def vacate_v2(h: Hierarchy) -> int:
+    """Move the processes of our own v2 group into its leaf so that it may have students;
+    returns how many moved. The root group is exempt from the rule and is left alone."""
+    procs = h.dir(h.own) / "cgroup.procs"
+    pids = (read_file(procs) or "").split()
+    if h.version != 2 or h.own == "/" or not pids:
+        return 0
+    leaf = h.dir(posixpath.join(h.own, V2_LEAF))
+    leaf.mkdir(exist_ok=True)
+    moved = 0
+    for pid in pids:
+        try:
+            with open(leaf / "cgroup.procs", "w") as f:
+                f.write(pid)
+            moved += 1
+        except ProcessLookupError:
+            continue  # ended meanwhile
+        except OSError as err:
+            raise IsolationError(
+                f"cannot move process {pid} from {h.own} into {leaf}: {err.strerror}"
+            ) from err
+    return moved
 
 
 def _configure(h: Hierarchy, path: str, student: Student) -> None:
@@ -276,6 +314,13 @@ def setup(
     """Create and configure each student's groups; returns what was done."""
     _require(hier, controllers)
     done = []
+    v2_trees = {(h.mount, h.own): h for h in (hier[c] for c in controllers) if h.version == 2}
+    for h in v2_trees.values():  # one unified tree: every controller shares one own group
+        if moved := vacate_v2(h):
+            done.append(
+                f"{h.own}/{V2_LEAF} ({moved} process(es) of {h.own} moved there: "
+                "a v2 group with processes cannot have student groups)"
+            )
     for student in students:
         for ctl in controllers:
             h = hier[ctl]

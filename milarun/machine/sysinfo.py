@@ -7,6 +7,7 @@ import platform
 import socket
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from milarun.machine import devices
@@ -20,7 +21,22 @@ def _version(package: str) -> str | None:
 
 
 def milarun_version() -> str:
-    return _version("milarun") or "unknown"
+    return _version("milarun") or _source_version() or "unknown"
+
+
+def _source_version() -> str | None:
+    """The version a source checkout's pyproject declares (run through PYTHONPATH, as
+    scripts/gpu-check.sh does on a machine with its own torch): not installed, same code."""
+    try:
+        import tomllib  # Python 3.11+
+    except ImportError:
+        return None
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        version = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return version if isinstance(version, str) else None
 
 
 def _cpu_model() -> str:

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from conftest import ROOT
 from fakes import FakeNVML
 from milarun import errors
 from milarun.machine import devices, gpuprobe, sysinfo
@@ -538,3 +539,13 @@ def test_torchrun_rank_uses_its_local_gpu(clean_env):
     clean_env.setenv("LOCAL_RANK", "2")
     with pytest.raises(RuntimeError, match="LOCAL_RANK=2 has no GPU"):
         devices.torch_device()
+
+
+def test_a_source_checkout_records_its_pyproject_version():
+    # gpu-check.sh runs milarun from the checkout through PYTHONPATH: not "unknown"
+    import tomllib
+
+    from milarun.machine import sysinfo
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert sysinfo._source_version() == declared

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -127,6 +128,50 @@ def test_v2_setup_writes_the_files_and_teardown_removes_them(fake_v2, monkeypatc
         f.unlink()
     isolation.teardown(students, hier)
     assert not (own / "bench").exists()
+
+
+def test_v2_setup_moves_our_processes_into_a_leaf_first(fake_v2, tmp_path, monkeypatch):
+    # A v2 group that holds processes cannot give its children controllers (EBUSY): setup
+    # moves them into milarun.leaf, and a process there still puts students beside it.
+    hier, root, own = fake_v2
+    (own / "cgroup.procs").write_text("4242\n4243\n")
+    written = []
+
+    def kernel_open(path, mode="r", *args, **kwargs):
+        if Path(path).name == "cgroup.subtree_control" and "w" in mode:
+            return SubtreeControl(Path(path))
+        if Path(path).name == "cgroup.procs" and "w" in mode:
+            written.append((Path(path).parent.name, kwargs or args))
+        return open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(isolation, "open", kernel_open, raising=False)
+    students = isolation.plan_students(["0"], [0, 1, 2, 3], "0", 8 * 2**30)
+    done = isolation.setup(students, hier)
+    assert [d for d in done if "moved" in d] == [
+        "/system.slice/job/milarun.leaf (2 process(es) of /system.slice/job moved there: "
+        "a v2 group with processes cannot have student groups)"
+    ]
+    assert [w[0] for w in written] == ["milarun.leaf", "milarun.leaf"]
+    assert (own / "student0" / "cpuset.cpus").read_text() == "0-3"
+    proc = tmp_path / "cgroup-leaf"
+    proc.write_text("0::/system.slice/job/milarun.leaf\n")
+    again = isolation.find_hierarchies(str(tmp_path / "mountinfo"), str(proc))
+    assert again["cpuset"].own == "/system.slice/job"
+    assert isolation.student_path(again["cpuset"], "student0") == "/system.slice/job/student0"
+
+
+def test_v2_controller_refused_is_one_line(fake_v2, monkeypatch):
+    hier, _, _ = fake_v2
+
+    def busy_open(path, mode="r", *args, **kwargs):
+        if Path(path).name == "cgroup.subtree_control" and "w" in mode:
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        return open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(isolation, "open", busy_open, raising=False)
+    students = isolation.plan_students(["0"], [0, 1, 2, 3], "0", 8 * 2**30)
+    with pytest.raises(errors.IsolationError, match="cannot enable cpuset.*busy.*own"):
+        isolation.setup(students, hier)
 
 
 def test_v2_missing_group_says_how_to_create_it(fake_v2):

@@ -44,6 +44,7 @@ class MovingNVML(FakeNVML):
             ]
         )
         self.power, self.reasons, self.t0 = power, reasons, time.time()
+        self.energy_read_at: list[float] = []
         name = (
             "nvmlDeviceGetCurrentClocksThrottleReasons"
             if old_names
@@ -56,6 +57,7 @@ class MovingNVML(FakeNVML):
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle):  # mJ; power is constant in tests
         now = time.time()
+        self.energy_read_at.append(now)
         return 1000.0 * self.power(now) * (now - self.t0)
 
     def nvmlDeviceGetClockInfo(self, handle, clock):
@@ -89,10 +91,15 @@ def test_monitor_reads_energy_clock_and_reasons(old_names):
     readings = [s["gpus"]["0"] for s in got]
     assert all(r["power"] == pytest.approx(250.0) for r in readings)
     assert all(r["sm_clock"] == 1410 and r["clock_events"] == POWER_CAP for r in readings)
-    # The counter is in J and moves with time: 250 W between two samples' wall times.
-    (a, ra), (b, rb) = (got[0]["time"], readings[0]), (got[-1]["time"], readings[-1])
+    # The counter is in J and moves with time: 250 W between two of its readings. (Timed by
+    # when the fake was read: a busy CPU can delay a reading after its sample's stamp.)
+    read_at = fake.energy_read_at[: len(got)]
+    (a, ra), (b, rb) = (read_at[0], readings[0]), (read_at[-1], readings[-1])
     assert rb["energy"] > ra["energy"]
-    assert (rb["energy"] - ra["energy"]) / (b - a) == pytest.approx(250.0, rel=0.02)
+    assert (rb["energy"] - ra["energy"]) / (b - a) == pytest.approx(250.0, rel=1e-6)
+    # each sample is stamped with the wall clock taken just before its readings
+    assert all(s["time"] <= t for s, t in zip(got, read_at))
+    assert [s["time"] for s in got] == sorted(s["time"] for s in got)
 
 
 def test_only_the_rank_that_writes_the_result_reads_the_energy_counter(monkeypatch):
