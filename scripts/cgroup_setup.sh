@@ -3,7 +3,8 @@
 # own CPU range and RAM/N. Extra arguments go to `milarun cgroups setup`, e.g. --devices cpu:2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v cgcreate >/dev/null 2>&1; then
+# cgroup-tools only for v1 hierarchies; cgroup v2 is written directly
+if grep -q " - cgroup " /proc/self/mountinfo && ! command -v cgcreate >/dev/null 2>&1; then
     echo "cgroup-tools is not installed: apt-get install cgroup-tools" >&2
     exit 1
 fi

@@ -18,84 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from milarun.errors import IsolationError
+from milarun.machine.cgroupfs import (  # noqa: F401  (the cgroup tree, re-exported)
+    CGROUP_ROOT,
+    V2_LEAF,
+    Hierarchy,
+    delegate_v2,
+    enable_v2,
+    find_hierarchies,
+    limit_up,
+    own_cgroups,
+    read_file,
+    vacate_v2,
+)
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpuset", "memory")
 PARENT_ENV = "MILARUN_CGROUP_PARENT"  # optional folder between own cgroup and students
-# cgroup v2 lets a non-root group hand controllers to its children only while it holds no
-# process: setup moves the caller's processes into this leaf, and the leaf's parent stays
-# the group that students live under.
-V2_LEAF = "milarun.leaf"
-
-
-# -- hierarchies -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Hierarchy:
-    """Where one controller lives: its mount, cgroup version, and this process's group."""
-
-    controller: str
-    version: int
-    mount: Path
-    own: str  # this process's cgroup path inside the hierarchy ("/a/b")
-
-    def path(self, name: str) -> str:
-        """Path (from the hierarchy root) of a group ``name`` below our own group."""
-        return posixpath.normpath(posixpath.join(self.own, name.strip("/")))
-
-    def dir(self, path: str) -> Path:
-        return self.mount / path.lstrip("/")
-
-
-def own_cgroups(proc_file: str = "/proc/self/cgroup") -> dict[str, str]:
-    """controller(s) -> cgroup path of this process (``""`` key for the v2 hierarchy)."""
-    groups: dict[str, str] = {}
-    try:
-        with open(proc_file, encoding="utf-8") as f:
-            for line in f:
-                parts = line.rstrip("\n").split(":", 2)
-                if len(parts) == 3:
-                    groups[parts[1]] = parts[2]
-    except OSError:
-        pass
-    return groups
-
-
-def find_hierarchies(
-    mountinfo: str = "/proc/self/mountinfo", proc_cgroup: str = "/proc/self/cgroup"
-) -> dict[str, Hierarchy]:
-    """controller -> the hierarchy that owns it (v1 first, else the v2 unified tree)."""
-    own = own_cgroups(proc_cgroup)
-    found: dict[str, Hierarchy] = {}
-    v2_mount = None
-    try:
-        lines = Path(mountinfo).read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields, extra = left.split(), right.split()
-        if len(fields) < 5 or len(extra) < 3:
-            continue
-        fstype, mount, options = extra[0], Path(fields[4]), extra[2].split(",")
-        if fstype == "cgroup":
-            for ctl in CONTROLLERS:
-                if ctl in options:
-                    path = next((p for c, p in own.items() if ctl in c.split(",")), "/")
-                    found[ctl] = Hierarchy(ctl, 1, mount, path)
-        elif fstype == "cgroup2":
-            v2_mount = mount
-    if v2_mount is not None:
-        try:
-            available = (v2_mount / "cgroup.controllers").read_text().split()
-        except OSError:
-            available = []
-        own_v2 = own.get("", "/")
-        if posixpath.basename(own_v2) == V2_LEAF:
-            own_v2 = posixpath.dirname(own_v2)
-        for ctl in CONTROLLERS:
-            if ctl not in found and ctl in available:
-                found[ctl] = Hierarchy(ctl, 2, v2_mount, own_v2)
-    return found
 
 
 # -- plan ----------------------------------------------------------------------------------
@@ -166,29 +103,6 @@ def plan_students(
     return students
 
 
-# -- reading and writing cgroup files -----------------------------------------------------
-def read_file(path: Path) -> str | None:
-    """A cgroup file's text, stripped; None when it cannot be read."""
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def limit_up(mount: Path, path: str, filename: str) -> int | None:
-    """Smallest limit in ``filename`` from the group ``path`` up to the hierarchy root."""
-    limits = []
-    node = mount / path.lstrip("/")
-    while True:
-        text = read_file(node / filename)
-        if text and text.isdigit() and int(text) < 2**62:
-            limits.append(int(text))
-        if node == mount or mount not in node.parents:
-            break
-        node = node.parent
-    return min(limits) if limits else None
-
-
 def _run(cmd: list[str]) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
@@ -210,7 +124,7 @@ def _create(h: Hierarchy, path: str) -> None:
     for part in parts:
         parent, current = current, posixpath.join(current, part)
         if h.version == 2:  # one tree for every controller: each enables itself, folder or not
-            _enable_v2(h, parent)
+            enable_v2(h, parent)
         if h.dir(current).is_dir():
             continue
         if h.version == 1:
@@ -222,45 +136,6 @@ def _create(h: Hierarchy, path: str) -> None:
                 _run(["cgset", "-r", f"cpuset.cpus={cpus}", "-r", f"cpuset.mems={mems}", current])
         else:
             h.dir(current).mkdir()
-
-
-def _enable_v2(h: Hierarchy, path: str) -> None:
-    control = h.dir(path) / "cgroup.subtree_control"
-    enabled = (read_file(control) or "").split()
-    if h.controller not in enabled:
-        try:
-            with open(control, "w") as f:
-                f.write(f"+{h.controller}")
-        except OSError as err:
-            raise IsolationError(
-                f"cannot enable {h.controller} for the children of {path} ({control}: "
-                f"{err.strerror}); a cgroup v2 group that holds processes cannot: run milarun "
-                f"from a group of its own (e.g. `systemd-run --scope -p Delegate=yes ...`)"
-            ) from err
-
-
-def vacate_v2(h: Hierarchy) -> int:
-    """Move the processes of our own v2 group into its leaf so that it may have students;
-    returns how many moved. The root group is exempt from the rule and is left alone."""
-    procs = h.dir(h.own) / "cgroup.procs"
-    pids = (read_file(procs) or "").split()
-    if h.version != 2 or h.own == "/" or not pids:
-        return 0
-    leaf = h.dir(posixpath.join(h.own, V2_LEAF))
-    leaf.mkdir(exist_ok=True)
-    moved = 0
-    for pid in pids:
-        try:
-            with open(leaf / "cgroup.procs", "w") as f:
-                f.write(pid)
-            moved += 1
-        except ProcessLookupError:
-            continue  # ended meanwhile
-        except OSError as err:
-            raise IsolationError(
-                f"cannot move process {pid} from {h.own} into {leaf}: {err.strerror}"
-            ) from err
-    return moved
 
 
 def _configure(h: Hierarchy, path: str, student: Student) -> None:
@@ -321,6 +196,10 @@ def setup(
                 f"{h.own}/{V2_LEAF} ({moved} process(es) of {h.own} moved there: "
                 "a v2 group with processes cannot have student groups)"
             )
+    for ctl in controllers:
+        if hier[ctl].version == 2:
+            for path in delegate_v2(hier[ctl]):
+                done.append(f"{ctl} for the children of {path} (so that {hier[ctl].own} has it)")
     for student in students:
         for ctl in controllers:
             h = hier[ctl]

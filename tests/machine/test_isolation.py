@@ -13,7 +13,7 @@ import pytest
 
 from conftest import load_all, milarun
 from milarun import errors
-from milarun.machine import isolation
+from milarun.machine import cgroupfs, isolation
 from milarun.machine.isolation import Hierarchy
 from milarun.measure import confinement
 
@@ -55,10 +55,15 @@ def test_spec_fills_the_device_id():
 # -- a fake cgroup v2 tree ----------------------------------------------------------------------
 @pytest.fixture
 def fake_v2(tmp_path, monkeypatch):
+    """root -> system.slice -> job (our group); cpuset and memory handed down to job."""
     root = tmp_path / "cgroup"
     own = root / "system.slice" / "job"
     own.mkdir(parents=True)
     (root / "cgroup.controllers").write_text("cpuset cpu memory pids\n")
+    (root / "cgroup.subtree_control").write_text("cpuset cpu memory pids\n")
+    (root / "system.slice" / "cgroup.controllers").write_text("cpuset cpu memory pids\n")
+    (root / "system.slice" / "cgroup.subtree_control").write_text("cpuset memory\n")
+    (own / "cgroup.controllers").write_text("cpuset memory\n")
     (own / "cgroup.subtree_control").write_text("")
     (own / "cpuset.cpus").write_text("0-3\n")
     (own / "cpuset.mems").write_text("0\n")
@@ -71,18 +76,49 @@ def fake_v2(tmp_path, monkeypatch):
     return isolation.find_hierarchies(str(mountinfo), str(proc)), root, own
 
 
-def test_v2_hierarchy_is_found(fake_v2):
-    hier, root, _ = fake_v2
-    assert set(hier) == {"cpuset", "memory"}
-    assert hier["cpuset"] == Hierarchy("cpuset", 2, root, "/system.slice/job")
+class FakeKernel:
+    """Writes to a fake v2 tree's control files as the kernel takes them. subtree_control:
+    "+c" needs c in the group's cgroup.controllers (ENOENT), and no process in a non-root
+    group (EBUSY); the children then list c in theirs. cgroup.procs: the pid leaves its
+    old group."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def open(self, path, mode="r", *args, **kwargs):
+        path = Path(path)
+        if "w" in mode and path.name in ("cgroup.subtree_control", "cgroup.procs"):
+            return _Writer(lambda text: self.write(path, text))
+        return open(path, mode, *args, **kwargs)
+
+    @staticmethod
+    def words(path: Path) -> list[str]:
+        return path.read_text().split() if path.exists() else []
+
+    def write(self, path: Path, text: str) -> None:
+        group = path.parent
+        if path.name == "cgroup.procs":
+            for other in self.root.rglob("cgroup.procs"):
+                other.write_text("\n".join(w for w in self.words(other) if w != text.strip()))
+            path.write_text("\n".join([*self.words(path), text.strip()]))
+            return
+        listed = group / "cgroup.controllers"  # a new folder: what its parent hands down
+        available = self.words(listed if listed.exists() else group.parent / path.name)
+        enabled = set(self.words(path))
+        for word in text.split():
+            if word[0] == "+" and word[1:] not in available:
+                raise OSError(errno.ENOENT, "No such file or directory")
+            if group != self.root and self.words(group / "cgroup.procs"):
+                raise OSError(errno.EBUSY, "Device or resource busy")
+            (enabled.add if word[0] == "+" else enabled.discard)(word[1:])
+        path.write_text(" ".join(sorted(enabled)))
+        for child in (c for c in group.iterdir() if c.is_dir()):
+            (child / "cgroup.controllers").write_text(" ".join(sorted(enabled)))
 
 
-class SubtreeControl:
-    """A write to a fake cgroup.subtree_control as the kernel takes it: "+c" enables c,
-    "-c" disables it, and the file then lists what is enabled (without the signs)."""
-
-    def __init__(self, path: Path):
-        self.path = path
+class _Writer:
+    def __init__(self, write):
+        self.write_text = write
 
     def __enter__(self):
         return self
@@ -91,23 +127,26 @@ class SubtreeControl:
         return False
 
     def write(self, text: str) -> int:
-        enabled = set(self.path.read_text().split()) if self.path.exists() else set()
-        for word in text.split():
-            (enabled.add if word[0] == "+" else enabled.discard)(word[1:])
-        self.path.write_text(" ".join(sorted(enabled)))
+        self.write_text(text)
         return len(text)
 
 
-def test_v2_setup_writes_the_files_and_teardown_removes_them(fake_v2, monkeypatch):
+@pytest.fixture
+def kernel(fake_v2, monkeypatch):
+    fake = FakeKernel(fake_v2[1])
+    monkeypatch.setattr(cgroupfs, "open", fake.open, raising=False)
+    return fake
+
+
+def test_v2_hierarchy_is_found(fake_v2):
+    hier, root, _ = fake_v2
+    assert set(hier) == {"cpuset", "memory"}
+    assert hier["cpuset"] == Hierarchy("cpuset", 2, root, "/system.slice/job")
+
+
+def test_v2_setup_writes_the_files_and_teardown_removes_them(fake_v2, kernel, monkeypatch):
     hier, root, own = fake_v2
     monkeypatch.setenv(isolation.PARENT_ENV, "bench")
-
-    def kernel_open(path, mode="r", *args, **kwargs):
-        if Path(path).name == "cgroup.subtree_control" and "w" in mode:
-            return SubtreeControl(Path(path))
-        return open(path, mode, *args, **kwargs)
-
-    monkeypatch.setattr(isolation, "open", kernel_open, raising=False)
     students = isolation.plan_students(["0", "1"], [0, 1, 2, 3], "0", 8 * 2**30)
     isolation.setup(students, hier)
     # both controllers enabled for the children, at every level down to the students
@@ -130,28 +169,20 @@ def test_v2_setup_writes_the_files_and_teardown_removes_them(fake_v2, monkeypatc
     assert not (own / "bench").exists()
 
 
-def test_v2_setup_moves_our_processes_into_a_leaf_first(fake_v2, tmp_path, monkeypatch):
-    # A v2 group that holds processes cannot give its children controllers (EBUSY): setup
-    # moves them into milarun.leaf, and a process there still puts students beside it.
+def test_v2_setup_moves_our_processes_into_a_leaf_first(fake_v2, kernel, tmp_path):
+    # Seen on an H200 machine: our group held the command's processes, so enabling a
+    # controller for its children was refused (EBUSY). setup moves them into milarun.leaf,
+    # and a process in the leaf still puts students beside it.
     hier, root, own = fake_v2
     (own / "cgroup.procs").write_text("4242\n4243\n")
-    written = []
-
-    def kernel_open(path, mode="r", *args, **kwargs):
-        if Path(path).name == "cgroup.subtree_control" and "w" in mode:
-            return SubtreeControl(Path(path))
-        if Path(path).name == "cgroup.procs" and "w" in mode:
-            written.append((Path(path).parent.name, kwargs or args))
-        return open(path, mode, *args, **kwargs)
-
-    monkeypatch.setattr(isolation, "open", kernel_open, raising=False)
     students = isolation.plan_students(["0"], [0, 1, 2, 3], "0", 8 * 2**30)
     done = isolation.setup(students, hier)
     assert [d for d in done if "moved" in d] == [
         "/system.slice/job/milarun.leaf (2 process(es) of /system.slice/job moved there: "
         "a v2 group with processes cannot have student groups)"
     ]
-    assert [w[0] for w in written] == ["milarun.leaf", "milarun.leaf"]
+    assert (own / isolation.V2_LEAF / "cgroup.procs").read_text().split() == ["4242", "4243"]
+    assert (own / "cgroup.procs").read_text().split() == []
     assert (own / "student0" / "cpuset.cpus").read_text() == "0-3"
     proc = tmp_path / "cgroup-leaf"
     proc.write_text("0::/system.slice/job/milarun.leaf\n")
@@ -160,18 +191,31 @@ def test_v2_setup_moves_our_processes_into_a_leaf_first(fake_v2, tmp_path, monke
     assert isolation.student_path(again["cpuset"], "student0") == "/system.slice/job/student0"
 
 
-def test_v2_controller_refused_is_one_line(fake_v2, monkeypatch):
-    hier, _, _ = fake_v2
-
-    def busy_open(path, mode="r", *args, **kwargs):
-        if Path(path).name == "cgroup.subtree_control" and "w" in mode:
-            raise OSError(errno.EBUSY, "Device or resource busy")
-        return open(path, mode, *args, **kwargs)
-
-    monkeypatch.setattr(isolation, "open", busy_open, raising=False)
+def test_v2_setup_hands_the_controller_down_to_our_group(fake_v2, kernel):
+    # Seen on the same machine next: ENOENT, as our parent did not enable cpuset for its
+    # children. setup enables it from the nearest ancestor that has it, top down.
+    hier, root, own = fake_v2
+    (root / "system.slice" / "cgroup.subtree_control").write_text("memory\n")
+    (own / "cgroup.controllers").write_text("memory\n")
     students = isolation.plan_students(["0"], [0, 1, 2, 3], "0", 8 * 2**30)
-    with pytest.raises(errors.IsolationError, match="cannot enable cpuset.*busy.*own"):
+    done = isolation.setup(students, hier)
+    assert "cpuset for the children of /system.slice (so that /system.slice/job has it)" in done
+    assert (own / "cgroup.controllers").read_text().split() == ["cpuset", "memory"]
+    assert (own / "student0" / "cpuset.cpus").read_text() == "0-3"
+
+
+def test_v2_controller_refused_is_one_line(fake_v2, kernel):
+    # An ancestor that holds processes cannot hand the controller down: say so, in one line.
+    hier, root, own = fake_v2
+    (root / "system.slice" / "cgroup.subtree_control").write_text("memory\n")
+    (own / "cgroup.controllers").write_text("memory\n")
+    (root / "system.slice" / "cgroup.procs").write_text("1\n")
+    students = isolation.plan_students(["0"], [0, 1, 2, 3], "0", 8 * 2**30)
+    with pytest.raises(errors.IsolationError) as err:
         isolation.setup(students, hier)
+    assert "\n" not in str(err.value)
+    assert "cannot enable cpuset for the children of /system.slice" in str(err.value)
+    assert "holds processes of its own" in str(err.value)
 
 
 def test_v2_missing_group_says_how_to_create_it(fake_v2):
