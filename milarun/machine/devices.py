@@ -391,6 +391,18 @@ def _memory_mib(mem: Any) -> list[float]:
 CHILDREN_REFRESH = 10.0  # seconds between listings of the test's child processes
 
 
+def _busy_seconds(t: Any) -> float:
+    """A CPU's non-idle seconds (iowait is idle; steal counts: the host took the CPU)."""
+    return float(
+        t.user
+        + t.nice
+        + t.system
+        + getattr(t, "irq", 0.0)
+        + getattr(t, "softirq", 0.0)
+        + getattr(t, "steal", 0.0)
+    )
+
+
 def cpu_monitor(interval: float = 1.0) -> Monitor:
     """psutil monitor of this process tree's CPU use and memory, and the host's RAM."""
     try:
@@ -399,6 +411,7 @@ def cpu_monitor(interval: float = 1.0) -> Monitor:
         return Monitor(dict, interval, unavailable=f"psutil not installed ({err})")
     me = psutil.Process()
     me.cpu_percent(None)
+    ours = sorted(os.sched_getaffinity(0))  # children inherit it: our tree runs only there
     # Listing children scans all of /proc (~1.5 ms holding the GIL against the test's own
     # thread: -0.8% rate error at 0.1 ms steps in milarun selftest): refresh it every 10 s.
     children: list[Any] = []
@@ -409,16 +422,27 @@ def cpu_monitor(interval: float = 1.0) -> Monitor:
         if now - listed[0] >= CHILDREN_REFRESH:
             children[:] = me.children(recursive=True)
             listed[0] = now
-        rss = 0
+        rss, own = 0, 0.0
         for p in (me, *children):
             try:
                 rss += p.memory_info().rss
+                # a reaped child's time moves into its parent's children_* fields
+                t = p.cpu_times()
+                own += t.user + t.system + t.children_user + t.children_system
             except psutil.Error:
                 pass
+        per_cpu = psutil.cpu_times(percpu=True)
+        busy = sum(_busy_seconds(per_cpu[c]) for c in ours if c < len(per_cpu))
         return {
+            "time": time.time(),
             "cpu_percent": me.cpu_percent(None),
             "rss_mb": rss / 2**20,
             "ram_used_percent": psutil.virtual_memory().percent,
+            # cumulative: milarun.measure.contention takes others' share over a window
+            "cpus": len(ours),
+            "cpus_busy_s": busy,
+            "own_cpu_s": own,
+            "load1": os.getloadavg()[0],
         }
 
     return Monitor(probe, interval)

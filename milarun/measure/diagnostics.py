@@ -108,9 +108,10 @@ class Diagnostics:
     cv: float | None = None
     drift: float | None = None  # last third of the window over its first third, minus 1
     warmup: float | None = None  # seconds of in-block time before the steady band
-    flags: tuple[str, ...] = ()  # "few-slices", "drift", "throttle"
+    flags: tuple[str, ...] = ()  # "few-slices", "drift", "throttle", "busy"
     extension: RunLengthRecord | None = None
     throttle: Any = None  # milarun.measure.energy.Throttle: window slices the GPU ran throttled
+    contention: Any = None  # milarun.measure.contention.Contention: others' share of our CPUs
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,6 +124,7 @@ class Diagnostics:
             "flags": list(self.flags),
             "extension": self.extension.to_dict() if self.extension else None,
             "throttle": self.throttle.to_dict() if self.throttle else None,
+            "contention": self.contention.to_dict() if self.contention else None,
         }
 
 

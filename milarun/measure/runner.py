@@ -17,7 +17,7 @@ from typing import Any
 from milarun import errors, results
 from milarun.machine import devices, sysinfo, watchdog
 from milarun.machine.gpuids import instance_gpus
-from milarun.measure import confinement, diagnostics, energy
+from milarun.measure import confinement, contention, diagnostics, energy
 from milarun.measure.call import check_extra, resolve_function
 from milarun.measure.experiment import BadTestArguments, Experiment, RateLog
 from milarun.results import records, steady
@@ -146,8 +146,9 @@ def _call(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         timings = exp.finish()
-        if gpu_mon.unavailable is None:
-            gpu_mon.sample()  # a reading after the run, so the samples bracket its window
+        for mon in (gpu_mon, cpu_mon):
+            if mon.unavailable is None:
+                mon.sample()  # a reading after the run, so the samples bracket its window
         gpu_record, cpu_record = gpu_mon.stop(), cpu_mon.stop()
     return _Ended(called_at, failure, error, timings, gpu_record, cpu_record)
 
@@ -198,8 +199,15 @@ def _test_record(
         rerun_of=rerun_of,
         startup=diagnostics.startup(imported_at, ended.called_at, logs),
         diagnostics={
-            log.name: energy.with_throttle(
-                diagnostics.log_record(log), ended.timings.get(log.name), ended.gpu_monitor, labels
+            log.name: contention.with_contention(
+                energy.with_throttle(
+                    diagnostics.log_record(log),
+                    ended.timings.get(log.name),
+                    ended.gpu_monitor,
+                    labels,
+                ),
+                ended.timings.get(log.name),
+                ended.cpu_monitor,
             )
             for log in logs
         },

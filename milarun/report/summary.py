@@ -152,6 +152,7 @@ def quality(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "drift": max(drifts, key=abs) if drifts else None,  # the worst run
         "warmup": _mean_of([d.get("warmup") for d in diags]),
         "flagged": dict(sorted(flagged.items())),
+        "busy": _worst_contention([d.get("contention") for d in diags]),
         "startup": {
             k: _mean_of([st.get(k) for st in starts])
             for k in ("import", "setup", "first_step", "to_first_slice")
@@ -159,6 +160,20 @@ def quality(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "flops_per_example": _mean_of([e.get("flops_per_example") for e in effs]),
         "achieved_flops": _mean_of([e.get("achieved_flops") for e in effs]),
         "percent_of_peak": _mean_of([e.get("percent_of_peak") for e in effs]),
+    }
+
+
+def _worst_contention(found: list[Any]) -> dict[str, Any] | None:
+    """The run whose CPUs other processes took most of (milarun.measure.contention)."""
+    shares = [c for c in found if isinstance(c, dict) and results.is_finite(c.get("others"))]
+    if not shares:
+        return None
+    worst = max(shares, key=lambda c: c["others"])
+    load = worst.get("load")
+    return {
+        "others": float(worst["others"]),
+        "cpus": worst.get("cpus") if isinstance(worst.get("cpus"), int) else None,
+        "load": float(load) if load is not None and results.is_finite(load) else None,
     }
 
 

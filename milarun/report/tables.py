@@ -83,7 +83,25 @@ def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
         )
     if few:
         out.append("steady window shorter than 5 s (raise --min-slices): " + ", ".join(few))
+    busy = [_busy_phrase(test, entry) for test, entry in sorted(summary.items())]
+    if any(busy):
+        out.append(
+            "the machine was busy: other processes took the CPUs these runs could use, so "
+            "their rates may be low: " + ", ".join(b for b in busy if b)
+        )
     return out
+
+
+def _busy_phrase(test: str, entry: dict[str, Any]) -> str | None:
+    quality = entry.get("quality") or {}
+    runs = (quality.get("flagged") or {}).get("busy")
+    worst = quality.get("busy") or {}
+    if not runs or not isinstance(worst.get("others"), float):
+        return None
+    load = worst.get("load")
+    cpus = worst.get("cpus")
+    on = f", load {load:.1f} on {cpus} CPU(s)" if load is not None and cpus else ""
+    return f"{test} ({runs} run(s), up to {worst['others']:.0%} of their CPUs{on})"
 
 
 def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
