@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -13,6 +14,14 @@ TESTS = Path(__file__).resolve().parent  # tests/: the helpers; tests/<wing>/: t
 ROOT = TESTS.parent  # the repository
 BENCHES = TESTS / "benches"  # toy tests (faulty, rankenv) the CLI tests run
 DATA = TESTS / "data"  # fixtures: a real H100's NVML readings, the pinned golden report
+
+
+@atexit.register  # registered first, so it runs last: after pytest has printed everything
+def _quiet_interpreter_exit() -> None:
+    """triton's nanobind bindings (imported by every `import torch`) list ~60 'leaked'
+    objects on stderr as a pytest process's interpreter shuts down: noise, not ours."""
+    sys.stderr.flush()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
 
 
 def cli_env(

@@ -31,6 +31,7 @@ def test_flat_series():
         "flags": [],
         "extension": None,
         "throttle": None,
+        "contention": None,
     }
 
 
@@ -120,7 +121,8 @@ def test_results_record_startup_and_diagnostics(tmp_path):
     result = json.loads(path.read_text())
     startup = result["startup"]
     assert 0 < startup["import"] < startup["to_first_slice"]
-    assert startup["setup"] >= 0 and startup["first_step"] == pytest.approx(0.01, abs=0.01)
+    # a step lasts at least its 10 ms (more on a busy machine), inside the start-up
+    assert startup["setup"] >= 0 and 0.01 <= startup["first_step"] < startup["to_first_slice"]
     diag = result["diagnostics"]["train"]
     assert diag["slices"] >= 9  # --max-count alone gives 1 s: the extension made it 9
     assert diag["extension"]["min_slices"] == 9 and diag["extension"]["stopped_by"]

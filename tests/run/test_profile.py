@@ -393,7 +393,7 @@ def test_cli_bad_profile_is_one_line_error(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
     )
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
     lines = proc.stderr.splitlines()

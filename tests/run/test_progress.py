@@ -138,7 +138,7 @@ def test_warnings_go_to_stderr_as_one_plain_line():
         "logging.getLogger('milarun.run.launch').warning('prepare command of %s failed', 'x')"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == ""
