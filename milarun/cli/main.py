@@ -255,7 +255,7 @@ class Commands:
         if outcome.gate_failure:
             print(f"milarun: FAIL: {outcome.gate_failure}", file=sys.stderr)
             return GATE_FAILED
-        return 0
+        return 1 if outcome.incomplete else 0
 
     def dataset(test_args: list[str]) -> int:
         """Fetch the real data of datasets, or synthesise it offline in the same layout."""

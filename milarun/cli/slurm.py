@@ -50,7 +50,7 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
     asked = set(submission.expected) | {
         t
         for node in (out / slurmenv.NODES_FOLDER).glob("*")
-        for t in slurm_follow.planned_on(node, submission) or ()
+        for t, _ in slurm_follow.planned_on(node, submission) or ()
     }
     outcome = reporting.make_report(
         reporting.ReportRequest(

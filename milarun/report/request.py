@@ -36,6 +36,7 @@ class ReportOutcome:
     skipped: list[summary.Skipped] = field(default_factory=list)  # files that were not results
     html: Path | None = None
     gate_failure: str | None = None  # why --fail-below failed, if it did
+    incomplete: bool = False  # no result at all, only runs cut short: exit 1
 
 
 def make_report(request: ReportRequest) -> ReportOutcome:
@@ -60,7 +61,17 @@ def make_report(request: ReportRequest) -> ReportOutcome:
         from milarun.report.render import html  # matplotlib: only for the page
 
         html.check_html_path(request.html)  # before any work: never overwrite a foreign file
-    src = summary.load_source(request.source)
+    try:
+        src = summary.load_source(request.source)
+    except errors.EmptyResults:
+        cuts = manifest.cut_short(request.source) if Path(request.source).is_dir() else []
+        if not cuts:
+            raise
+        # a run killed before its first result: say what it planned and lost, exit 1
+        lines = [f"{request.source}: no milarun results found"] + [
+            f"- {cut.describe()}: no result for {cut.missing()}" for cut in cuts
+        ]
+        return ReportOutcome("\n".join(lines) + "\n", incomplete=True)
     if request.compare_nodes and src.loaded is None:
         raise errors.UsageError(
             f"--compare-nodes: {request.source} is a summary file, which "
@@ -102,8 +113,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     )
     if src.loaded is not None:  # a results folder: a run cut short says what it never did
         rep.warnings += [
-            f"{cut.describe()}: no result for "
-            f"{', '.join(cut.without_result) or 'none of its tests'}"
+            f"{cut.describe()}: no result for {cut.missing()}"
             for cut in manifest.cut_short(request.source)
         ]
     skipped = [

@@ -36,10 +36,17 @@ class RunManifest:
 
     @classmethod
     def start(
-        cls, outdir: Path, profile: str, tests: list[str], repeat: int, devices: list[str]
+        cls,
+        outdir: Path,
+        profile: str,
+        tests: list[str],
+        repeat: int,
+        devices: list[str],
+        instances: list[tuple[str, str]] | None = None,
     ) -> RunManifest:
         """Write the manifest of a run about to start; WriteError when the folder cannot
-        take it (full disk, read-only), before any job runs."""
+        take it (full disk, read-only), before any job runs. ``instances``: every (result
+        name, job id) the run will record, so that one lost instance of many is named."""
         started = time.time()
         data = {
             "kind": KIND,
@@ -53,6 +60,7 @@ class RunManifest:
             "devices": devices,
             "repeat": repeat,
             "planned": sorted(tests),
+            "instances": [list(pair) for pair in instances or ()],
             "ended": [],
         }
         path = Path(outdir) / f"{PREFIX}{results.utc_stamp(started)}{SUFFIX}"
@@ -89,13 +97,14 @@ class RunManifest:
 @dataclass(frozen=True)
 class CutShort:
     """A run in a folder that did not complete: when it started, why, and which of its
-    planned tests have no recorded end (never started, or lost with their supervisor)."""
+    planned instances have no recorded end (never started, or lost with their supervisor)."""
 
     path: Path
     status: str  # "running" (supervisor gone), "interrupted" or "failed"
     reason: str
     started_at: float
-    without_result: tuple[str, ...]  # planned tests that recorded no end
+    without_result: tuple[str, ...]  # planned tests with an instance that recorded no end
+    lost: tuple[tuple[str, str], ...] = ()  # those instances: (test, job id)
 
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
@@ -103,9 +112,21 @@ class CutShort:
         where = (
             f" on node {self.path.parent.name}"
             if self.path.parent.parent.name == slurmenv.NODES_FOLDER
-            else ""
+            else f" in {self.path.parent}"
         )
         return f"the jobs run started {when}{where} was cut short ({self.reason})"
+
+    def missing(self) -> str:
+        """``quick.vae (J0.1), quick.cart (J0.0, J0.1)``: what no instance recorded."""
+        if not self.lost:
+            return ", ".join(self.without_result) or "none of its tests"
+        ids: dict[str, list[str]] = {}
+        for test, job_id in self.lost:
+            ids.setdefault(test, []).append(f"J{job_id}")
+        return ", ".join(f"{t} ({', '.join(j)})" for t, j in ids.items())
+
+
+MAX_MANIFESTS = 1000  # below one folder: a report reads at most this many
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -115,21 +136,47 @@ def _read(path: Path) -> dict[str, Any]:
     return data
 
 
-def _manifests(folder: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """The readable run manifests of one folder, in time order (foreign files passed by)."""
-    for path in sorted(Path(folder).glob(f"{PREFIX}*{SUFFIX}")):
+def _manifests(folder: Path, recursive: bool = False) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """The readable run manifests of a folder (and below it), in time order per folder
+    (foreign files, folders and damaged manifests passed by)."""
+    pattern = f"{PREFIX}*{SUFFIX}"
+    found = Path(folder).rglob(pattern) if recursive else Path(folder).glob(pattern)
+    paths = sorted(p for _, p in zip(range(MAX_MANIFESTS), found))
+    for path in paths:
+        if not path.is_file():
+            continue
         try:
             yield path, _read(path)
         except errors.InputError:
             continue
 
 
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _pairs(value: Any) -> list[tuple[str, str]]:
+    """[[test, job id], ...] from a manifest, whatever a hand left there."""
+    items = value if isinstance(value, list) else []
+    return [
+        (p[0], p[1])
+        for p in items
+        if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+    ]
+
+
+def _when(value: Any) -> float:
+    """A manifest's time, or 0 (1970) when it is not a plausible one."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and 0 <= value < 1e11 else 0.0
+
+
 def cut_short(outdir: Path) -> list[CutShort]:
-    """The runs in ``outdir`` that did not complete, oldest first. A manifest still marked
-    running while no live process holds the folder's lock lost its supervisor."""
+    """The runs in ``outdir`` or any folder below it that did not complete, oldest first.
+    A manifest still marked running while no live process holds its folder's lock lost
+    its supervisor."""
     found = []
-    folders = [Path(outdir), *sorted((Path(outdir) / slurmenv.NODES_FOLDER).glob("*"))]
-    for path, data in (found for folder in folders for found in _manifests(folder)):
+    for path, data in _manifests(outdir, recursive=True):
         status = data.get("status")
         if status == "complete" or (status == "running" and watchdog.outdir_busy(path.parent)):
             continue
@@ -137,17 +184,22 @@ def cut_short(outdir: Path) -> list[CutShort]:
             reason = "its supervisor ended without finishing it: killed?"
         else:
             reason = str(data.get("reason") or status)[:200]
-        ended = {e.get("test") for e in data.get("ended") or () if isinstance(e, dict)}
-        planned = [t for t in data.get("planned") or () if isinstance(t, str)]
-        started = data.get("started_at")
+        entries = (
+            [e for e in data.get("ended") or () if isinstance(e, dict)]
+            if isinstance(data.get("ended"), list)
+            else []
+        )
+        ended_tests = {e.get("test") for e in entries}
+        ended = {(e.get("test"), e.get("job_id")) for e in entries}
+        lost = tuple(p for p in _pairs(data.get("instances")) if p not in ended)
+        planned = _strings(data.get("planned"))
+        without = (
+            tuple(dict.fromkeys(t for t, _ in lost))
+            if data.get("instances")
+            else tuple(t for t in planned if t not in ended_tests)
+        )
         found.append(
-            CutShort(
-                path,
-                str(status),
-                reason,
-                float(started) if isinstance(started, (int, float)) else 0.0,
-                tuple(t for t in planned if t not in ended),
-            )
+            CutShort(path, str(status)[:40], reason, _when(data.get("started_at")), without, lost)
         )
     return sorted(found, key=lambda cut: cut.started_at)
 
@@ -155,11 +207,18 @@ def cut_short(outdir: Path) -> list[CutShort]:
 def planned_since(folder: Path, since: float) -> set[str] | None:
     """The tests the runs in ``folder`` started at or after ``since`` planned; None when no
     such run left a manifest (its supervisor never started)."""
-    planned: set[str] | None = None
+    pairs = planned_instances_since(folder, since)
+    return None if pairs is None else {t for t, _ in pairs}
+
+
+def planned_instances_since(folder: Path, since: float) -> set[tuple[str, str | None]] | None:
+    """(test, job id) of every instance the runs in ``folder`` started at or after ``since``
+    planned (job id None for a manifest older than the instance list); None when no such
+    run left a manifest."""
+    planned: set[tuple[str, str | None]] | None = None
     for _, data in _manifests(folder):
-        started = data.get("started_at")
-        if isinstance(started, (int, float)) and started >= since:
-            planned = (planned or set()) | {
-                t for t in data.get("planned") or () if isinstance(t, str)
-            }
+        if _when(data.get("started_at")) >= since:
+            pairs: set[tuple[str, str | None]] = set(_pairs(data.get("instances")))
+            pairs = pairs or {(t, None) for t in _strings(data.get("planned"))}
+            planned = (planned or set()) | pairs
     return planned

@@ -189,6 +189,37 @@ def _run_command(
     ]
 
 
+def progression_sizes(devices: list[Device], rdzv: Any) -> list[tuple[int, int]]:
+    """gpu-progression's rounds as (ranks on this node, world size): k = 1..N on one node;
+    on nnodes nodes (a rendezvous), the one round of N per node."""
+    if rdzv:
+        return [(len(devices), len(devices) * rdzv.nnodes)]
+    return [(k, k) for k in range(1, len(devices) + 1)]
+
+
+def instance_job_id(job: Job, repeat: int, group: list[Device]) -> str:
+    """``<repeat>.<device id>`` for a per-gpu instance, ``<repeat>`` otherwise."""
+    return f"{repeat}.{group[0].id}" if job.partition == "per-gpu" else str(repeat)
+
+
+def planned_instances(
+    jobs: list[Job], devices: list[Device], repeat: int, rdzv: Any = None
+) -> list[tuple[str, str]]:
+    """Every (result name, job id) that running ``jobs`` ``repeat`` times on ``devices``
+    will record, in the order they run: what a run manifest plans."""
+    planned = []
+    for r in range(repeat):
+        for job in jobs:
+            if job.partition == "gpu-progression":
+                planned += [
+                    (f"{job.fullname}.{w}", str(r)) for _, w in progression_sizes(devices, rdzv)
+                ]
+            else:
+                groups = [[d] for d in devices] if job.partition == "per-gpu" else [devices]
+                planned += [(job.fullname, instance_job_id(job, r, g)) for g in groups]
+    return planned
+
+
 def plan_progression(
     job: Job,
     repeat: int,
@@ -200,11 +231,9 @@ def plan_progression(
     in a multi-node run (opts.rendezvous), this node's part of the one job of nnodes x N
     ranks, named by its world size."""
     rdzv = opts.rendezvous
-    sizes = [len(devices)] if rdzv else range(1, len(devices) + 1)
     rounds = []
-    for k in sizes:
+    for k, world in progression_sizes(devices, rdzv):
         group = devices[:k]
-        world = k * rdzv.nnodes if rdzv else k
         name = f"{job.fullname}.{world}"
         extra = {
             "job": job.definition,
@@ -272,7 +301,7 @@ def plan_instances(
     groups = [[d] for d in devices] if job.partition == "per-gpu" else [devices]
     instances = []
     for group in groups:
-        job_id = f"{repeat}.{group[0].id}" if job.partition == "per-gpu" else str(repeat)
+        job_id = instance_job_id(job, repeat, group)
         extra = {
             "job": job.definition,
             "suite": job.suite,

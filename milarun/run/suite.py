@@ -17,7 +17,7 @@ from milarun.machine.gpuids import resolve_gpus
 from milarun.measure import call
 from milarun.report import summary
 from milarun.results import manifest
-from milarun.run import arguments, launch, profile
+from milarun.run import arguments, launch, plan, profile
 
 log = logging.getLogger("milarun")
 
@@ -118,7 +118,12 @@ def _run_held(
     )
     expected = expected_tests(selected, devs, request.rendezvous)
     record = manifest.RunManifest.start(
-        request.outdir, prof.name, sorted(expected), request.repeat, [d.label for d in devs]
+        request.outdir,
+        prof.name,
+        sorted(expected),
+        request.repeat,
+        [d.label for d in devs],
+        plan.planned_instances(selected, devs, request.repeat, request.rendezvous),
     )
     say(
         f"{prof.name}: {len(selected)} job(s) x {request.repeat} on "

@@ -159,18 +159,28 @@ def _job_results(folder: Path, job_ids: set[str]) -> Iterator[dict[str, Any]]:
 
 
 def _missing_record(
-    name: str, function: str, node: str, job: JobState, nodes: list[str], outdir: Path, why: str
+    name: str,
+    instance: str | None,
+    function: str,
+    node: str,
+    job: JobState,
+    nodes: list[str],
+    outdir: Path,
+    why: str,
 ) -> dict[str, Any]:
+    """The FAIL record of an instance a node did not record: its own job id when the
+    node's manifest planned it (a second check then finds it recorded), else slurm<job>."""
     kind = KIND_OF_STATE.get(job.state, "crash")
+    what = f"{name} J{instance}" if instance else name
     message = (
-        f"node {node} recorded no result for {name} in Slurm job {job.job_id} "
+        f"node {node} recorded no result for {what} in Slurm job {job.job_id} "
         f"({why}; job state {job.state}"
         + (f", exit {job.exit_code}" if job.exit_code else "")
         + f"): see {outdir / SLURM_FOLDER} for the job's output"
     )
     return records.ResultRecord(
         name=name,
-        job_id=f"slurm{job.job_id}",
+        job_id=instance or f"slurm{job.job_id}",
         dataroot="",
         outdir=str(outdir),
         call=records.Call(function, []),
@@ -198,29 +208,40 @@ def _missing_record(
     ).to_dict()
 
 
+Instance = tuple[str, "str | None"]  # (result name, job id); None: any job id
+
+
 def _missing(
     outdir: Path, record: Submission, job_id: str, nodes: list[str]
-) -> dict[str, tuple[set[str], str]]:
-    """Per node (the head only for scaling), the expected results it has not recorded, and
-    why. A node's expected results are what its runs of this submission planned (their
-    manifests); the submission's own list where no run of it started there."""
+) -> dict[str, tuple[set[Instance], str]]:
+    """Per node (the head only for scaling), the expected instances it has not recorded,
+    and why. A node's expected instances are what its runs of this submission planned
+    (their manifests: each (test, job id), so one lost instance of two is named); the
+    submission's own list of tests where no run of it started there."""
     base = outdir / slurmenv.NODES_FOLDER
-    recorded = {node: {d["name"] for d in _job_results(base / node, {job_id})} for node in nodes}
+    recorded = {
+        node: {(d["name"], str(d.get("job_id"))) for d in _job_results(base / node, {job_id})}
+        for node in nodes
+    }
     anywhere = set().union(*recorded.values()) if recorded else set()
     missing = {}
     for node in nodes[:1] if record.kind == "scaling" else nodes:
         planned = planned_on(base / node, record)
+        expected = planned if planned is not None else {(t, None) for t in record.expected}
         have = anywhere if record.kind == "scaling" else recorded[node]
-        absent = set(planned if planned is not None else record.expected) - have
+        names = {name for name, _ in have}
+        absent = {
+            (t, j) for t, j in expected if ((t, j) not in have if j is not None else t not in names)
+        }
         if absent:
             missing[node] = (absent, "no result at all" if not have else "others were recorded")
     return missing
 
 
-def planned_on(folder: Path, submission: Submission) -> set[str] | None:
-    """What the runs of this submission in a node folder planned (None: none started);
-    5 s of slack for a node clock behind the submitter's."""
-    return manifest.planned_since(folder, submission.submitted_at - 5)
+def planned_on(folder: Path, submission: Submission) -> set[Instance] | None:
+    """The instances the runs of this submission in a node folder planned (None: none
+    started); 5 s of slack for a node clock behind the submitter's."""
+    return manifest.planned_instances_since(folder, submission.submitted_at - 5)
 
 
 def _job_nodes(record: Submission, job: JobState) -> list[str]:
@@ -265,9 +286,9 @@ def check(
     with open(outdir / SLURM_FOLDER / ".check.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for node, (absent, why) in sorted(_missing(outdir, record, job_id, nodes).items()):
-            for name in sorted(absent):
+            for name, instance in sorted(absent, key=lambda a: (a[0], a[1] or "")):
                 fail = _missing_record(
-                    name, record.functions.get(name, "?"), node, job, nodes, outdir, why
+                    name, instance, record.functions.get(name, "?"), node, job, nodes, outdir, why
                 )
                 written.append(
                     results.write_result(

@@ -33,6 +33,7 @@ def start_jobs(
     *test_args: str,
     env: dict[str, str] | None = None,
     stdout: int = subprocess.PIPE,
+    options: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     words = [
         sys.executable,
@@ -44,6 +45,7 @@ def start_jobs(
         "cpu:2",
         "-o",
         str(out),
+        *options,
         *(["--", *test_args] if test_args else []),
     ]
     return subprocess.Popen(
@@ -100,7 +102,35 @@ def test_sigkill_of_jobs_kills_every_instance(tmp_path):
     # The run manifest says it was cut short and which tests never recorded an end.
     (cut,) = manifest.cut_short(tmp_path / "out")
     assert cut.status == "running" and "killed?" in cut.describe()
-    assert cut.without_result == ("long.after", "long.wait")
+    assert cut.without_result == ("long.wait", "long.after")  # in the order they run
+    assert cut.missing() == "long.wait (J0.0, J0.1), long.after (J0.0, J0.1)"
+    # No result at all: report still says what the run planned and lost, and exits 1.
+    shown = milarun("report", tmp_path / "out")
+    assert shown.returncode == 1 and "Traceback" not in shown.stderr, shown.stderr
+    assert "no milarun results found" in shown.stdout
+    assert "no result for long.wait (J0.0, J0.1), long.after (J0.0, J0.1)" in shown.stdout
+
+
+def test_sigkill_in_a_later_repeat_names_each_lost_instance(tmp_path):
+    """Plans are (test, job id) pairs: killed in repeat 2, the report names the instances
+    it lost, though repeat 1 recorded some of the same tests; so does a report of the
+    folder above (results are read recursively, and so are cut-short runs)."""
+    prof = write_profile(tmp_path / "two.json", fast={"experiment": "faulty:steps"}, wait=SLEEPY)
+    proc = start_jobs(prof, tmp_path / "out", "--min-slices", "4", options=("--repeat", "2"))
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list((tmp_path / "out").glob("two.fast.*.json"))) < 2:
+        time.sleep(0.2)
+    children = running_instances(proc)  # two.wait's, in repeat 1
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert_none_left(children)
+    (cut,) = manifest.cut_short(tmp_path / "out")
+    lost = "two.wait (J0.0, J0.1, J1.0, J1.1), two.fast (J1.0, J1.1)"
+    assert cut.missing() == lost
+    for folder in (tmp_path / "out", tmp_path):
+        shown = milarun("report", folder)
+        assert shown.returncode == 0, shown.stderr
+        assert f"no result for {lost}" in " ".join(shown.stdout.split()), shown.stdout
 
 
 def test_sigkill_reaches_an_instance_behind_a_forking_prefix(tmp_path):

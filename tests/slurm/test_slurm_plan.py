@@ -197,10 +197,10 @@ def _submission(out: Path, job: str) -> None:
     record.save(out / "slurm", "20260101-000000-000000")
 
 
-def _node_result(out: Path, node: str, name: str, job: str) -> None:
+def _node_result(out: Path, node: str, name: str, job: str, job_id: str = "0.0") -> None:
     record = ResultRecord(
         name=name,
-        job_id="0.0",
+        job_id=job_id,
         dataroot="",
         outdir=str(out),
         call=Call("m:f", []),
@@ -289,6 +289,26 @@ def test_check_expects_what_the_node_planned(tmp_path):
     written = slurm_follow.check(tmp_path, "42", ["node2"], state, settle=0)
     assert [json.loads(p.read_text())["name"] for p in written] == ["quick.scaling.4"]
     assert json.loads(written[0].read_text())["failure"]["kind"] == "crash"
+
+
+def test_check_names_the_lost_instance_of_a_node_with_two_devices(tmp_path):
+    """A node on --devices cpu:2 killed after its first instance: the other one, same
+    test, is named by its job id (plans are (test, job id) pairs, not test names)."""
+    _submission(tmp_path, "42")
+    node1 = tmp_path / "nodes" / "node1"
+    node1.mkdir(parents=True)
+    pairs = [(t, j) for t in ("quick.polynome", "quick.vae") for j in ("0.0", "0.1")]
+    manifest.RunManifest.start(
+        node1, "quick", ["quick.polynome", "quick.vae"], 1, ["cpu:0", "cpu:1"], pairs
+    )
+    for name, job_id in pairs[:3]:
+        _node_result(tmp_path, "node1", name, "42", job_id)
+    state = slurm_follow.JobState("42", "FAILED", "9:0", "node1")
+    written = slurm_follow.check(tmp_path, "42", ["node1"], state, settle=0)
+    (fail,) = [json.loads(p.read_text()) for p in written]
+    assert (fail["name"], fail["job_id"]) == ("quick.vae", "0.1")
+    assert "no result for quick.vae J0.1" in fail["failure"]["message"]
+    assert slurm_follow.check(tmp_path, "42", ["node1"], state, settle=0) == []
 
 
 def test_gather_skips_the_lock_appends_logs_and_refuses_to_nest(tmp_path):
