@@ -335,6 +335,30 @@ def join_v2(procs: list[Path]) -> None:
             f.write(str(os.getpid()))
 
 
+def group_pids(groups: dict[str, str], hier: dict[str, Hierarchy]) -> list[int]:
+    """The processes in an instance's groups (v1 and v2 both list them in cgroup.procs)."""
+    pids: set[int] = set()
+    for ctl, path in groups.items():
+        if ctl in hier:
+            text = read_file(hier[ctl].dir(path) / "cgroup.procs") or ""
+            pids |= {int(w) for w in text.split() if w.isdigit()}
+    return sorted(pids)
+
+
+def kill_group(groups: dict[str, str], hier: dict[str, Hierarchy]) -> list[int]:
+    """SIGKILL what is left in an instance's groups once it ended (a child that left its
+    process group, e.g. by setsid, is still in its cgroup); returns the pids."""
+    import signal
+
+    pids = group_pids(groups, hier)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
 def oom_kills(groups: dict[str, str], hier: dict[str, Hierarchy]) -> int | None:
     """The memory group's OOM-kill counter (None when unknown)."""
     path = groups.get("memory")

@@ -23,6 +23,7 @@ from pathlib import Path
 from milarun import errors
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PR_SET_CHILD_SUBREAPER = 36
 SUPERVISOR_ENV = "MILARUN_SUPERVISOR_PID"  # set by `jobs` for its instances
 RESULT_STAMP_ENV = "MILARUN_RESULT_STAMP"  # the stamp of the instance's result file name
 LOCK_NAME = ".milarun.lock"
@@ -70,6 +71,34 @@ def die_with_parent(supervisor: int, then: Callable[[], None] | None = None) -> 
 
 LOG_LIMIT_ENV = "MILARUN_LOG_LIMIT_MB"
 DEFAULT_LOG_LIMIT_MB = 1024
+
+
+def become_subreaper() -> bool:
+    """Orphans of our descendants (a test's setsid() child, a prefix that forks and exits)
+    become our children instead of init's, so ``kill_escaped`` can find them. False where
+    the kernel has no such thing."""
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
+    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def kill_escaped(keep: Callable[[int], bool] = lambda pid: False) -> list[int]:
+    """SIGKILL every descendant of this process that ``keep`` does not claim, and reap
+    it; returns their pids. Run once no instance is running: what is left escaped."""
+    import psutil
+
+    killed: list[int] = []
+    for _ in range(10):  # killing an escapee reparents its own children to us: again
+        left = [p for p in psutil.Process().children(recursive=True) if not keep(p.pid)]
+        if not left:
+            break
+        for proc in left:
+            try:
+                proc.kill()
+                killed.append(proc.pid)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(left, timeout=5)
+    return killed
 
 
 def log_limit() -> int:

@@ -66,6 +66,8 @@ class Supervisor:
         self.on_recorded = on_recorded  # the run manifest's entry, before the line
         self.stop_requested: str | None = None
         self.warned: set[str] = set()
+        # a test's child that leaves its process group (setsid) becomes ours, not init's
+        watchdog.become_subreaper()
 
     def _request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = signal.Signals(signum).name
@@ -84,6 +86,7 @@ class Supervisor:
             self._abandon(instances, f"an error in milarun jobs ({type(err).__name__})")
             raise
         finally:
+            self._kill_escaped()
             self.board.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -110,6 +113,17 @@ class Supervisor:
             if running:
                 time.sleep(POLL_INTERVAL)
 
+    def _kill_escaped(self) -> None:
+        """No instance runs now: any process of ours left escaped one (a setsid() child, the
+        test of a prefix that forked and exited) and would run on unsupervised."""
+        killed = watchdog.kill_escaped()
+        if killed:
+            self.board.say(
+                f"killed {len(killed)} process(es) left running by the job's instances after "
+                f"they ended (pid {', '.join(map(str, killed[:5]))}"
+                f"{', ...' if len(killed) > 5 else ''})"
+            )
+
     def _abandon(self, instances: list[Instance], reason: str) -> None:
         """After an error of the supervisor: stop and record every instance still running.
         Raises nothing: the error that got here is the one the caller must see."""
@@ -126,6 +140,13 @@ class Supervisor:
         command = exec_prefix(inst.job, self.warned) + inst.command
         preexec = None
         if inst.placement is not None:
+            foreign = isolation.group_pids(inst.placement.groups, self.opts.hierarchies)
+            if foreign:  # never measure beside them, never kill what we did not start
+                raise errors.IsolationError(
+                    f"student group {inst.placement.spec} already holds {len(foreign)} "
+                    f"process(es) (pid {', '.join(map(str, foreign[:5]))}) that this run did "
+                    "not start: another benchmark? stop them, or pass --no-cgexec"
+                )
             command = inst.placement.prefix + command
             if inst.placement.v2_procs:
                 procs = inst.placement.v2_procs
@@ -207,8 +228,15 @@ class Supervisor:
 
     def _finish(self, inst: Instance) -> None:
         self.board.read([inst])  # the last lines of its output (no redraw of the table)
-        # Reap whatever the test left behind in its group (loader workers, ...).
+        # Reap whatever the test left behind in its group (loader workers, ...), and in its
+        # student cgroups what left the group (setsid) but cannot leave the cgroup.
         self._signal_group(inst, signal.SIGKILL)
+        if inst.placement is not None:
+            left = isolation.kill_group(inst.placement.groups, self.opts.hierarchies)
+            if left:
+                self.board.say(
+                    f"killed {len(left)} process(es) {inst.tag} left in its student group"
+                )
         found = [
             path
             for path in results.result_paths(self.opts.outdir, inst.name, inst.job_id, inst.stamp)

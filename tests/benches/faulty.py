@@ -106,3 +106,20 @@ def kills_its_supervisor_on(exp, argv):
         os.kill(int(os.environ["MILARUN_SUPERVISOR_PID"]), signal.SIGKILL)
         time.sleep(30)  # the kernel ends this process with its supervisor
     _spin_steps(exp, rest)
+
+
+def escapes(exp, argv):
+    """Leaves a child in a session of its own (setsid: out of the instance's process
+    group) that would run on after the test; its pid goes to <outdir>/escapee.<pid>."""
+    import subprocess
+
+    child = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    (exp.outdir / f"escapee.{child.pid}").write_text(str(child.pid))
+    _spin_steps(exp, argv)
+
+
+def records_its_pid(exp, argv):
+    """Writes <outdir>/test.<pid> and trains: behind a prefix that forks and exits, this
+    is the process nobody supervises."""
+    (exp.outdir / f"test.{os.getpid()}").write_text(str(os.getpid()))
+    _spin_steps(exp, argv)

@@ -6,12 +6,13 @@ import errno
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import load_all, milarun
+from conftest import load_all, milarun, one_line_error
 from milarun import errors
 from milarun.machine import cgroupfs, isolation
 from milarun.machine.isolation import Hierarchy
@@ -355,3 +356,45 @@ def test_memory_hog_is_reported_as_oom_and_its_sibling_finishes(students, tmp_pa
     found = {r["device"]: r for r in load_all(tmp_path / "out").values()}
     assert found["cpu:0"]["failure"]["kind"] == "oom", found["cpu:0"]["failure"]
     assert found["cpu:1"]["success"] is True
+
+
+def _iso_profile(path: Path, experiment: str) -> Path:
+    path.write_text(json.dumps({"esc": {**ISO_JOB, "experiment": experiment}}))
+    return path
+
+
+@pytest.mark.root("creates cgroups")
+@needs_v1
+def test_what_an_instance_leaves_in_its_student_group_is_killed(students, tmp_path):
+    # A setsid() child leaves the instance's process group but not its cgroup: killed
+    # there when the instance ends, so `cgroups teardown` (the fixture) is not "busy".
+    parent, hier = students
+    prof = _iso_profile(tmp_path / "esc.json", "faulty:escapes")
+    done = milarun("jobs", prof, "--devices", "cpu:2", "-o", tmp_path / "out",
+                   "--", "--min-slices", "4", env={isolation.PARENT_ENV: parent})  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    pids = [int(p.read_text()) for p in (tmp_path / "out").glob("escapee.*")]
+    assert len(pids) == 2 and not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+    assert "left in its student group" in done.stdout + done.stderr
+    for i in (0, 1):
+        group = hier["cpuset"].path(f"{parent}/student{i}")
+        assert isolation.group_pids({"cpuset": group}, hier) == []
+
+
+@pytest.mark.root("creates cgroups")
+@needs_v1
+def test_a_student_group_holding_foreign_processes_is_refused(students, tmp_path):
+    parent, hier = students
+    sleeper = subprocess.Popen(["sleep", "600"])
+    try:
+        group = hier["cpuset"].dir(hier["cpuset"].path(f"{parent}/student0"))
+        (group / "cgroup.procs").write_text(str(sleeper.pid))
+        prof = _iso_profile(tmp_path / "esc.json", "faulty:steps")
+        done = milarun("jobs", prof, "--devices", "cpu:2", "-o", tmp_path / "out",
+                       env={isolation.PARENT_ENV: parent})  # fmt: skip
+        line = one_line_error(done)
+        assert f"already holds 1 process(es) (pid {sleeper.pid})" in line
+        assert sleeper.poll() is None  # not ours: never killed
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -254,3 +254,45 @@ def test_a_log_that_grows_without_end_is_capped(tmp_path):
     assert len(found) == 2
     for result in found.values():
         assert not result["success"] and "File too large" in result["error"]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_child_that_left_the_process_group_does_not_outlive_the_run(tmp_path):
+    """A test's setsid() child escapes the kill of its process group: the supervisor is a
+    child subreaper, so the orphan becomes its own, and it kills it before the next job."""
+    prof = write_profile(tmp_path / "esc.json", run={"experiment": "faulty:escapes"})
+    done = milarun("jobs", prof, "--devices", "cpu:2", "-o", tmp_path / "out", "--no-cgexec",
+                   "--", "--min-slices", "4", timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pids = [int(p.read_text()) for p in (tmp_path / "out").glob("escapee.*")]
+    assert len(pids) == 2
+    assert all(_gone(pid) for pid in pids), pids
+    assert "left running by the job's instances" in done.stderr + done.stdout
+
+
+def test_a_prefix_that_forks_and_exits_leaves_no_test_running(tmp_path):
+    """`setsid --fork` returns at once: the instance is a crash, and its test (reparented
+    to the supervisor) is killed, not left to slow the next job down."""
+    prefix = ["setsid", "--fork"]
+    prof = write_profile(
+        tmp_path / "fork.json",
+        run={"experiment": "faulty:records_its_pid", "exec_prefix": prefix},
+        after={"experiment": "faulty:steps"},
+    )
+    done = milarun("jobs", prof, "--devices", "cpu:1", "-o", tmp_path / "out", "--no-cgexec",
+                   "--", "--min-slices", "30", timeout=300)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    mine = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if str(tmp_path / "out") in " ".join(p.info["cmdline"] or ()) and not _gone(p.pid)
+    ]
+    assert not mine, [p.info["cmdline"] for p in mine]
+    found = load_all(tmp_path / "out")
+    assert any(".FAIL." in name and r["name"] == "fork.run" for name, r in found.items())
