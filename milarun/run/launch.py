@@ -30,8 +30,8 @@ from milarun.run.plan import (  # noqa: F401
     free_port,
     plan_instances,
     plan_progression,
-    run_prepare,
 )
+from milarun.run.prepare import run_prepare
 from milarun.run.profile import Job
 from milarun.run.progress import ProgressBoard
 
@@ -112,6 +112,20 @@ class Supervisor:
             self.board.update(running)
             if running:
                 time.sleep(POLL_INTERVAL)
+
+    def prepare(self, job: Job) -> list[dict[str, Any]]:
+        """The job's prepare commands under the stop signals: one stops them as it stops
+        instances (JobsInterrupted), never the supervisor by its default action."""
+        previous = {s: signal.signal(s, self._request_stop) for s in STOP_SIGNALS}
+        try:
+            outcomes = run_prepare(job, self.opts, stop=lambda: self.stop_requested)
+        finally:
+            self._kill_escaped()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if self.stop_requested:
+            raise JobsInterrupted(self.stop_requested)
+        return outcomes
 
     def _kill_escaped(self) -> None:
         """No instance runs now: any process of ours left escaped one (a setsid() child, the
@@ -284,17 +298,23 @@ def run_jobs(
     check_jobs(jobs, devices, opts)
     supervisor = Supervisor(opts, on_end, on_recorded)
     done: list[Instance] = []
-    for r in range(repeat):
-        for job in jobs:
-            prepared = run_prepare(job, opts)
-            rounds = (
-                plan_progression(job, r, devices, opts, prepared)
-                if job.partition == "gpu-progression"
-                else [plan_instances(job, r, devices, opts, prepared)]
-            )
-            for instances in rounds:
-                try:
-                    supervisor.run_group(instances)
-                finally:
-                    done += [i for i in instances if i.result]
+    # between prepares and groups too: a stop signal is never the default action
+    previous = {s: signal.signal(s, supervisor._request_stop) for s in STOP_SIGNALS}
+    try:
+        for r in range(repeat):
+            for job in jobs:
+                prepared = supervisor.prepare(job)
+                rounds = (
+                    plan_progression(job, r, devices, opts, prepared)
+                    if job.partition == "gpu-progression"
+                    else [plan_instances(job, r, devices, opts, prepared)]
+                )
+                for instances in rounds:
+                    try:
+                        supervisor.run_group(instances)
+                    finally:
+                        done += [i for i in instances if i.result]
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return done

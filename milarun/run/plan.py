@@ -329,33 +329,3 @@ def exec_prefix(job: Job, warned: set[str]) -> list[str]:
         warned.add(job.exec_prefix[0])
         log.warning("exec_prefix '%s' is not installed; running without it", job.exec_prefix[0])
     return []
-
-
-def run_prepare(job: Job, opts: LaunchOptions) -> list[dict[str, Any]]:
-    """Run the job's prepare commands; a failure is a warning (once per command).
-
-    Returns what ran and how it ended, for the results (e.g. caches not dropped because
-    dropping them needs root: no setuid helper is ever used for it).
-    """
-    outcomes = []
-    for command in job.prepare:
-        # The command sees the run's data folder and this Python (e.g. to synthesise data:
-        # "$MILARUN_PYTHON" -m milarun dataset mnist --synthetic).
-        env = {
-            **os.environ,
-            "MILARUN_DATAROOT": str(opts.dataroot),
-            "MILARUN_PYTHON": sys.executable,
-        }
-        done = subprocess.run(command, shell=True, capture_output=True, text=True, env=env)
-        outcomes.append({"command": command, "returncode": done.returncode})
-        if done.returncode != 0 and command not in opts.prepare_warned:
-            opts.prepare_warned.add(command)
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-            log.warning(
-                "prepare command of %s failed (exit %d, continuing): %s: %s",
-                job.fullname,
-                done.returncode,
-                command,
-                tail[0],
-            )
-    return outcomes

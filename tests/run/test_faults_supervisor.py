@@ -296,3 +296,47 @@ def test_a_prefix_that_forks_and_exits_leaves_no_test_running(tmp_path):
     assert not mine, [p.info["cmdline"] for p in mine]
     found = load_all(tmp_path / "out")
     assert any(".FAIL." in name and r["name"] == "fork.run" for name, r in found.items())
+
+
+def _prepare_profile(tmp_path: Path) -> Path:
+    # the prepare's shell starts a sleep of its own: the whole session must go
+    prepare = f"sleep 600 & echo $! > {tmp_path}/prepare.pid; wait"
+    return write_profile(
+        tmp_path / "prep.json", run={"experiment": "faulty:steps", "prepare": [prepare]}
+    )
+
+
+def _prepare_running(tmp_path: Path, proc: subprocess.Popen) -> int:
+    deadline = time.time() + 120
+    while time.time() < deadline and not (tmp_path / "prepare.pid").exists():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(0.3)
+    return int((tmp_path / "prepare.pid").read_text())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_signal_during_a_prepare_stops_it_and_records_the_run(tmp_path, sig):
+    proc = start_jobs(_prepare_profile(tmp_path), tmp_path / "out")
+    sleeper = _prepare_running(tmp_path, proc)
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, stderr
+    assert "Traceback" not in stderr
+    assert _gone(sleeper)
+    (cut,) = manifest.cut_short(tmp_path / "out")
+    assert cut.status == "interrupted" and sig.name in cut.reason
+    assert cut.missing() == "prep.run (J0.0, J0.1)"
+    assert "$ sleep 600" in (tmp_path / "out" / "logs" / "prep.run.prepare.log").read_text()
+
+
+def test_sigkill_during_a_prepare_takes_the_prepare_with_it(tmp_path):
+    proc = start_jobs(_prepare_profile(tmp_path), tmp_path / "out")
+    sleeper = _prepare_running(tmp_path, proc)
+    prepare = psutil.Process(proc.pid).children(recursive=True)
+    assert any(p.pid == sleeper for p in prepare)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert_none_left(prepare)  # the guard, its shell and the shell's sleep
+    (cut,) = manifest.cut_short(tmp_path / "out")
+    assert cut.status == "running" and "killed?" in cut.describe()
