@@ -119,6 +119,7 @@ def plan_rerun(
     problem = results.result_problem(original)
     if problem:
         raise UsageError(f"{result_file}: {problem}; fix the file")
+    _check_reproducible(result_file, original)
     call = original.get("call") or {}
     if (
         not isinstance(call, dict)
@@ -153,6 +154,26 @@ def plan_rerun(
         extra,
         rerun_of=str(Path(result_file).resolve()),
     )
+
+
+def _check_reproducible(result_file: str | Path, original: dict[str, Any]) -> None:
+    """A rerun repeats one process: refuse a record it cannot reproduce."""
+    if original.get(results.WRITTEN_BY):
+        raise UsageError(
+            f"{result_file}: written by {original[results.WRITTEN_BY]} for a run that recorded "
+            "nothing (it holds no call to repeat); run the test again with `milarun jobs`"
+        )
+    world = original.get("world_size")
+    ranks = original.get("ranks")
+    if (isinstance(world, int) and world > 1) or (isinstance(ranks, list) and len(ranks) > 1):
+        size = world if isinstance(world, int) else len(ranks or ())
+        parts = str(original.get("name"))[:200].split(".")  # <suite>.<test>.<k>
+        test = parts[1] if len(parts) > 2 else "TEST"
+        raise UsageError(
+            f"{result_file}: a run of {size} ranks under torchrun (maybe over several nodes); "
+            f"rerun repeats one process: run `milarun jobs PROFILE --name {test}` (or "
+            "`milarun slurm scaling`) instead"
+        )
 
 
 # The supervisor's variables of one job, not restored by a rerun (see plan_rerun).

@@ -68,6 +68,24 @@ def test_rerun_refuses_a_result_whose_name_is_a_path(tmp_path, field, value):
     assert original.read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    "fields, fragment",
+    [
+        ({"world_size": 2}, "a run of 2 ranks under torchrun"),
+        ({"ranks": [{"rank": 0}, {"rank": 1}, {"rank": 2}]}, "a run of 3 ranks"),
+        ({"written_by": "milarun slurm check"}, "written by milarun slurm check"),
+    ],
+)
+def test_rerun_refuses_a_record_it_cannot_reproduce(tmp_path, fields, fragment):
+    # scaling.2 re-measured as one process, or a FAIL record of `slurm check` re-run with
+    # no arguments, would be saved under the original's name as something it is not
+    data = {**result("suite.scaling.2", "0", 100.0), **fields}
+    original = write(tmp_path / "a", data, "suite.scaling.2.J0.20260101-000000-000000.json")
+    line = one_line_error(milarun("rerun", original))
+    assert fragment in line and str(original) in line
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == [original]
+
+
 # -- cause 6: readers distrust files ----------------------------------------------------
 @pytest.fixture
 def hostile_dir(tmp_path):
