@@ -67,7 +67,9 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
     if outcome.html is not None:  # always asked for above
         print(f"report:  {outcome.html.resolve()}")
     failed = [
-        f"job {s.job_id} {s.state}" + (f" (exit {s.exit_code})" if s.exit_code else "")
+        f"job {s.job_id} {s.state}"
+        + (f" (exit {s.exit_code})" if s.exit_code else "")
+        + (f" ({s.check_problem})" if s.check_problem else "")
         for s in states.values()
         if not s.ok
     ]
@@ -260,7 +262,12 @@ class SlurmCommands:
         from milarun.slurm import submit as slurm
 
         nodes = slurm.expand_nodelist(nodelist) if nodelist else None
-        written = slurm_follow.check(Path(out), job_id, nodes)
+        try:
+            written = slurm_follow.check(Path(out), job_id, nodes)
+        except slurm_follow.CheckIncomplete as err:
+            for path in err.written:  # what could be recorded, then the one-line error
+                print(f"FAIL recorded for a missing result: {path}")
+            raise
         for path in written:
             print(f"FAIL recorded for a missing result: {path}")
         return JOBS_FAILED if written else 0

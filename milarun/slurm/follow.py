@@ -15,11 +15,11 @@ import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from milarun import results
+from milarun import errors, results
 from milarun.errors import SlurmError
 from milarun.machine import slurmenv
 from milarun.results import manifest, records
@@ -69,6 +69,7 @@ class JobState:
     exit_code: str = ""
     nodelist: str = ""
     reason: str = ""
+    check_problem: str | None = None  # `slurm check` could not check or record all of it
 
     @property
     def ended(self) -> bool:
@@ -76,7 +77,11 @@ class JobState:
 
     @property
     def ok(self) -> bool:
-        return self.state == "COMPLETED" and self.exit_code in ("", "0:0")
+        return (
+            self.state == "COMPLETED"
+            and self.exit_code in ("", "0:0")
+            and self.check_problem is None
+        )
 
 
 def _fields(line: str) -> dict[str, str]:
@@ -274,6 +279,16 @@ def check(
     record = found[-1][1]
     job = job or job_states([job_id])[job_id]
     nodes = nodes if nodes is not None else _job_nodes(record, job)
+    if not nodes and job.state == "GONE":
+        # Slurm forgot the job (no accounting): the node folders its runs left are all
+        # there is to go by; with none, nothing can be checked, and that is no success
+        nodes = _nodes_with_runs(outdir, record, job_id)
+        if not nodes:
+            raise SlurmError(
+                f"job {job_id}: Slurm no longer knows it (no accounting on this cluster) and "
+                f"no folder in {outdir / slurmenv.NODES_FOLDER} holds a run of it: which "
+                "nodes it had is unknown, nothing was checked"
+            )
     if settle is None:
         settle = float(os.environ.get(SETTLE_ENV) or SETTLE_DEFAULT)
     deadline = time.monotonic() + settle
@@ -281,21 +296,46 @@ def check(
     while missing and time.monotonic() < deadline:
         time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
         missing = _missing(outdir, record, job_id, nodes)
-    written = []
+    written, unwritable = [], []
     # one checker at a time (the batch script's and `slurm wait`'s may meet)
     with open(outdir / SLURM_FOLDER / ".check.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for node, (absent, why) in sorted(_missing(outdir, record, job_id, nodes).items()):
-            for name, instance in sorted(absent, key=lambda a: (a[0], a[1] or "")):
-                fail = _missing_record(
-                    name, instance, record.functions.get(name, "?"), node, job, nodes, outdir, why
-                )
-                written.append(
-                    results.write_result(
-                        outdir / slurmenv.NODES_FOLDER / node, fail, results.utc_stamp()
+            try:  # a node folder that takes no file must not stop the others' check
+                for name, instance in sorted(absent, key=lambda a: (a[0], a[1] or "")):
+                    fail = _missing_record(
+                        name, instance, record.functions.get(name, "?"), node, job, nodes,
+                        outdir, why,
+                    )  # fmt: skip
+                    written.append(
+                        results.write_result(
+                            outdir / slurmenv.NODES_FOLDER / node, fail, results.utc_stamp()
+                        )
                     )
-                )
+            except errors.WriteError as err:
+                unwritable.append(f"node {node}: {len(absent)} missing result(s) ({err})")
+    if unwritable:
+        raise CheckIncomplete(written, "; ".join(unwritable))
     return written
+
+
+class CheckIncomplete(SlurmError):
+    """Some node's missing results could not be recorded; ``written`` are those that were."""
+
+    def __init__(self, written: list[Path], problems: str):
+        super().__init__(f"not recorded: {problems}; the other nodes were checked")
+        self.written = written
+
+
+def _nodes_with_runs(outdir: Path, record: Submission, job_id: str) -> list[str]:
+    """Node folders holding a result of this job or a run started since its submission."""
+    base = outdir / slurmenv.NODES_FOLDER
+    return sorted(
+        folder.name
+        for folder in base.glob("*")
+        if folder.is_dir()
+        and (any(_job_results(folder, {job_id})) or planned_on(folder, record) is not None)
+    )
 
 
 def node_counts(outdir: Path, nodes: list[str], since: float) -> dict[str, tuple[int, int]]:
@@ -352,8 +392,18 @@ def follow(
             if counts.get(node) != count:
                 counts[node] = count
                 say(f"  {node}: {count[0]} result(s), {count[1]} FAIL")
-    for job_id, state in states.items():
-        for path in check(outdir, job_id, seen_nodes.get(job_id), state):
+    for job_id, state in list(states.items()):
+        try:
+            written = check(outdir, job_id, seen_nodes.get(job_id), state)
+        except CheckIncomplete as err:
+            written = err.written
+            say(f"  job {job_id}: check incomplete: {err}")
+            states[job_id] = replace(state, check_problem=str(err))
+        except SlurmError as err:  # still report what was recorded
+            written = []
+            say(f"  job {job_id}: not checked: {err}")
+            states[job_id] = replace(state, check_problem=str(err))
+        for path in written:
             say(f"  FAIL recorded for a missing result: {path}")
     return states
 

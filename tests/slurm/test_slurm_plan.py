@@ -311,6 +311,36 @@ def test_check_names_the_lost_instance_of_a_node_with_two_devices(tmp_path):
     assert slurm_follow.check(tmp_path, "42", ["node1"], state, settle=0) == []
 
 
+@pytest.mark.root("a read-only folder binds root only through a read-only mount")
+def test_a_node_folder_that_takes_no_file_does_not_stop_the_others(tmp_path):
+    _submission(tmp_path, "42")
+    for node in ("node1", "node2"):
+        (tmp_path / "nodes" / node).mkdir(parents=True)
+    locked = tmp_path / "nodes" / "node1"
+    if os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root")
+    subprocess.run(["mount", "--bind", str(locked), str(locked)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(locked)], check=True)
+        state = slurm_follow.JobState("42", "FAILED", "1:0", "node[1-2]")
+        with pytest.raises(slurm_follow.CheckIncomplete) as err:
+            slurm_follow.check(tmp_path, "42", ["node1", "node2"], state, settle=0)
+        assert "node node1: 2 missing result(s)" in str(err.value)
+        assert sorted(p.parent.name for p in err.value.written) == ["node2", "node2"]
+    finally:
+        subprocess.run(["umount", str(locked)], check=False)
+
+
+def test_a_job_slurm_forgot_is_checked_on_the_folders_its_runs_left(tmp_path):
+    _submission(tmp_path, "42")
+    gone = slurm_follow.JobState("42", "GONE")
+    with pytest.raises(errors.SlurmError, match="no longer knows it.*nothing was checked"):
+        slurm_follow.check(tmp_path, "42", None, gone, settle=0)
+    _node_result(tmp_path, "node3", "quick.polynome", "42")
+    written = slurm_follow.check(tmp_path, "42", None, gone, settle=0)
+    assert [json.loads(p.read_text())["name"] for p in written] == ["quick.vae"]
+
+
 def test_gather_skips_the_lock_appends_logs_and_refuses_to_nest(tmp_path):
     source, target = tmp_path / "local", tmp_path / "shared"
     for folder, text in ((source, "second run\n"), (target, "first run\n")):
