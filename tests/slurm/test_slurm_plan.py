@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import milarun, one_line_error
+from fullfs import full_tmpfs
 from milarun import errors
 from milarun.machine import devices, slurmenv
 from milarun.results import manifest, write_result
@@ -339,6 +340,35 @@ def test_a_job_slurm_forgot_is_checked_on_the_folders_its_runs_left(tmp_path):
     _node_result(tmp_path, "node3", "quick.polynome", "42")
     written = slurm_follow.check(tmp_path, "42", None, gone, settle=0)
     assert [json.loads(p.read_text())["name"] for p in written] == ["quick.vae"]
+
+
+@pytest.mark.root("mounts a small tmpfs")
+def test_gather_cut_short_by_a_full_disk_is_resumed_exactly(tmp_path):
+    """ENOSPC half-way: nothing lost, and gathering again (space freed) finishes the job:
+    its own verified copies are not clashes, each log is appended once, whole."""
+    source = tmp_path / "local"
+    (source / "logs").mkdir(parents=True)
+    (source / "logs" / "a.log").write_bytes(b"a" * 6000)
+    (source / "logs" / "b.log").write_bytes(b"b" * 40_000)
+    for i in range(3):
+        (source / f"r{i}.json").write_bytes(os.urandom(20_000))
+    expected = {p.relative_to(source): p.read_bytes() for p in source.rglob("*") if p.is_file()}
+    with full_tmpfs(tmp_path / "shared", size="160k", fill=False) as target:
+        (target / "logs").mkdir()
+        (target / "logs" / "a.log").write_bytes(b"earlier run\n")
+        (target / "filler").write_bytes(b"\0" * 80_000)
+        with pytest.raises(errors.GatherError, match="gather again once fixed"):
+            gather.gather(source, target)
+        assert {p.relative_to(source): p.read_bytes() for p in source.rglob("*")
+                if p.is_file() and p.name != gather.JOURNAL} == expected  # fmt: skip
+        (target / "filler").unlink()
+        done = gather.gather(source, target)
+        assert done.files == 5 and not source.exists()
+        assert (target / "logs" / "a.log").read_bytes() == b"earlier run\n" + b"a" * 6000
+        assert (target / "logs" / "b.log").read_bytes() == b"b" * 40_000
+        for i in range(3):
+            assert (target / f"r{i}.json").read_bytes() == expected[Path(f"r{i}.json")]
+        assert not list(target.rglob(".*.gather"))
 
 
 def test_gather_skips_the_lock_appends_logs_and_refuses_to_nest(tmp_path):
