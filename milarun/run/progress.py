@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,9 @@ from milarun.results import read
 SLICE_SECONDS = 0.5  # in-block seconds per slice (ratelog.SLICE_DURATION, not imported:
 #                     the supervisor never imports the measurement side)
 LIVE_REFRESH = 0.5  # seconds between redraws of the live table (progress comes at most 1/s)
+# An instance's log is read 1 MiB at a time at most, and a partial line kept up to 64 KiB:
+# a test printing without end (or a 900 MB line) must not grow the supervisor.
+MAX_READ, MAX_LINE = 2**20, 2**16
 COLUMNS = ("test", "device", "rate", "slices", "count", "ETA", "time", "state")
 
 
@@ -157,8 +161,11 @@ class ProgressBoard:
         watch = self.watches.setdefault(inst.log_path, _Watch())
         try:
             with open(inst.log_path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size - watch.offset > MAX_READ:  # a runaway log: only its end matters
+                    watch.offset, watch.partial = size - MAX_READ, ""
                 f.seek(watch.offset)
-                data = f.read()
+                data = f.read(MAX_READ)
         except OSError:
             return
         if not data:
@@ -166,6 +173,8 @@ class ProgressBoard:
         watch.offset += len(data)
         text = watch.partial + data.decode("utf-8", "replace")
         *lines, watch.partial = text.split("\n")
+        if len(watch.partial) > MAX_LINE:  # no progress line is that long: let it go
+            watch.partial = ""
         for line in lines:
             if line.startswith(PROGRESS_TAG):
                 watch.latest = parse_progress(line[len(PROGRESS_TAG) :]) or watch.latest

@@ -13,6 +13,7 @@ from rich.console import Console
 
 import resultfactory
 from conftest import ROOT
+from milarun.run import progress as progress_module
 from milarun.run.progress import PROGRESS_TAG, ProgressBoard, finished_line
 
 
@@ -36,6 +37,24 @@ def test_board_reads_progress_and_streams_output(tmp_path):
         f.write("ial line\n")
     board.update([inst])
     assert "[quick.t J0.1] partial line" in out.getvalue()  # split writes are joined
+
+
+def test_a_runaway_log_is_read_from_its_end_within_bounded_memory(tmp_path):
+    # 200 MB in one unterminated line, then a progress line: the board takes the progress
+    # and never holds more than MAX_READ + MAX_LINE of the log
+    log = tmp_path / "t.log"
+    inst = SimpleNamespace(log_path=log, name="q.t", job_id="0", started=0.0, tag="q.t J0")
+    board = ProgressBoard(io.StringIO(), interval=0.0, verbose=False)
+    with open(log, "wb") as f:
+        f.truncate(200 * 2**20)  # sparse: no disk used
+    progress = {"timer": "train", "count": 7, "rate": 3.0}
+    with open(log, "a") as f:
+        f.write(f"\n{PROGRESS_TAG} {json.dumps(progress)}\n" + "y" * 300_000)
+    board.read([inst])
+    assert "3.0 ex/s" in board.line(inst, now=1.0)
+    watch = board.watches[log]
+    assert watch.offset == log.stat().st_size
+    assert len(watch.partial) <= progress_module.MAX_LINE
 
 
 def test_eta_follows_the_slices_when_no_count_is_asked(tmp_path):
