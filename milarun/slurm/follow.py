@@ -382,7 +382,12 @@ def follow(
             if before is None or (before.state, before.nodelist) != (state.state, state.nodelist):
                 where = f" on {state.nodelist}" if state.nodelist else ""
                 why = f" ({state.reason})" if state.reason not in ("", "None") else ""
-                say(f"job {job_id}: {state.state}{where}{why}")
+                # back to the queue after it ran: requeued (a site that forces it), its
+                # first run's results are still in the node folders
+                again = " (requeued)" if before and before.state == "RUNNING" and state.state in (
+                    "PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"
+                ) else ""  # fmt: skip
+                say(f"job {job_id}: {state.state}{again}{where}{why}")
                 wait = poll
             states[job_id] = state
             if state.nodelist and job_id not in seen_nodes:

@@ -245,6 +245,9 @@ def _sbatch_lines(request: SlurmRequest, out: Path) -> list[str]:
         )
     # whole nodes: every CPU and all their memory (a site's default --mem would be a limit)
     lines += ["--ntasks-per-node=1", "--exclusive", "--mem=0", f"--output={out}/%x.%j.out"]
+    # a requeued job would run the suite again over its own results (a node failure, a
+    # preemption): it ends FAILED/NODE_FAIL instead, and `slurm check` records what is lost
+    lines.append("--no-requeue")
     if request.partition:
         lines.append(f"--partition={request.partition}")
     if request.gpus_per_node:

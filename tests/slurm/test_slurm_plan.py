@@ -68,6 +68,7 @@ def test_fleet_dry_run_prints_a_script_and_writes_nothing(tmp_path):
         "#SBATCH --nodes=3",
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --exclusive",
+        "#SBATCH --no-requeue",
         "#SBATCH --partition=gpu",
         "#SBATCH --gpus-per-node=4",
         "#SBATCH --time=1:00:00",
