@@ -37,7 +37,7 @@ import statistics
 import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -89,6 +89,7 @@ class NodeReport:
     cells: tuple[Cell, ...]
     flags: tuple[Flag, ...] = ()
     tested: bool = False  # whether the significance test ran (--compare-nodes)
+    reruns: int = 0  # results of `milarun rerun`, left out of the node comparison
 
     def cell(self, node: str, device: str) -> Cell | None:
         return next((c for c in self.cells if c.node == node and c.device == device), None)
@@ -102,7 +103,12 @@ class NodeReport:
             for n in self.nodes
             if n.runs and n.failures == n.runs
         ]
-        return dead + [f.reason for f in self.flags]
+        left = (
+            [f"{self.reruns} rerun result(s) left out of the node comparison (not the fleet's)"]
+            if self.reruns
+            else []
+        )
+        return dead + [f.reason for f in self.flags] + left
 
 
 @dataclass(frozen=True)
@@ -318,6 +324,12 @@ def section(
     """The per-node section of a report: with ``test`` (--compare-nodes) always, with its
     flags; otherwise only when the results span more than one node. The weights are the
     report's (Report.test_weights), else every test weighs 1."""
-    if loaded is None or not (test or read.spans_nodes(loaded.results)):
+    if loaded is None:
         return None
-    return compare_nodes(loaded.results, weights, test=test)
+    # a rerun (of one node's result, on whatever host ran it) is no node of the fleet
+    fleet = [r for r in loaded.results if not r.get("rerun_of")]
+    if not fleet or not (test or read.spans_nodes(fleet)):
+        return None
+    found = compare_nodes(fleet, weights, test=test)
+    reruns = len(loaded.results) - len(fleet)
+    return replace(found, reruns=reruns) if reruns else found

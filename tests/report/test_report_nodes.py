@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import random
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -211,6 +212,15 @@ def test_distributed_results_are_left_out_of_the_comparison():
     )
     nodes = report_nodes.compare_nodes(fleet({"node1": 1.0, "node2": 1.0}) + [scaling])
     assert rows(nodes)["node3"].runs == 0 and nodes.cell("node3", "cpu:0,cpu:1") is None
+
+
+def test_a_rerun_is_no_node_of_the_fleet():
+    # `milarun rerun` of node1's result on the login host: not a phantom third node
+    again = result("suite.alpha", "0.0", 100.0, node="login", rerun_of="/x/nodes/node1/a.json")
+    loaded = summary.Loaded(Path("x"), results=fleet({"node1": 1.0, "node2": 1.0}) + [again])
+    section = report_nodes.section(None, loaded, test=True)
+    assert section is not None and set(rows(section)) == {"node1", "node2"}
+    assert "1 rerun result(s) left out of the node comparison" in " ".join(section.warnings())
 
 
 def test_compare_nodes_needs_the_results_folder(tmp_path):
