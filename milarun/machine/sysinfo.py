@@ -55,13 +55,48 @@ def _torch_info() -> dict[str, Any]:
     from package metadata (``milarun sysinfo`` and the jobs process do not import torch)."""
     torch = sys.modules.get("torch")
     if torch is None:
-        return {"torch": _version("torch"), "cuda": None, "hip": None}
+        return _torch_info_unloaded()
     return {
         "torch": torch.__version__,
         "cuda": getattr(torch.version, "cuda", None),
         "hip": getattr(torch.version, "hip", None),
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
     }
+
+
+def _torch_info_unloaded() -> dict[str, Any]:
+    """The same strings as a loaded torch gives, without importing it (seconds): its
+    version.py's literals, and cuDNN's version from its wheel (91900 for 9.19.0)."""
+    import ast
+    import importlib.util
+
+    info: dict[str, Any] = {"torch": _version("torch"), "cuda": None, "hip": None}
+    spec = importlib.util.find_spec("torch")
+    where = list(spec.submodule_search_locations or []) if spec else []
+    try:
+        tree = ast.parse(Path(where[0], "version.py").read_text(encoding="utf-8"))
+    except (IndexError, OSError, SyntaxError, ValueError):
+        return info
+    names = {"__version__": "torch", "cuda": "cuda", "hip": "hip"}
+    for node in tree.body:
+        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and target.id in names and isinstance(value, ast.Constant):
+            info[names[target.id]] = value.value
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"] or ""
+        parts = dist.version.split(".")
+        if (
+            name.startswith("nvidia-cudnn")
+            and len(parts) >= 3
+            and all(p.isdigit() for p in parts[:3])
+        ):
+            major, minor, patch = map(int, parts[:3])
+            # cudnnGetVersion(): 9.19.0 -> 91900; before 9, 8.9.2 -> 8902
+            info["cudnn"] = major * (10000 if major >= 9 else 1000) + minor * 100 + patch
+    return info
 
 
 def _gpu_info(nvml: Any = None) -> dict[str, Any]:

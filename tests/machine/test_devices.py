@@ -549,3 +549,24 @@ def test_a_source_checkout_records_its_pyproject_version():
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert sysinfo._source_version() == declared
+
+
+def test_sysinfo_without_torch_loaded_says_what_a_loaded_torch_says():
+    # `milarun sysinfo` never imports torch (seconds); its strings match the results'
+    import json
+    import subprocess
+    import sys
+
+    from conftest import cli_env
+
+    code = (
+        "import json, sys; from milarun.machine import sysinfo; "
+        "a = sysinfo._torch_info(); assert 'torch' not in sys.modules; import torch; "
+        "b = sysinfo._torch_info(); print(json.dumps([a, b]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=cli_env(), cwd=ROOT, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    unloaded, loaded = json.loads(done.stdout)
+    for key in ("torch", "cuda", "hip", "cudnn"):
+        assert unloaded.get(key) == loaded.get(key), key
