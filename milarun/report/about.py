@@ -5,6 +5,7 @@ lists and records as text). Every renderer (text, JSON, HTML) shows these values
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -33,7 +34,10 @@ def natural_key(text: str) -> list[Any]:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and value == value else None
+    """A finite number of a record, else None (a result file may hold anything)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def about(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> About:
@@ -128,12 +132,12 @@ FIELDS: dict[str, tuple[str, Any]] = {
 }
 
 
-def system_text(record: Mapping[str, Any], hosts: list[str]) -> dict[str, str]:
+def system_text(record: Mapping[str, Any], hosts: list[str], label: str = "host") -> dict[str, str]:
     """A system record in words, label -> text, with the hosts that share it."""
-    out = {"host" if len(hosts) == 1 else f"hosts ({len(hosts)})": ", ".join(hosts)}
-    for key, (label, reads) in FIELDS.items():
+    out = {label: ", ".join(hosts)}
+    for key, (name, reads) in FIELDS.items():
         if key in record and (text := reads(record[key])) is not None:
-            out[label] = text
+            out[name] = text
     for key, value in record.items():
         if key not in FIELDS and key != "hostname" and (text := _text(value)) is not None:
             out[key] = text
@@ -142,7 +146,8 @@ def system_text(record: Mapping[str, Any], hosts: list[str]) -> dict[str, str]:
 
 def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
     """Each distinct system record in words; records alike but for the host name are one,
-    naming its hosts (a fleet of identical nodes is one block)."""
+    naming its hosts (a fleet of identical nodes is one block). Every block has the same
+    first label: "host", or "hosts" when one names several."""
     groups: dict[str, tuple[Mapping[str, Any], list[str]]] = {}
     for result in results:
         record = result.get("system")
@@ -153,6 +158,8 @@ def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
         _, hosts = groups.setdefault(key, (rest, []))
         if host not in hosts:
             hosts.append(host)
+    label = "host" if all(len(h) == 1 for _, h in groups.values()) else "hosts"
     return [
-        system_text(record, sorted(hosts, key=natural_key)) for record, hosts in groups.values()
+        system_text(record, sorted(hosts, key=natural_key), label)
+        for record, hosts in groups.values()
     ]

@@ -92,7 +92,7 @@ def test_system_records_read_as_words():
     assert len(records) == 2  # the two alike but for their host are one block
     first, second = records
     assert first == {
-        "hosts (2)": "gpu7, gpu10",
+        "hosts": "gpu7, gpu10",
         "OS": "Linux-5.15",
         "CPU": "AMD EPYC 9454, 96 logical CPUs (48 physical cores)",
         "RAM": "1007.5 GiB",
@@ -104,7 +104,7 @@ def test_system_records_read_as_words():
         "CUDA": "12.4",
         "cuDNN": "9.1.0",
     }
-    assert second["host"] == "gpu3" and second["GPUs"] == "2 x Old GPU"
+    assert second["hosts"] == "gpu3" and second["GPUs"] == "2 x Old GPU"  # one label for all
     assert second["PyTorch"] == "2.4.0"
     none_found = about.systems(
         [result("s.a", "0.0", 1.0, system={"gpus": [], "driver": None, "cudnn": 8902})]
@@ -134,7 +134,12 @@ def test_the_header_says_when_where_on_what_and_which_suite():
         "2025-12-31 23:59 to 2026-01-01 00:09 UTC"  # past midnight: the second date too
     )
     assert fmt.when(found.started - 3600, found.started) == "2025-12-31 22:59 to 23:59 UTC"
-    assert fmt.when(None, None) == "-"
+    assert fmt.when(None, None) == "-" and fmt.when(0.0, 1e300) == "-"
+    odd = result("s.a", "0.0", 1.0, finished_at=float("inf"), suite=3, device="cpu:0")
+    odd["system"] = {**REAL_SYSTEM, "gpus": [{"name": "X", "memory_mb": "lots"}, None, 7]}
+    odd_about = about.about([odd], many_nodes=False)
+    assert (odd_about.started, odd_about.finished, odd_about.suites) == (None, None, ())
+    assert about.systems([odd])[0]["GPUs"] == "1 x 7; 1 x X"
     text = render_text.to_text(_report(results)).splitlines()
     assert text[3:7] == [
         "date:     2025-12-31 23:59 to 2026-01-02 00:00 UTC",

@@ -89,6 +89,9 @@ def when(started: float | None, finished: float | None) -> str:
     it is another day); "-" when the results do not say."""
     if started is None or finished is None:
         return "-"
-    first, last = (datetime.fromtimestamp(t, timezone.utc) for t in (started, finished))
+    try:
+        first, last = (datetime.fromtimestamp(t, timezone.utc) for t in (started, finished))
+    except (ValueError, OverflowError, OSError):  # no date: a bad file's finished_at
+        return "-"
     end = last.strftime("%H:%M" if first.date() == last.date() else "%Y-%m-%d %H:%M")
     return f"{first:%Y-%m-%d %H:%M} to {end} UTC"
