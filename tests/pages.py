@@ -30,3 +30,48 @@ class TableReader(HTMLParser):
     def handle_data(self, data):
         if self.cell is not None:
             self.cell += data
+
+
+class FigureReader(HTMLParser):
+    """Each <figure> of a page: its attributes, its caption's text, how many SVGs it holds,
+    the ids of the elements inside them and the text they draw."""
+
+    def __init__(self):
+        super().__init__()
+        self.figures: list[dict] = []
+        self.depth = 0
+        self.where: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "figure":
+            self.figures.append(
+                {"attrs": attrs, "caption": "", "svgs": 0, "ids": [], "svg_text": ""}
+            )
+            self.depth = 1
+        elif self.depth:
+            figure = self.figures[-1]
+            if tag == "figcaption":
+                self.where = "caption"
+            elif tag == "svg":
+                figure["svgs"] += 1
+                self.where = "svg_text"
+            if attrs.get("id"):
+                figure["ids"].append(attrs["id"])
+
+    def handle_endtag(self, tag):
+        if tag == "figure":
+            self.depth = 0
+            self.where = None
+        elif tag in ("figcaption", "svg"):
+            self.where = None
+
+    def handle_data(self, data):
+        if self.depth and self.where:
+            self.figures[-1][self.where] += data
+
+
+def figures(html: str) -> list[dict]:
+    reader = FigureReader()
+    reader.feed(html)
+    return reader.figures

@@ -16,6 +16,7 @@ import pandas as pd
 from milarun.report import comparability, stats, tables, units
 from milarun.report import energy as report_energy
 from milarun.report import nodes as report_nodes
+from milarun.report.about import About
 from milarun.report.nodes import NodeReport
 from milarun.report.runs import FailedRun, IsolationRow, Series, runs_section
 from milarun.report.summary import Loaded, Skipped
@@ -102,9 +103,11 @@ class Report:
     energy_coverage: float | None = None
     power_cost: float | None = None
     nodes: NodeReport | None = None  # per node (milarun.report.nodes): --compare-nodes, fleets
-    # From the result files (none for a summary file): the runs that failed with their log
-    # tails, the isolation and system each run had, each test's rate series (charts), the
-    # folder read and the files in it that were no result.
+    # From the result files (none for a summary file): when, where and on what they ran
+    # (the header), the runs that failed with their log tails, the isolation each instance
+    # had, the systems, each test's rate series (charts), the folder read and the files in it
+    # that were no result.
+    about: About = field(default_factory=About)
     failed_runs: tuple[FailedRun, ...] = ()
     isolation: tuple[IsolationRow, ...] = ()
     systems: tuple[dict[str, str], ...] = ()
@@ -201,6 +204,7 @@ def build_report(
     details = runs_section(loaded)
     report.failed_runs, report.isolation = details.failed, details.isolation
     report.systems, report.series = details.systems, details.series
+    report.about = details.about
     if loaded is not None:
         report.source, report.skipped = str(loaded.root), list(loaded.skipped)
     report.nodes = report_nodes.section(report.test_weights, loaded, test=compare_nodes)

@@ -1,18 +1,19 @@
 """What a report says of the runs themselves, from the result files: the failed runs with
 the end of their log, the isolation each instance got, the system records, and each test's
-rate series for the charts. Every renderer (text, JSON, CSV, HTML) shows these values."""
+rate series for the charts (with their steady windows). Every renderer (text, JSON, CSV,
+HTML) shows these values."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from milarun.machine import isolation
+from milarun.report.about import About, about, natural_key, systems
 from milarun.report.summary import Loaded
-from milarun.results import read
+from milarun.results import read, steady
 
 ERROR_TAIL_LINES = 30  # the end of a failed run's log kept in the report
 
@@ -32,8 +33,10 @@ class FailedRun:
 
 @dataclass(frozen=True)
 class IsolationRow:
-    """One distinct isolation setting (device, CPUs, memory limit, cgroups, threads) and
-    how many runs had it."""
+    """The isolation one instance (a device's student slot) got over its runs: its CPUs,
+    memory limit, cgroups and torch threads, and how many runs it had. A setting its runs
+    did not all share reads "most common; other (the tests that had it)": torch threads
+    differ where a test sets its own (cart uses 1, as the legacy suite did)."""
 
     device: str
     cpus: str
@@ -46,11 +49,14 @@ class IsolationRow:
 
 @dataclass(frozen=True)
 class Series:
-    """One run's examples/s per slice (a distributed run's ranks added up)."""
+    """One run's examples/s per slice (a distributed run's ranks added up), and the span
+    its steady window covers, in the chart's seconds (slice i ends at ``slice * (i + 1)``;
+    start == stop when it has no window)."""
 
     device: str
     slice: float
     rates: tuple[float, ...]
+    steady: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,7 @@ class RunsSection:
     systems: tuple[dict[str, str], ...] = ()
     # test -> its runs' series, in file order
     series: dict[str, tuple[Series, ...]] = field(default_factory=dict)
+    about: About = field(default_factory=About)
 
 
 def failed_runs(loaded: Loaded, many_nodes: bool) -> list[FailedRun]:
@@ -92,44 +99,62 @@ def _cpus(cpus: Any) -> str:
     return isolation.cpu_list(sorted({c for c in cpus if isinstance(c, int)})) or "-"
 
 
+def _group(groups: Mapping[str, Any], controller: str) -> str:
+    """The cgroup of a controller: its v1 hierarchy (alone or co-mounted), else the v2
+    unified one (the ``""`` key), else "-"."""
+    for key, path in groups.items():
+        if controller in str(key).split(","):
+            return str(path)
+    return str(groups[""]) if "" in groups else "-"
+
+
+def _setting(result: Mapping[str, Any]) -> tuple[str, ...]:
+    """(CPUs, memory limit, cpuset, memory cgroup, torch threads) of one run."""
+    iso = result.get("isolation")
+    iso = iso if isinstance(iso, Mapping) else {}
+    groups = iso.get("cgroups")
+    groups = groups if isinstance(groups, Mapping) else {}
+    limit = iso.get("memory_limit")
+    threads = iso.get("torch_threads")
+    return (
+        _cpus(iso.get("cpus")),
+        f"{limit / 2**30:.1f} GiB" if isinstance(limit, (int, float)) else "none",
+        _group(groups, "cpuset"),
+        _group(groups, "memory"),
+        str(threads) if threads is not None else "-",
+    )
+
+
+def _merged(values: list[tuple[str, str]]) -> str:
+    """One setting over an instance's runs, from (value, test) pairs: the value all share,
+    else the most common one then each other one with the tests (or run count) that had it."""
+    counts = Counter(v for v, _ in values)
+    if len(counts) == 1:
+        return values[0][0]
+    ranked = sorted(counts, key=lambda v: (-counts[v], v))
+    others = []
+    for value in ranked[1:]:
+        tests = sorted({t for v, t in values if v == value})
+        named = ", ".join(tests) if len(tests) <= 3 else f"{counts[value]} runs"
+        others.append(f"{value} ({named})")
+    return "; ".join([ranked[0], *others])
+
+
 def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> list[IsolationRow]:
-    """The isolation each instance got, one row per distinct setting with its run count."""
-    counts: Counter[tuple[str, ...]] = Counter()
+    """The isolation each instance got: one row per device (``node/device`` across nodes),
+    each setting merged over its runs (``_merged``), with its run count."""
+    runs: dict[str, list[tuple[tuple[str, ...], str]]] = defaultdict(list)
     for result in results:
-        iso = result.get("isolation")
-        iso = iso if isinstance(iso, Mapping) else {}
-        groups = iso.get("cgroups")
-        groups = groups if isinstance(groups, Mapping) else {}
-        limit = iso.get("memory_limit")
-        counts[
-            (
-                read.ResultView.from_dict(result).device_label(many_nodes),
-                _cpus(iso.get("cpus")),
-                f"{limit / 2**30:.1f} GiB" if isinstance(limit, (int, float)) else "none",
-                str(groups.get("cpuset", "-")),
-                str(groups.get("memory", "-")),
-                str(iso.get("torch_threads", "-")),
-            )
-        ] += 1
-    return [
-        IsolationRow(device, cpus, limit, cpuset, memory, threads, n)
-        for (device, cpus, limit, cpuset, memory, threads), n in sorted(counts.items())
-    ]
-
-
-def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
-    """Each distinct system record, flattened to key -> text."""
-    seen: dict[str, dict[str, str]] = {}
-    for result in results:
-        record = result.get("system")
-        record = record if isinstance(record, Mapping) else {}
-        key = json.dumps(record, sort_keys=True, default=str)
-        if key not in seen:
-            seen[key] = {
-                k: (json.dumps(v) if isinstance(v, (dict, list)) else str(v))
-                for k, v in record.items()
-            }
-    return list(seen.values())
+        view = read.ResultView.from_dict(result)
+        runs[view.device_label(many_nodes)].append((_setting(result), view.name))
+    rows = []
+    for device in sorted(runs, key=natural_key):
+        items = runs[device]
+        cpus, limit, cpuset, memory, threads = (
+            _merged([(s[k], test) for s, test in items]) for k in range(5)
+        )
+        rows.append(IsolationRow(device, cpus, limit, cpuset, memory, threads, len(items)))
+    return rows
 
 
 def run_series(view: read.ResultView, many_nodes: bool) -> Series | None:
@@ -139,7 +164,8 @@ def run_series(view: read.ResultView, many_nodes: bool) -> Series | None:
         return None
     length = min(len(s.rates) for s in found)
     total = tuple(sum((s.rates[i] or 0.0) for s in found) for i in range(length))
-    return Series(view.device_label(many_nodes), found[0].slice, total)
+    width = found[0].slice
+    return Series(view.device_label(many_nodes), width, total, steady.span(length, width))
 
 
 def test_series(
@@ -164,4 +190,5 @@ def runs_section(loaded: Loaded | None) -> RunsSection:
         tuple(isolation_rows(loaded.results, many_nodes)),
         tuple(systems(loaded.results)),
         test_series(loaded.results, many_nodes),
+        about(loaded.results, many_nodes),
     )

@@ -208,7 +208,7 @@ def test_csv_and_json_formats(results_dir):
     # what only the page showed: failed runs with their log, isolation, systems, series
     assert data["failed_runs"][0]["tail"].endswith("CUDA error: boom")
     assert sum(i["runs"] for i in data["isolation"]) == 7
-    assert data["systems"][0]["hostname"] == "node1"
+    assert data["systems"][0]["host"] == "node1"
     alpha = data["series"]["suite.alpha"]
     assert len(alpha) == 4 and {s["device"] for s in alpha} == {"cuda:0", "cuda:1"}
     text = milarun("report", results_dir).stdout

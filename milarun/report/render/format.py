@@ -4,9 +4,14 @@ tables and section titles (formatting only: no report math)."""
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterable
+from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
+
+from milarun.machine.isolation import cpu_list
 
 WIDTH = 100  # the text report fits 100 columns
 NAME_WIDTH = 24
@@ -64,3 +69,29 @@ def frame(rows: dict[str, dict[str, str]], index: str = "test") -> str:
 def section(title: str) -> list[str]:
     """A block title, underlined, after a blank line."""
     return ["", title, "-" * len(title)]
+
+
+def devices(labels: Iterable[str]) -> str:
+    """Device names with their numbers as ranges: cuda:0..cuda:3, cuda:5 -> cuda:0-3,5."""
+    numbered: dict[str, list[int]] = {}
+    plain: list[str] = []
+    for label in labels:
+        found = re.fullmatch(r"(.*?)(\d+)", label)
+        if found:
+            numbered.setdefault(found[1], []).append(int(found[2]))
+        else:
+            plain.append(label)
+    return ", ".join([prefix + cpu_list(ids) for prefix, ids in numbered.items()] + plain) or "-"
+
+
+def when(started: float | None, finished: float | None) -> str:
+    """The span of the runs in UTC: 2026-11-25 23:17 to 23:20 UTC (the second date too when
+    it is another day); "-" when the results do not say."""
+    if started is None or finished is None:
+        return "-"
+    try:
+        first, last = (datetime.fromtimestamp(t, timezone.utc) for t in (started, finished))
+    except (ValueError, OverflowError, OSError):  # no date: a bad file's finished_at
+        return "-"
+    end = last.strftime("%H:%M" if first.date() == last.date() else "%Y-%m-%d %H:%M")
+    return f"{first:%Y-%m-%d %H:%M} to {end} UTC"

@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import io
 import math
-from collections import defaultdict
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import jinja2
-import matplotlib
-from markupsafe import Markup
-from matplotlib.figure import Figure
 
 from milarun import errors, results
 from milarun.errors import HtmlPathError
+from milarun.report.about import natural_key
 from milarun.report.build import Report
+from milarun.report.render import charts as render_charts
 from milarun.report.render import format as fmt
 from milarun.report.render import nodes as render_nodes
+from milarun.report.render import runs as render_runs
 from milarun.report.render import text as render
-from milarun.report.runs import Series
 
 TEMPLATES = Path(__file__).parents[2] / "templates"
-# Above this many runs of one test, a chart shows each device's median run with a
-# min-max band instead of one line per run (keeps the file small and readable).
-MAX_LINES = 32
 
 
 def ratio_class(value: float | None) -> str:
@@ -40,66 +33,6 @@ def gpu_class(value: float) -> str:
     if not math.isfinite(value):
         return ""
     return "good" if value >= 0.9 else "ok" if value >= 0.8 else "warn" if value >= 0.7 else "bad"
-
-
-def _svg(fig: Figure) -> Markup:
-    buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight")
-    text = buf.getvalue()
-    # Inline SVG: drop the XML prologue and DOCTYPE; matplotlib escapes the text it draws.
-    return Markup(text[text.index("<svg") :])
-
-
-def rate_chart(runs: Iterable[Series]) -> tuple[Markup, str] | None:
-    """examples/s over time for one test: a line per instance, coloured by device."""
-    by_device: dict[str, list[tuple[tuple[float, ...], float]]] = defaultdict(list)
-    for series in runs:
-        by_device[series.device].append((series.rates, series.slice))
-    if not by_device:
-        return None
-    count = sum(len(v) for v in by_device.values())
-    fig = Figure(figsize=(7.5, 2.6))
-    ax = fig.subplots()
-    colours = matplotlib.colormaps["tab10"]
-    for index, (device, items) in enumerate(sorted(by_device.items())):
-        colour = colours(index % 10)
-        if count <= MAX_LINES:
-            for k, (rates, step) in enumerate(items):
-                ax.plot(
-                    [step * (i + 1) for i in range(len(rates))],
-                    rates,
-                    color=colour,
-                    linewidth=1,
-                    alpha=0.85,
-                    label=device if k == 0 else None,
-                )
-        else:
-            _band(ax, items, colour, device)
-    ax.set_xlabel("seconds of training")
-    ax.set_ylabel("examples/s")
-    top = max(max(r) for items in by_device.values() for r, _ in items)
-    ax.set_ylim(0, top * 1.1 if top > 0 else 1)
-    ax.grid(alpha=0.3)
-    if len(by_device) <= 16:
-        ax.legend(fontsize="small", loc="lower right", ncol=min(len(by_device), 8))
-    note = (
-        f"one line per run ({count} runs)"
-        if count <= MAX_LINES
-        else f"{count} runs: each device's median run, band from its slowest to its fastest"
-    )
-    return _svg(fig), note
-
-
-def _band(ax: Any, items: list[tuple[tuple[float, ...], float]], colour: Any, label: str) -> None:
-    length = min(len(r) for r, _ in items)
-    step = items[0][1]
-    columns = [sorted(r[i] for r, _ in items) for i in range(length)]
-    xs = [step * (i + 1) for i in range(length)]
-    ax.fill_between(
-        xs, [c[0] for c in columns], [c[-1] for c in columns], color=colour, alpha=0.2, linewidth=0
-    )
-    ax.plot(xs, [c[len(c) // 2] for c in columns], color=colour, linewidth=1, label=label)
 
 
 def _rows(report: Report) -> list[dict[str, Any]]:
@@ -129,25 +62,52 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def to_html(report: Report) -> str:
-    """The whole report page (charts drawn from the report's rate series)."""
-    charts = []
-    for test, runs in report.series.items():
-        chart = rate_chart(runs)
+def _charts(report: Report, colours: dict[str, str]) -> list[dict[str, Any]]:
+    """One small chart per test with a rate series, with its caption's figures."""
+    out = []
+    for n, (test, runs) in enumerate(report.series.items()):
+        perf = report.table.loc[test, "perf"] if test in report.table.index else math.nan
+        chart = render_charts.rate_chart(runs, colours, perf, f"steady-{n}")
         if chart:
-            charts.append({"test": test, "svg": chart[0], "note": chart[1]})
+            out.append({"test": test, "svg": chart[0], "note": chart[1], "perf": perf})
+    return out
+
+
+def _system_table(report: Report) -> tuple[list[str], list[dict[str, str]]]:
+    """The System block as a table: its labels in order, one column per system record."""
+    labels: dict[str, None] = {}
+    for record in report.systems:
+        labels.update(dict.fromkeys(record))
+    return list(labels), list(report.systems)
+
+
+def to_html(report: Report) -> str:
+    """The whole report page (charts drawn from the report's figures)."""
+    devices = sorted({s.device for runs in report.series.values() for s in runs}, key=natural_key)
+    colours = render_charts.palette(devices)
+    classes = {}
+    if "perf_ratio" in report.table.columns:
+        classes = {
+            str(t): "" if r.get("comparable") == "no" else ratio_class(r["perf_ratio"])
+            for t, r in report.table.iterrows()
+        }
+    labels, systems = _system_table(report)
     return (
         _environment()
         .get_template("report.html.j2")
         .render(
             report=report,
+            about=render_runs.about_rows(report),
             rows=_rows(report),
             columns=list(report.table.columns),
             score_lines=render.score_lines(report),
-            charts=charts,
+            overview=render_charts.overview(report, classes),
+            charts=_charts(report, colours),
+            colours=colours if len(colours) > 1 else {},
             failures=report.failed_runs,
             isolation=report.isolation,
-            systems=report.systems,
+            system_labels=labels,
+            systems=systems,
             skipped=report.skipped,
             source=report.source,
             nodes=report.nodes,

@@ -12,6 +12,7 @@ from milarun.report.build import Report
 from milarun.report.render import format as fmt
 
 TEXT_TAIL_LINES = 8  # of each failed run's log in the text report (JSON and HTML: all kept)
+CGROUP_WIDTH = 28  # cgroup paths cut in the middle in text (JSON, CSV and HTML: whole)
 
 
 def _failed_text(report: Report) -> list[str]:
@@ -37,20 +38,18 @@ def _failed_text(report: Report) -> list[str]:
 def _isolation_text(report: Report) -> list[str]:
     if not report.isolation:
         return []
-    devices = [i.device for i in report.isolation]
-    unique = len(set(devices)) == len(devices)  # else a device had several settings
     rows = {
-        (i.device if unique else f"{i.device} #{n}"): {
+        i.device: {
             "cpus": i.cpus,
             "memory limit": i.memory_limit,
-            "cpuset": i.cpuset,
-            "memory": i.memory,
+            "cpuset": fmt.short(i.cpuset, CGROUP_WIDTH),
+            "memory": fmt.short(i.memory, CGROUP_WIDTH),
             "threads": i.threads,
             "runs": str(i.runs),
         }
-        for n, i in enumerate(report.isolation, 1)
+        for i in report.isolation
     }
-    return fmt.section("Isolation each run got (cgroups, CPUs, memory limit)") + [
+    return fmt.section("Isolation each instance got (cgroups, CPUs, memory limit)") + [
         fmt.frame(rows, "device")
     ]
 
@@ -65,6 +64,27 @@ def _systems_text(report: Report) -> list[str]:
     return out
 
 
+def about_rows(report: Report) -> list[tuple[str, str]]:
+    """The header: when, where, on what and of which suite the runs ran (nothing from a
+    summary file, which keeps none of it)."""
+    about = report.about
+    if about.finished is None and not about.hosts:
+        return []
+    devices = fmt.devices(about.devices)
+    if about.gpus:
+        devices += " (" + "; ".join(about.gpus) + ")"
+    return [
+        ("date", fmt.when(about.started, about.finished)),
+        ("host" if len(about.hosts) <= 1 else "hosts", ", ".join(about.hosts) or "-"),
+        ("devices", devices),
+        ("suite", ", ".join(about.suites) or "-"),
+    ]
+
+
+def about_text(report: Report) -> list[str]:
+    return [fmt.clip(f"{k + ':':9} {v}") for k, v in about_rows(report)]
+
+
 def text_section(report: Report) -> list[str]:
     """The "Failed runs", "Isolation" and "System" blocks (nothing from a summary file)."""
     return _failed_text(report) + _isolation_text(report) + _systems_text(report)
@@ -77,8 +97,17 @@ def records(report: Report) -> dict[str, Any]:
         "failed_runs": [dataclasses.asdict(f) for f in report.failed_runs],
         "isolation": [dataclasses.asdict(i) for i in report.isolation],
         "systems": list(report.systems),
+        "about": dataclasses.asdict(report.about),
         "series": {
-            test: [{"device": s.device, "slice": s.slice, "rates": list(s.rates)} for s in runs]
+            test: [
+                {
+                    "device": s.device,
+                    "slice": s.slice,
+                    "rates": list(s.rates),
+                    "steady": list(s.steady),
+                }
+                for s in runs
+            ]
             for test, runs in report.series.items()
         },
         "skipped": [{"path": s.path, "reason": s.reason} for s in report.skipped],

@@ -198,7 +198,7 @@ def score_lines(report: Report) -> list[str]:
 
 def to_text(report: Report) -> str:
     bar = "=" * min(fmt.WIDTH, max(len(report.title), 40))
-    out = [bar, report.title, bar]
+    out = [bar, report.title, bar, *render_runs.about_text(report)]
     if report.weights_source:
         out.append(f"weights:  {report.weights_source}")
     if report.baseline_source:
