@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import milarun, milarun_process, one_line_error
+from conftest import ROOT, cli_env, milarun, milarun_process, one_line_error
 from fullfs import fill_up, full_tmpfs
 from milarun import errors
 from resultfactory import result, write
@@ -173,6 +175,26 @@ def test_report_reads_a_hostile_folder_without_hanging(hostile_dir):
     scores = json.loads(done.stdout)["scores"]
     assert scores["score"] == pytest.approx(100.0)  # suite.overflow failed: unscored
     assert scores["unscored"] == ["suite.overflow"]
+
+
+def test_html_of_a_folder_with_a_file_name_that_is_not_utf8(hostile_dir, tmp_path):
+    (hostile_dir / os.fsdecode(b"\xffbad.J0.20260101-000000-000000.json")).write_text("{}")
+    page = tmp_path / "page.html"
+    done = milarun("report", hostile_dir, "--html", page, timeout=300)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "\ufffdbad.J0" in page.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("target", ["fifo", "/dev/stdout"])
+def test_html_into_a_pipe_is_refused_not_hung(hostile_dir, tmp_path, target):
+    path = tmp_path / "page.fifo" if target == "fifo" else Path(target)
+    if target == "fifo":
+        os.mkfifo(path)
+    done = subprocess.run(  # stdout a pipe, as in `report --html /dev/stdout | cat`
+        [sys.executable, "-m", "milarun", "report", str(hostile_dir), "--html", str(path)],
+        cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert "is not a regular file" in one_line_error(done)
 
 
 def _weights(tmp_path, content: bytes):

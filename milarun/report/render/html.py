@@ -123,6 +123,11 @@ def check_html_path(path: Path) -> None:
     path = Path(path)
     if path.is_dir():
         raise HtmlPathError(f"--html {path}: is a folder; give a file name such as report.html")
+    if path.exists() and not path.is_file():  # a FIFO or /dev/stdout: reading it would hang
+        raise HtmlPathError(
+            f"--html {path}: is not a regular file (a pipe, a device?); give a file name such "
+            "as report.html"
+        )
     if path.exists():
         with open(path, encoding="utf-8", errors="replace") as f:
             head = f.read(4096)
@@ -140,4 +145,6 @@ def write_html(path: Path, text: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise errors.WriteError(f"{path.parent}: cannot create ({err.strerror or err})") from None
+    # a file name that is not UTF-8 (read as surrogates) shows as U+FFFD, never an error
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return results.write_text_atomic(path, text, replace=True)
