@@ -126,6 +126,12 @@ class SuperResolutionSet:
     """
 
     def __init__(self, files: list[Path], crop: int, factor: int):
+        # Imported by the process that makes the set, so DataLoader workers forked from it
+        # (anew at every epoch in the reso test, as the legacy's) find them loaded: the
+        # legacy test imported torchvision's transforms before its workers were forked.
+        import PIL.Image  # noqa: F401
+        import torchvision.transforms.functional  # noqa: F401
+
         self.files = files
         self.crop = crop
         self.factor = factor

@@ -101,6 +101,22 @@ def test_bsds500_super_resolution_pairs(dataroot):
     assert source.shape == (1, 21, 21) and target.shape == (1, 63, 63)
 
 
+def test_bsds500_pairs_are_made_where_the_workers_fork_from(dataroot):
+    """reso forks its loader workers anew at every epoch, as the legacy did: the modules an
+    item needs are imported by the process that makes the set, so a fresh worker starts
+    with them (else each epoch's fresh workers would import torchvision again)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from milabench.datasets import bsds500; "
+        f"bsds500.reso_train_set({str(dataroot)!r}); "
+        "print('torchvision.transforms.functional' in sys.modules, 'PIL.Image' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["True", "True"], done.stderr
+
+
 def test_bsds500_loader_skips_other_files(dataroot):
     thumbs = bsds500.images_folder(dataroot, "train") / "Thumbs.db"  # as in the real archive
     thumbs.write_bytes(b"not an image")
