@@ -5,8 +5,10 @@ run ...`` finds its rank in the environment torchrun sets (RANK, WORLD_SIZE, LOC
 MASTER_ADDR, MASTER_PORT). Without torchrun every helper degrades to a single process:
 rank 0 of a world of 1, and no process group.
 
-Backends: gloo for CPU slices, nccl for GPUs; on GPUs each rank trains on
-``cuda:LOCAL_RANK`` of the devices torchrun's ``CUDA_VISIBLE_DEVICES`` lists.
+Backends: gloo for CPU slices, nccl for GPUs; on GPUs each rank trains on the
+``LOCAL_RANK``-th of the devices torchrun's ``CUDA_VISIBLE_DEVICES`` lists, the only one its
+CUDA sees (``cuda:0``; milarun.machine.torchdevice.open_own_gpu), as the legacy launcher gave
+each rank its own GPU.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def init_from_env(device: Any) -> tuple[int, int]:
 
     Without torchrun (no WORLD_SIZE in the environment) nothing is initialised and
     ``(0, 1)`` is returned. The backend is gloo when ``device`` is a CPU, else nccl; on a
-    GPU the rank's current device becomes ``cuda:LOCAL_RANK`` before the group is created.
+    GPU the rank's current device becomes ``device`` before the group is created.
     """
     import torch
     import torch.distributed as dist
@@ -59,7 +61,7 @@ def init_from_env(device: Any) -> tuple[int, int]:
     if device.type == "cpu":
         dist.init_process_group(backend="gloo", init_method="env://")
     else:
-        # exp.device is already cuda:LOCAL_RANK under torchrun (milarun.machine.devices).
+        # exp.device is already the rank's own GPU under torchrun (milarun.machine.torchdevice).
         torch.cuda.set_device(device)
         # device_id binds the NCCL communicator to this rank's GPU (no guessing cuda:0).
         dist.init_process_group(backend="nccl", init_method="env://", device_id=device)

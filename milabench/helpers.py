@@ -37,6 +37,7 @@ def train(
     metric: str = "loss",
     count_flops: bool | None = None,
     fetch: Callable[[], Any] | None = None,
+    examples: Callable[[], int] | None = None,
 ) -> Any:
     """Run ``step()`` (one iteration of ``batch_size`` examples) until the run has measured
     enough: ``--max-count`` examples if given, and ``--min-slices`` slices (RateLog.done;
@@ -46,7 +47,9 @@ def train(
     (a test whose legacy loop loaded its batch untimed: translator); without it, a step
     loads its own batch inside the block, as the legacy ``dataloop`` did.
 
-    Each call is one timed block of the ``train`` rate log; the value of the last step is
+    Each call is one timed block of ``batch_size`` examples in the ``train`` rate log, or of
+    ``examples()`` read after the step (a test that counts what each step really held, as
+    its legacy did: vae's last, partial batch of an epoch); the value of the last step is
     recorded as ``metric`` once the loop ends (reading it earlier would sync the device).
     One extra, untimed step is run under a FLOP counter for the result's efficiency first
     (and gives the recorded value when it ran)
@@ -58,8 +61,11 @@ def train(
     with exp.time("train_loop"):
         while not stop(log):
             batch = () if fetch is None else (fetch(),)
-            with log.block(batch_size):
+            block = log.block(batch_size)
+            with block:
                 value = step(*batch)
+                if examples is not None:
+                    block.count = examples()
     log.finish()
     last = [value]
     counted = step if fetch is None else (lambda: step(fetch()))
@@ -116,13 +122,19 @@ def data_loader(
     collate_fn: Any = None,
     seed: int = 0,
     batch_sampler: Any = None,
+    legacy_epochs: bool = False,
 ) -> Any:
     """A DataLoader with full batches only, seeded shuffling, pinned memory on GPUs
     (``batch_sampler``: the test's own batches of indices instead; ``seed`` still seeds
-    the workers)."""
+    the workers), its worker processes kept from one epoch to the next.
+
+    ``legacy_epochs``: as the 2020 loaders (a plain ``DataLoader`` cycled over): every epoch
+    forks its workers anew and ends with its last, partial batch. On a small set (reso's
+    200 images) that is much of the measured work.
+    """
     import torch
 
-    if len(dataset) < batch_size:
+    if len(dataset) < batch_size and not legacy_epochs:
         raise ValueError(
             f"dataset has {len(dataset)} examples, fewer than one batch of "
             f"{batch_size}: make a bigger one (milarun dataset ... --size)"
@@ -131,7 +143,7 @@ def data_loader(
     batching = (
         {"batch_sampler": batch_sampler}
         if batch_sampler is not None
-        else {"batch_size": batch_size, "shuffle": shuffle, "drop_last": True}
+        else {"batch_size": batch_size, "shuffle": shuffle, "drop_last": not legacy_epochs}
     )
     return torch.utils.data.DataLoader(
         dataset,
@@ -139,13 +151,14 @@ def data_loader(
         collate_fn=collate_fn,
         generator=generator,
         pin_memory=torch.cuda.is_available(),
-        persistent_workers=workers > 0,
+        persistent_workers=workers > 0 and not legacy_epochs,
         **batching,
     )
 
 
 def endless(loader: Any) -> Any:
-    """Batches forever: a run is bounded by --max-count, not by epochs."""
+    """Batches forever: a run is bounded by --max-count, not by epochs (a new iterator, so
+    new workers unless they persist, at each epoch)."""
     while True:
         yield from loader
 

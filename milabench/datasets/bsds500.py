@@ -121,10 +121,17 @@ class SuperResolutionSet:
     """(input, target) pairs from one split: Y channel crops and their down-scaled copies.
 
     target: the centre ``crop`` x ``crop`` of the luminance (Y of YCbCr); input: the same crop
-    resized down by ``factor`` (bicubic); both 1xHxW float tensors in [0, 1].
+    resized down by ``factor`` (bilinear: the legacy's torchvision Resize); both 1xHxW float
+    tensors in [0, 1].
     """
 
     def __init__(self, files: list[Path], crop: int, factor: int):
+        # Imported by the process that makes the set, so DataLoader workers forked from it
+        # (anew at every epoch in the reso test, as the legacy's) find them loaded: the
+        # legacy test imported torchvision's transforms before its workers were forked.
+        import PIL.Image  # noqa: F401
+        import torchvision.transforms.functional  # noqa: F401
+
         self.files = files
         self.crop = crop
         self.factor = factor
@@ -142,7 +149,7 @@ class SuperResolutionSet:
         top = (luma.height - self.crop) // 2
         target = luma.crop((left, top, left + self.crop, top + self.crop))
         small = self.crop // self.factor
-        source = target.resize((small, small), Image.Resampling.BICUBIC)
+        source = target.resize((small, small), Image.Resampling.BILINEAR)
         return to_tensor(source), to_tensor(target)
 
 

@@ -1,11 +1,11 @@
 """cart: REINFORCE on gymnasium's CartPole-v0, as in the PyTorch reinforcement-learning example.
 
-A policy MLP 4-128-2 (ReLU, no dropout, as the legacy test) samples one action per step; one
-iteration plays episodes from a fresh reset (CartPole-v0 ends them at 200 steps) until
-``--episode-length`` (500, as the legacy run) steps were taken, the last episode cut there,
-then makes
-one Adam step on the REINFORCE loss: -sum(log pi(a_t|s_t) * G_t) with the discounted returns
-G_t of each episode, normalised over the iteration. One example is one environment step.
+A policy MLP 4-128-2 (ReLU, then a softmax: the legacy network, with no dropout module)
+gives the action probabilities; one action is sampled per step. One iteration plays episodes
+from a fresh reset (CartPole-v0 ends them at 200 steps) until ``--episode-length`` (500, as
+the legacy run) steps were taken, the last episode cut there, then makes one Adam step on the
+REINFORCE loss: -sum(log pi(a_t|s_t) * G_t) with the discounted returns G_t of each episode,
+normalised over the iteration. One example is one environment step.
 
 It always runs on the CPU, like the legacy ``--no-cuda``: a 4-128-2 network on one state at a
 time is dominated by the environment and Python, and a GPU would only add a transfer per step.
@@ -13,7 +13,10 @@ On a GPU slot its rate log syncs the CPU (a no-op): the slot's GPU is never init
 No dataset (``synthetic_data`` stays null). One torch thread, as the legacy CPU run.
 
 Legacy counterpart: milarun/models/cart_pole.py (mila-ao-2020-2), whose ``action.item()``
-each environment step is the same host read as here. Left: gymnasium's CartPole-v0 (legacy:
+each environment step is the same host read as here. As there, the distribution is built
+from the probabilities and its arguments are not validated (torch.distributions validates
+them by default since torch 1.8; the legacy ran torch 1.5, where it did not): both are per-step
+Python work in a test that is all per-step Python work. Left: gymnasium's CartPole-v0 (legacy:
 gym's); the legacy returns ran on across episode ends within an iteration (here they restart
 at each end, as the example meant): the same work.
 """
@@ -33,16 +36,23 @@ from milarun.experiment import BadTestArguments, Experiment
 
 
 class Policy(nn.Module):
-    """State -> action logits (4-128-2 on the cart-pole)."""
+    """State -> action probabilities (4-128-2 on the cart-pole, a softmax out, as the legacy).
 
-    def __init__(self, inputs: int = 4, actions: int = 2, hidden: int = 128, dropout: float = 0.6):
+    ``dropout`` > 0 adds a dropout layer after the hidden one (the PyTorch example's 0.6);
+    at 0, the legacy's, there is no dropout module at all (not even an identity one).
+    """
+
+    def __init__(self, inputs: int = 4, actions: int = 2, hidden: int = 128, dropout: float = 0.0):
         super().__init__()
         self.hidden = nn.Linear(inputs, hidden)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.out = nn.Linear(hidden, actions)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
-        return self.out(self.dropout(F.relu(self.hidden(state))))
+        h = F.relu(self.hidden(state))
+        if self.dropout is not None:
+            h = self.dropout(h)
+        return F.softmax(self.out(h), dim=1)
 
 
 def play(
@@ -54,7 +64,8 @@ def play(
     state, _ = env.reset()
     total = 0.0
     for _ in range(steps):
-        dist = Categorical(logits=policy(torch.from_numpy(state).float().unsqueeze(0)))
+        probs = policy(torch.from_numpy(state).float().unsqueeze(0))
+        dist = Categorical(probs=probs, validate_args=False)  # as torch 1.5: no validation
         action = dist.sample()
         log_probs.append(dist.log_prob(action))
         state, reward, terminated, truncated, _ = env.step(action.item())

@@ -1,10 +1,12 @@
 """convnet / convnet_fp16: train a torchvision classifier on fake ImageNet.
 
 The PyTorch ImageNet example's training step: resnet101 by default (``--arch``; the 10gb
-and 5gb profiles pass resnet50), randomly initialised, cross-entropy, SGD with lr 0.1,
-momentum 0.9 and weight decay 1e-4, on train JPEGs with RandomResizedCrop + flip +
-normalise. ``convnet_fp16`` is the same module with ``--precision`` (autocast and, for fp16,
-a GradScaler); the standard profile passes ``auto``. One example is one image.
+and 5gb profiles pass resnet50), randomly initialised, cross-entropy, plain SGD with lr 0.1
+(no momentum, no weight decay: the legacy test's optimizer, where the example has momentum
+0.9 and weight decay 1e-4; ``--momentum`` and ``--weight-decay`` set them), on train JPEGs
+with RandomResizedCrop + flip + normalise. ``convnet_fp16`` is the same module with
+``--precision`` (autocast and, for fp16, a GradScaler); the standard profile passes
+``auto``. One example is one image.
 
 Legacy counterpart: milarun/models/convnet/conv_simple.py (mila-ao-2020-2), with its
 ``loss.item()`` each step (a host sync, part of the measured work). Left: torch.autocast +
@@ -24,15 +26,16 @@ from milabench.classifiers import build_model, check_arch, logits
 from milabench.datasets import fake_imagenet
 from milarun.experiment import BadTestArguments, Experiment
 
-MOMENTUM = 0.9
-WEIGHT_DECAY = 1e-4
-
 
 def main(exp: Experiment, argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--arch", default="resnet101", help="torchvision.models network name")
     parser.add_argument("--batch-size", type=helpers.positive_int, default=64)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (legacy: 0)")
+    parser.add_argument(
+        "--weight-decay", type=float, default=0.0, help="SGD weight decay (legacy: 0)"
+    )
     parser.add_argument(
         "--crop-size",
         type=helpers.positive_int,
@@ -63,7 +66,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     model = build_model(args.arch, args.num_classes).to(device)
     model.train()
     optimizer = torch.optim.SGD(
-        model.parameters(), lr=args.lr, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY
+        model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay
     )
     precision = helpers.Precision(device, args.precision)
     exp.arguments["precision_used"] = precision.name  # what "auto" resolved to

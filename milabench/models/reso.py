@@ -4,15 +4,23 @@ Four convolutions (5x5 64, 3x3 64, 3x3 32 with ReLU, then 3x3 to factor^2 channe
 PixelShuffle that rearranges those channels into a factor-times larger image. Trained with MSE
 on BSDS500 train images: the luminance (Y) of a centre crop (256) is the target, the crop
 down-scaled by the factor (128 for 2) the input. Adam at the legacy learning rate 0.1.
-One example is one image; each timed step includes loading its batch.
+Each timed step includes loading its batch.
+
+Loaded and counted as the legacy test did: a plain DataLoader cycled over, so each epoch
+(200 images in the real set) forks its ``--workers`` anew and ends with a partial batch
+(8 images at batch 64), and every step counts ``--batch-size`` examples, the partial one
+too. One example is thus a little less than one image: ``per_example.images`` (200/256 on
+the real set at batch 64) gives the rate in images.
 
 Legacy counterpart: milarun/models/subpixel.py (mila-ao-2020-2), with its ``loss.item()``
-each step between forward and backward (a host sync, part of the measured work).
+each step between forward and backward (a host sync, part of the measured work), and its
+input down-scaled by the bilinear filter of torchvision's Resize.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 
 import torch
 import torch.nn.functional as F
@@ -79,8 +87,11 @@ def main(exp: Experiment, argv: list[str]) -> None:
     data = bsds500.reso_train_set(exp.dataroot, args.crop_size, args.upscale_factor)
     helpers.use_dataset(exp, bsds500.folder(exp.dataroot))
     batches = helpers.endless(
-        helpers.data_loader(data, args.batch_size, args.workers, seed=args.seed)
+        helpers.data_loader(data, args.batch_size, args.workers, seed=args.seed, legacy_epochs=True)
     )
+    # Each step counts a whole batch, the epoch's last (partial) one too, as legacy set_count
+    counted = math.ceil(len(data) / args.batch_size) * args.batch_size
+    exp.metric("per_example.images", len(data) / counted)
     model = SubPixelCNN(args.upscale_factor).to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)

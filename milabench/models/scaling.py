@@ -4,7 +4,10 @@ Launched by the gpu-progression scheme as ``python -m torch.distributed.run
 --nproc-per-node K -m milarun run milabench.models.scaling:main ...``: each rank trains the
 same network wrapped in DistributedDataParallel (nccl on GPUs, gloo on CPU slices) on its own
 fixed random batch of ``--batch-size`` images (per rank), every label class 0 as in the
-legacy micro-benchmark (its ``randint(0, 1)``), SGD with momentum 0.9. Random labels on one
+legacy micro-benchmark (its ``randint(0, 1)``), SGD with momentum 0.9. As there, each rank's
+CUDA sees its own GPU only (the harness opens it so: milarun.machine.devices.open_own_gpu;
+the legacy launcher gave each rank ``CUDA_VISIBLE_DEVICES=<i>``) and cuDNN does not
+autotune (the legacy never set ``cudnn.benchmark``). Random labels on one
 fixed batch make the network memorise noise and the loss went to NaN within 12 s on an H100.
 ``--max-count`` counts the examples of one rank. Rank 0 writes the result, with every
 rank's rate log as ``train_<rank>``.
@@ -12,7 +15,8 @@ rank's rate log as ``train_<rank>``.
 Without torchrun it trains the plain network in one process (world size 1, no DDP).
 
 Legacy counterpart: milarun/models/scaling/micro_bench.py (mila-ao-2020-2), which had no
-per-step sync either. Left: torchrun + DDP launch (legacy: its own multi-process launcher).
+per-step sync either. Left: torchrun + DDP launch (legacy: its own multi-process launcher
+and ``init_process_group`` on a tcp:// address).
 """
 
 from __future__ import annotations
@@ -52,8 +56,6 @@ def main(exp: Experiment, argv: list[str]) -> None:
     exp.write_result = rank == 0
 
     helpers.seed_everything(args.seed)
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
 
     model = build_model(args.arch, args.num_classes).to(device)
     model.train()

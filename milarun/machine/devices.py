@@ -221,45 +221,6 @@ def _gpu_available() -> bool:
         return False
 
 
-def torch_device() -> Any:
-    """The torch.device this instance trains on."""
-    import torch
-
-    label = instance_device_label()
-    if not label.startswith(GPU_KIND):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        # Never report a CPU run as a GPU result.
-        raise RuntimeError(
-            f"this instance was given GPU {label} (CUDA_VISIBLE_DEVICES="
-            f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}) but torch sees no GPU; "
-            "use --devices cpu:N on a machine without GPUs"
-        )
-    # Under torchrun each rank owns the visible GPU of its LOCAL_RANK; else the first one.
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if local_rank >= torch.cuda.device_count():
-        raise RuntimeError(
-            f"rank with LOCAL_RANK={local_rank} has no GPU of its own: only "
-            f"{torch.cuda.device_count()} visible (CUDA_VISIBLE_DEVICES="
-            f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}); launch one process per GPU"
-        )
-    return torch.device("cuda", local_rank)
-
-
-def synchronizer(device: Any) -> Callable[[], None]:
-    """A function that waits for the device's queued work (CUDA and ROCm share the API)."""
-    kind = getattr(device, "type", str(device))
-    if kind == "cuda":
-        import torch
-
-        return lambda: torch.cuda.synchronize(device)
-    if kind == "xpu":
-        import torch
-
-        return lambda: torch.xpu.synchronize(device)
-    return lambda: None  # CPU kernels complete before they return
-
-
 # -- monitors ----------------------------------------------------------------------------
 class Monitor:
     """Samples ``probe()`` every ``interval`` seconds in a daemon thread."""

@@ -1,5 +1,6 @@
 """The isolation an instance really got, read from inside its own process: its cgroups,
-the CPUs of its affinity mask, the memory limit in force and torch's thread count."""
+the CPUs of its affinity mask, the memory limit in force, torch's thread count, and whether
+its file reads bypass the page cache (nocache)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,24 @@ def memory_limit(groups: dict[str, str], root: Path = CGROUP_ROOT) -> int | None
     return None
 
 
+def nocache_loaded(maps: str | None = None, environ: Any = None) -> bool:
+    """Whether nocache's library is loaded in this process: the legacy profiles ran every
+    test under ``nocache`` (their ``exec_prefix``), which preloads it so that the pages a
+    process reads leave the page cache, and every epoch reads its data from the disk again.
+    Read from ``/proc/self/maps`` (``maps``: its text), else from LD_PRELOAD."""
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            env = os.environ if environ is None else environ
+            maps = "\n".join(env.get("LD_PRELOAD", "").replace(":", " ").split())
+    for line in maps.splitlines():
+        name = line.split()[-1].rsplit("/", 1)[-1] if line.split() else ""
+        if name.startswith("nocache") and ".so" in name:
+            return True
+    return False
+
+
 def isolation_record() -> dict[str, Any]:
     """The isolation this process really has, read from inside it."""
     groups = own_cgroups()
@@ -35,4 +54,5 @@ def isolation_record() -> dict[str, Any]:
         "memory_limit": memory_limit(groups),
         "torch_threads": torch.get_num_threads() if torch is not None else None,
         "requested": os.environ.get("MILARUN_CGROUP") or None,
+        "nocache": nocache_loaded(),
     }

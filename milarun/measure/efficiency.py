@@ -143,11 +143,7 @@ def _label(func: Any, args: tuple[Any, ...]) -> str:
         return "fp64"
     if dtype != torch.float32:
         return "fp8" if "float8" in str(dtype) else str(dtype).replace("torch.", "")
-    if (
-        tensor.is_cuda
-        and torch.version.hip is None
-        and torch.cuda.get_device_capability(tensor.device)[0] >= 8
-    ):
+    if tf32_capable(tensor.device):
         conv = "conv" in str(func)
         allowed = (
             torch.backends.cudnn.allow_tf32
@@ -157,6 +153,18 @@ def _label(func: Any, args: tuple[Any, ...]) -> str:
         if allowed:
             return "tf32"
     return "fp32"
+
+
+def tf32_capable(device: Any) -> bool:
+    """Whether ``device`` runs "fp32" convolutions and matmuls as TF32 where torch allows
+    it: an NVIDIA GPU of compute capability 8 (Ampere) or later. ROCm: not counted."""
+    import torch
+
+    return (
+        getattr(device, "type", None) == "cuda"
+        and torch.version.hip is None
+        and torch.cuda.get_device_capability(device)[0] >= 8
+    )
 
 
 def count_step(step: Callable[[], Any]) -> dict[str, Any]:
@@ -287,7 +295,7 @@ def measure(
     environments. Never raises an Exception: a step the counter cannot run only loses
     its FLOP count (KeyboardInterrupt and the harness's signals still go through).
     """
-    settings = precision_settings()
+    settings = precision_settings(exp.device)
     if not enabled():
         return Efficiency(
             note=f"disabled by {ENV_FLAG}={os.environ.get(ENV_FLAG)}", settings=settings
@@ -312,14 +320,16 @@ def measure(
         )
 
 
-def precision_settings() -> dict[str, Any]:
-    """torch's float32 and cuDNN settings as the test left them. PyTorch's defaults let
-    cuDNN run "fp32" convolutions as TF32 on Ampere and later while matmuls stay fp32
-    (the 2020 V100 figures had no TF32 at all): a result says which applied."""
+def precision_settings(device: Any = None) -> dict[str, Any]:
+    """torch's float32 and cuDNN settings as the test left them, and whether its device
+    (None: unknown) runs TF32 at all. PyTorch's defaults let cuDNN run "fp32" convolutions
+    and RNNs as TF32 on Ampere and later while matmuls stay fp32 (the 2020 V100 figures had
+    no TF32 at all): a result says which applied."""
     import torch
 
     cudnn = torch.backends.cudnn
     return {
+        "tf32_capable": None if device is None else tf32_capable(device),
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
         "tf32_cudnn": bool(cudnn.allow_tf32),

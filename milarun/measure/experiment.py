@@ -160,9 +160,9 @@ class Experiment:
     def device(self) -> Any:
         """The torch device of this instance (imports torch on first use)."""
         if self._device is None:
-            from milarun.machine import devices
+            from milarun.machine import torchdevice
 
-            self._device = devices.torch_device()
+            self._device = torchdevice.torch_device()
         return self._device
 
     def use_device(self, device: Any) -> None:
@@ -176,9 +176,9 @@ class Experiment:
 
     def _synchronizer(self) -> Callable[[], None]:
         if self._sync is None:
-            from milarun.machine import devices
+            from milarun.machine import torchdevice
 
-            self._sync = devices.synchronizer(self.device)
+            self._sync = torchdevice.synchronizer(self.device)
         return self._sync
 
     # -- measurement -----------------------------------------------------------------
@@ -242,11 +242,24 @@ class Experiment:
         self._extra_timings.update(records)
 
     def rank_place(self, rank: int) -> dict[str, Any]:
-        """Where this process runs as ``rank``: {rank, node, host, device}."""
+        """Where this process runs as ``rank``: {rank, node, host, device, cuda_devices}
+        (how many GPUs its CUDA saw: 1 where it was opened on the rank's own GPU, as the
+        legacy launcher gave each rank; None on a CPU)."""
         local = int(os.environ.get("LOCAL_RANK") or 0)
         labels = (os.environ.get("MILARUN_DEVICE") or "").split(",")
         device = labels[local] if local < len(labels) and labels[local] else str(self._device)
-        return {"rank": rank, "node": node_name(), "host": socket.gethostname(), "device": device}
+        seen = None
+        if getattr(self._device, "type", None) == "cuda":
+            import torch
+
+            seen = torch.cuda.device_count()
+        return {
+            "rank": rank,
+            "node": node_name(),
+            "host": socket.gethostname(),
+            "device": device,
+            "cuda_devices": seen,
+        }
 
     def set_ranks(self, places: list[dict[str, Any]]) -> None:
         """Every rank's place (rank_place), gathered by rank 0: the result's ``ranks``."""

@@ -160,7 +160,7 @@ def build_report(
     legacy = comparability.is_legacy(baseline) and not comparability.is_legacy(summary)
     like = (
         {
-            t: comparability.judge(t, legacy, (summary.get(t) or {}).get("dataset"))
+            t: comparability.judge(t, legacy, summary.get(t))
             if t in baseline
             else comparability.NOT_IN_BASELINE
             for t in tests

@@ -118,9 +118,7 @@ def _entry(runs: list[dict[str, Any]], many_nodes: bool) -> dict[str, Any]:
         "quality": quality(good),
         **energy.summary_entries(good),  # "energy" and "throttle", where measured
     }
-    datasets = [r["dataset"] for r in good if isinstance(r.get("dataset"), dict)]
-    if datasets:  # the smallest set the runs read: what decides comparability
-        entry["dataset"] = min(datasets, key=lambda d: d.get("size") or 0)
+    entry.update(conditions(good))
     if totals:  # scaling.k: train is the mean per rank, throughput all k ranks
         entry["throughput"] = stats(totals)
     spans = [n for n in (read.ResultView.from_dict(r).rank_nodes for r in runs) if n]
@@ -130,6 +128,31 @@ def _entry(runs: list[dict[str, Any]], many_nodes: bool) -> dict[str, Any]:
     if found:  # the test counts in a legacy unit: the natural one per counted example
         entry["natural"] = found
     return entry
+
+
+def conditions(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the successful runs ran under that decides whether they compare with the 2020
+    figures (milarun.report.comparability), each key only where the runs record it:
+    ``dataset``, the smallest set they read; ``tf32``, on a device that runs TF32, whether
+    torch let its fp32 matmuls and its cuDNN work (convolutions, RNNs) run as TF32 in any
+    run; ``nocache``, whether every run's reads bypassed the page cache, as under the
+    legacy profiles' ``nocache``."""
+    found: dict[str, Any] = {}
+    datasets = [r["dataset"] for r in runs if isinstance(r.get("dataset"), dict)]
+    if datasets:
+        found["dataset"] = min(datasets, key=lambda d: d.get("size") or 0)
+    settings = [(r.get("efficiency") or {}).get("settings") for r in runs]
+    tf32 = [s for s in settings if isinstance(s, dict) and s.get("tf32_capable") is True]
+    if tf32:
+        found["tf32"] = {
+            "matmul": any(s.get("tf32_matmul") is True for s in tf32),
+            "cudnn": any(s.get("tf32_cudnn") is True for s in tf32),
+        }
+    caches = [(r.get("isolation") or {}).get("nocache") for r in runs]
+    known = [c for c in caches if isinstance(c, bool)]
+    if known:
+        found["nocache"] = all(known)
+    return found
 
 
 def _mean_of(values: list[Any]) -> float | None:

@@ -90,9 +90,11 @@ def _entry_problem(entry: dict[str, Any]) -> str | None:
         return f"'rates' is not a list of numbers of at most {results.MAX_RATE:g}"
     if entry.get("peak_memory") is not None and not results.is_finite(entry["peak_memory"]):
         return f"'peak_memory' is {entry['peak_memory']!r}, not a finite number"
-    for key in ("dataset", "natural", "quality", "failure_kinds", "energy", "throttle"):
+    for key in ("dataset", "natural", "quality", "failure_kinds", "energy", "throttle", "tf32"):
         if entry.get(key) is not None and not isinstance(entry[key], dict):
             return f"'{key}' is not an object"
+    if entry.get("nocache") is not None and not isinstance(entry["nocache"], bool):
+        return "'nocache' is not true/false"
     return _quality_problem(entry.get("quality") or {}) or energy.entry_problem(entry)
 
 

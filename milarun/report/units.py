@@ -1,9 +1,10 @@
 """Natural units beside the legacy ones (DESIGN section 5, "Units").
 
 A test scored in its legacy unit (atari: --num-processes examples per PPO iteration;
-toy_lstm: all --samples waves per step, 3 of them held out) records how many natural units
-one counted example is, as the metric ``per_example.<unit>`` (atari: ``agent_steps``,
-toy_lstm: ``sequences``). The summary keeps it per test as ``natural``; the report shows the
+toy_lstm: all --samples waves per step, 3 of them held out; reso: --batch-size per step, the
+epoch's partial batch too) records how many natural units one counted example is, as the
+metric ``per_example.<unit>`` (atari: ``agent_steps``, toy_lstm: ``sequences``, reso:
+``images``). The summary keeps it per test as ``natural``; the report shows the
 rate in that unit (perf x per example) beside the scored one. No torch here: reports are
 made on machines without it.
 """

@@ -1,5 +1,5 @@
 """Like with like inside a results folder: runs of one test made with other settings (other
-arguments, data, precision settings or milarun version) are never averaged together.
+arguments, data, precision settings, nocache or milarun version) are never averaged together.
 
 The runs of a test are grouped by what they measured; the group with the most runs keeps the
 test's name (the one the weights score), each other group becomes a test of its own, named
@@ -36,7 +36,8 @@ def _flags(argv: Any) -> dict[str, str]:
 
 def setup(result: Mapping[str, Any]) -> dict[str, Any]:
     """What a run measured, as far as its file says: the test function and its arguments,
-    and (where recorded) the data it read, its TF32 settings and the milarun version."""
+    and (where recorded) the data it read, its TF32 settings, whether its reads bypassed the
+    page cache (nocache) and the milarun version."""
     call = result.get("call")
     call = call if isinstance(call, Mapping) else {}
     found: dict[str, Any] = {
@@ -50,6 +51,10 @@ def setup(result: Mapping[str, Any]) -> dict[str, Any]:
     settings = efficiency.get("settings") if isinstance(efficiency, Mapping) else None
     if isinstance(settings, Mapping):
         found["tf32"] = tuple(settings.get(k) for k in TF32)
+    isolation = result.get("isolation")
+    nocache = isolation.get("nocache") if isinstance(isolation, Mapping) else None
+    if isinstance(nocache, bool):
+        found["nocache"] = nocache
     version = result.get("milarun_version")
     if isinstance(version, str):
         found["milarun"] = version
@@ -76,6 +81,8 @@ def _describe(setup_: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
         parts.append(f"data {name} {size}{' synthetic' if synthetic else ''}")
     if setup_.get("tf32") != reference.get("tf32") and setup_.get("tf32"):
         parts.append("tf32 " + "/".join("on" if v else "off" for v in setup_["tf32"]))
+    if setup_.get("nocache") != reference.get("nocache") and "nocache" in setup_:
+        parts.append("nocache" if setup_["nocache"] else "no nocache")
     if setup_.get("milarun") != reference.get("milarun") and setup_.get("milarun"):
         parts.append(f"milarun {setup_['milarun']}")
     return ", ".join(parts) or "other settings"

@@ -398,3 +398,43 @@ def test_a_student_group_holding_foreign_processes_is_refused(students, tmp_path
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+# -- the page cache (nocache) ------------------------------------------------------------------
+def test_nocache_is_read_from_the_process_maps():
+    lib = "7f3a1c000000-7f3a1c001000 r-xp 00000000 08:01 42 /usr/lib/x86_64-linux-gnu/nocache/"
+    libc = "7f3a1b000000-7f3a1b100000 r-xp 00000000 08:01 7 /usr/lib/x86_64-linux-gnu/libc.so.6"
+    assert confinement.nocache_loaded(f"{libc}\n{lib}nocache.so\n")
+    assert not confinement.nocache_loaded(f"{libc}\n7f3a1a000000-7f3a1a021000 rw-p 0 0 0 [heap]\n")
+    assert not confinement.nocache_loaded()  # this process: nothing preloaded
+    assert confinement.isolation_record()["nocache"] is False
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="builds a stand-in nocache library")
+def test_each_result_says_whether_its_reads_bypassed_the_page_cache(tmp_path):
+    """The legacy profiles ran each test under `nocache` (exec_prefix); `jobs` runs without
+    it where it is not installed, and each result records which it was."""
+    import subprocess
+
+    source = tmp_path / "empty.c"
+    source.write_text("int milarun_stand_in;\n")
+    lib = tmp_path / "nocache.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, source], check=True)
+    wrapper = tmp_path / "nocache"
+    wrapper.write_text(f'#!/bin/sh\nLD_PRELOAD="{lib}" exec "$@"\n')
+    wrapper.chmod(0o755)
+    steps = {"experiment": "faulty:steps", "arguments": {"--min-slices": 4}}
+    prof = tmp_path / "p.json"
+    prof.write_text(
+        json.dumps(
+            {
+                "with": {**steps, "exec_prefix": [str(wrapper)]},
+                "without": {**steps, "exec_prefix": [f"nocache-{uuid.uuid4().hex}"]},
+            }
+        )
+    )
+    done = milarun("jobs", prof, "--devices", "cpu:1", "-o", tmp_path / "out")
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = {r["name"].rsplit(".", 1)[1]: r for r in load_all(tmp_path / "out").values()}
+    assert found["with"]["isolation"]["nocache"] is True
+    assert found["without"]["isolation"]["nocache"] is False

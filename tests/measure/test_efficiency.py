@@ -105,6 +105,7 @@ def test_measure_builds_the_record_on_cpu():
     assert record.peak_flops is None and record.percent_of_peak is None
     assert "no published fp32 peak" in record.note
     assert record.to_dict()["settings"] == {
+        "tf32_capable": False,  # a CPU has no TF32
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
         "tf32_cudnn": torch.backends.cudnn.allow_tf32,
@@ -127,6 +128,21 @@ def test_the_settings_are_those_the_test_left_in_force(monkeypatch):
     assert record.flops_per_step is None
     assert record.settings["float32_matmul_precision"] == "high"
     assert record.settings["tf32_matmul"] is True and record.settings["cudnn_benchmark"]
+
+
+@pytest.mark.parametrize(
+    "hip, capability, capable",
+    [(None, (8, 0), True), (None, (7, 0), False), ("6.2", (9, 4), False)],
+)
+def test_tf32_capable_is_an_nvidia_gpu_from_ampere(monkeypatch, hip, capability, capable):
+    """V100 (7.0): no TF32 units, the 2020 figures' case; A100 (8.0) and later: TF32 where
+    torch allows it; ROCm devices are not counted."""
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert efficiency.tf32_capable(torch.device("cuda", 0)) is capable
+    assert efficiency.tf32_capable(torch.device("cpu")) is False
+    assert efficiency.precision_settings(torch.device("cuda", 0))["tf32_capable"] is capable
+    assert efficiency.precision_settings()["tf32_capable"] is None  # device unknown
 
 
 def test_measure_on_a_known_gpu_gives_percent_of_peak():

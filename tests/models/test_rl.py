@@ -236,6 +236,45 @@ def test_bad_arguments(module, argv, message):
     assert_rejected(module, argv, message)
 
 
+# -- cart: the legacy policy and sampling ------------------------------------------------------
+def test_cart_policy_is_the_legacy_network():
+    """4-128-2 with a softmax out and no dropout module (legacy: a Dropout(0) is extra work
+    per step); --dropout > 0 adds one."""
+    from milabench.models import cart
+
+    policy = cart.Policy()
+    assert not any(isinstance(m, torch.nn.Dropout) for m in policy.modules())
+    probs = policy(torch.randn(3, 4))
+    assert probs.shape == (3, 2) and torch.allclose(probs.sum(1), torch.ones(3))
+    assert bool((probs > 0).all())  # probabilities, not logits
+    assert any(isinstance(m, torch.nn.Dropout) for m in cart.Policy(dropout=0.5).modules())
+
+
+def test_cart_samples_without_validating_the_distribution(monkeypatch):
+    """torch.distributions checks every argument and sample by default since torch 1.8; the
+    legacy ran torch 1.5, which did not: cart plays with the checks off."""
+    from torch.distributions import Distribution, constraints
+
+    from milabench.models import cart
+
+    checked = []
+    monkeypatch.setattr(Distribution, "_validate_args", True)  # torch's default
+    monkeypatch.setattr(
+        Distribution, "_validate_sample", lambda self, value: checked.append("sample")
+    )
+    for constraint in (constraints.simplex, constraints.real_vector):
+        monkeypatch.setattr(
+            type(constraint), "check", lambda self, value: checked.append("argument") or True
+        )
+    env = gymnasium.make("CartPole-v0")
+    env.reset(seed=0)
+    log_probs, rewards, dones, _ = cart.play(env, cart.Policy(), 30)
+    env.close()
+    assert log_probs.shape == rewards.shape == dones.shape == (30,)
+    assert bool((log_probs <= 0).all())
+    assert checked == []
+
+
 # -- PPO on real environments, in this process ------------------------------------------------
 def minigrid_agent(seed: int) -> rl.PPO:
     """Two environments stepped in this process (quicker to start than worker processes)."""

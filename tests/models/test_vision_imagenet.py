@@ -188,7 +188,10 @@ def test_loader(dataroot, tmp_path):
 @pytest.mark.slow
 def test_convnet(dataroot, tmp_path):
     result = run_trained("convnet", dataroot, tmp_path, CONVNET)
-    assert result["call"]["arguments"]["precision_used"] == "fp32"
+    arguments = result["call"]["arguments"]
+    assert arguments["precision_used"] == "fp32"
+    # plain SGD, as the legacy conv_simple (the ImageNet example: momentum 0.9, decay 1e-4)
+    assert (arguments["momentum"], arguments["weight_decay"]) == (0.0, 0.0)
 
 
 @pytest.mark.slow

@@ -7,19 +7,23 @@ several times slower and make the durations unpredictable).
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
 import pytest
 
-from milabench import datasets
+from milabench import datasets, helpers
 from milabench.datasets import bsds500, mnist
 from modelrun import assert_rejected, run_trained, run_without_data
 
 MNIST_SIZE = 1200
 BSDS_SIZE = 16
+# 1200 images at batch 64: 18 full batches and one of 48 per epoch, counted as they are.
 VAE_ARGS = ["--batch-size", "64", "--workers", "0", "--min-slices", "6"]
-RESO_ARGS = ["--batch-size", "8", "--crop-size", "32", "--workers", "0", "--min-slices", "6"]
+# 16 images at batch 6: 6, 6 and 4 per epoch, each counted 6 (the legacy set_count); one
+# worker, forked at each epoch.
+RESO_ARGS = ["--batch-size", "6", "--crop-size", "32", "--workers", "1", "--min-slices", "6"]
 
 
 # Every test here on one worker, in a row: the data below is synthesized once.
@@ -97,6 +101,22 @@ def test_bsds500_super_resolution_pairs(dataroot):
     assert source.shape == (1, 21, 21) and target.shape == (1, 63, 63)
 
 
+def test_bsds500_pairs_are_made_where_the_workers_fork_from(dataroot):
+    """reso forks its loader workers anew at every epoch, as the legacy did: the modules an
+    item needs are imported by the process that makes the set, so a fresh worker starts
+    with them (else each epoch's fresh workers would import torchvision again)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from milabench.datasets import bsds500; "
+        f"bsds500.reso_train_set({str(dataroot)!r}); "
+        "print('torchvision.transforms.functional' in sys.modules, 'PIL.Image' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.split() == ["True", "True"], done.stderr
+
+
 def test_bsds500_loader_skips_other_files(dataroot):
     thumbs = bsds500.images_folder(dataroot, "train") / "Thumbs.db"  # as in the real archive
     thumbs.write_bytes(b"not an image")
@@ -106,11 +126,74 @@ def test_bsds500_loader_skips_other_files(dataroot):
         thumbs.unlink()
 
 
+# -- the legacy loaders -----------------------------------------------------------------------
+class Pids:
+    """Items that say which process loaded them."""
+
+    def __len__(self) -> int:
+        return 5
+
+    def __getitem__(self, index: int) -> int:
+        return os.getpid()
+
+
+def two_epochs(loader) -> list[list[int]]:
+    batches = helpers.endless(loader)
+    return [next(batches).tolist() for _ in range(2 * len(loader))]
+
+
+def test_legacy_epochs_fork_their_workers_anew_and_keep_the_partial_batch():
+    """The 2020 loaders (reso, vae): a plain DataLoader cycled over, every epoch new worker
+    processes and a last, partial batch; milarun's own: the same workers, full batches."""
+    legacy = two_epochs(helpers.data_loader(Pids(), 2, 1, legacy_epochs=True))
+    assert [len(b) for b in legacy] == [2, 2, 1, 2, 2, 1]
+    first, second = {p for b in legacy[:3] for p in b}, {p for b in legacy[3:] for p in b}
+    assert len(first) == len(second) == 1 and first != second and os.getpid() not in first
+    kept = two_epochs(helpers.data_loader(Pids(), 2, 1))
+    assert [len(b) for b in kept] == [2, 2, 2, 2]
+    assert len({p for b in kept for p in b}) == 1
+
+
+@pytest.mark.parametrize("model", ["vae", "reso"])
+def test_the_model_loads_as_its_legacy(monkeypatch, dataroot, model):
+    import importlib
+
+    import torch
+
+    from milarun.measure.experiment import Experiment
+
+    asked = []
+
+    class Asked(Exception):
+        pass
+
+    def data_loader(*args, **kwargs):
+        asked.append(kwargs)
+        raise Asked
+
+    monkeypatch.setattr(helpers, "data_loader", data_loader)
+    main = importlib.import_module(f"milabench.models.{model}").main
+    exp = Experiment(model, dataroot=dataroot, device=torch.device("cpu"))
+    with pytest.raises(Asked):
+        main(exp, ["--workers", "1"])
+    assert asked[0]["legacy_epochs"] is True
+
+
 # -- the models -------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("model, args", [("vae", VAE_ARGS), ("reso", RESO_ARGS)])
-def test_model_trains_on_synthetic_data(tmp_path, dataroot, model, args):
-    run_trained(model, dataroot, tmp_path, args)
+def test_vae_counts_the_images_of_each_batch(tmp_path, dataroot):
+    result = run_trained("vae", dataroot, tmp_path, VAE_ARGS)
+    train = result["timings"]["train"]
+    epochs, steps = divmod(train["blocks"], 19)  # 18 batches of 64, then one of 48
+    assert train["count"] == epochs * MNIST_SIZE + steps * 64
+
+
+@pytest.mark.slow
+def test_reso_counts_a_whole_batch_each_step(tmp_path, dataroot):
+    result = run_trained("reso", dataroot, tmp_path, RESO_ARGS)
+    train = result["timings"]["train"]
+    assert train["count"] == 6 * train["blocks"]
+    assert result["metrics"]["per_example.images"] == pytest.approx(BSDS_SIZE / 18)
 
 
 @pytest.mark.parametrize("model", ["vae", "reso"])

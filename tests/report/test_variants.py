@@ -66,6 +66,22 @@ def test_other_data_or_version_is_apart_and_named():
     ]
 
 
+def test_runs_without_nocache_are_apart_from_those_with_it():
+    def isolated(nocache):
+        return {"cgroups": {}, "cpus": [0], "memory_limit": None, "nocache": nocache}
+
+    runs = [
+        run("0.0", 100.0, BASE, isolation=isolated(True)),
+        run("1.0", 100.0, BASE, isolation=isolated(True)),
+        run("2.0", 130.0, BASE, isolation=isolated(False)),
+        run("3.0", None, BASE, failure={"kind": "crash", "message": "died"}, isolation=None),
+    ]
+    found = summary.summarize(runs)
+    assert sorted(found) == ["quick.polynome", "quick.polynome [no nocache]"]
+    assert found["quick.polynome"]["nocache"] is True and found["quick.polynome"]["n"] == 3
+    assert found["quick.polynome [no nocache]"]["nocache"] is False
+
+
 def test_the_report_warns_and_does_not_score_the_variant(tmp_path):
     for i, rate in enumerate([100.0, 102.0]):
         write(tmp_path, run(f"{i}.0", rate, BASE))

@@ -104,6 +104,7 @@ def test_scaling_rank0_writes_one_result_with_every_rank(quick_run):
         assert len(timings[f"train_{rank}"]["rates"]) >= QUICK_RUN_SLICES
     assert [(r["rank"], r["device"]) for r in result["ranks"]] == [(0, "cpu:0"), (1, "cpu:1")]
     assert {r["node"] for r in result["ranks"]} == {result["node"]}
+    assert [r["cuda_devices"] for r in result["ranks"]] == [None, None]  # CPU ranks
 
 
 def test_calibration_rate_is_within_one_percent_of_the_steps_own_timing(quick_run):

@@ -99,3 +99,35 @@ def test_the_gpu_check_runs_the_standard_tests_as_the_standard_suite_does():
         k.replace("standard.", "gpu-check.", 1): v["weight"]
         for k, v in json.loads((WEIGHTS_DIR / "standard.json").read_text()).items()
     }
+
+
+# What the 2020 10gb and 5gb profiles (mila-ao-2020-2) changed from its standard profile:
+# every other job, argument and key is the standard one, and neither runs scaling.
+LEGACY_SMALL_SUITES = {
+    "10gb": {
+        "convnet": {"--arch": "resnet50"},
+        "convnet_fp16": {"--arch": "resnet50", "--batch-size": 64},
+        "ssd": {"--batch-size": 16},
+    },
+    "5gb": {
+        "convnet": {"--arch": "resnet50", "--batch-size": 8},
+        "convnet_fp16": {"--arch": "resnet50", "--batch-size": 16},
+        "fast_style": {"--batch-size": 64},
+        "ssd": {"--batch-size": 8},
+        "translator": {"--batch-size": 16},
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY_SMALL_SUITES))
+def test_the_small_suites_are_standard_with_the_2020_changes(name):
+    standard, small = load_profile("standard").jobs, load_profile(name).jobs
+    assert set(small) == set(standard) - {"scaling"}
+    for job, definition in small.items():
+        expected = {**standard[job].arguments, **LEGACY_SMALL_SUITES[name].get(job, {})}
+        assert definition.arguments == expected, f"{name}.{job}"
+        assert (definition.experiment, definition.partition, definition.exec_prefix) == (
+            standard[job].experiment,
+            standard[job].partition,
+            standard[job].exec_prefix,
+        ), f"{name}.{job}"

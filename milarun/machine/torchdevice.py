@@ -1,0 +1,91 @@
+"""The torch side of an instance's device, inside a benchmark process: which torch.device it
+trains on (a torchrun rank's CUDA opened on its own GPU only) and how to wait for its work."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from milarun.machine import devices
+
+
+def torch_device() -> Any:
+    """The torch.device this instance trains on."""
+    import torch
+
+    label = devices.instance_device_label()
+    if not label.startswith(devices.GPU_KIND):
+        return torch.device("cpu")
+    rank = os.environ.get("LOCAL_RANK")
+    # Before anything asks CUDA about its devices: that fixes which ones it sees.
+    own = rank is not None and open_own_gpu(torch.cuda, int(rank))
+    if not torch.cuda.is_available():
+        # Never report a CPU run as a GPU result.
+        raise RuntimeError(
+            f"this instance was given GPU {label} (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}) but torch sees no GPU; "
+            "use --devices cpu:N on a machine without GPUs"
+        )
+    if own:
+        return torch.device("cuda", 0)  # the only GPU this rank's CUDA sees
+    # Under torchrun (CUDA opened before this call) each rank owns the visible GPU of its
+    # LOCAL_RANK; else the first one.
+    local_rank = int(rank or 0)
+    if local_rank >= torch.cuda.device_count():
+        raise RuntimeError(
+            f"rank with LOCAL_RANK={local_rank} has no GPU of its own: only "
+            f"{torch.cuda.device_count()} visible (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}); launch one process per GPU"
+        )
+    return torch.device("cuda", local_rank)
+
+
+def open_own_gpu(cuda: Any, local_rank: int, environ: Any = None) -> bool:
+    """Initialise CUDA in a torchrun rank with only the rank's own GPU visible; True if done.
+
+    torchrun gives every rank the same CUDA_VISIBLE_DEVICES (all K GPUs of the job); the
+    legacy scaling launcher gave each rank its own one (``CUDA_VISIBLE_DEVICES=<i>``), so
+    a rank's CUDA, and NCCL through it, saw no peer GPU. CUDA reads the variable once, when
+    it initialises: it is narrowed to the rank's entry for that moment and then restored, so
+    the harness still records and monitors the instance's K GPUs (each rank's ``ranks``
+    entry says how many its CUDA saw). ``cuda`` is ``torch.cuda``. False, with nothing
+    changed, where CUDA was already initialised or the rank has no entry of its own.
+    """
+    env = os.environ if environ is None else environ
+    if cuda.is_initialized():
+        return False
+    visible = devices._visible_ids(env)
+    if visible is None:  # every GPU, in CUDA's order: the rank's is its index there
+        own = str(local_rank)
+    elif local_rank < len(visible):
+        own = visible[local_rank]
+    else:
+        return False  # torch_device says why
+    saved = env.get("CUDA_VISIBLE_DEVICES")
+    env["CUDA_VISIBLE_DEVICES"] = own
+    try:
+        cuda.init()
+        cuda.device_count()  # torch keeps the count of an initialised CUDA from now on
+    except RuntimeError:  # no usable GPU: torch_device reports it
+        return False
+    finally:
+        if saved is None:
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = saved
+    return True
+
+
+def synchronizer(device: Any) -> Callable[[], None]:
+    """A function that waits for the device's queued work (CUDA and ROCm share the API)."""
+    kind = getattr(device, "type", str(device))
+    if kind == "cuda":
+        import torch
+
+        return lambda: torch.cuda.synchronize(device)
+    if kind == "xpu":
+        import torch
+
+        return lambda: torch.xpu.synchronize(device)
+    return lambda: None  # CPU kernels complete before they return
