@@ -102,8 +102,12 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     )
     if src.loaded is not None:  # a results folder: a run cut short says what it never did
         rep.warnings += [
-            f"{cut.describe()}: no result for "
-            f"{', '.join(cut.without_result) or 'none of its tests'}"
+            f"{cut.describe()}: "
+            + (
+                f"no result for {', '.join(cut.without_result)}"
+                if cut.without_result
+                else "each of its tests has a result"
+            )
             for cut in manifest.cut_short(request.source)
         ]
     skipped = [

@@ -108,20 +108,59 @@ class CutShort:
         return f"the jobs run started {when}{where} was cut short ({self.reason})"
 
 
+# A start time past this (the year 9999) is no time: a hand-damaged file (1e300, NaN).
+MAX_TIME = 253402300799.0
+STATUSES = ("running", "complete", "interrupted", "failed")
+MAX_PLANNED = 10_000  # tests one run plans (jobs x devices): far more is no manifest of ours
+_warned: set[Path] = set()
+
+
+def _problem(data: Any) -> str | None:
+    """Why a parsed manifest cannot be read (the field and its value), or None."""
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        return "not a milarun run manifest"
+    if data.get("status") not in STATUSES:
+        return f"'status' {str(data.get('status'))[:40]!r} is not one of {', '.join(STATUSES)}"
+    if not isinstance(data.get("reason"), (str, type(None))):
+        return "'reason' is not a string"
+    started = data.get("started_at")
+    if isinstance(started, bool) or not (
+        isinstance(started, (int, float)) and 0 <= started <= MAX_TIME  # NaN compares False
+    ):
+        return f"'started_at' {str(started)[:40]} is not a time"
+    planned, ended = data.get("planned"), data.get("ended")
+    if not isinstance(planned, list) or len(planned) > MAX_PLANNED:
+        return f"'planned' is not a list of at most {MAX_PLANNED} test names"
+    for test in planned:
+        try:
+            results.safe_name(test, "'planned' test")
+        except errors.InputError as err:
+            return str(err)
+    if not isinstance(ended, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("test"), str) for e in ended
+    ):
+        return "'ended' is not a list of objects with a 'test' name"
+    return None
+
+
 def _read(path: Path) -> dict[str, Any]:
     data = results.read_json(path, errors.InputError)
-    if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise errors.InputError(f"{path}: not a milarun run manifest")
+    problem = _problem(data)
+    if problem:
+        raise errors.InputError(f"{path}: {problem}")
     return data
 
 
 def _manifests(folder: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """The readable run manifests of one folder, in time order (foreign files passed by)."""
+    """The readable run manifests of one folder, in time order; a damaged one (a folder of
+    that name, a hand-edited field) is passed by with a warning naming it, once."""
     for path in sorted(Path(folder).glob(f"{PREFIX}*{SUFFIX}")):
         try:
             yield path, _read(path)
-        except errors.InputError:
-            continue
+        except errors.InputError as err:
+            if path not in _warned:
+                _warned.add(path)
+                log.warning("%s; run manifest ignored", err)
 
 
 def cut_short(outdir: Path) -> list[CutShort]:
@@ -137,16 +176,14 @@ def cut_short(outdir: Path) -> list[CutShort]:
             reason = "its supervisor ended without finishing it: killed?"
         else:
             reason = str(data.get("reason") or status)[:200]
-        ended = {e.get("test") for e in data.get("ended") or () if isinstance(e, dict)}
-        planned = [t for t in data.get("planned") or () if isinstance(t, str)]
-        started = data.get("started_at")
+        ended = {e["test"] for e in data["ended"]}
         found.append(
             CutShort(
                 path,
                 str(status),
                 reason,
-                float(started) if isinstance(started, (int, float)) else 0.0,
-                tuple(t for t in planned if t not in ended),
+                float(data["started_at"]),
+                tuple(t for t in data["planned"] if t not in ended),
             )
         )
     return sorted(found, key=lambda cut: cut.started_at)
@@ -157,9 +194,6 @@ def planned_since(folder: Path, since: float) -> set[str] | None:
     such run left a manifest (its supervisor never started)."""
     planned: set[str] | None = None
     for _, data in _manifests(folder):
-        started = data.get("started_at")
-        if isinstance(started, (int, float)) and started >= since:
-            planned = (planned or set()) | {
-                t for t in data.get("planned") or () if isinstance(t, str)
-            }
+        if data["started_at"] >= since:
+            planned = (planned or set()) | set(data["planned"])
     return planned
