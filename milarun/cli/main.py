@@ -35,14 +35,14 @@ def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
     from milarun.results import read
 
     result, path = runner.run_test(function, argv, **kw)
-    if result["success"]:
-        rate = read.ResultView.from_dict(result).rate()
+    rate = read.ResultView.from_dict(result).rate()  # None also where another rank's is none
+    fail = result["failure"] or (
+        {"kind": "no-rate", "message": "no rate"} if rate is None else None
+    )
+    if fail is None:
         print(f"{result['name']} J{result['job_id']}: {rate:,.2f} examples/s")
     else:
-        print(
-            f"{result['name']} J{result['job_id']}: FAIL "
-            f"({result['failure']['kind']}): {result['failure']['message']}"
-        )
+        print(f"{result['name']} J{result['job_id']}: FAIL ({fail['kind']}): {fail['message']}")
     if path is not None:
         print(f"result: {path}")
     return runner.exit_code(result)

@@ -35,6 +35,7 @@ FAILURE_KINDS = (
     "crash",
     "interrupted",
     "too-short",
+    "no-rate",  # a steady rate of 0 (no example counted), or beyond any machine
 )
 
 # Keys every result carries (legacy keys first, then the ones milarun added).

@@ -106,3 +106,16 @@ def kills_its_supervisor_on(exp, argv):
         os.kill(int(os.environ["MILARUN_SUPERVISOR_PID"]), signal.SIGKILL)
         time.sleep(30)  # the kernel ends this process with its supervisor
     _spin_steps(exp, rest)
+
+
+def zero_rate(exp, argv):
+    """Trains for its slices but counts no example: a rate of 0 examples/s measures nothing."""
+    import argparse
+
+    exp.parse_args(argparse.ArgumentParser(), ["--min-slices", "6", *argv])
+    log = exp.rate_log()
+    while not log.done:
+        with log.block(0):
+            time.sleep(0.01)
+    log.finish()
+
