@@ -63,6 +63,7 @@ def run_suite(
     """
     if request.repeat < 1:
         raise errors.UsageError(f"--repeat {request.repeat}: must be at least 1")
+    watchdog.log_limit()  # a bad MILARUN_LOG_LIMIT_MB is one line, before anything runs
     extra_task = slurmenv.extra_task_on_node()
     if extra_task:
         raise errors.UsageError(extra_task)

@@ -119,3 +119,13 @@ def zero_rate(exp, argv):
             time.sleep(0.01)
     log.finish()
 
+
+def fills_disk(exp, argv):
+    """Fills the disk its result goes to (a runaway checkpoint), then ends without a result."""
+    try:
+        with open(exp.outdir / "filler", "ab") as f:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+    except OSError:
+        pass
