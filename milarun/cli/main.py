@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -400,7 +402,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("milarun: interrupted", file=sys.stderr)
         code = 130
-    except BrokenPipeError:  # output piped into `head`: not an error of ours
-        sys.stderr.close()
-        code = 0
+    except BrokenPipeError:  # output piped into `head`: 128 + SIGPIPE, as a shell expects
+        # nothing more to flush at exit (a failed flush would make the exit code 120)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + signal.SIGPIPE
     sys.exit(code or 0)

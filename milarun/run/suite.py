@@ -141,6 +141,9 @@ def _run_held(
     except launch.JobsInterrupted as err:
         record.finish("interrupted", str(err))
         return SuiteOutcome(request.outdir, exit_code=err.exit_code, interrupted_by=str(err))
+    except BrokenPipeError:
+        record.finish("failed", "its output was closed (SIGPIPE: a `| head`?)")
+        raise
     except BaseException as err:
         record.finish("failed", f"{type(err).__name__}: {err}")
         raise

@@ -172,6 +172,7 @@ def test_closed_stdout_stops_and_records_every_instance(tmp_path):
     children = running_instances(proc)
     proc.stdout.close()
     _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 128 + signal.SIGPIPE, stderr
     assert_none_left(children)
     found = load_all(tmp_path / "out")
     assert len(found) == 2
@@ -286,3 +287,25 @@ def test_a_disk_that_fills_during_a_run_records_every_instance(tmp_path):
         assert re.search(rf"^{re.escape(job)}\s+2\s+2\s", stdout, re.M), stdout
     assert logs == ["p.fill.J0.0.log", "p.fill.J0.1.log"]
 
+
+def test_closed_stdout_exits_128_plus_sigpipe(tmp_path):
+    """`milarun jobs ... | head -1`: the README's 128 + signal, 141, as a shell expects of a
+    command that wrote into a closed pipe; the run is recorded all the same."""
+    prof = write_profile(tmp_path / "p.json", run={"experiment": "faulty:steps"})
+    out = tmp_path / "out"
+    words = " ".join(
+        [sys.executable, "-m", "milarun", "jobs", str(prof), "--devices", "cpu:1", "-o", str(out)]
+    )
+    done = subprocess.run(
+        ["bash", "-c", f"{words} | head -1; exit ${{PIPESTATUS[0]}}"],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 128 + signal.SIGPIPE, done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(load_all(out)) == 1
+    (cut,) = manifest.cut_short(out)
+    assert "output was closed" in cut.reason
