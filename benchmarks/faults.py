@@ -4,7 +4,11 @@ Each scenario runs the real `milarun` CLI in subprocesses and says whether milar
 it (no traceback, the documented outcome, no process left behind) and how many runs were
 lost (an instance that ran but left no result). Prints one line per scenario and the totals.
 
-    sudo uv run python benchmarks/faults.py        # root: the full-disk scenario mounts a tmpfs
+    sudo uv run python benchmarks/faults.py        # root: the full-disk scenarios mount a tmpfs
+    sudo uv run python benchmarks/faults.py disk log   # only the scenarios named so
+
+The second part (issue 24: readers, the log cap, a disk filling mid-suite, names, a zero
+rate) is in faults_part2.py; the helpers both use are in faultkit.py.
 """
 
 from __future__ import annotations
@@ -19,67 +23,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
+from faultkit import ENV, SLOW, Outcome, clean, leftovers, milarun, profile, results_in, start
+from faults_part2 import SCENARIOS as PART2
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from fullfs import fill_up, full_tmpfs  # noqa: E402  (shared with the tests)
-from milarun.results import manifest  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests' / 'benches'}{os.pathsep}{ROOT}"}
-SPIN = {"experiment": "faulty:killed_on_first_slice"}  # cpu:1 trains; cpu:0 is killed
-SLOW = {"experiment": "milabench.models.calibration:main", "arguments": {"--min-slices": 40}}
-
-
-def milarun(*args: object, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "milarun", *map(str, args)],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def start(*args: object, env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "milarun", *map(str, args)],
-        env={**ENV, **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def profile(folder: Path, **jobs: dict) -> Path:
-    path = folder / "p.json"
-    path.write_text(json.dumps({"*": {"max_duration": 60}, **jobs}))
-    return path
-
-
-def leftovers(marker: str) -> list[psutil.Process]:
-    """Processes still running whose command line names this scenario's folder."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        if any(marker in part for part in proc.info["cmdline"] or []):
-            found.append(proc)
-    return found
-
-
-def results_in(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in folder.glob("*.json")]
-
-
-def clean(done: subprocess.CompletedProcess) -> bool:
-    """No traceback of milarun's own (a failed test's log, quoted "  | " by the report, may
-    hold the test's)."""
-    own = [line for line in (done.stdout + done.stderr).splitlines() if not line.startswith("  |")]
-    return not any("Traceback" in line for line in own)
+from fullfs import fill_up, full_tmpfs  # shared with the tests (faultkit puts tests/ on the path)
+from milarun.results import manifest
 
 
 # -- scenarios: each returns (survived, runs lost, detail) ---------------------------------
-def supervisor_killed(tmp: Path, sig: int) -> tuple[bool, int, str]:
+def supervisor_killed(tmp: Path, sig: int) -> Outcome:
     out = tmp / "out"
     proc = start("jobs", profile(tmp, slow=SLOW), "--devices", "cpu:2", "-o", out)
     time.sleep(8)  # both instances are measuring
@@ -101,21 +53,31 @@ def supervisor_killed(tmp: Path, sig: int) -> tuple[bool, int, str]:
     )
 
 
-def piped_into_head(tmp: Path) -> tuple[bool, int, str]:
+def piped_into_head(tmp: Path) -> Outcome:
+    """The reader goes away: every instance started is stopped and recorded, nothing is
+    left running, exit 128 + SIGPIPE as the README says."""
     out = tmp / "out"
     cmd = (
         f"{sys.executable} -m milarun jobs {profile(tmp, slow=SLOW)} --devices cpu:2 "
-        f"-o {out} | head -1"
+        f"-o {out} | head -1; exit ${{PIPESTATUS[0]}}"
     )
-    subprocess.run(["bash", "-c", cmd], env=ENV, capture_output=True, timeout=300)
+    done = subprocess.run(["bash", "-c", cmd], env=ENV, capture_output=True, timeout=300)
     time.sleep(5)
     left = leftovers(str(out))
     for p in left:
         p.kill()
-    return not left, 0, f"{len(left)} process(es) left"
+    # the supervisor stops at its first line after `head` left: what it started is recorded
+    started, records = len(list((out / "logs").glob("*.log"))), results_in(out)
+    ok = not left and done.returncode == 128 + signal.SIGPIPE and len(records) == started
+    return (
+        ok,
+        max(0, started - len(records)),
+        f"exit {done.returncode}, {len(left)} process(es) left, "
+        f"{len(records)} record(s) of {started} instance(s) started",
+    )
 
 
-def hostile_test_output(tmp: Path) -> tuple[bool, int, str]:
+def hostile_test_output(tmp: Path) -> Outcome:
     out = tmp / "out"
     done = milarun(
         "jobs",
@@ -134,7 +96,7 @@ def hostile_test_output(tmp: Path) -> tuple[bool, int, str]:
     return ok, max(0, 2 - len(kinds)), f"exit {done.returncode}, {kinds}"
 
 
-def two_runs_one_folder(tmp: Path) -> tuple[bool, int, str]:
+def two_runs_one_folder(tmp: Path) -> Outcome:
     out = tmp / "out"
     first = start("jobs", profile(tmp, slow=SLOW), "--devices", "cpu:1", "-o", out)
     time.sleep(4)
@@ -152,7 +114,7 @@ def two_runs_one_folder(tmp: Path) -> tuple[bool, int, str]:
     )
 
 
-def hostile_name(tmp: Path) -> tuple[bool, int, str]:
+def hostile_name(tmp: Path) -> Outcome:
     done = milarun(
         "jobs", profile(tmp, **{"../escape": SLOW}), "--devices", "cpu:1", "-o", tmp / "out"
     )
@@ -165,7 +127,7 @@ def hostile_name(tmp: Path) -> tuple[bool, int, str]:
     )
 
 
-def hostile_files(tmp: Path) -> tuple[bool, int, str]:
+def hostile_files(tmp: Path) -> Outcome:
     res = tmp / "res"
     milarun("run", "faulty:nan_metric", "-o", res)  # one real (failed) result
     os.mkfifo(res / "fifo.json")
@@ -184,7 +146,7 @@ def hostile_files(tmp: Path) -> tuple[bool, int, str]:
     return ok, 0, f"report exit {report.returncode}, weighted exit {weighted.returncode}"
 
 
-def full_disk(tmp: Path) -> tuple[bool, int, str]:
+def full_disk(tmp: Path) -> Outcome:
     """Full before the start: `jobs` stops at its write check, nothing runs; and `summary
     -o` / `report --html` onto it are one-line errors."""
     if os.geteuid() != 0:
@@ -216,7 +178,7 @@ def full_disk(tmp: Path) -> tuple[bool, int, str]:
     )
 
 
-def disk_fills_during_a_run(tmp: Path) -> tuple[bool, int, str]:
+def disk_fills_during_a_run(tmp: Path) -> Outcome:
     """The disk fills while the test measures: the finished measurement is printed whole
     (MILARUN_UNWRITTEN_RESULT), the error is one line, no temp file survives."""
     if os.geteuid() != 0:
@@ -248,7 +210,7 @@ def disk_fills_during_a_run(tmp: Path) -> tuple[bool, int, str]:
     )
 
 
-def log_without_end(tmp: Path) -> tuple[bool, int, str]:
+def log_without_end(tmp: Path) -> Outcome:
     """A test that prints without end: its log stops at the cap, the run is a FAIL."""
     env = {**ENV, "MILARUN_LOG_LIMIT_MB": "4"}
     done = subprocess.run(
@@ -280,7 +242,7 @@ def log_without_end(tmp: Path) -> tuple[bool, int, str]:
     return ok, max(0, 1 - len(records)), f"exit {done.returncode}, log bytes {sizes}"
 
 
-def uncreatable_data_root(tmp: Path) -> tuple[bool, int, str]:
+def uncreatable_data_root(tmp: Path) -> Outcome:
     (tmp / "file").write_text("")
     runs = [
         milarun(
@@ -301,7 +263,7 @@ def uncreatable_data_root(tmp: Path) -> tuple[bool, int, str]:
     return ok, 0, f"exits {[d.returncode for d in runs]}: {runs[0].stderr.strip()[:80]!r}"
 
 
-SCENARIOS: dict[str, Callable[[Path], tuple[bool, int, str]]] = {
+SCENARIOS: dict[str, Callable[[Path], Outcome]] = {
     "supervisor SIGKILL": lambda t: supervisor_killed(t, signal.SIGKILL),
     "supervisor SIGHUP": lambda t: supervisor_killed(t, signal.SIGHUP),
     "supervisor SIGTERM": lambda t: supervisor_killed(t, signal.SIGTERM),
@@ -318,8 +280,15 @@ SCENARIOS: dict[str, Callable[[Path], tuple[bool, int, str]]] = {
 
 
 def main() -> None:
+    """Every scenario, or those whose name holds one of the words given (`faults.py log`)."""
+    words = [w.lower() for w in sys.argv[1:]]
+    chosen = {
+        name: scenario
+        for name, scenario in {**SCENARIOS, **PART2}.items()
+        if not words or any(w in name.lower() for w in words)
+    }
     tried = survived = lost = 0
-    for name, scenario in SCENARIOS.items():
+    for name, scenario in chosen.items():
         with tempfile.TemporaryDirectory(prefix="milarun-fault-") as tmp:
             ok, runs_lost, detail = scenario(Path(tmp))
         tried, survived, lost = tried + 1, survived + ok, lost + runs_lost

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,14 +37,14 @@ def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
     from milarun.results import read
 
     result, path = runner.run_test(function, argv, **kw)
-    if result["success"]:
-        rate = read.ResultView.from_dict(result).rate()
+    rate = read.ResultView.from_dict(result).rate()  # None also where another rank's is none
+    fail = result["failure"] or (
+        {"kind": "no-rate", "message": "no rate"} if rate is None else None
+    )
+    if fail is None:
         print(f"{result['name']} J{result['job_id']}: {rate:,.2f} examples/s")
     else:
-        print(
-            f"{result['name']} J{result['job_id']}: FAIL "
-            f"({result['failure']['kind']}): {result['failure']['message']}"
-        )
+        print(f"{result['name']} J{result['job_id']}: FAIL ({fail['kind']}): {fail['message']}")
     if path is not None:
         print(f"result: {path}")
     return runner.exit_code(result)
@@ -400,7 +402,8 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("milarun: interrupted", file=sys.stderr)
         code = 130
-    except BrokenPipeError:  # output piped into `head`: not an error of ours
-        sys.stderr.close()
-        code = 0
+    except BrokenPipeError:  # output piped into `head`: 128 + SIGPIPE, as a shell expects
+        # nothing more to flush at exit (a failed flush would make the exit code 120)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + signal.SIGPIPE
     sys.exit(code or 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import math
 import os
 import resource
 import signal
@@ -34,8 +35,12 @@ class OutdirBusy(RuntimeError):
     """Another live ``milarun jobs`` writes into the output folder."""
 
 
-def die_with_parent(supervisor: int, then: Callable[[], None] | None = None) -> Callable[[], None]:
-    """A ``preexec_fn``: SIGKILL this child when the process that forked it dies.
+def die_with_parent(
+    supervisor: int, then: Callable[[], None] | None = None, written: int = 0
+) -> Callable[[], None]:
+    """A ``preexec_fn``: SIGKILL this child when the process that forked it dies, and cap
+    the size of its files at the log cap past ``written`` (the bytes its log, appended to,
+    already holds from earlier runs into the folder: the cap is for what this run writes).
 
     Why PR_SET_PDEATHSIG is right here: it survives the execs of ``cgexec`` and of an
     ``exec_prefix`` such as ``nocache`` (they exec, they do not fork), so it reaches the test
@@ -49,7 +54,7 @@ def die_with_parent(supervisor: int, then: Callable[[], None] | None = None) -> 
     # deadlock when another thread of the parent held the loader's lock.
     # Not Linux: no prctl; the instance's watch_parent is then the only guard.
     prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
-    file_limit = log_limit()
+    file_limit = log_limit() + max(0, written)
 
     def preexec() -> None:
         if prctl is not None:
@@ -101,13 +106,27 @@ def kill_escaped(keep: Callable[[int], bool] = lambda pid: False) -> list[int]:
     return killed
 
 
+MAX_LOG_LIMIT_MB = 2**20  # 1 TiB: past it (inf, 1e30) the cap is no cap, or overflows
+
+
 def log_limit() -> int:
-    """Bytes an instance's files (its log) may reach: $MILARUN_LOG_LIMIT_MB, else 1 GiB."""
+    """Bytes an instance may write to its files (its log): $MILARUN_LOG_LIMIT_MB, else
+    1 GiB. A value that is not a number of MiB from 1 to 1 TiB is a UsageError naming it:
+    `jobs` checks it before anything runs (check_log_limit)."""
+    text = os.environ.get(LOG_LIMIT_ENV, "").strip()
+    if not text:
+        return DEFAULT_LOG_LIMIT_MB * 2**20
     try:
-        megabytes = float(os.environ.get(LOG_LIMIT_ENV, DEFAULT_LOG_LIMIT_MB))
+        megabytes = float(text)
     except ValueError:
-        megabytes = DEFAULT_LOG_LIMIT_MB
-    return int(max(1.0, megabytes) * 2**20)
+        megabytes = math.nan
+    if not 1 <= megabytes <= MAX_LOG_LIMIT_MB:  # NaN too
+        raise errors.UsageError(
+            f"{LOG_LIMIT_ENV}={text[:40]!r}: not a number of MiB from 1 to "
+            f"{MAX_LOG_LIMIT_MB} (the cap on each instance's log); unset it for "
+            f"{DEFAULT_LOG_LIMIT_MB} MiB"
+        )
+    return int(megabytes * 2**20)
 
 
 def _parent_gone(first_parent: int, supervisor: int) -> bool:

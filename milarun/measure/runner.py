@@ -45,8 +45,8 @@ def _raise_on(exc: type[BaseException]) -> Callable[[int, Any], None]:
 
 
 def _check_measurement(exp: Experiment) -> Failure | None:
-    """A run whose metrics hold a NaN or an infinity (a diverged loss is no success), or
-    whose rates are too few to measure, failed."""
+    """A run whose metrics hold a NaN or an infinity (a diverged loss is no success), whose
+    rates are too few to measure, or whose steady rate is 0 (or absurd), failed."""
     bad = [k for k, v in exp.metrics.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad:
         return Failure(
@@ -64,6 +64,18 @@ def _check_measurement(exp: Experiment) -> Failure | None:
             )
     if not logs:
         return Failure("too-short", "the test logged no rates (no experiment.rate_log())")
+    for log in logs:
+        # The rule the reports read a rate by (results.read.RateSeries.steady_rate): a run
+        # that counted no example measured nothing, and must not be saved a success.
+        rate = steady.rate(log.rates, log.slice_duration)
+        if rate is None or not 0 < rate <= results.MAX_RATE:
+            shown = "no" if rate is None else f"{rate:g}"
+            return Failure(
+                "no-rate",
+                f"rate log '{log.name}' has a steady rate of {shown} examples/s, not a "
+                "measurement: each `with log.block(n)` must count the n examples it "
+                f"processed (more than 0, at most {results.MAX_RATE:g}/s)",
+            )
     return None
 
 

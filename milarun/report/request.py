@@ -113,7 +113,12 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     )
     if src.loaded is not None:  # a results folder: a run cut short says what it never did
         rep.warnings += [
-            f"{cut.describe()}: no result for {cut.missing()}"
+            f"{cut.describe()}: "
+            + (
+                f"no result for {cut.missing()}"
+                if cut.without_result
+                else "each of its tests has a result"
+            )
             for cut in manifest.cut_short(request.source)
         ]
     skipped = [

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun import results
-from milarun.errors import SummaryError
+from milarun.errors import InputError, SummaryError
 from milarun.report import energy
 
 # Keys a summary entry must have for the report's math (the rest is informative).
@@ -25,6 +25,10 @@ def check_summary(data: Any, source: str) -> dict[str, dict[str, Any]]:
             f"{source}: is a single result file, not a summary; give its folder or {hint}"
         )
     for test, entry in data.items():
+        try:  # a test name as a result's (results.load_result): bounded, safe to print
+            results.safe_name(test, "test")
+        except InputError as err:
+            raise SummaryError(f"{source}: {err}") from None
         if not isinstance(entry, dict):
             raise SummaryError(f"{source}: test {test!r} is not an object; {hint}")
         for key in REQUIRED_ENTRY_KEYS:

@@ -11,13 +11,16 @@ import json
 import math
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from milarun.errors import InputError, ResultError, WriteError
+
+# Reading a user's JSON file, bounded and checked: results/jsonfile.py.
+from milarun.results.jsonfile import MAX_DEPTH as MAX_DEPTH
+from milarun.results.jsonfile import MAX_FILE_BYTES as MAX_FILE_BYTES
+from milarun.results.jsonfile import read_json as read_json
+from milarun.results.jsonfile import too_deep as too_deep
 
 # The flags the harness adds to every test's parser (measure.experiment): how long a run
 # measures, or its seed; not what it measures.
@@ -32,6 +35,7 @@ FAILURE_KINDS = (
     "crash",
     "interrupted",
     "too-short",
+    "no-rate",  # a steady rate of 0 (no example counted), or beyond any machine
 )
 
 # Keys every result carries (legacy keys first, then the ones milarun added).
@@ -107,82 +111,12 @@ def safe_name(value: Any, what: str, limit: int = MAX_NAME) -> str:
     return value
 
 
-# Files a reader accepts: regular files (a FIFO or device would block or never end) of
-# at most this size.
-MAX_FILE_BYTES = 64 * 2**20
-
-
-def read_json(
-    path: Path,
-    error: type[InputError] = InputError,
-    limit: int = MAX_FILE_BYTES,
-    check_depth: bool = True,
-) -> Any:
-    """The JSON in ``path``, read with a bound; ``error`` with the reason when unusable:
-    not a regular file, larger than ``limit``, not UTF-8, not JSON, nested too deep
-    (``check_depth=False``: only beyond what the parser allows, e.g. for results, whose
-    readers check the depth of the fields they pass on: see result_problem)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
-    except OSError as err:
-        raise error(f"{path}: cannot read ({err.strerror})") from None
-    with os.fdopen(fd, "rb", buffering=0) as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"{path}: not a regular file")
-        if info.st_size > limit:
-            raise error(
-                f"{path}: larger than {limit // 2**20} MiB ({info.st_size / 2**20:.0f} MiB)"
-            )
-        try:  # the size it has now, then what it may have grown by, up to the limit
-            raw = f.read(info.st_size + 1)
-            if len(raw) > info.st_size:
-                raw += f.read(limit + 1 - len(raw)) or b""
-        except OSError as err:
-            raise error(f"{path}: cannot read ({err.strerror})") from None
-    if len(raw) > limit:
-        raise error(f"{path}: larger than {limit // 2**20} MiB")
-    deep = f"{path}: JSON nested deeper than {MAX_DEPTH} levels"
-    try:
-        data = orjson.loads(raw)  # ~4x faster than json on rate series; reports read 10k files
-    except orjson.JSONDecodeError as first:
-        if "depth" in str(first):
-            raise error(deep) from None
-        try:  # the stdlib also accepts NaN/Infinity, which hand-edited files may hold
-            data = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise error(f"{path}: not UTF-8 text") from None
-        except RecursionError:
-            raise error(deep) from None
-        except json.JSONDecodeError as err:
-            raise error(f"{path}: not valid JSON (line {err.lineno}, column {err.colno})") from None
-    if check_depth and too_deep(data, MAX_DEPTH):
-        raise error(deep)
-    return data
-
-
 # A rate above this (examples/s) is not a measurement: beyond any machine, and its square
 # (a variance) would overflow a float. Such a run counts as failed; a baseline is refused.
 MAX_RATE = 1e15
 
 # Weights above this are not weights but a way to overflow the score (1e308 -> nan).
 MAX_WEIGHT = 1e6
-
-MAX_DEPTH = 64  # a result nests ~6 levels; code that walks a value recursively must not fail
-
-
-def too_deep(data: Any, limit: int) -> bool:
-    level, containers = 0, [data] if isinstance(data, (dict, list)) else []
-    while containers:
-        level += 1
-        if level > limit:
-            return True
-        inner: list[Any] = []
-        for item in containers:
-            values = item.values() if isinstance(item, dict) else item
-            inner += [v for v in values if isinstance(v, (dict, list))]
-        containers = inner
-    return False
 
 
 _NAME_RE = re.compile(
@@ -300,6 +234,15 @@ def load_result(path: Path) -> dict[str, Any]:
     data = read_json(path, ResultError, check_depth=False)
     if not isinstance(data, dict) or "name" not in data or "success" not in data:
         raise ResultError(f"{path}: not a milarun result (no 'name'/'success' keys)")
+    # Names become file names (weights, reruns) and every report prints them: bounded and
+    # safe here, so that no command reads a 10 MB or path-like name.
+    job_id = data.get("job_id")
+    try:
+        safe_name(data["name"], "'name'")
+        if job_id is not None:
+            safe_name(str(job_id) if is_number(job_id) else job_id, "'job_id'")
+    except InputError as err:
+        raise ResultError(f"{path}: {err}") from None
     return data
 
 

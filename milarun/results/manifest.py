@@ -129,26 +129,63 @@ class CutShort:
 MAX_MANIFESTS = 1000  # below one folder: a report reads at most this many
 
 
+# A start time past this (the year 9999) is no time: a hand-damaged file (1e300, NaN).
+MAX_TIME = 253402300799.0
+STATUSES = ("running", "complete", "interrupted", "failed")
+MAX_PLANNED = 10_000  # tests one run plans (jobs x devices): far more is no manifest of ours
+_warned: set[Path] = set()
+
+
+def _problem(data: Any) -> str | None:
+    """Why a parsed manifest cannot be read (the field and its value), or None."""
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        return "not a milarun run manifest"
+    if data.get("status") not in STATUSES:
+        return f"'status' {str(data.get('status'))[:40]!r} is not one of {', '.join(STATUSES)}"
+    if not isinstance(data.get("reason"), (str, type(None))):
+        return "'reason' is not a string"
+    started = data.get("started_at")
+    if isinstance(started, bool) or not (
+        isinstance(started, (int, float)) and 0 <= started <= MAX_TIME  # NaN compares False
+    ):
+        return f"'started_at' {str(started)[:40]} is not a time"
+    planned, ended = data.get("planned"), data.get("ended")
+    if not isinstance(planned, list) or len(planned) > MAX_PLANNED:
+        return f"'planned' is not a list of at most {MAX_PLANNED} test names"
+    for test in planned:
+        try:
+            results.safe_name(test, "'planned' test")
+        except errors.InputError as err:
+            return str(err)
+    if not isinstance(ended, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("test"), str) for e in ended
+    ):
+        return "'ended' is not a list of objects with a 'test' name"
+    return None
+
+
 def _read(path: Path) -> dict[str, Any]:
     data = results.read_json(path, errors.InputError)
-    if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise errors.InputError(f"{path}: not a milarun run manifest")
+    problem = _problem(data)
+    if problem:
+        raise errors.InputError(f"{path}: {problem}")
     return data
 
 
 def _manifests(folder: Path, recursive: bool = False) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """The readable run manifests of a folder (and below it), in time order per folder
-    (foreign files, folders and damaged manifests passed by)."""
+    """The readable run manifests of a folder (and below it), in time order per folder; a
+    damaged one (a folder of that name, a hand-edited field) is passed by with a warning
+    naming it, once."""
     pattern = f"{PREFIX}*{SUFFIX}"
     found = Path(folder).rglob(pattern) if recursive else Path(folder).glob(pattern)
     paths = sorted(p for _, p in zip(range(MAX_MANIFESTS), found))
-    for path in paths:
-        if not path.is_file():
-            continue
+    for path in paths:  # a folder of that name is one more damaged manifest: warned
         try:
             yield path, _read(path)
-        except errors.InputError:
-            continue
+        except errors.InputError as err:
+            if path not in _warned:
+                _warned.add(path)
+                log.warning("%s; run manifest ignored", err)
 
 
 def _strings(value: Any) -> list[str]:

@@ -48,10 +48,13 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def harness_failure(inst: Instance, opts: LaunchOptions, oom: bool = False) -> dict[str, Any]:
-    """The FAIL result the harness writes for an instance that wrote none."""
-    kind, message = failure_kind(inst, oom)
-    code = inst.started_process.returncode
+def harness_failure(
+    inst: Instance, opts: LaunchOptions, oom: bool = False, failure: tuple[str, str] | None = None
+) -> dict[str, Any]:
+    """The FAIL result the harness writes for an instance that wrote none; ``failure``
+    (kind, message) for one that never started."""
+    kind, message = failure or failure_kind(inst, oom)
+    code = inst.process.returncode if inst.process is not None else None
     labels = [d.label for d in inst.devices]
     system = sysinfo.system_record()
     gpus = instance_gpus(inst.env)

@@ -8,6 +8,7 @@ a result file gets a FAIL result written here, with the failure kind and its log
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -48,6 +49,10 @@ class JobsInterrupted(Exception):
     @property
     def exit_code(self) -> int:
         return 128 + signal.Signals[self.args[0]].value
+
+
+class _NotStarted(Exception):
+    """An instance that could not be started, and why."""
 
 
 class Supervisor:
@@ -150,7 +155,41 @@ class Supervisor:
                 log.debug("while recording %s: %s", inst.tag, err)
 
     def _start(self, inst: Instance) -> None:
-        inst.log_path.parent.mkdir(parents=True, exist_ok=True)
+        """Start the instance; one that cannot start (its log cannot be written on a full
+        disk, its command cannot be run) is recorded as failed with the reason, and the
+        run goes on with the others."""
+        inst.wall_started = time.time()
+        inst.stamp = results.utc_stamp(inst.wall_started)
+        existed = inst.log_path.exists()
+        reason = self._open_and_launch(inst)
+        if reason is None:
+            self.board.say(f"start  {inst.tag}  log: {inst.log_path}")
+            return
+        if not existed:  # an empty log of ours left on a full disk: not kept
+            with contextlib.suppress(OSError):
+                if inst.log_path.stat().st_size == 0:
+                    inst.log_path.unlink()
+        self._not_started(inst, reason)
+
+    def _open_and_launch(self, inst: Instance) -> str | None:
+        """None once the instance runs, else why it could not start."""
+        try:
+            inst.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_file = open(inst.log_path, "ab", buffering=0)
+        except OSError as err:
+            return f"cannot write its log {inst.log_path} ({err.strerror})"
+        with log_file:
+            try:
+                self._launch(inst, log_file)
+            except _NotStarted as err:
+                return str(err)
+            except OSError as err:  # its command is missing, not executable, ...
+                return f"could not run {err.filename or 'its command'} ({err.strerror})"
+            except subprocess.SubprocessError as err:  # e.g. its preexec_fn failed
+                return f"could not start ({err})"
+        return None
+
+    def _launch(self, inst: Instance, log_file: Any) -> None:
         command = exec_prefix(inst.job, self.warned) + inst.command
         preexec = None
         if inst.placement is not None:
@@ -166,34 +205,42 @@ class Supervisor:
                 procs = inst.placement.v2_procs
                 preexec = lambda: isolation.join_v2(procs)  # noqa: E731
             inst.oom_before = isolation.oom_kills(inst.placement.groups, self.opts.hierarchies)
+        # What earlier runs into the folder appended to the log counts for them: this run
+        # (the command line below, then the instance's output) may add the log cap to it.
+        before = os.fstat(log_file.fileno()).st_size
+        try:
+            log_file.write(f"$ {' '.join(command)}\n".encode())
+        except OSError as err:
+            raise _NotStarted(f"cannot write its log {inst.log_path} ({err.strerror})") from None
         # The kernel kills the instance if this process dies, however it dies.
-        preexec = watchdog.die_with_parent(os.getpid(), then=preexec)
-        with open(inst.log_path, "ab") as log:
-            log.write(f"$ {' '.join(command)}\n".encode())
-            log.flush()
-            inst.started = time.monotonic()
-            inst.wall_started = time.time()
-            inst.stamp = results.utc_stamp(inst.wall_started)
-            # An adaptive run (--min-slices/--ci-target) stops extending before max_duration.
-            # The stamp: the instance writes exactly the file _finish reads. The pid: its
-            # ranks (torchrun) end themselves when this process is gone.
-            deadline = inst.wall_started + 0.9 * inst.job.max_duration
-            env = {
-                **inst.env,
-                "MILARUN_DEADLINE": f"{deadline:.3f}",
-                watchdog.RESULT_STAMP_ENV: inst.stamp,
-                watchdog.SUPERVISOR_ENV: str(os.getpid()),
-            }
-            inst.process = subprocess.Popen(
-                command,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=preexec,
-            )
-        self.board.say(f"start  {inst.tag}  log: {inst.log_path}")
+        preexec = watchdog.die_with_parent(os.getpid(), then=preexec, written=before)
+        inst.started = time.monotonic()
+        # An adaptive run (--min-slices/--ci-target) stops extending before max_duration.
+        # The stamp: the instance writes exactly the file _finish reads. The pid: its
+        # ranks (torchrun) end themselves when this process is gone.
+        deadline = inst.wall_started + 0.9 * inst.job.max_duration
+        env = {
+            **inst.env,
+            "MILARUN_DEADLINE": f"{deadline:.3f}",
+            watchdog.RESULT_STAMP_ENV: inst.stamp,
+            watchdog.SUPERVISOR_ENV: str(os.getpid()),
+        }
+        inst.process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+
+    def _not_started(self, inst: Instance, reason: str) -> None:
+        """Record an instance that could not start as failed, with the reason."""
+        inst.result = harness_record.harness_failure(
+            inst, self.opts, failure=("crash", f"not started: {reason}")
+        )
+        self._write(inst)
 
     def _oom_killed(self, inst: Instance) -> bool:
         if inst.placement is None or inst.oom_before is None:
@@ -275,10 +322,19 @@ class Supervisor:
             return
         else:
             inst.result = harness_record.harness_failure(inst, self.opts, self._oom_killed(inst))
+        self._write(inst)
+
+    def _write(self, inst: Instance) -> None:
+        """Write the record the harness made (none when the instance wrote its own), then
+        the manifest's entry and the instance's line."""
+        if inst.result_path is None:
             try:
                 inst.result_path = results.write_result(self.opts.outdir, inst.result, inst.stamp)
             except errors.WriteError as err:  # the report still counts it, from memory
-                log.error("%s; what happened is in %s", err, inst.log_path)
+                if inst.process is None:
+                    log.error("%s; %s", err, inst.result["failure"]["message"])
+                else:
+                    log.error("%s; what happened is in %s", err, inst.log_path)
         if self.on_recorded is not None:
             self.on_recorded(inst)
         self.on_end(inst)

@@ -63,6 +63,7 @@ def run_suite(
     """
     if request.repeat < 1:
         raise errors.UsageError(f"--repeat {request.repeat}: must be at least 1")
+    watchdog.log_limit()  # a bad MILARUN_LOG_LIMIT_MB is one line, before anything runs
     extra_task = slurmenv.extra_task_on_node()
     if extra_task:
         raise errors.UsageError(extra_task)
@@ -145,6 +146,9 @@ def _run_held(
     except launch.JobsInterrupted as err:
         record.finish("interrupted", str(err))
         return SuiteOutcome(request.outdir, exit_code=err.exit_code, interrupted_by=str(err))
+    except BrokenPipeError:
+        record.finish("failed", "its output was closed (SIGPIPE: a `| head`?)")
+        raise
     except BaseException as err:
         record.finish("failed", f"{type(err).__name__}: {err}")
         raise

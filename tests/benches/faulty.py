@@ -123,3 +123,26 @@ def records_its_pid(exp, argv):
     is the process nobody supervises."""
     (exp.outdir / f"test.{os.getpid()}").write_text(str(os.getpid()))
     _spin_steps(exp, argv)
+
+
+def zero_rate(exp, argv):
+    """Trains for its slices but counts no example: a rate of 0 examples/s measures nothing."""
+    import argparse
+
+    exp.parse_args(argparse.ArgumentParser(), ["--min-slices", "6", *argv])
+    log = exp.rate_log()
+    while not log.done:
+        with log.block(0):
+            time.sleep(0.01)
+    log.finish()
+
+
+def fills_disk(exp, argv):
+    """Fills the disk its result goes to (a runaway checkpoint), then ends without a result."""
+    try:
+        with open(exp.outdir / "filler", "ab") as f:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+    except OSError:
+        pass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT, cli_env, load_all, milarun
+from conftest import ROOT, cli_env, load_all, milarun, one_line_error
+from fullfs import full_tmpfs
 from milarun import results
 from milarun.results import manifest
 
@@ -200,6 +202,7 @@ def test_closed_stdout_stops_and_records_every_instance(tmp_path):
     children = running_instances(proc)
     proc.stdout.close()
     _, stderr = proc.communicate(timeout=90)
+    assert proc.returncode == 128 + signal.SIGPIPE, stderr
     assert_none_left(children)
     found = load_all(tmp_path / "out")
     assert len(found) == 2
@@ -340,3 +343,85 @@ def test_sigkill_during_a_prepare_takes_the_prepare_with_it(tmp_path):
     assert_none_left(prepare)  # the guard, its shell and the shell's sleep
     (cut,) = manifest.cut_short(tmp_path / "out")
     assert cut.status == "running" and "killed?" in cut.describe()
+
+
+# -- issue 24: the log cap, a full disk during a run, a closed stdout --------------------
+@pytest.mark.parametrize("value", ["inf", "1e30", "nan", "abc", "-5", "0.5"])
+def test_a_bad_log_limit_is_one_line_before_anything_runs(tmp_path, value):
+    prof = write_profile(tmp_path / "p.json", run={"experiment": "faulty:steps"})
+    done = milarun(
+        "jobs", prof, "--devices", "cpu:1", "-o", tmp_path / "out",
+        env={"MILARUN_LOG_LIMIT_MB": value},
+    )  # fmt: skip
+    line = one_line_error(done)
+    assert f"MILARUN_LOG_LIMIT_MB='{value}'" in line and "from 1 to" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_log_cap_is_on_what_this_run_writes(tmp_path):
+    """A second run into a folder appends to the logs of the first: the cap is on what it
+    writes, not on what the log already held."""
+    out = tmp_path / "out"
+    env = {"MILARUN_LOG_LIMIT_MB": "1"}
+    chatty = write_profile(tmp_path / "p.json", t={"experiment": "faulty:chatty"})
+    assert milarun("jobs", chatty, "--devices", "cpu:1", "-o", out, env=env).returncode == 1
+    (log,) = (out / "logs").glob("*.log")
+    first = log.stat().st_size
+    assert first > 2**20 - 4096  # the first run filled its log to the cap
+    steps = write_profile(tmp_path / "p.json", t={"experiment": "faulty:steps"})
+    done = milarun("jobs", steps, "--devices", "cpu:1", "-o", out, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert first < log.stat().st_size <= first + 2**20
+    (ok,) = [r for r in load_all(out).values() if r["success"]]
+    assert "File too large" not in (ok.get("error") or "")
+
+
+@pytest.mark.root("mounts a tmpfs")
+def test_a_disk_that_fills_during_a_run_records_every_instance(tmp_path):
+    """The first job fills the disk: the jobs after it cannot write their logs. Each is
+    recorded as failed with the reason (in the report: the disk is full), the run goes on
+    to its report, no traceback, no empty log of an instance that never started."""
+    prof = write_profile(
+        tmp_path / "p.json",
+        fill={"experiment": "faulty:fills_disk"},
+        b={"experiment": "faulty:steps"},
+        c={"experiment": "faulty:steps"},
+    )
+    with full_tmpfs(tmp_path / "disk", size="2m", fill=False) as disk:
+        proc = start_jobs(prof, disk / "out")
+        stdout, stderr = proc.communicate(timeout=300)
+        logs = sorted(p.name for p in (disk / "out" / "logs").iterdir())
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stdout + stderr, stderr
+    for job in ("p.b", "p.c"):
+        for job_id in ("0.0", "0.1"):
+            assert (
+                f"FAIL   {job} J{job_id} cpu:{job_id[-1]}  crash: not started: cannot write its "
+                f"log {disk / 'out' / 'logs' / f'{job}.J{job_id}.log'} (No space left on device)"
+            ) in stdout
+    for job in ("p.fill", "p.b", "p.c"):  # the report counts them: 2 runs, 2 failed
+        assert re.search(rf"^{re.escape(job)}\s+2\s+2\s", stdout, re.M), stdout
+    assert logs == ["p.fill.J0.0.log", "p.fill.J0.1.log"]
+
+
+def test_closed_stdout_exits_128_plus_sigpipe(tmp_path):
+    """`milarun jobs ... | head -1`: the README's 128 + signal, 141, as a shell expects of a
+    command that wrote into a closed pipe; the run is recorded all the same."""
+    prof = write_profile(tmp_path / "p.json", run={"experiment": "faulty:steps"})
+    out = tmp_path / "out"
+    words = " ".join(
+        [sys.executable, "-m", "milarun", "jobs", str(prof), "--devices", "cpu:1", "-o", str(out)]
+    )
+    done = subprocess.run(
+        ["bash", "-c", f"{words} | head -1; exit ${{PIPESTATUS[0]}}"],
+        cwd=ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 128 + signal.SIGPIPE, done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(load_all(out)) == 1
+    (cut,) = manifest.cut_short(out)
+    assert "output was closed" in cut.reason

@@ -186,6 +186,20 @@ def test_bad_measurements_are_failures(tmp_path, function, kind):
     assert json.loads(path.read_text())["failure"]["kind"] == kind
 
 
+def test_a_zero_rate_is_a_failure_in_the_record_and_the_report(tmp_path):
+    """A test that counts no example measured nothing: `run` says FAIL and exits 1 (it
+    printed a traceback), the record says so, and the report counts what the record says."""
+    done = milarun("run", "faulty:zero_rate", "-o", tmp_path / "out")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "FAIL (no-rate)" in done.stdout
+    (path,) = (tmp_path / "out").glob("*.json")
+    record = json.loads(path.read_text())
+    assert ".FAIL." in path.name and record["success"] is False
+    assert record["failure"]["kind"] == "no-rate" and "0 examples/s" in record["failure"]["message"]
+    report = milarun("report", tmp_path / "out", "--format", "json")
+    assert json.loads(report.stdout)["scores"]["failure_kinds"] == {"no-rate": 1}
+
+
 def write_profile(path, **jobs):
     path.write_text(json.dumps({"*": {"max_duration": 3}, **jobs}))
     return path

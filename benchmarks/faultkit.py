@@ -1,0 +1,74 @@
+"""What the fault campaign's scenarios share (benchmarks/faults.py, faults_part2.py): the real
+`milarun` CLI in subprocesses, a profile, the processes a scenario left, its results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # fullfs and resultfactory, shared with the tests
+ENV = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests' / 'benches'}{os.pathsep}{ROOT}"}
+SLOW = {"experiment": "milabench.models.calibration:main", "arguments": {"--min-slices": 40}}
+
+
+def milarun(
+    *args: object, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "milarun", *map(str, args)],
+        env={**ENV, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start(*args: object, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "milarun", *map(str, args)],
+        env={**ENV, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def profile(folder: Path, **jobs: dict) -> Path:
+    path = folder / "p.json"
+    path.write_text(json.dumps({"*": {"max_duration": 60}, **jobs}))
+    return path
+
+
+def leftovers(marker: str) -> list[psutil.Process]:
+    """Processes still running whose command line names this scenario's folder."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(marker in part for part in proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def results_in(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in folder.glob("*.json")]
+
+
+def clean(done: subprocess.CompletedProcess) -> bool:
+    """No traceback of milarun's own (a failed test's log, quoted "  | " by the report, may
+    hold the test's)."""
+    own = [line for line in (done.stdout + done.stderr).splitlines() if not line.startswith("  |")]
+    return not any("Traceback" in line for line in own)
+
+
+def one_line(done: subprocess.CompletedProcess) -> bool:
+    """A bad input's outcome: a non-zero exit, no traceback, one line on stderr."""
+    return done.returncode != 0 and clean(done) and len(done.stderr.strip().splitlines()) == 1
+
+
+Outcome = tuple[bool, int, str]  # survived, runs lost, what happened
