@@ -53,8 +53,10 @@ def check(args: argparse.Namespace) -> None:
 
 def size(args: argparse.Namespace, params: int | None = None) -> str:
     """The run's size in words, for the result and an ``oom`` message."""
-    n = f"{modern.billions(params)}-parameter" if params else (
-        f"{args.layers}-layer, width-{args.hidden}"
+    n = (
+        f"{modern.billions(params)}-parameter"
+        if params
+        else (f"{args.layers}-layer, width-{args.hidden}")
     )
     return f"a {n} Llama at sequence {args.seq_len}, batch {args.batch_size}"
 

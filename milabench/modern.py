@@ -200,18 +200,21 @@ def device_memory(device: Any) -> tuple[float, str]:
     return psutil.virtual_memory().total / 2**30, "the host's RAM (cpu)"
 
 
-def fitting_profile(gib: float) -> str:
-    """The shipped profile sized for a device of ``gib`` GiB."""
+def fitting_profile(gib: float, device_type: str = "cuda") -> str:
+    """The shipped profile sized for a GPU of ``gib`` GiB (the quick one for a CPU: the
+    modern profiles are sized for GPUs)."""
+    if device_type == "cpu":
+        return "quick"
     return next((name for name, need in PROFILES if gib >= need), "quick")
 
 
 def oom_message(exp: Experiment, size: str, device: Any, err: BaseException) -> str:
     gib, label = device_memory(device)
-    profile = fitting_profile(gib)
+    profile = fitting_profile(gib, getattr(device, "type", "cpu"))
     suite = exp.name.split(".")[0] if "." in exp.name else ""
     first = (str(err).strip().splitlines() or [type(err).__name__])[0][:240]
     advice = (
-        f"this is the profile sized for it: lower --batch-size"
+        "this is the profile sized for it: lower --batch-size"
         if suite == profile
         else f"the {profile} profile is sized for it"
     )

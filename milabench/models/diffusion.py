@@ -58,7 +58,9 @@ def main(exp: Experiment, argv: list[str]) -> None:
         if c % args.norm_groups or c % args.heads
     ]
     if args.latent_size % 2 ** (len(args.channels) - 1):
-        problems.append(f"--latent-size {args.latent_size} does not halve {len(args.channels) - 1} times")
+        problems.append(
+            f"--latent-size {args.latent_size} does not halve {len(args.channels) - 1} times"
+        )
     if problems:
         raise BadTestArguments("bad test argument: " + "; ".join(problems))
     device = helpers.setup(exp, args)

@@ -53,15 +53,15 @@ def main(exp: Experiment, argv: list[str]) -> None:
         eager = eager.to(device, memory_format=layout)
         eager.train()
         model = setup.maybe_compile(eager)
-        optimizer = torch.optim.SGD(
-            eager.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-5
-        )
+        optimizer = torch.optim.SGD(eager.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-5)
         setup.settings["optimizer"] = "SGD (momentum 0.9)"
         setup.record_attention("none (a convolutional network)")
         gen = torch.Generator(device=device).manual_seed(args.seed)
         shape = (args.batch_size, 3, args.image_size, args.image_size)
         images = torch.randn(shape, generator=gen, device=device).contiguous(memory_format=layout)
-        labels = torch.randint(0, args.num_classes, (args.batch_size,), generator=gen, device=device)
+        labels = torch.randint(
+            0, args.num_classes, (args.batch_size,), generator=gen, device=device
+        )
 
         def stepper(net: torch.nn.Module):
             def step() -> torch.Tensor:

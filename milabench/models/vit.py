@@ -86,7 +86,9 @@ def main(exp: Experiment, argv: list[str]) -> None:
         gen = torch.Generator(device=device).manual_seed(args.seed)
         batch = (args.batch_size, 3, args.image_size, args.image_size)
         images = torch.randn(batch, generator=gen, device=device)
-        labels = torch.randint(0, args.num_classes, (args.batch_size,), generator=gen, device=device)
+        labels = torch.randint(
+            0, args.num_classes, (args.batch_size,), generator=gen, device=device
+        )
 
         def stepper(net: torch.nn.Module):
             def step() -> torch.Tensor:
