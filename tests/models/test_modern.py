@@ -192,3 +192,21 @@ def test_attention_backend_names_the_kernel_torch_runs():
     assert found in ("flash (cpu)", "math")
     # Under a dispatch mode that sees no fused op (a backend torch lacks), it says math.
     assert modern.SDPA_OPS["_scaled_dot_product_flash_attention"] == "flash"
+
+
+@pytest.mark.slow
+def test_compile_is_warm_up_recorded_and_its_flops_counted_eagerly(tmp_path):
+    # torch.compile (inductor, a C++ compiler on the CPU): about a minute here.
+    experiment, argv = quick_argv("vit")
+    done = run_model("run", experiment, "-o", tmp_path, "--", *argv, "--compile", *SLICES, env=ENV)
+    assert done.returncode == 0, describe(done)
+    result = only_result(tmp_path)
+    assert result["success"], result["error"]
+    settings = result["efficiency"]["settings"]
+    assert settings["compile"] is True and settings["compile_seconds"] > 0
+    compiled = result["timings"]["compile"]
+    assert compiled["duration"] == pytest.approx(settings["compile_seconds"], abs=1e-3)
+    # the compile steps are not in the rate log: its first block is an ordinary step
+    assert result["timings"]["train"]["warmup_time"] < compiled["duration"]
+    assert result["efficiency"]["method"].startswith("counted")
+    assert result["efficiency"]["flops_per_example"] > 0
