@@ -60,7 +60,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         f"a {args.layers}-layer, width-{args.hidden} BERT at sequence {args.seq_len}, "
         f"batch {args.batch_size}"
     )
-    exp.arguments["size"] = size
+    exp.arguments["workload"] = size
 
     with modern.fits(exp, size, device):
         from transformers import BertConfig, BertForMaskedLM

@@ -70,7 +70,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         f"a UNet of widths {'/'.join(map(str, args.channels))} on {args.latent_size}x"
         f"{args.latent_size}x4 latents, batch {args.batch_size}"
     )
-    exp.arguments["size"] = size
+    exp.arguments["workload"] = size
 
     with modern.fits(exp, size, device):
         from diffusers import DDPMScheduler, UNet2DConditionModel

@@ -111,7 +111,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     exp.synthetic_data = True
     n = args.size
     size = f"{n}x{n}x{n} products"
-    exp.arguments["size"] = size
+    exp.arguments["workload"] = size
     torch.set_float32_matmul_precision("high")  # the tf32 product: fp32 inputs as TF32
     reasons = {p: skipped(p, device) for p in wanted}
     settings: dict[str, Any] = {

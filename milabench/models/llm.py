@@ -32,7 +32,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         eager = llama.build(args).to(device)
         eager.train()
         size = llama.size(args, modern.parameters(eager))
-        exp.arguments["size"] = size
+        exp.arguments["workload"] = size
         model = setup.maybe_compile(eager)
         optimizer, setup.settings["optimizer"] = llama.adamw(
             list(eager.parameters()), args.lr, device

@@ -68,7 +68,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     with modern.fits(exp, llama.size(args), device):
         model = llama.build(args)
         size = llama.size(args, modern.parameters(model)) + f", {world_size} rank(s)"
-        exp.arguments["size"] = size
+        exp.arguments["workload"] = size
         if sharded:
             # FSDP2 applies the precision itself: autocast would cast again.
             setup.settings["mixed_precision"] = shard(model, device, world_size, args.precision)

@@ -42,7 +42,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     layout = torch.contiguous_format if args.no_channels_last else torch.channels_last
     setup.settings["channels_last"] = not args.no_channels_last
     size = f"ResNet-50 at {args.image_size} px, batch {args.batch_size}"
-    exp.arguments["size"] = size
+    exp.arguments["workload"] = size
 
     with modern.fits(exp, size, device):
         import torchvision

@@ -52,7 +52,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     setup = modern.Setup(exp, args, device)
     shape = f" ({', '.join(f'{k} {v}' for k, v in overrides.items())})" if overrides else ""
     size = f"{args.model}{shape} at {args.image_size} px, batch {args.batch_size}"
-    exp.arguments["size"] = size
+    exp.arguments["workload"] = size
 
     with modern.fits(exp, size, device):
         try:

@@ -56,7 +56,7 @@ def check_result(result: dict, test: str) -> None:
         assert "autocast" in settings["mixed_precision"] or "FSDP2" in settings["mixed_precision"]
     if test != "gemm":
         assert settings["optimizer"], settings
-        assert result["call"]["arguments"]["size"], result["call"]["arguments"]
+        assert result["call"]["arguments"]["workload"], result["call"]["arguments"]
 
 
 @pytest.mark.slow
@@ -210,3 +210,25 @@ def test_compile_is_warm_up_recorded_and_its_flops_counted_eagerly(tmp_path):
     assert result["timings"]["train"]["warmup_time"] < compiled["duration"]
     assert result["efficiency"]["method"].startswith("counted")
     assert result["efficiency"]["flops_per_example"] > 0
+
+
+@pytest.mark.parametrize(
+    "capability,hip,expected",
+    [
+        ((9, 0), None, {"tf32": None, "fp8": None}),  # H100: both
+        ((8, 9), None, {"tf32": None, "fp8": None}),  # L40S: FP8 from Ada on
+        ((8, 0), None, {"tf32": None, "fp8": "FP8 needs compute capability 8.9+"}),  # A100
+        ((7, 0), None, {"tf32": "TF32 needs", "fp8": "FP8 needs"}),  # V100
+        ((9, 4), "6.2", {"tf32": None, "fp8": None}),  # MI300X under ROCm
+    ],
+)
+def test_gemm_measures_the_precisions_the_gpu_has(monkeypatch, capability, hip, expected):
+    """The CUDA boundary faked: torch.cuda's capability and torch.version.hip."""
+    from milabench.models import gemm
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    assert gemm.skipped("bf16", FakeCuda()) is None
+    for precision, why in expected.items():
+        found = gemm.skipped(precision, FakeCuda())
+        assert (found is None) if why is None else (found or "").startswith(why), found
