@@ -38,12 +38,10 @@ PEAKS: dict[str, dict[str, float | None]] = {
     # NVIDIA L40S datasheet: FP32 91.6, TF32 183 (366*), BF16/FP16 362.05 (733*), FP8 733
     # (1,466*) (* with sparsity). The sheet's own rounding: 2 x 183 is 1% above 362.05.
     "L40S": {"fp32": 91.6, "tf32": 183.0, "fp16": 362.05, "bf16": 362.05, "fp8": 733.0},
-    # NVIDIA HGX B200 datasheet, 8 GPUs: FP32 600, TF32 18 P*, FP16/BF16 36 P*, FP8 72 P*
-    # (* with sparsity): per GPU FP32 75, TF32 1125, BF16 2250, FP8 4500 dense.
-    "B200": {"fp32": 75.0, "tf32": 1125.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
-    # NVIDIA GB200 NVL72 datasheet, per GB200 superchip (2 Blackwell GPUs): FP32 160,
-    # TF32 5 P*, FP16/BF16 10 P*, FP8 20 P* (* with sparsity): per GPU FP32 80, TF32 1250,
-    # BF16 2500, FP8 5000 dense.
+    # NVIDIA GB200 NVL72 / HGX B200 datasheet, "individual Blackwell GPU": HGX B200 FP32 75,
+    # TF32 2.2 P*, FP16/BF16 4.5 P*, FP8 9 P*; GB200 FP32 80, TF32 2.5 P*, FP16/BF16 5 P*,
+    # FP8 10 P* (* with sparsity). The sheet's own rounding: 2 x 1100 is 2% below 2250.
+    "B200": {"fp32": 75.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
     "GB200": {"fp32": 80.0, "tf32": 1250.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0},
     # AMD Instinct MI250X data sheet: per OAM package FP32 matrix 95.7, FP16/BF16 383;
     # no TF32 or FP8. The package is two GCDs, each its own torch device: half per device.
