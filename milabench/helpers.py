@@ -38,6 +38,9 @@ def train(
     count_flops: bool | None = None,
     fetch: Callable[[], Any] | None = None,
     examples: Callable[[], int] | None = None,
+    formula: efficiency.Formula | None = None,
+    settings: dict[str, Any] | None = None,
+    counted_step: Callable[[], Any] | None = None,
 ) -> Any:
     """Run ``step()`` (one iteration of ``batch_size`` examples) until the run has measured
     enough: ``--max-count`` examples if given, and ``--min-slices`` slices (RateLog.done;
@@ -54,6 +57,9 @@ def train(
     One extra, untimed step is run under a FLOP counter for the result's efficiency first
     (and gives the recorded value when it ran)
     (``count_flops``: None decides automatically, see milarun.measure.efficiency.measure).
+    ``formula``: the test's own FLOPs per example instead (no counted step); ``settings``:
+    the test's own settings for ``efficiency.settings``; ``counted_step``: the step to
+    count instead of ``step`` (the eager twin of a torch.compile'd one).
     """
     log = exp.rate_log("train")
     stop = distributed.stop_rule()
@@ -69,11 +75,20 @@ def train(
     log.finish()
     last = [value]
     counted = step if fetch is None else (lambda: step(fetch()))
+    if counted_step is not None:
+        counted = counted_step
     # The counted step trains once more; metrics the test records after this function
     # describe that step, so the loss recorded here comes from it too.
     exp.set_efficiency(
         efficiency.measure(
-            exp, counted, batch_size, log, count_flops, keep=lambda v: last.__setitem__(0, v)
+            exp,
+            counted,
+            batch_size,
+            log,
+            count_flops,
+            keep=lambda v: last.__setitem__(0, v),
+            formula=formula,
+            settings=settings,
         )
     )
     value = last[0]

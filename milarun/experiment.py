@@ -3,6 +3,6 @@
 Kept at this path as a stable API while the implementation lives in milarun.measure.
 """
 
-from milarun.measure.experiment import BadTestArguments, Experiment, Timer
+from milarun.measure.experiment import BadTestArguments, DoesNotFit, Experiment, Timer
 
-__all__ = ["BadTestArguments", "Experiment", "Timer"]
+__all__ = ["BadTestArguments", "DoesNotFit", "Experiment", "Timer"]

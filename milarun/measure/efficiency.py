@@ -17,96 +17,25 @@ No torch import at module level: ``milarun report`` must work on a machine witho
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from milarun.measure.peaks import PEAKS, PRECISIONS, match_device, peak_flops, percent_of_peak
+
+__all__ = [
+    "PEAKS",
+    "PRECISIONS",
+    "Efficiency",
+    "match_device",
+    "measure",
+    "peak_flops",
+    "percent_of_peak",
+]
+
 ENV_FLAG = "MILARUN_COUNT_FLOPS"  # "0" (or false/no/off) disables the counted step
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-
-# Published dense peaks in TFLOP/s (no 2:4 sparsity). fp16/bf16/tf32 are the tensor/matrix
-# core figures; fp32 is the plain (non-tensor) FP32 figure on NVIDIA and the FP32 matrix
-# figure on AMD, whose GEMMs run FP32 on the matrix cores. None: not supported in hardware.
-PEAKS: dict[str, dict[str, float | None]] = {
-    # NVIDIA V100 datasheet (Tesla V100, 2020): SXM2 15.7 FP32, 125 tensor (FP16 in,
-    # FP32 accumulate); PCIe 14 / 112; V100S PCIe 16.4 / 130. No TF32 or BF16 units.
-    "V100-SXM2": {"fp32": 15.7, "tf32": None, "fp16": 125.0, "bf16": None},
-    "V100-PCIe": {"fp32": 14.0, "tf32": None, "fp16": 112.0, "bf16": None},
-    "V100S-PCIe": {"fp32": 16.4, "tf32": None, "fp16": 130.0, "bf16": None},
-    # NVIDIA A100 datasheet (1758950-r4): the same for SXM4 and PCIe, 40GB and 80GB:
-    # FP32 19.5, TF32 156, BF16 312, FP16 312 (the sparse figures are twice these).
-    "A100-SXM": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
-    "A100-PCIe": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
-    # NVIDIA H100 datasheet: SXM FP32 67, TF32 989*, BF16/FP16 1979*; PCIe FP32 51,
-    # TF32 756*, BF16/FP16 1513* (* with sparsity: "1/2 lower without sparsity").
-    "H100-SXM": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
-    "H100-PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.5, "bf16": 756.5},
-    # NVIDIA H200 datasheet, H200 SXM: the H100 SXM compute (FP32 67, TF32 989*,
-    # BF16/FP16 1979*, with sparsity), with more memory.
-    "H200-SXM": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
-    # AMD Instinct MI250X data sheet: per OAM package FP32 matrix 95.7, FP16/BF16 383;
-    # no TF32. The package is two GCDs and each is its own torch device: half per device.
-    "MI250X": {"fp32": 47.85, "tf32": None, "fp16": 191.5, "bf16": 191.5},
-    # AMD Instinct MI300X data sheet: FP32 matrix 163.4, TF32 653.7, FP16/BF16 1307.4
-    # (dense; 2614.9 with structured sparsity). One device in the default SPX mode.
-    "MI300X": {"fp32": 163.4, "tf32": 653.7, "fp16": 1307.4, "bf16": 1307.4},
-}
-
-
-def _has(pattern: str, name: str) -> bool:
-    return re.search(pattern, name) is not None
-
-
-def match_device(name: str | None) -> str | None:
-    """The PEAKS row of a device name as NVML/torch spell it; None when unknown.
-
-    Strict on purpose: a wrong row gives a confident wrong percentage, so variants whose
-    peaks differ (H100/H200 NVL, GH200, MI300A, MI325X) and MIG slices stay unknown.
-    """
-    if not name:
-        return None
-    n = name.upper()
-    if _has(r"\bMIG\b", n):
-        return None  # a MIG instance has only a fraction of the GPU's units
-    pcie, sxm = "PCIE" in n, "SXM" in n
-    if _has(r"\bV100S\b", n):
-        return "V100S-PCIe" if pcie else None
-    if _has(r"\bV100\b", n):
-        return "V100-SXM2" if "SXM2" in n else "V100-PCIe" if pcie else None
-    if _has(r"\bA100\b", n):
-        return "A100-SXM" if sxm else "A100-PCIe" if pcie else None
-    if _has(r"\bH100\b", n):
-        if "NVL" in n:
-            return None
-        return "H100-PCIe" if pcie else "H100-SXM" if sxm or "HBM3" in n else None
-    if _has(r"\bH200\b", n):
-        return None if "NVL" in n or pcie else "H200-SXM"
-    if _has(r"\bMI250X\b", n):
-        # ROCm may say "MI250X / MI250"; the MI250 (208 CUs, not 220) would be ~5% lower.
-        return "MI250X"
-    if _has(r"\bMI300X\b", n):
-        return "MI300X"
-    return None
-
-
-def peak_flops(name: str | None, precision: str | None) -> float | None:
-    """Published dense peak in FLOP/s for a device name and precision; None when unknown."""
-    row = match_device(name)
-    tflops = PEAKS[row].get(precision or "") if row else None
-    return tflops * 1e12 if tflops else None
-
-
-def percent_of_peak(
-    name: str | None, precision: str | None, achieved: float | None
-) -> float | None:
-    """Achieved FLOP/s as a percentage of the device's peak; None when either is unknown."""
-    peak = peak_flops(name, precision)
-    if peak is None or achieved is None or not math.isfinite(achieved):
-        return None
-    return 100.0 * achieved / peak
+COUNTED = "counted: torch FlopCounterMode over one training step (matmul, conv, attention)"
 
 
 # -- counting -------------------------------------------------------------------------
@@ -232,6 +161,7 @@ class Efficiency:
     # The float32 settings in force after the run (precision_settings): whether "fp32"
     # convolutions and matmuls may have run as TF32, and cudnn's autotuning.
     settings: dict[str, Any] | None = None
+    method: str | None = None  # how the FLOPs were found: COUNTED, or a test's formula
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -245,7 +175,32 @@ class Efficiency:
             "percent_of_peak": self.percent_of_peak,
             "note": self.note,
             "settings": self.settings,
+            "method": self.method,
         }
+
+
+@dataclass(frozen=True)
+class Formula:
+    """FLOPs per example from a test's own formula (the LLM's 6N + attention), instead of a
+    counted step: ``method`` says which formula, ``precision`` the matmuls' precision."""
+
+    flops_per_example: float
+    precision: str
+    method: str
+
+
+def from_formula(
+    formula: Formula, batch_size: int, steady_rate: float | None, device: str
+) -> Efficiency:
+    """The efficiency record of a test that states its FLOPs per example."""
+    flops = formula.flops_per_example * batch_size
+    count = {
+        "flops": int(flops),
+        "by_precision": {formula.precision: int(flops)},
+        "unsupported": None,
+    }
+    record = build_record(count, batch_size, steady_rate, device)
+    return dataclasses.replace(record, method=formula.method)
 
 
 def build_record(
@@ -288,14 +243,23 @@ def measure(
     log: Any,
     count: bool | None = None,
     keep: Callable[[Any], None] | None = None,
+    formula: Formula | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> Efficiency:
     """Count one extra ``step()`` after the timed loop and build the efficiency record.
 
     ``count``: None decides from MILARUN_COUNT_FLOPS and whether the step plays
     environments. Never raises an Exception: a step the counter cannot run only loses
     its FLOP count (KeyboardInterrupt and the harness's signals still go through).
+    ``formula``: the test's own FLOPs per example, no counted step; ``settings``: the
+    test's own settings (precision, attention backend, compile), added to torch's.
     """
-    settings = precision_settings(exp.device)
+    settings = {**precision_settings(exp.device), **(settings or {})}
+    if formula is not None:
+        rate = log.steady_rate()
+        return dataclasses.replace(
+            from_formula(formula, batch_size, rate, device_name(exp.device)), settings=settings
+        )
     if not enabled():
         return Efficiency(
             note=f"disabled by {ENV_FLAG}={os.environ.get(ENV_FLAG)}", settings=settings
@@ -313,7 +277,7 @@ def measure(
         if keep is not None:  # the counted step is the last one: its value is the final one
             keep(value)
         record = build_record(counted, batch_size, log.steady_rate(), device_name(exp.device))
-        return dataclasses.replace(record, settings=settings)
+        return dataclasses.replace(record, settings=settings, method=COUNTED)
     except Exception as err:
         return Efficiency(
             note=f"FLOP counting failed: {type(err).__name__}: {err}"[:500], settings=settings

@@ -29,6 +29,11 @@ class BadTestArguments(ValueError):
     """The test's own arguments (after ``--``) were rejected by its parser."""
 
 
+class DoesNotFit(MemoryError):
+    """The test's size does not fit the device's memory: the result's failure is ``oom``,
+    its message the size and the profile that fits (milabench.modern.fits)."""
+
+
 class Timer:
     """A named wall-clock timer; entering it several times adds up."""
 

@@ -19,7 +19,7 @@ from milarun.machine import devices, sysinfo, watchdog
 from milarun.machine.gpuids import instance_gpus
 from milarun.measure import confinement, contention, diagnostics, energy
 from milarun.measure.call import check_extra, resolve_function
-from milarun.measure.experiment import BadTestArguments, Experiment, RateLog
+from milarun.measure.experiment import BadTestArguments, DoesNotFit, Experiment, RateLog
 from milarun.results import records, steady
 from milarun.results.records import Failure, RateRecord, TimerRecord
 
@@ -151,8 +151,12 @@ def _call(
     except TimedOut:
         failure = Failure("timeout", "killed by the harness after the job's max_duration")
         error = traceback.format_exc()
+    except DoesNotFit as err:
+        failure, error = Failure("oom", str(err)), traceback.format_exc()
     except BaseException as err:  # the test's own failure, SystemExit included
-        failure = Failure("exception", f"{type(err).__name__}: {err}")
+        # torch.OutOfMemoryError (CUDA, HIP) by name: the harness imports no torch here
+        kind = "oom" if type(err).__name__ == "OutOfMemoryError" else "exception"
+        failure = Failure(kind, f"{type(err).__name__}: {err}")
         error = traceback.format_exc()
     finally:
         for sig, handler in previous.items():

@@ -20,7 +20,7 @@ from typing import Any
 
 from milarun import errors, results
 from milarun.errors import EmptyResults, SummaryError
-from milarun.report import energy, units, variants
+from milarun.report import energy, measured_peak, units, variants
 from milarun.report.summary_file import load_summary_file
 from milarun.results import read
 
@@ -69,16 +69,19 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for result in loaded:
         by_name[str(result["name"])].append(result)
     many_nodes = read.spans_nodes(loaded)
+    gemm_peaks = measured_peak.measured_peaks(loaded)  # a gemm run's, per device, precision
     out = {}
     for name in sorted(by_name):
         for key, runs, differs in variants.split(name, by_name[name]):
-            out[key] = _entry(runs, many_nodes)
+            out[key] = _entry(runs, many_nodes, gemm_peaks)
             if differs:
                 out[key].update(variant_of=name, differs=differs)
     return out
 
 
-def _entry(runs: list[dict[str, Any]], many_nodes: bool) -> dict[str, Any]:
+def _entry(
+    runs: list[dict[str, Any]], many_nodes: bool, gemm_peaks: measured_peak.Peaks | None = None
+) -> dict[str, Any]:
     """One test's summary entry from its runs."""
     rates: list[float] = []
     programs: list[float] = []
@@ -115,7 +118,7 @@ def _entry(runs: list[dict[str, Any]], many_nodes: bool) -> dict[str, Any]:
         "peak_memory": max(peaks) if peaks else None,
         "rates": rates,
         "failure_kinds": dict(sorted(kinds.items())),
-        "quality": quality(good),
+        "quality": quality(good, gemm_peaks),
         **energy.summary_entries(good),  # "energy" and "throttle", where measured
     }
     entry.update(conditions(good))
@@ -161,9 +164,10 @@ def _mean_of(values: list[Any]) -> float | None:
     return math.fsum(numbers) / len(numbers) if numbers else None
 
 
-def quality(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def quality(runs: list[dict[str, Any]], peaks: measured_peak.Peaks | None = None) -> dict[str, Any]:
     """How trustworthy the runs' rates are (issue: steady-state diagnostics), and their
-    start-up cost and efficiency, averaged over the successful runs."""
+    start-up cost and efficiency, averaged over the successful runs (``peaks``: a gemm
+    run's measured peaks, for ``percent_of_measured_peak``)."""
     diags = [(r.get("diagnostics") or {}).get("train") or {} for r in runs]
     starts = [r.get("startup") or {} for r in runs]
     effs = [r.get("efficiency") or {} for r in runs]
@@ -183,6 +187,9 @@ def quality(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "flops_per_example": _mean_of([e.get("flops_per_example") for e in effs]),
         "achieved_flops": _mean_of([e.get("achieved_flops") for e in effs]),
         "percent_of_peak": _mean_of([e.get("percent_of_peak") for e in effs]),
+        "percent_of_measured_peak": _mean_of(
+            [measured_peak.percent_of_measured(r, peaks or {}) for r in runs]
+        ),
     }
 
 

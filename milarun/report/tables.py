@@ -39,6 +39,7 @@ def quality_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
             "flops_per_example": q.get("flops_per_example"),
             "achieved_flops": q.get("achieved_flops"),
             "percent_of_peak": q.get("percent_of_peak"),
+            "percent_of_measured_peak": q.get("percent_of_measured_peak"),
             "flags": ",".join(f"{k}:{v}" for k, v in (q.get("flagged") or {}).items()),
         }
     if not rows:

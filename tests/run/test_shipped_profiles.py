@@ -28,6 +28,19 @@ def test_the_legacy_suites_ship():
     assert {"quick", "standard", "10gb", "5gb"} <= set(PROFILES)
 
 
+MODERN = ["llm", "bert", "resnet50", "vit", "diffusion", "llm-scaling", "gemm"]
+
+
+@pytest.mark.parametrize("name", ["modern", "modern-24gb", "quick"])
+def test_the_modern_suites_ship_every_modern_test(name):
+    jobs = load_profile(name).jobs
+    assert set(MODERN) <= set(jobs)
+    assert jobs["llm-scaling"].partition == "gpu-progression"
+    assert "scaling" in jobs["llm-scaling"].tags  # what `milarun slurm scaling` runs
+    for test in MODERN:
+        assert "modern" in jobs[test].tags, (name, test)
+
+
 @pytest.mark.parametrize("name", PROFILES)
 def test_every_job_accepts_its_arguments(name, tmp_path):
     for job in load_profile(name).select([], []):
@@ -45,6 +58,9 @@ def test_every_job_accepts_its_arguments(name, tmp_path):
         elif name == "gpu-check":  # one full steady window, no legacy minimum work
             assert exp.max_count is None, job.fullname
             assert exp.min_slices >= 22, job.fullname
+        elif name.startswith("modern"):  # a new suite: no legacy minimum work to keep
+            assert exp.max_count is None, job.fullname
+            assert exp.min_slices >= 40, job.fullname
         else:
             assert exp.max_count is not None, f"{job.fullname}: no legacy --max-count"
             assert exp.min_slices >= 40, job.fullname

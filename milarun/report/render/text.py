@@ -115,6 +115,7 @@ def quality_table(report: Report) -> str:
     for test, row in report.quality.iterrows():
         split = "/".join(fmt.num(row[k], ".1f") for k in ("import", "setup", "first_step"))
         peak = row["percent_of_peak"]
+        measured = row.get("percent_of_measured_peak")
         rows[fmt.short(str(test))] = {
             "slices": fmt.num(row["slices"], ".0f"),
             "cv%": fmt.num(100 * row["cv"], ".1f"),
@@ -123,7 +124,10 @@ def quality_table(report: Report) -> str:
             "start": fmt.num(row["to_first_slice"], ".1f"),
             "imp/set/1st": split,
             "FLOP/s": _flops(row["achieved_flops"])
-            + (f" {peak:.0f}%" if peak is not None and math.isfinite(peak) else ""),
+            + (f" {peak:.0f}%" if peak is not None and math.isfinite(peak) else "")
+            + (
+                f" gemm {measured:.0f}%" if measured is not None and math.isfinite(measured) else ""
+            ),
             "flags": row["flags"] or "-",
         }
     return fmt.frame(rows)
@@ -235,6 +239,11 @@ def to_text(report: Report) -> str:
     if not report.quality.empty:
         out += fmt.section("Measurement quality (mean of runs; times in seconds)")
         out.append(quality_table(report))
+        if report.quality["percent_of_measured_peak"].notna().any():
+            out.append(
+                "FLOP/s: achieved, % of the datasheet peak, and 'gemm N%' of the peak the gemm "
+                "test measured on the same device in the same precision"
+            )
     out += render_energy.text_section(report)
     if not report.scaling.empty:
         out += fmt.section("Scaling (examples/s; per rank is the scored, legacy figure)")

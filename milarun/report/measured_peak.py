@@ -1,0 +1,56 @@
+"""The measured peak: what the ``gemm`` test reached on a device, per precision.
+
+A test's ``percent_of_peak`` divides its achieved FLOP/s by the datasheet's dense peak; a
+datasheet peak is rarely reached (an H100's bf16 GEMMs run near 80% of it). When the folder
+also holds a ``gemm`` result of the same device (the same ``efficiency.device_name``), each
+test's achieved FLOP/s is also given as a percentage of the best TFLOP/s ``gemm`` measured
+in the test's precision (its ``tflops_<precision>[_<m>x<n>x<k>]`` metrics): how far the
+workload is from what this device's matrix units do in practice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from milarun import results
+
+GEMM_TEST = "gemm"
+_METRIC = re.compile(r"tflops_(fp32|tf32|fp16|bf16|fp8)(?:_\d+x\d+x\d+)?")
+
+Peaks = Mapping[tuple[str, str], float]
+
+
+def _efficiency(result: Mapping[str, Any]) -> Mapping[str, Any]:
+    eff = result.get("efficiency")
+    return eff if isinstance(eff, Mapping) else {}
+
+
+def measured_peaks(loaded: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
+    """(device name, precision) -> the best FLOP/s a successful ``gemm`` run measured."""
+    peaks: dict[tuple[str, str], float] = {}
+    for result in loaded:
+        if str(result.get("name", "")).rsplit(".", 1)[-1] != GEMM_TEST:
+            continue
+        device = _efficiency(result).get("device_name")
+        metrics = result.get("metrics")
+        if result.get("success") is not True or not isinstance(device, str):
+            continue
+        for key, value in (metrics if isinstance(metrics, Mapping) else {}).items():
+            found = _METRIC.fullmatch(str(key))
+            if found and results.is_finite(value) and value > 0:
+                slot = (device, found[1])
+                peaks[slot] = max(peaks.get(slot, 0.0), float(value) * 1e12)
+    return peaks
+
+
+def percent_of_measured(result: Mapping[str, Any], peaks: Peaks) -> float | None:
+    """A run's achieved FLOP/s as a percentage of its device's measured peak in its
+    precision; None without a ``gemm`` result of that device and precision."""
+    eff = _efficiency(result)
+    achieved = eff.get("achieved_flops")
+    peak = peaks.get((str(eff.get("device_name")), str(eff.get("precision"))))
+    if not peak or achieved is None or not results.is_finite(achieved):
+        return None
+    return 100.0 * float(achieved) / peak
