@@ -72,11 +72,12 @@ def damaged_manifests(tmp: Path) -> Outcome:
 
 
 def names_from_files(tmp: Path) -> Outcome:
-    """A 300-character name without a dot, a 10 MB name: skipped with one line each; the
-    text and the page stay their usual size."""
+    """A 300-character name without a dot, a 10 MB name, a 10 MB device: skipped with one
+    line each; the text and the page stay their usual size."""
     res = _results(tmp / "res")
     write(res, result("x" * 300, "0", 100.0), f"long.J0.{STAMP}.json")
     write(res, result("y" * 10_000_000, "0", 100.0), f"huge.J0.{STAMP}.json")
+    write(res, result("suite.good", "2", 100.0, device="d" * 10**7), f"dev.J0.{STAMP}.json")
     page = tmp / "r.html"
     done = milarun("report", res, "--html", page)
     alone = tmp / "alone"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun import results
-from milarun.errors import InputError, SummaryError
+from milarun.errors import SummaryError
 from milarun.report import energy
 
 # Keys a summary entry must have for the report's math (the rest is informative).
@@ -25,10 +25,12 @@ def check_summary(data: Any, source: str) -> dict[str, dict[str, Any]]:
             f"{source}: is a single result file, not a summary; give its folder or {hint}"
         )
     for test, entry in data.items():
-        try:  # a test name as a result's (results.load_result): bounded, safe to print
-            results.safe_name(test, "test")
-        except InputError as err:
-            raise SummaryError(f"{source}: {err}") from None
+        if len(test) > results.MAX_NAME or not test.isprintable():  # as a result's name
+            shown = repr(test[:60]) + (f"... ({len(test)} characters)" if len(test) > 60 else "")
+            raise SummaryError(
+                f"{source}: test {shown} is not a test name: one line of at most "
+                f"{results.MAX_NAME} characters"
+            )
         if not isinstance(entry, dict):
             raise SummaryError(f"{source}: test {test!r} is not an object; {hint}")
         for key in REQUIRED_ENTRY_KEYS:

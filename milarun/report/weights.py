@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from milarun import results
-from milarun.errors import WeightsError
+from milarun.errors import InputError, WeightsError
 
 WEIGHTS_DIR = Path(__file__).parent.parent / "weights"
 
@@ -46,6 +46,15 @@ def default_weights(tests: list[str]) -> tuple[str, dict[str, float]] | None:
     suites = {t.split(".", 1)[0] for t in tests}
     if len(suites) == 1:
         (suite,) = suites
-        if (WEIGHTS_DIR / f"{suite}.json").exists():
+        # a name read from a file becomes a path here: only a safe one, as milarun names
+        if _safe(suite) and (WEIGHTS_DIR / f"{suite}.json").exists():
             return load_weights(suite)
     return None
+
+
+def _safe(suite: str) -> bool:
+    try:
+        results.safe_name(suite, "suite")
+    except InputError:
+        return False
+    return True

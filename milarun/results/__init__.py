@@ -234,16 +234,51 @@ def load_result(path: Path) -> dict[str, Any]:
     data = read_json(path, ResultError, check_depth=False)
     if not isinstance(data, dict) or "name" not in data or "success" not in data:
         raise ResultError(f"{path}: not a milarun result (no 'name'/'success' keys)")
-    # Names become file names (weights, reruns) and every report prints them: bounded and
-    # safe here, so that no command reads a 10 MB or path-like name.
-    job_id = data.get("job_id")
-    try:
-        safe_name(data["name"], "'name'")
-        if job_id is not None:
-            safe_name(str(job_id) if is_number(job_id) else job_id, "'job_id'")
-    except InputError as err:
-        raise ResultError(f"{path}: {err}") from None
+    problem = _text_problem(data)
+    if problem:
+        raise ResultError(f"{path}: {problem}")
+    _trim_text(data)
     return data
+
+
+# Every report prints a result's name and job id, and its labels (device, node) as the rows
+# of its tables: each one line of bounded length, so that no file makes a report of 270 MB
+# or a message of several lines. (Names milarun writes are safe names, see safe_name; a
+# file's are only printed, and wherever one becomes a path it is checked there.)
+MAX_LABEL = 255  # a host name's length
+# What a report quotes of a failure: the error's tail (the log's last 50 lines, as the
+# harness writes it) and the message's head.
+MAX_ERROR, MAX_MESSAGE = 64 * 1024, 4096
+
+
+def _text_problem(data: dict[str, Any]) -> str | None:
+    job_id, slurm, devices = data.get("job_id"), data.get("slurm"), data.get("devices")
+    texts = [("name", data["name"], MAX_NAME)]
+    texts.append(("job_id", str(job_id) if is_number(job_id) else job_id, MAX_NAME))
+    texts += [(key, data.get(key), MAX_LABEL) for key in ("device", "node", "hostname")]
+    node = slurm.get("node") if isinstance(slurm, dict) else None
+    texts.append(("slurm.node", node, MAX_LABEL))
+    texts += [("devices", d, MAX_LABEL) for d in (devices if isinstance(devices, list) else ())]
+    for key, value, limit in texts:
+        if not isinstance(value, str):
+            continue  # its type is result_problem's to check
+        shown = repr(value[:60]) + (f"... ({len(value)} characters)" if len(value) > 60 else "")
+        if len(value) > limit:
+            return f"'{key}' {shown} is too long: at most {limit} characters"
+        if not value.isprintable():
+            return f"'{key}' {shown} holds a line break or control character"
+    return None
+
+
+def _trim_text(data: dict[str, Any]) -> None:
+    """Keep the error's tail and the failure message's head: what any report shows."""
+    error, failure = data.get("error"), data.get("failure")
+    if isinstance(error, str) and len(error) > MAX_ERROR:
+        data["error"] = f"[{len(error) - MAX_ERROR} characters cut]\n{error[-MAX_ERROR:]}"
+    if isinstance(failure, dict) and isinstance(failure.get("message"), str):
+        message = failure["message"]
+        if len(message) > MAX_MESSAGE:
+            failure["message"] = f"{message[:MAX_MESSAGE]} [{len(message) - MAX_MESSAGE} cut]"
 
 
 def is_number(value: Any) -> bool:

@@ -98,13 +98,14 @@ def test_a_damaged_manifest_is_passed_by_with_a_warning(folder, fields, raw, fra
 
 # -- cause L: names read from files are bounded and checked ----------------------------------
 def test_names_from_files_are_bounded_and_checked(folder, tmp_path):
-    """A 300-character name (no dot: it would name a weights file), a 10 MB one, a path:
-    each file is skipped with one line naming it; the report stays its usual size."""
+    """A 300-character name (no dot: it would name a weights file), a 10 MB one, names of
+    several lines: each file is skipped with one line naming it; the report stays its usual
+    size."""
     bad = {
         "long": result("x" * 300, "0", 100.0),
         "huge": result("y" * 10_000_000, "0", 100.0),
-        "path": result("../suite.good", "0", 100.0),
-        "jobid": result("suite.good", "../../0", 100.0),
+        "lines": result("suite.good\nFAIL suite.bad", "0", 100.0),
+        "jobid": result("suite.good", "0\r1", 100.0),
     }
     for key, data in bad.items():
         write(folder, data, f"{key}.J0.{STAMP}.json")
@@ -117,8 +118,8 @@ def test_names_from_files_are_bounded_and_checked(folder, tmp_path):
     for key, fragment in (
         ("long", "(300 characters) is too long: at most 100"),
         ("huge", "(10000000 characters) is too long"),
-        ("path", "'name' '../suite.good' is not a safe name"),
-        ("jobid", "'job_id' '../../0' is not a safe name"),
+        ("lines", "'name' 'suite.good\\nFAIL suite.bad' holds a line break"),
+        ("jobid", "'job_id' '0\\r1' holds a line break"),
     ):
         lines = [line for line in done.stderr.splitlines() if f"{key}.J0.{STAMP}.json" in line]
         assert len(lines) == 1 and fragment in lines[0], done.stderr[:2000]
@@ -146,7 +147,7 @@ def test_a_summary_with_a_huge_test_name_is_one_short_line(folder, tmp_path):
     summary.write_text(json.dumps(data))
     for words in (["report", summary], ["report", folder, "--compare", summary]):
         line = one_line_error(milarun(*words))
-        assert str(summary) in line and "(1000000 characters) is too long" in line
+        assert str(summary) in line and "(1000000 characters) is not a test name" in line
         assert len(line) < 600
 
 
@@ -162,3 +163,38 @@ def test_integers_past_any_float_are_skipped_with_their_field(folder):
     for name in ("big", "bigger"):
         (line,) = [x for x in done.stderr.splitlines() if f"{name}.J0" in x]
         assert "'timings.train.slice' is not a number" in line
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("device", "d" * 10_000_000),  # the rows of every table: 270 MB of text
+        ("node", "n" * 10_000_000),
+        ("hostname", "h" * 10_000_000),
+        ("devices", ["d" * 300]),
+        ("slurm", {"node": "n" * 300}),
+        ("device", "cpu:0\nFAIL suite.good"),  # a line of its own in a one-line message
+    ],
+)
+def test_labels_from_files_are_bounded_and_printable(folder, tmp_path, key, value):
+    data = result("suite.good", "2", 100.0)
+    data[key] = value
+    write(folder, data, f"label.J0.{STAMP}.json")
+    page = tmp_path / "r.html"
+    done = milarun("report", folder, "--html", page)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[:2000]
+    assert len(done.stdout) + len(done.stderr) < 20_000 and page.stat().st_size < 2 * 2**20
+    (line,) = [x for x in done.stderr.splitlines() if f"label.J0.{STAMP}.json" in x]
+    assert "is too long: at most 255 characters" in line or "holds a line break" in line
+
+
+def test_a_huge_error_or_message_is_cut_not_skipped(folder, tmp_path):
+    """The run still counts (a failed run is a run); what a report quotes of it is bounded."""
+    data = result("suite.good", "2", None, failure={"kind": "crash", "message": "m" * 10**7})
+    data["error"] = "e" * 10**7
+    write(folder, data, f"failed.J0.{STAMP}.json")
+    page = tmp_path / "r.html"
+    done = milarun("report", folder, "--html", page, "--format", "json")
+    assert done.returncode == 0, done.stderr[:2000]
+    assert json.loads(done.stdout)["scores"]["failure_kinds"] == {"crash": 1}
+    assert len(done.stdout) + len(done.stderr) < 200_000 and page.stat().st_size < 2 * 2**20
