@@ -25,6 +25,7 @@ from pathlib import Path
 
 from faultkit import ENV, SLOW, Outcome, clean, leftovers, milarun, profile, results_in, start
 from faults_part2 import SCENARIOS as PART2
+from faults_part3 import SCENARIOS as PART3
 
 from fullfs import fill_up, full_tmpfs  # shared with the tests (faultkit puts tests/ on the path)
 from milarun.results import manifest
@@ -284,7 +285,7 @@ def main() -> None:
     words = [w.lower() for w in sys.argv[1:]]
     chosen = {
         name: scenario
-        for name, scenario in {**SCENARIOS, **PART2}.items()
+        for name, scenario in {**SCENARIOS, **PART2, **PART3}.items()
         if not words or any(w in name.lower() for w in words)
     }
     tried = survived = lost = 0
