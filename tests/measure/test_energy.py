@@ -13,7 +13,7 @@ import pytest
 
 from conftest import load_all, milarun
 from fakes import FakeNVML
-from milarun.machine import devices
+from milarun.machine import devices, torchdevice
 from milarun.measure import energy, runner
 from milarun.measure.diagnostics import steady_state
 from milarun.measure.experiment import RateLog
@@ -327,7 +327,7 @@ def test_run_on_a_fake_gpu_records_energy_and_throttling(tmp_path, monkeypatch):
         devices, "gpu_monitor", lambda interval: real(nvml=fake, ids=["0"], interval=0.05)
     )
     monkeypatch.setattr(devices, "instance_device_label", lambda environ=None: "cuda:0")
-    monkeypatch.setattr(devices, "torch_device", lambda: "cpu")  # calibration only spins
+    monkeypatch.setattr(torchdevice, "torch_device", lambda: "cpu")  # calibration only spins
     result, path = runner.run_test(
         "milabench.models.calibration:main",
         ["--min-slices", "5", "--step-time", "0.02"],

@@ -126,6 +126,8 @@ def test_scaling_on_two_nodes_has_ranks_on_both(cluster, tmp_path):
         "slurm",
         "scaling",
         "quick",
+        "--name",
+        "scaling",  # not llm-scaling too: FSDP over two nodes is its own test's
         "--nodes",
         "1,2",
         "--devices",
