@@ -106,6 +106,25 @@ class Setup:
     def backward(self, loss: Any, optimizer: Any) -> None:
         self.precision.backward(loss, optimizer)
 
+    def stepper(
+        self, loss_of: Callable[[Any], Any], optimizer: Any
+    ) -> Callable[[Any], Callable[[], Any]]:
+        """``net`` -> its training step: ``loss_of(net)`` under autocast, then the backward
+        and the optimizer's step; one per model, so a compiled model and its eager twin
+        (whose step the FLOPs are counted on) train alike."""
+
+        def make(net: Any) -> Callable[[], Any]:
+            def step() -> Any:
+                with self.autocast():
+                    loss = loss_of(net)
+                optimizer.zero_grad(set_to_none=True)
+                self.backward(loss, optimizer)
+                return loss.detach()
+
+            return step
+
+        return make
+
     def maybe_compile(self, model: Any) -> Any:
         """``torch.compile(model)`` with --compile, else the model itself."""
         if not self.compile:

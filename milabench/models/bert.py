@@ -93,14 +93,6 @@ def main(exp: Experiment, argv: list[str]) -> None:
         )
         inputs, labels = mask_tokens(tokens, args.vocab, gen)
 
-        def stepper(net: torch.nn.Module):
-            def step() -> torch.Tensor:
-                with setup.autocast():
-                    loss = net(input_ids=inputs, labels=labels).loss
-                optimizer.zero_grad(set_to_none=True)
-                setup.backward(loss, optimizer)
-                return loss.detach()
-
-            return step
+        stepper = setup.stepper(lambda net: net(input_ids=inputs, labels=labels).loss, optimizer)
 
         setup.train(stepper(model), args.batch_size, eager_step=stepper(eager))

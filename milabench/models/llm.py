@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from milabench import helpers, llama, modern
 from milarun.experiment import Experiment
 
@@ -43,15 +41,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         )
         batch = llama.tokens(args, device, args.seed)
 
-        def stepper(net: torch.nn.Module):
-            def step() -> torch.Tensor:
-                with setup.autocast():
-                    loss = net(input_ids=batch, labels=batch).loss
-                optimizer.zero_grad(set_to_none=True)
-                setup.backward(loss, optimizer)
-                return loss.detach()
-
-            return step
+        stepper = setup.stepper(lambda net: net(input_ids=batch, labels=batch).loss, optimizer)
 
     with modern.fits(exp, size, device):
         setup.train(

@@ -85,15 +85,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         setup.record_attention(f"transformers {eager.config._attn_implementation}", **shape)
         batch = llama.tokens(args, device, args.seed + rank)  # each rank its own batch
 
-        def stepper(net: torch.nn.Module):
-            def step() -> torch.Tensor:
-                with setup.autocast():
-                    loss = net(input_ids=batch, labels=batch).loss
-                optimizer.zero_grad(set_to_none=True)
-                setup.backward(loss, optimizer)
-                return loss.detach()
-
-            return step
+        stepper = setup.stepper(lambda net: net(input_ids=batch, labels=batch).loss, optimizer)
 
     with modern.fits(exp, size, device):
         setup.train(

@@ -63,14 +63,6 @@ def main(exp: Experiment, argv: list[str]) -> None:
             0, args.num_classes, (args.batch_size,), generator=gen, device=device
         )
 
-        def stepper(net: torch.nn.Module):
-            def step() -> torch.Tensor:
-                with setup.autocast():
-                    loss = F.cross_entropy(net(images), labels)
-                optimizer.zero_grad(set_to_none=True)
-                setup.backward(loss, optimizer)
-                return loss.detach()
-
-            return step
+        stepper = setup.stepper(lambda net: F.cross_entropy(net(images), labels), optimizer)
 
         setup.train(stepper(model), args.batch_size, eager_step=stepper(eager))
