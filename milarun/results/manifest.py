@@ -188,10 +188,6 @@ def _manifests(folder: Path, recursive: bool = False) -> Iterator[tuple[Path, di
                 log.warning("%s; run manifest ignored", err)
 
 
-def _strings(value: Any) -> list[str]:
-    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
-
-
 def _pairs(value: Any) -> list[tuple[str, str]]:
     """[[test, job id], ...] from a manifest, whatever a hand left there."""
     items = value if isinstance(value, list) else []
@@ -202,42 +198,28 @@ def _pairs(value: Any) -> list[tuple[str, str]]:
     ]
 
 
-def _when(value: Any) -> float:
-    """A manifest's time, or 0 (1970) when it is not a plausible one."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return float(value) if ok and 0 <= value < 1e11 else 0.0
-
-
 def cut_short(outdir: Path) -> list[CutShort]:
     """The runs in ``outdir`` or any folder below it that did not complete, oldest first.
     A manifest still marked running while no live process holds its folder's lock lost
     its supervisor."""
     found = []
+    # _read checked status, reason, started_at, planned and ended: only instances is free
     for path, data in _manifests(outdir, recursive=True):
-        status = data.get("status")
+        status = data["status"]
         if status == "complete" or (status == "running" and watchdog.outdir_busy(path.parent)):
             continue
         if status == "running":
             reason = "its supervisor ended without finishing it: killed?"
         else:
-            reason = str(data.get("reason") or status)[:200]
-        entries = (
-            [e for e in data.get("ended") or () if isinstance(e, dict)]
-            if isinstance(data.get("ended"), list)
-            else []
-        )
-        ended_tests = {e.get("test") for e in entries}
-        ended = {(e.get("test"), e.get("job_id")) for e in entries}
+            reason = (data["reason"] or status)[:200]
+        ended = {(e["test"], e.get("job_id")) for e in data["ended"]}
         lost = tuple(p for p in _pairs(data.get("instances")) if p not in ended)
-        planned = _strings(data.get("planned"))
         without = (
             tuple(dict.fromkeys(t for t, _ in lost))
             if data.get("instances")
-            else tuple(t for t in planned if t not in ended_tests)
+            else tuple(t for t in data["planned"] if t not in {t for t, _ in ended})
         )
-        found.append(
-            CutShort(path, str(status)[:40], reason, _when(data.get("started_at")), without, lost)
-        )
+        found.append(CutShort(path, status, reason, float(data["started_at"]), without, lost))
     return sorted(found, key=lambda cut: cut.started_at)
 
 
@@ -254,8 +236,8 @@ def planned_instances_since(folder: Path, since: float) -> set[tuple[str, str | 
     run left a manifest."""
     planned: set[tuple[str, str | None]] | None = None
     for _, data in _manifests(folder):
-        if _when(data.get("started_at")) >= since:
+        if data["started_at"] >= since:
             pairs: set[tuple[str, str | None]] = set(_pairs(data.get("instances")))
-            pairs = pairs or {(t, None) for t in _strings(data.get("planned"))}
+            pairs = pairs or {(t, None) for t in data["planned"]}
             planned = (planned or set()) | pairs
     return planned
