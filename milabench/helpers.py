@@ -41,6 +41,7 @@ def train(
     formula: efficiency.Formula | None = None,
     settings: dict[str, Any] | None = None,
     counted_step: Callable[[], Any] | None = None,
+    sync_each_step: bool = False,
 ) -> Any:
     """Run ``step()`` (one iteration of ``batch_size`` examples) until the run has measured
     enough: ``--max-count`` examples if given, and ``--min-slices`` slices (RateLog.done;
@@ -59,9 +60,11 @@ def train(
     (``count_flops``: None decides automatically, see milarun.measure.efficiency.measure).
     ``formula``: the test's own FLOPs per example instead (no counted step); ``settings``:
     the test's own settings for ``efficiency.settings``; ``counted_step``: the step to
-    count instead of ``step`` (the eager twin of a torch.compile'd one).
+    count instead of ``step`` (the eager twin of a torch.compile'd one);
+    ``sync_each_step``: sync the device after every step (RateLog.sync_each_block), for
+    steps of tens of ms and more whose work the CPU queues far ahead (the modern suite).
     """
-    log = exp.rate_log("train")
+    log = exp.rate_log("train", sync_each_block=sync_each_step)
     stop = distributed.stop_rule()
     value = None
     with exp.time("train_loop"):

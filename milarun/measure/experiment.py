@@ -192,9 +192,11 @@ class Experiment:
         name: str = "train",
         max_count: int | None = None,
         slice_duration: float = SLICE_DURATION,
+        sync_each_block: bool = False,
     ) -> RateLog:
         """A rate log that is done after ``max_count`` examples (default ``--max-count``)
-        and ``--min-slices`` slices (``--ci-target`` too), or at the job's deadline."""
+        and ``--min-slices`` slices (``--ci-target`` too), or at the job's deadline;
+        ``sync_each_block``: RateLog's."""
         if name in self._timers:
             raise ValueError(f"timer {name!r} already exists")
         # The sync is resolved now so that importing torch never lands inside a timed block.
@@ -205,6 +207,7 @@ class Experiment:
             self._clock,
             self._synchronizer(),
             self._wallclock,
+            sync_each_block=sync_each_block,
         )
         log.on_slice = self._on_progress
         log.length_rule = RunLength.from_args(self.min_slices, self.ci_target)

@@ -63,8 +63,13 @@ class RateLog:
         sync: Callable[[], None] = lambda: None,
         wallclock: Callable[[], float] = time.time,
         warmup_blocks: int = 1,
+        sync_each_block: bool = False,
     ):
         self.name = name
+        # Sync after every block, not once a slice: for blocks long enough that a sync
+        # costs nothing, and whose device work the CPU can queue far ahead (a GEMM loop
+        # queues a whole slice in a few ms), so that each slice holds its own work.
+        self.sync_each_block = sync_each_block
         self.warmup_blocks = warmup_blocks
         self.warmup_time = 0.0  # in-block time of the warm-up blocks
         self.max_count = max_count
@@ -132,7 +137,7 @@ class RateLog:
             self.max_count is not None and self.count < self.max_count <= self.count + count
         )
         # A warm-up block syncs so its queued work does not spill into the first slice.
-        if warmup or closes_slice or reaches_max:
+        if warmup or closes_slice or reaches_max or self.sync_each_block:
             # Wait for the queued device work so the closed slice holds its true time.
             self.sync()
             self.syncs += 1

@@ -92,6 +92,49 @@ def test_sync_only_when_a_block_closes_a_slice_and_once_at_the_end():
     assert sync.calls == 3
 
 
+class QueueingDevice:
+    """A GPU the CPU queues work on: each block takes ``cpu`` seconds to enqueue and
+    ``work`` seconds on the device, which runs the queue in order; the queue holds
+    ``depth`` seconds of work (a full one blocks the CPU); a sync waits for it."""
+
+    def __init__(self, clock: FakeClock, cpu: float, work: float, depth: float) -> None:
+        self.clock, self.cpu, self.work, self.depth = clock, cpu, work, depth
+        self.busy_until = 0.0
+
+    def enqueue(self) -> None:
+        self.clock.advance(max(0.0, self.busy_until - self.depth - self.clock()))
+        self.busy_until = max(self.busy_until, self.clock()) + self.work
+        self.clock.advance(self.cpu)
+
+    def sync(self) -> None:
+        self.clock.advance(max(0.0, self.busy_until - self.clock()))
+
+
+@pytest.mark.parametrize("each_block", [False, True])
+def test_sync_each_block_keeps_queued_work_in_its_own_slice(each_block):
+    clock = FakeClock()
+    device = QueueingDevice(clock, cpu=0.001, work=0.05, depth=0.7)  # 20 blocks/s of 10 examples
+    log = RateLog(
+        "train",
+        clock=clock,
+        sync=device.sync,
+        wallclock=lambda: 1000.0,
+        warmup_blocks=0,
+        sync_each_block=each_block,
+    )
+    for _ in range(200):
+        with log.block(10):
+            device.enqueue()
+    log.finish()
+    assert log.count / log.in_block == pytest.approx(200.0, rel=1e-6)  # the mean holds
+    spread = max(log.rates[:-1]) / min(log.rates[:-1])
+    if each_block:
+        assert log.syncs == 200
+        assert spread == pytest.approx(1.0, abs=0.03)
+    else:  # one sync a slice: slices swing with where the drain fell
+        assert spread > 2
+
+
 def test_sync_time_counts_inside_the_block_that_closes_the_slice():
     clock = FakeClock()
     sync = SyncRecorder(clock, cost=0.25)  # queued device work the CPU did not wait for
