@@ -7,7 +7,7 @@ import pytest
 
 from milarun.report import measured_peak
 from milarun.report.build import build_report
-from milarun.report.render import text
+from milarun.report.render import html, text
 from milarun.report.summary import summarize
 from resultfactory import result
 
@@ -78,3 +78,5 @@ def test_each_test_shows_percent_of_the_measured_peak():
     )  # NaN: no fp32 gemm figure
     shown = text.render(report, "text")
     assert "36% gemm 50%" in shown and "of the peak the gemm test measured" in shown
+    page = html.to_html(report)
+    assert "<th>% of gemm</th>" in page and "<td>50.0</td>" in page
