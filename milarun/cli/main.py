@@ -23,6 +23,7 @@ from milarun.cli.options import (
     setup_logging,
     split_names,
 )
+from milarun.cli.doctor import doctor as doctor_command
 from milarun.cli.slurm import SlurmCommands
 
 # Each command imports its wing when it runs: a benchmark process (`milarun run`) loads the
@@ -320,35 +321,7 @@ class Commands:
             print("  ".join(f"{k}={v}" for k, v in row.items()))
         return 0
 
-    def doctor(test_args: list[str]) -> int:
-        """Check this machine before a run: GPUs, drivers, cgroups, a profile's data, disk."""
-        # Also check the data of this profile (quick, standard, ... or a JSON file)
-        # [options: --profile]
-        # [metavar: NAME]
-        profile_spec: Option & str = default(None)
-        # Devices, as for jobs: GPU ids (0,1,3) or cpu:N (default: every GPU, else cpu:1)
-        # [options: --devices]
-        # [metavar: SPEC]
-        devices_spec: Option & str = default(None)
-        # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
-        # [alias: -d]
-        dataroot: Option = default(None)
-
-        from milarun.doctor import passive as doctor
-
-        no_test_args("doctor", test_args)
-        request = doctor.Request(
-            Path(dataroot) if dataroot else default_dataroot(),
-            profile=profile_spec,
-            devices=devices_spec,
-        )
-        checks = []
-        for check in doctor.run_checks(request, doctor.Machine.here()):
-            checks.append(check)
-            print(doctor.render(check), flush=True)
-        print(doctor.summary(checks))
-        return doctor.exit_code(checks)
-
+    doctor = doctor_command
     slurm = SlurmCommands
 
     def sysinfo(test_args: list[str]) -> int:

@@ -1,0 +1,107 @@
+"""The child process of `milarun doctor --active`: measures one device and writes what it found.
+
+``python -m milarun.doctor.probe SPEC.json``: SPEC names the kind (``gpu``, ``cpu`` or ``node``),
+the level (quick, full), the output file and the phase budgets. The child writes the output
+file again after every phase (atomically), so a phase that crashes the process (SIGILL, a
+CUDA error that kills it, a hang ended by the parent's timeout) leaves the phases before it
+and the name of the one it was in. A phase that raises is recorded with its error and the
+next one runs. This module and the measuring modules import torch; the parent never does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from milarun import results
+
+# How long one sample of a measurement takes, and how many samples each gives (a CI needs
+# several), per level. The sample count is fixed; each sample's work is calibrated to its time.
+LEVELS: dict[str, dict[str, float]] = {
+    "quick": {"samples": 8, "seconds": 0.25, "pattern_share": 0.5, "pattern_rounds": 1},
+    "full": {"samples": 15, "seconds": 1.0, "pattern_share": 0.9, "pattern_rounds": 2},
+}
+
+
+def sample_seconds(
+    op: Callable[[], Any], sync: Callable[[], Any], samples: int, seconds: float
+) -> list[float]:
+    """Seconds per ``op`` in each of ``samples`` samples of about ``seconds`` each (the
+    repetitions per sample calibrated on a warm-up); stops early past 3x the planned time."""
+    op()
+    sync()
+    start = time.perf_counter()
+    op()
+    sync()
+    one = max(time.perf_counter() - start, 1e-7)
+    reps = max(1, int(seconds / one))
+    found: list[float] = []
+    deadline = time.perf_counter() + 3 * samples * seconds + 3 * one
+    while len(found) < samples and time.perf_counter() < deadline:
+        start = time.perf_counter()
+        for _ in range(reps):
+            op()
+        sync()
+        found.append((time.perf_counter() - start) / reps)
+    return found
+
+
+class Recorder:
+    """The output file, rewritten after each phase."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {"kind": kind, "phase": None, "done": False, "phases": {}}
+        self.save()
+
+    def save(self) -> None:
+        results.write_atomic(self.path, self.data, replace=True)
+
+    def phase(self, name: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        self.data["phase"] = name
+        self.save()
+        try:
+            found = measure()
+        except Exception as err:  # a CUDA error, an allocation failure: this phase's FAIL
+            found = {
+                "error": f"{type(err).__name__}: {err}".strip()[:500],
+                "trace": traceback.format_exc(limit=4)[-1500:],
+            }
+        self.data["phases"][name] = found
+        self.save()
+        return found
+
+    def finish(self) -> None:
+        self.data["phase"] = None
+        self.data["done"] = True
+        self.save()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = json.loads(Path(argv[0]).read_text())
+    recorder = Recorder(Path(spec["out"]), spec["kind"])
+    level = LEVELS[spec["level"]]
+    if spec["kind"] == "cpu":
+        from milarun.doctor import active_cpu
+
+        active_cpu.measure(recorder, spec, level)
+    elif spec["kind"] == "node":
+        from milarun.doctor import active_node
+
+        active_node.measure(recorder, spec, level)
+    else:
+        from milarun.doctor import active_gpu
+
+        active_gpu.measure(recorder, spec, level)
+    recorder.finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
