@@ -93,10 +93,10 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def _finish(child: _Child, timed_out: bool) -> judge.Probed:
+def _finish(child: _Child, timed_out: bool, timeout: float) -> judge.Probed:
     p = child.probed
     assert child.process is not None
-    p.returncode, p.timed_out = child.process.returncode, timed_out
+    p.returncode, p.timed_out, p.timeout = child.process.returncode, timed_out, timeout
     p.seconds = time.monotonic() - child.started
     try:
         p.data = jsonfile.read_json(child.out, limit=MAX_PROBE_FILE)
@@ -106,11 +106,16 @@ def _finish(child: _Child, timed_out: bool) -> judge.Probed:
     return p
 
 
-def run_children(children: list[_Child], timeout: float) -> list[judge.Probed]:
-    """Start every child, wait for all of them, kill any past ``timeout``."""
+def run_children(
+    children: list[_Child], timeout: float, sampler: active_nvml.Sampler | None = None
+) -> list[judge.Probed]:
+    """Start every child (then the NVML sampler: no thread runs while they fork), wait for
+    all of them, kill any past ``timeout``."""
     try:
         for child in children:
             _start(child)
+        if sampler is not None:
+            sampler.start()
         pending = list(children)
         while pending:
             for child in list(pending):
@@ -119,13 +124,15 @@ def run_children(children: list[_Child], timeout: float) -> list[judge.Probed]:
                 if child.process.poll() is None and late:
                     _kill(child.process)
                 if child.process.returncode is not None:
-                    _finish(child, late)
+                    _finish(child, late, timeout)
                     pending.remove(child)
             time.sleep(0.05)
     finally:  # Ctrl-C: no child outlives doctor
         for child in children:
             if child.process is not None and child.process.poll() is None:
                 _kill(child.process)
+        if sampler is not None:
+            sampler.stop()
     return [c.probed for c in children]
 
 
@@ -145,6 +152,13 @@ def _child(
     return _Child(
         probed, [*setup.probe, str(spec_file)], environ, preexec, out, tmp / f"{name}.log"
     )
+
+
+def _barrier(tmp: Path, count: int) -> dict[str, Any]:
+    """Where the children meet before each phase (milarun.doctor.probe.Recorder)."""
+    folder = tmp / "barrier"
+    folder.mkdir(exist_ok=True)
+    return {"folder": str(folder), "count": count}
 
 
 def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setup) -> list[_Child]:
@@ -168,8 +182,10 @@ def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setu
             preexec = partial(os.sched_setaffinity, 0, set(student.cpus))
             probed.placement = "pinned, no student group"
         env = devices.instance_environ([dev])
-        env["OMP_NUM_THREADS"] = str(len(student.cpus))
-        child = _child(tmp, probed, {"kind": "cpu", "level": level}, env, setup, preexec)
+        threads = str(len(student.cpus))
+        env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+        spec = {"kind": "cpu", "level": level, "barrier": _barrier(tmp, len(devs))}
+        child = _child(tmp, probed, spec, env, setup, preexec)
         child.argv = prefix + child.argv
         children.append(child)
     return children
@@ -212,7 +228,13 @@ def _gpu_children(
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "MILARUN_DEVICE": dev.label,
         }
-        spec = {"kind": "gpu", "level": level, "device": "cuda:0", "lock": str(lock)}
+        spec = {
+            "kind": "gpu",
+            "level": level,
+            "device": "cuda:0",
+            "lock": str(lock),
+            "barrier": _barrier(tmp, len(gpus)),
+        }
         children.append(_child(tmp, probed, spec, env, setup))
     return children
 
@@ -240,11 +262,12 @@ def measure(
         children = _gpu_children(tmp, gpus, level, setup)
         say(f"measuring {len(gpus)} GPU(s) ({level}, at most {timeout:.0f} s)...")
         handles = {dev.label: handle for dev, handle, _ in gpus}
-        with active_nvml.Sampler(setup.nvml, handles) as sampler:
-            probed += run_children(children, timeout)
+        sampler = active_nvml.Sampler(setup.nvml, handles)
+        probed += run_children(children, timeout, sampler)
         for p, (_, handle, _) in zip(probed, gpus, strict=True):
             p.after = active_nvml.counters(setup.nvml, handle)
             p.samples, p.xids = sampler.samples[p.label], sampler.xids[p.label]
+            p.xid_error = sampler.xid_error
         yield from judge.gpu_checks(probed)
         if len(gpus) < 2:
             yield from judge_node.skipped(len(gpus))
@@ -284,9 +307,7 @@ def run(
     label = spec or (
         f"cpu:{len(devs)}" if devs[0].kind == devices.CPU_KIND else ",".join(d.id for d in devs)
     )
-    return record.build(
-        level, label, checks, record.measurements(probed), started, time.monotonic() - clock
-    )
+    return record.build(level, label, checks, probed, started, time.monotonic() - clock)
 
 
 def dcgm_available() -> str | None:

@@ -60,7 +60,7 @@ def product(precision: str, n: int, device: torch.device) -> Any:
         one = torch.ones((), device=device)
         return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     if precision == "tf32":
-        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.set_float32_matmul_precision("high")  # fp32 inputs multiplied as TF32
         return lambda: torch.matmul(a, b)
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     a, b = a.to(half), b.to(half)
@@ -185,7 +185,7 @@ def measure(recorder: Recorder, spec: dict[str, Any], level: dict[str, float]) -
         recorder.data["device"] = {"name": "cpu", "torch": torch.__version__}
     for precision in PRECISIONS:
         recorder.phase(f"gemm_{precision}", partial(gemm, precision, device, level, n))
-    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
     cap = int(spec.get("copy_bytes", 4 * 2**30))
     recorder.phase("memory_bandwidth", lambda: memory_bandwidth(device, level, cap))
     with _one_at_a_time(spec.get("lock")):

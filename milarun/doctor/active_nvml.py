@@ -12,13 +12,12 @@ Everything goes through the NVML object given (pynvml, or a fake with its names)
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 NVML_CLOCK_SM = 1
 CORRECTED, UNCORRECTED = 0, 1
 VOLATILE = 0
+ECC = "nvmlDeviceGetTotalEccErrors"
 XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
 RETIRED_CAUSES = {"single_bit": 0, "double_bit": 1}
 
@@ -38,27 +37,28 @@ BAD_REASONS = 0x8 | 0x40 | 0x80  # the hardware protecting itself: FAIL
 WARN_REASONS = 0x20  # running hot
 
 
-def _read(read: Callable[[], Any]) -> Any:
+def _get(nvml: Any, name: str, *args: Any) -> Any:
+    """``nvml.<name>(*args)``, None where the GPU, driver or library does not give it."""
     try:
-        return read()
+        return getattr(nvml, name)(*args)
     except Exception:  # NotSupported, a GPU fallen off the bus: the reading is unknown
         return None
 
 
+def _int(value: Any) -> int | None:
+    return int(value) if value is not None else None
+
+
 def counters(nvml: Any, handle: Any) -> dict[str, Any]:
     """The error counters of one GPU now (None: not given)."""
-    rows = _read(lambda: nvml.nvmlDeviceGetRemappedRows(handle))
+    rows = _get(nvml, "nvmlDeviceGetRemappedRows", handle)
     retired = {}
     for name, cause in RETIRED_CAUSES.items():
-        pages = _read(partial(nvml.nvmlDeviceGetRetiredPages, handle, cause))
+        pages = _get(nvml, "nvmlDeviceGetRetiredPages", handle, cause)
         retired[name] = len(pages) if pages is not None else None
     return {
-        "ecc_corrected": _read(
-            lambda: int(nvml.nvmlDeviceGetTotalEccErrors(handle, CORRECTED, VOLATILE))
-        ),
-        "ecc_uncorrected": _read(
-            lambda: int(nvml.nvmlDeviceGetTotalEccErrors(handle, UNCORRECTED, VOLATILE))
-        ),
+        "ecc_corrected": _int(_get(nvml, ECC, handle, CORRECTED, VOLATILE)),
+        "ecc_uncorrected": _int(_get(nvml, ECC, handle, UNCORRECTED, VOLATILE)),
         "remapped_uncorrectable": int(rows[1]) if rows is not None else None,
         "remap_pending": bool(rows[2]) if rows is not None else None,
         "remap_failure": bool(rows[3]) if rows is not None else None,
@@ -72,37 +72,36 @@ def _reasons(nvml: Any, handle: Any) -> int | None:
         "nvmlDeviceGetCurrentClocksThrottleReasons",
     ):
         if hasattr(nvml, name):
-            found = _read(partial(getattr(nvml, name), handle))
-            return int(found) if found is not None else None
+            return _int(_get(nvml, name, handle))
     return None
 
 
 def sample(nvml: Any, handle: Any) -> dict[str, Any]:
     """One reading of a GPU under load."""
-    util = _read(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
-    power = _read(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
+    util = _get(nvml, "nvmlDeviceGetUtilizationRates", handle)
+    power = _get(nvml, "nvmlDeviceGetPowerUsage", handle)
     return {
-        "sm_clock": _read(lambda: int(nvml.nvmlDeviceGetClockInfo(handle, NVML_CLOCK_SM))),
+        "sm_clock": _int(_get(nvml, "nvmlDeviceGetClockInfo", handle, NVML_CLOCK_SM)),
         "reasons": _reasons(nvml, handle),
-        "temperature": _read(lambda: int(nvml.nvmlDeviceGetTemperature(handle, 0))),
+        "temperature": _int(_get(nvml, "nvmlDeviceGetTemperature", handle, 0)),
         "power_w": power / 1000 if power is not None else None,
         "utilization": int(util.gpu) if util is not None else None,
-        "pcie_gen": _read(lambda: int(nvml.nvmlDeviceGetCurrPcieLinkGeneration(handle))),
-        "pcie_width": _read(lambda: int(nvml.nvmlDeviceGetCurrPcieLinkWidth(handle))),
+        "pcie_gen": _int(_get(nvml, "nvmlDeviceGetCurrPcieLinkGeneration", handle)),
+        "pcie_width": _int(_get(nvml, "nvmlDeviceGetCurrPcieLinkWidth", handle)),
     }
 
 
 def total_memory(nvml: Any, handle: Any) -> int | None:
-    info = _read(partial(nvml.nvmlDeviceGetMemoryInfo, handle))
+    info = _get(nvml, "nvmlDeviceGetMemoryInfo", handle)
     return int(info.total) if info is not None else None
 
 
 def link(nvml: Any, handle: Any) -> dict[str, Any]:
     """What the PCIe link can do (the GPU and slot's maximum) and the SM clock's maximum."""
     return {
-        "max_gen": _read(lambda: int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(handle))),
-        "max_width": _read(lambda: int(nvml.nvmlDeviceGetMaxPcieLinkWidth(handle))),
-        "max_sm_clock": _read(lambda: int(nvml.nvmlDeviceGetMaxClockInfo(handle, NVML_CLOCK_SM))),
+        "max_gen": _int(_get(nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle)),
+        "max_width": _int(_get(nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle)),
+        "max_sm_clock": _int(_get(nvml, "nvmlDeviceGetMaxClockInfo", handle, NVML_CLOCK_SM)),
     }
 
 
@@ -116,7 +115,7 @@ class Sampler:
         self.samples: dict[str, list[dict[str, Any]]] = {label: [] for label in handles}
         self.xids: dict[str, list[int]] = {label: [] for label in handles}
         self.xid_error: str | None = None
-        self._by_uuid = {_read(partial(nvml.nvmlDeviceGetUUID, h)): k for k, h in handles.items()}
+        self._by_uuid = {_get(nvml, "nvmlDeviceGetUUID", h): k for k, h in handles.items()}
         self._events = self._register()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -137,7 +136,7 @@ class Sampler:
                 event = self.nvml.nvmlEventSetWait_v2(self._events, 0)
             except Exception:  # NVML's timeout: no event waiting
                 return
-            uuid = _read(partial(self.nvml.nvmlDeviceGetUUID, event.device))
+            uuid = _get(self.nvml, "nvmlDeviceGetUUID", event.device)
             label = self._by_uuid.get(uuid, next(iter(self.handles)))
             self.xids[label].append(int(event.eventData))
 
@@ -148,15 +147,14 @@ class Sampler:
             self._poll_xids()
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> Sampler:
+    def start(self) -> None:
         if self.handles:
             self._thread.start()
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
         self._poll_xids()
         if self._events is not None:
-            _read(lambda: self.nvml.nvmlEventSetFree(self._events))
+            _get(self.nvml, "nvmlEventSetFree", self._events)

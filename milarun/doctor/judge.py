@@ -40,6 +40,7 @@ class Probed:
     after: dict[str, Any] | None = None
     samples: list[dict[str, Any]] = field(default_factory=list)  # active_nvml.sample
     xids: list[int] = field(default_factory=list)
+    xid_error: str | None = None  # why NVML gives no XID events here
     link: dict[str, Any] | None = None  # active_nvml.link
     planned_cpus: list[int] | None = None  # CPU slices: the plan's CPUs
     placement: str | None = None  # CPU slices: the student groups, or "pinned"
@@ -321,6 +322,7 @@ def counters_check(p: Probed) -> Check | None:
     if p.xids:
         bad.append(f"XID error(s) {', '.join(map(str, sorted(set(p.xids))))} during the checks")
     detail = "; ".join(bad + warn) or (", ".join(seen) if seen else "NVML gives no error counter")
+    detail += f"; {p.xid_error}" if p.xid_error else "; no XID event"
     status = v.FAIL if bad else v.WARN if warn else v.PASS if seen else v.INFO
     fix = RESET.format(i=p.label.partition(":")[2]) if bad or warn else None
     return Check(f"{p.label} errors", status, detail, fix)

@@ -27,22 +27,31 @@ LEVELS: dict[str, dict[str, float]] = {
     "full": {"samples": 15, "seconds": 1.0, "pattern_share": 0.9, "pattern_rounds": 2},
 }
 
+MIN_SAMPLES = 3  # a CI and a t-test need a few, however slow the device
+
 
 def sample_seconds(
     op: Callable[[], Any], sync: Callable[[], Any], samples: int, seconds: float
 ) -> list[float]:
     """Seconds per ``op`` in each of ``samples`` samples of about ``seconds`` each (the
-    repetitions per sample calibrated on a warm-up); stops early past 3x the planned time."""
+    repetitions per sample calibrated on warm-up bursts); past 3x the planned time it stops at
+    MIN_SAMPLES (a starved device still gets a CI and a test; the parent's timeout bounds it)."""
     op()
     sync()
-    start = time.perf_counter()
-    op()
-    sync()
-    one = max(time.perf_counter() - start, 1e-7)
-    reps = max(1, int(seconds / one))
+    reps, spent = 1, 0.0
+    while reps < 2**24:  # double until a burst lasts a quarter of a sample
+        start = time.perf_counter()
+        for _ in range(reps):
+            op()
+        sync()
+        spent = time.perf_counter() - start
+        if spent >= seconds / 4:
+            break
+        reps *= 2
+    reps = max(1, round(reps * seconds / max(spent, 1e-9)))
     found: list[float] = []
-    deadline = time.perf_counter() + 3 * samples * seconds + 3 * one
-    while len(found) < samples and time.perf_counter() < deadline:
+    deadline = time.perf_counter() + 3 * samples * seconds
+    while len(found) < samples and (len(found) < MIN_SAMPLES or time.perf_counter() < deadline):
         start = time.perf_counter()
         for _ in range(reps):
             op()
@@ -51,20 +60,40 @@ def sample_seconds(
     return found
 
 
-class Recorder:
-    """The output file, rewritten after each phase."""
+BARRIER_WAIT = 20.0  # seconds a child waits for its siblings at a phase, then goes on alone
 
-    def __init__(self, path: Path, kind: str) -> None:
+
+class Recorder:
+    """The output file, rewritten after each phase. With a ``barrier`` (a folder, and how
+    many siblings share it), each phase starts when every sibling has reached it: devices
+    are compared on the same work at the same time (the same power, heat and memory traffic
+    around them). A sibling that never comes (it crashed) is waited for BARRIER_WAIT once."""
+
+    def __init__(self, path: Path, kind: str, barrier: tuple[str, int, str] | None = None) -> None:
         self.path = path
+        self.barrier = barrier
         self.data: dict[str, Any] = {"kind": kind, "phase": None, "done": False, "phases": {}}
         self.save()
 
     def save(self) -> None:
         results.write_atomic(self.path, self.data, replace=True)
 
+    def _meet(self, name: str) -> None:
+        if self.barrier is None:
+            return
+        folder, count, me = self.barrier
+        Path(folder, f"{name}.{me}").touch()
+        deadline = time.monotonic() + BARRIER_WAIT
+        while len(list(Path(folder).glob(f"{name}.*"))) < count:
+            if time.monotonic() > deadline:
+                self.barrier = None  # a sibling is gone: no more waiting for it
+                return
+            time.sleep(0.01)
+
     def phase(self, name: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         self.data["phase"] = name
         self.save()
+        self._meet(name)
         try:
             found = measure()
         except Exception as err:  # a CUDA error, an allocation failure: this phase's FAIL
@@ -85,7 +114,12 @@ class Recorder:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     spec = json.loads(Path(argv[0]).read_text())
-    recorder = Recorder(Path(spec["out"]), spec["kind"])
+    barrier = spec.get("barrier")
+    recorder = Recorder(
+        Path(spec["out"]),
+        spec["kind"],
+        (barrier["folder"], int(barrier["count"]), Path(spec["out"]).stem) if barrier else None,
+    )
     level = LEVELS[spec["level"]]
     if spec["kind"] == "cpu":
         from milarun.doctor import active_cpu

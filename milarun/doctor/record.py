@@ -52,6 +52,21 @@ def measurements(probed: list[judge.Probed]) -> dict[str, dict[str, Any]]:
     return found
 
 
+def units(probed: list[judge.Probed]) -> dict[str, dict[str, Any]]:
+    """Per probe: what it measured and where it ran."""
+    return {
+        p.label: {
+            "kind": p.kind,
+            "name": p.name or ((p.data or {}).get("device") or {}).get("name"),
+            "placement": p.placement,
+            "cpus": ((p.data or {}).get("isolation") or {}).get("cpus"),
+            "seconds": round(p.seconds, 3),
+            "returncode": p.returncode,
+        }
+        for p in probed
+    }
+
+
 def _kept(d: dict[str, Any]) -> dict[str, Any]:
     return {"unit": d.get("unit"), "samples": [float(x) for x in d.get("samples") or []]}
 
@@ -60,7 +75,7 @@ def build(
     level: str,
     devices: str,
     checks: list[Check],
-    found: dict[str, dict[str, Any]],
+    probed: list[judge.Probed],
     started: float,
     seconds: float,
 ) -> dict[str, Any]:
@@ -84,7 +99,8 @@ def build(
         "checks": [
             {"name": c.name, "status": c.status, "detail": c.detail, "fix": c.fix} for c in checks
         ],
-        "measurements": found,
+        "units": units(probed),
+        "measurements": measurements(probed),
     }
 
 
