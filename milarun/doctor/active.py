@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors, results
-from milarun.doctor import active_nvml, judge, judge_node, record
+from milarun.doctor import active_nvml, judge, judge_node, record, sampling
 from milarun.doctor.gpu import Check
 from milarun.machine import devices, isolation, watchdog
 from milarun.results import jsonfile
@@ -37,6 +37,7 @@ PROBE = [sys.executable, "-m", "milarun.doctor.probe"]
 CGROUP_SPEC = "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"
 MAX_PROBE_FILE = 4 * 2**20
 STDERR_TAIL = 4000
+BARRIER = "barrier"
 
 
 @dataclass
@@ -103,6 +104,9 @@ def _finish(child: _Child, timed_out: bool, timeout: float) -> judge.Probed:
     except errors.InputError:
         p.data = None
     p.stderr = child.err.read_bytes()[-STDERR_TAIL:].decode(errors="replace")
+    barrier = child.out.parent / BARRIER
+    if barrier.is_dir():  # its siblings wait for it no more (sampling.Recorder)
+        (barrier / f"{sampling.GONE}.{child.out.stem}").touch()
     return p
 
 
@@ -156,7 +160,7 @@ def _child(
 
 def _barrier(tmp: Path, count: int) -> dict[str, Any]:
     """Where the children meet before each phase (milarun.doctor.probe.Recorder)."""
-    folder = tmp / "barrier"
+    folder = tmp / BARRIER
     folder.mkdir(exist_ok=True)
     return {"folder": str(folder), "count": count}
 

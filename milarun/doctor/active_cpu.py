@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from milarun.doctor.probe import Recorder, sample_seconds
+from milarun.doctor.sampling import Recorder, sample_seconds
 from milarun.measure.confinement import isolation_record
 
 GIGA = 1e9

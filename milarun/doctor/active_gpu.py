@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from milarun.doctor.probe import Recorder, sample_seconds
+from milarun.doctor.sampling import Recorder, sample_seconds
 
 TERA, GIGA = 1e12, 1e9
 PRECISIONS = ("bf16", "fp16", "tf32", "fp8")
@@ -112,20 +112,28 @@ def _one_at_a_time(lock: str | None) -> Any:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def host_link(device: torch.device, level: dict[str, float], size: int) -> dict[str, Any]:
-    """Both directions through pinned host memory (only a CUDA device has them)."""
+def host_link(
+    device: torch.device, level: dict[str, float], size: int, lock: str | None
+) -> dict[str, Any]:
+    """Both directions through pinned host memory (only a CUDA device has them), one GPU
+    at a time (``lock``)."""
     if device.type != "cuda":
         return {"skipped": f"no host link to measure: the device is {device.type}"}
     host = torch.ones(size // 4, dtype=torch.float32).pin_memory()
     dev = torch.empty(size // 4, dtype=torch.float32, device=device)
     sync = _sync(device)
     found = {}
-    for name, op in (
-        ("h2d", lambda: dev.copy_(host, non_blocking=True)),
-        ("d2h", lambda: host.copy_(dev, non_blocking=True)),
-    ):
-        seconds = sample_seconds(op, sync, int(level["samples"]), level["seconds"] / 2)
-        found[name] = {"unit": "GB/s", "bytes": size, "samples": [size / s / GIGA for s in seconds]}
+    with _one_at_a_time(lock):
+        for name, op in (
+            ("h2d", lambda: dev.copy_(host, non_blocking=True)),
+            ("d2h", lambda: host.copy_(dev, non_blocking=True)),
+        ):
+            seconds = sample_seconds(op, sync, int(level["samples"]), level["seconds"] / 2)
+            found[name] = {
+                "unit": "GB/s",
+                "bytes": size,
+                "samples": [size / s / GIGA for s in seconds],
+            }
     return found
 
 
@@ -188,8 +196,8 @@ def measure(recorder: Recorder, spec: dict[str, Any], level: dict[str, float]) -
     torch.set_float32_matmul_precision("highest")
     cap = int(spec.get("copy_bytes", 4 * 2**30))
     recorder.phase("memory_bandwidth", lambda: memory_bandwidth(device, level, cap))
-    with _one_at_a_time(spec.get("lock")):
-        recorder.phase("host_link", lambda: host_link(device, level, min(cap, 2**30)))
+    link = partial(host_link, device, level, min(cap, 2**30), spec.get("lock"))
+    recorder.phase("host_link", link)
     limit = int(spec.get("pattern_bytes", 2**62))
     recorder.phase("pattern", lambda: pattern_test(device, level, limit))
     if device.type == "cuda":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -156,3 +157,29 @@ def test_the_record_reads_back_and_refuses_what_is_not_one(tmp_path: Path):
     bad.write_text(json.dumps({**found, "measurements": {"cuda:0": {"x": {"samples": ["1"]}}}}))
     with pytest.raises(Exception, match=r"measurements.cuda:0.x.samples"):
         record.read(bad)
+
+
+def test_the_gpu_probe_runs_every_phase_on_a_cpu_device(tmp_path: Path):
+    """The real probe's code (torch), on the CPU at small sizes: the GPU-only formats and the
+    host link are skipped with the reason, the rest measured, the memory test finds no error."""
+    out = tmp_path / "probe.json"
+    spec = tmp_path / "spec.json"
+    small = {"gemm_size": 64, "copy_bytes": 2**22, "pattern_bytes": 2**23}
+    spec.write_text(
+        json.dumps({"kind": "gpu", "level": "quick", "device": "cpu", "out": str(out), **small})
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "milarun.doctor.probe", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    phases = json.loads(out.read_text())["phases"]
+    assert (
+        len(phases["gemm_bf16"]["samples"]) == 8 and len(phases["memory_bandwidth"]["samples"]) == 8
+    )
+    assert "tensor-core format" in phases["gemm_fp8"]["skipped"]
+    assert "no host link" in phases["host_link"]["skipped"]
+    assert phases["pattern"]["errors"] == 0 and phases["pattern"]["passes"] == 5
+    assert phases["pattern"]["bytes"] == 2**23
