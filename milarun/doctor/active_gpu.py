@@ -141,6 +141,8 @@ def pattern_test(device: torch.device, level: dict[str, float], limit: int) -> d
     """Fill most of the free memory in blocks with each pattern, read it back, count
     the 64-bit words that differ. ``limit``: at most this many bytes (the tests' bound)."""
     start = time.perf_counter()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the earlier phases' buffers, cached: free them to test them
     want = min(limit, int(_free(device) * level["pattern_share"]) - 2 * CHUNK)
     want = max(want, min(limit, 2**20))
     words = min(CHUNK, want) // 8
