@@ -72,3 +72,12 @@ def doctor(test_args: list[str]) -> int:
             print(f"record: {record.write(Path(json_file), found)}", file=sys.stderr)
     print(passive.summary(checks))
     return passive.exit_code(checks)
+
+
+def before_jobs(level: str, devices_spec: str | None, out: Path, force: bool) -> None:
+    """`jobs --doctor LEVEL`: the active checks, printed; DoctorFailed on a FAIL."""
+    from milarun.doctor import before_jobs, passive
+
+    before_jobs.check(
+        level, devices_spec, out, force, _say, lambda c: print(passive.render(c), flush=True)
+    )

@@ -90,11 +90,21 @@ class Commands:
         master: Option & str = default(None)
         # Multi-node scaling: this node's rank (default: $SLURM_NODEID under srun)
         node_rank: Option & int = default(None)
+        # First measure the devices (doctor --active quick|full), the record in the run
+        # folder; a FAIL stops the run unless --force
+        # [metavar: quick|full]
+        doctor: Option & str = default(None)
+        # Start the run even when --doctor finds a FAIL
+        force: Option & bool = default(False)
 
         from milarun.run import launch, suite
 
         if (nnodes is None) != (master is None):
             raise errors.UsageError("--nnodes and --master go together (a multi-node run)")
+        if doctor:
+            from milarun.cli.doctor import before_jobs
+
+            before_jobs(doctor, devices_spec, Path(out) if out else default_outdir(), force)
         outcome = suite.run_suite(
             suite.SuiteRequest(
                 profile=profile_spec,

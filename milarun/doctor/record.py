@@ -28,7 +28,7 @@ from milarun.results import jsonfile
 
 KIND = "milarun-doctor-active"
 FORMAT = 1
-FILENAME = "doctor-active.json"
+FILENAME = f"{results.DOCTOR_RECORD}.json"
 STATUSES = ("PASS", "WARN", "FAIL", "INFO")
 MAX_BYTES = 16 * 2**20
 MAX_SAMPLES = 10_000

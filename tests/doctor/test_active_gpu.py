@@ -47,16 +47,23 @@ def gpus(n: int, **changes_of: dict) -> list[dict]:
     return found
 
 
-def run(
-    nvml_gpus: list[dict], faults: dict | None = None, timeout: float | None = 60
-) -> tuple[list[Check], dict]:
+def fake_setup(
+    nvml_gpus: list[dict], faults: dict | None = None, timeout: float = 60
+) -> active.Setup:
+    """Fake NVML and fake probe children; ``faults`` by GPU index, as fake_probe.py reads them."""
     faults = {nvml_gpus[int(i)]["uuid"]: f for i, f in (faults or {}).items()}
-    setup = active.Setup(
+    return active.Setup(
         nvml=LoadedNVML(nvml_gpus),
         probe=FAKE_PROBE,
         timeout=timeout,
         environ={"FAKE_PROBE": json.dumps(faults)},
     )
+
+
+def run(
+    nvml_gpus: list[dict], faults: dict | None = None, timeout: float = 60
+) -> tuple[list[Check], dict]:
+    setup = fake_setup(nvml_gpus, faults, timeout)
     checks: list[Check] = []
     spec = ",".join(str(i) for i in range(len(nvml_gpus)))
     found = active.run("quick", spec, setup, lambda line: None, checks.append)
