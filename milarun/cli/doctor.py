@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from coleo import Option, default
@@ -32,7 +33,7 @@ def doctor(test_args: list[str]) -> int:
     # [nargs: ?]
     # [metavar: quick|full]
     active: Option = default(False)
-    # Write the record of the active checks to this JSON file (never over a file)
+    # Write the checks (and what --active measured) to this JSON file (never over a file)
     # [options: --json]
     # [metavar: FILE]
     json_file: Option & str = default(None)
@@ -41,21 +42,19 @@ def doctor(test_args: list[str]) -> int:
     from milarun.doctor import passive
 
     no_test_args("doctor", test_args)
-    if json_file and active is False:
-        raise errors.UsageError("--json records the active checks: add --active quick|full")
     level = None
     if active is not False:
         from milarun.doctor import active as measured
-        from milarun.doctor import record
 
         level = measured.level_of(active)
-        if json_file and Path(json_file).exists():
-            raise errors.UsageError(f"--json {json_file}: file exists; choose another name")
+    if json_file and Path(json_file).exists():
+        raise errors.UsageError(f"--json {json_file}: file exists; choose another name")
     request = passive.Request(
         Path(dataroot) if dataroot else default_dataroot(),
         profile=profile_spec,
         devices=devices_spec,
     )
+    started, clock = time.time(), time.monotonic()
     machine = passive.Machine.here()
     checks = []
 
@@ -67,9 +66,14 @@ def doctor(test_args: list[str]) -> int:
         show(check)
     if level is not None:
         setup = measured.Setup(nvml=machine.nvml)
-        found = measured.run(level, devices_spec, setup, _say, show)
-        if json_file:
-            print(f"record: {record.write(Path(json_file), found)}", file=sys.stderr)
+        found = measured.run(level, devices_spec, setup, _say, show, tuple(checks))
+    if json_file:  # the numbers' modules (numpy, scipy) only for a record
+        from milarun.doctor import record
+
+        if level is None:
+            seconds = time.monotonic() - clock
+            found = record.build("passive", devices_spec or "", checks, [], started, seconds)
+        print(f"record: {record.write(Path(json_file), found)}", file=sys.stderr)
     print(passive.summary(checks))
     return passive.exit_code(checks)
 

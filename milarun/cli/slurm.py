@@ -207,6 +207,43 @@ class SlurmCommands:
         )
         return _submit(request, dry_run, wait)
 
+    def doctor(test_args: list[str]) -> int:
+        """Run `milarun doctor` on every node, then a per-node table; a slow node flagged."""
+        # Number of nodes
+        nodes: Option & int = default(None)
+        # These nodes (Slurm's syntax: node[1-4],gpu7)
+        nodelist: Option & str = default(None)
+        # Measure every device of every node: quick or full (default: the passive checks)
+        # [metavar: quick|full]
+        active: Option & str = default(None)
+        # Devices of each node, as for jobs: GPU ids or cpu:N (default: its GPUs, else cpu:1)
+        # [options: --devices]
+        # [metavar: SPEC]
+        devices_spec: Option & str = default(None)
+        # Slurm partition
+        partition: Option & str = default(None)
+        # Time limit of the step (srun --time)
+        time: Option & str = default(None)
+        # Output folder: each node's record and output
+        # [alias: -o]
+        out: Option = default(None)
+
+        if test_args:
+            raise errors.UsageError("slurm doctor takes no arguments after --")
+        from milarun.doctor import fleet
+        from milarun.slurm import doctor
+
+        outdir = Path(out) if out else default_outdir()
+        done = doctor.run(
+            doctor.DoctorRequest(outdir, nodes, nodelist, active, devices_spec, partition, time)
+        )
+        print("\n".join(fleet.table(done.lines)))
+        for line in fleet.flags(done.lines):
+            print(f"milarun: WARN: {line}", file=sys.stderr)
+        folder = (outdir / slurmenv.NODES_FOLDER).resolve()
+        print(f"records: {folder}/*/doctor-active.{done.stamp}.json")
+        return done.exit_code
+
     def wait(test_args: list[str]) -> int:
         """Follow the Slurm jobs submitted into a results folder, then print its report."""
         # The results folder given to slurm fleet/scaling -o

@@ -298,9 +298,11 @@ def run(
     setup: Setup,
     say: Callable[[str], None],
     emit: Callable[[Check], None],
+    before: tuple[Check, ...] = (),
 ) -> dict[str, Any]:
     """The active checks of the devices ``spec`` names (default: every GPU, else one CPU
-    slice), each check given to ``emit`` as it comes; returns the record."""
+    slice), each check given to ``emit`` as it comes; returns the record (``before``: the
+    passive checks run first, recorded ahead of these)."""
     started, clock = time.time(), time.monotonic()
     devs = devices.parse_device_spec(spec) if spec else devices.discover_devices(setup.nvml)
     checks: list[Check] = []
@@ -311,7 +313,8 @@ def run(
     label = spec or (
         f"cpu:{len(devs)}" if devs[0].kind == devices.CPU_KIND else ",".join(d.id for d in devs)
     )
-    return record.build(level, label, checks, probed, started, time.monotonic() - clock)
+    seconds = time.monotonic() - clock
+    return record.build(level, label, [*before, *checks], probed, started, seconds)
 
 
 def dcgm_available() -> str | None:

@@ -1,7 +1,7 @@
 """The record of an active check (`doctor --active ... --json FILE`; ``doctor-active.json`` in
 a `jobs --doctor` run folder; one per node under `slurm doctor`'s folder).
 
-    {"kind": "milarun-doctor-active", "format": 1, "level": "quick", "node": "cn12",
+    {"kind": "milarun-doctor-active", "format": 1, "level": "quick|full|passive", "node": "cn12",
      "hostname": "cn12.cluster", "started": "2026-11-26T05:40:00Z", "seconds": 41.2,
      "devices": "0,1", "milarun_version": "...", "verdict": "PASS|WARN|FAIL", "exit_code": 0,
      "checks": [{"name", "status", "detail", "fix"}],
