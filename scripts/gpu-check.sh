@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The first thing to run on a GPU machine: every standard test for a short steady window on
-# small synthetic data of the standard shapes, then the modern suite (LLM, BERT, ResNet-50,
-# ViT, diffusion, FSDP scaling, GEMM; data made on the GPU) in OUTDIR-modern, then the
-# reports. No network needed.
+# The first thing to run on a GPU machine: `milarun doctor --active full` (GEMM per precision,
+# memory bandwidth, PCIe, a memory test, clocks, NCCL and P2P of every GPU, against the
+# datasheet and each other; its record in OUTDIR/doctor-active.<stamp>.json), then every
+# standard test for a short steady window on small synthetic data of the standard shapes, then
+# the modern suite (LLM, BERT, ResNet-50, ViT, diffusion, FSDP scaling, GEMM; data made on the
+# GPU) in OUTDIR-modern, then the reports. No network needed.
 #   scripts/gpu-check.sh [-o OUTDIR] [-d DATAROOT] [--no-modern | --modern-only]
+#                        [--no-active | --active-only]
 #                        [--modern-profile modern|modern-24gb] [other `milarun jobs` options:
 #                        --devices, --name]
 # --modern-profile: modern (default) is sized for GPUs of 80 GB and more, modern-24gb for
@@ -22,12 +25,15 @@ JOBS_OPTIONS=()
 DOCTOR_OPTIONS=()  # the devices jobs ran on, so doctor checks their cgroups and health
 STANDARD=1
 MODERN=1
+ACTIVE=1
 MODERN_PROFILE=modern
 while [ $# -gt 0 ]; do
     case "$1" in
         -o) OUT=$2; shift 2 ;;
         --no-modern) MODERN=0; shift ;;
         --modern-only) STANDARD=0; shift ;;
+        --no-active) ACTIVE=0; shift ;;
+        --active-only) STANDARD=0; MODERN=0; shift ;;
         --modern-profile) MODERN_PROFILE=$2; shift 2 ;;
         -d) DATA=$2; shift 2 ;;
         --devices) JOBS_OPTIONS+=("$1" "$2"); DOCTOR_OPTIONS+=("$1" "$2"); shift 2 ;;
@@ -53,6 +59,14 @@ WORKERS=$(nproc)
 step() { echo "== gpu-check: $* ($(date +%T))"; }
 
 status=0
+if [ "$ACTIVE" = 1 ]; then
+    # Before any benchmark: a faulty GPU, link or memory is named first, on an idle machine.
+    step "doctor --active full: every device measured (record in $OUT)"
+    mkdir -p "$OUT"
+    "${MILARUN[@]}" doctor --active full --json "$OUT/doctor-active.$(date -u +%Y%m%d-%H%M%S).json" \
+        "${DOCTOR_OPTIONS[@]}" | tee "$OUT/doctor-active.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
 if [ "$STANDARD" = 1 ]; then
     # Small sets, standard shapes: each test reads at least a few of its batches per epoch.
     step "synthetic data in $DATA"
@@ -94,6 +108,7 @@ if [ "$STANDARD" = 1 ] && "${MILARUN[@]}" doctor --help >/dev/null 2>&1; then
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 
+[ "$STANDARD" = 1 ] || [ "$MODERN" = 1 ] || { step "done: exit $status; $OUT"; exit "$status"; }
 step "report"
 if [ "$STANDARD" = 1 ]; then
     "${MILARUN[@]}" report "$OUT" --html "$OUT/gpu-check.html" | tee "$OUT/gpu-check.txt"
