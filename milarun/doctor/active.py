@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors, results
-from milarun.doctor import active_nvml, judge, judge_node, record, sampling
+from milarun.doctor import active_nvml, dcgm, judge, judge_node, record, sampling
 from milarun.doctor.gpu import Check
 from milarun.machine import devices, isolation, watchdog
 from milarun.results import jsonfile
@@ -51,6 +51,7 @@ class Setup:
     timeout: float | None = None  # None: TIMEOUT[level]
     hierarchies: Callable[[], dict[str, isolation.Hierarchy]] = isolation.find_hierarchies
     environ: dict[str, str] = field(default_factory=dict)  # added to every child's environ
+    dcgmi: str | None = field(default_factory=lambda: shutil.which("dcgmi"))  # None: none
 
 
 @dataclass
@@ -273,23 +274,29 @@ def measure(
             p.samples, p.xids = sampler.samples[p.label], sampler.xids[p.label]
             p.xid_error = sampler.xid_error
         yield from judge.gpu_checks(probed)
-        if len(gpus) < 2:
+        if len(gpus) >= 2:
+            say(f"measuring the {len(gpus)} GPUs together (P2P, NCCL)...")
+            probed.append(_node_probe(tmp, gpus, level, setup, timeout))
+            yield from judge_node.node_checks(probed[-1])
+        else:
             yield from judge_node.skipped(len(gpus))
-            return
-        say(f"measuring the {len(gpus)} GPUs together (P2P, NCCL)...")
-        env = {
-            "CUDA_VISIBLE_DEVICES": ",".join(u for _, _, u in gpus),
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-        }
-        node = _child(
-            tmp,
-            judge.Probed("node", "node", None, None),
-            {"kind": "node", "level": level},
-            env,
-            setup,
-        )
-        probed += run_children([node], timeout)
-        yield from judge_node.node_checks(probed[-1])
+        if setup.dcgmi:
+            say(f"dcgmi diag -r {dcgm.RUN_LEVEL[level]}...")
+        yield dcgm.diag(setup.dcgmi, level)
+
+
+def _node_probe(
+    tmp: Path, gpus: list[tuple[devices.Device, Any, str]], level: str, setup: Setup, timeout: float
+) -> judge.Probed:
+    """The node child: every GPU of the node together (P2P pairs, NCCL all-reduce)."""
+    env = {
+        "CUDA_VISIBLE_DEVICES": ",".join(u for _, _, u in gpus),
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+    node = _child(
+        tmp, judge.Probed("node", "node", None, None), {"kind": "node", "level": level}, env, setup
+    )
+    return run_children([node], timeout)[0]
 
 
 def run(
@@ -315,7 +322,3 @@ def run(
     )
     seconds = time.monotonic() - clock
     return record.build(level, label, [*before, *checks], probed, started, seconds)
-
-
-def dcgm_available() -> str | None:
-    return shutil.which("dcgmi")
