@@ -92,3 +92,15 @@ def test_a_slice_with_a_cpu_hog_on_its_cores_fails_the_sibling_test(slices, monk
     assert lines["cpu:0 gemm fp32"].status == "PASS"
     assert found["exit_code"] == 1 and found["verdict"] == "FAIL"
     json.dumps(found)  # the record is plain JSON
+
+
+def test_doctor_without_active_imports_no_torch_and_no_probe(tmp_path):
+    from test_layering import modules_of
+
+    modules = modules_of("doctor", "--devices", "cpu:1", "--json", tmp_path / "passive.json")
+    assert "torch" not in modules
+    probes = {f"milarun.doctor.{m}" for m in ("probe", "active_gpu", "active_cpu", "active_node")}
+    assert not probes & modules  # the measuring side: only in the probe children
+    found = record.read(tmp_path / "passive.json")
+    assert found["level"] == "passive" and found["measurements"] == {}
+    assert any(c["name"] == "cgroups" for c in found["checks"])
