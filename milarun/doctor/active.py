@@ -13,6 +13,7 @@ milarun.doctor.judge's. This module imports no torch.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -52,6 +53,7 @@ class Setup:
     hierarchies: Callable[[], dict[str, isolation.Hierarchy]] = isolation.find_hierarchies
     environ: dict[str, str] = field(default_factory=dict)  # added to every child's environ
     dcgmi: str | None = field(default_factory=lambda: shutil.which("dcgmi"))  # None: none
+    cpu_slices: bool = True  # on a GPU machine, also each GPU's CPU slice
 
 
 @dataclass
@@ -105,7 +107,7 @@ def _finish(child: _Child, timed_out: bool, timeout: float) -> judge.Probed:
     except errors.InputError:
         p.data = None
     p.stderr = child.err.read_bytes()[-STDERR_TAIL:].decode(errors="replace")
-    barrier = child.out.parent / BARRIER
+    barrier = child.out.parent / BARRIER / child.probed.kind
     if barrier.is_dir():  # its siblings wait for it no more (sampling.Recorder)
         (barrier / f"{sampling.GONE}.{child.out.stem}").touch()
     return p
@@ -149,7 +151,7 @@ def _child(
     setup: Setup,
     preexec: Callable[[], None] | None = None,
 ) -> _Child:
-    name = probed.label.replace(":", "")
+    name = re.sub(r"[^A-Za-z0-9_-]", "", probed.label)  # cuda:0 -> cuda0
     out = tmp / f"{name}.json"
     spec_file = tmp / f"{name}.spec.json"
     results.write_atomic(spec_file, {**spec, **setup.spec, "out": str(out)})
@@ -159,24 +161,29 @@ def _child(
     )
 
 
-def _barrier(tmp: Path, count: int) -> dict[str, Any]:
-    """Where the children meet before each phase (milarun.doctor.probe.Recorder)."""
-    folder = tmp / BARRIER
-    folder.mkdir(exist_ok=True)
+def _barrier(tmp: Path, count: int, kind: str) -> dict[str, Any]:
+    """Where the children of one kind meet before each phase (sampling.Recorder)."""
+    folder = tmp / BARRIER / kind
+    folder.mkdir(parents=True, exist_ok=True)
     return {"folder": str(folder), "count": count}
 
 
 def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setup) -> list[_Child]:
+    """One CPU probe per slice, where `jobs` would run the device's instance: CPU slices, or
+    the CPU slice of each GPU (its GPU-local CPUs first, as `cgroups setup` plans them)."""
     hier = setup.hierarchies()
     ids = [d.id for d in devs]
+    gpu = devs[0].kind == devices.GPU_KIND
+    local = devices.gpu_local_cpus(ids, setup.nvml) if gpu and setup.nvml is not None else {}
     try:
-        students = isolation.machine_plan(ids, hier, {})
+        students = isolation.machine_plan(ids, hier, local)
     except errors.IsolationError:  # fewer CPUs than slices: one slice each, shared
         cpus = sorted(os.sched_getaffinity(0))
         students = [isolation.Student(i, tuple(cpus), "0", 0) for i in ids]
     children = []
     for dev, student in zip(devs, students, strict=True):
-        probed = judge.Probed(dev.label, "cpu", None, None, planned_cpus=list(student.cpus))
+        label = f"{dev.label} cpus" if gpu else dev.label
+        probed = judge.Probed(label, "cpu", None, None, planned_cpus=list(student.cpus))
         preexec: Callable[[], None]
         prefix: list[str] = []
         try:
@@ -186,10 +193,10 @@ def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setu
         except errors.IsolationError:  # no student group: pinned to the plan's CPUs
             preexec = partial(os.sched_setaffinity, 0, set(student.cpus))
             probed.placement = "pinned, no student group"
-        env = devices.instance_environ([dev])
+        env = {"CUDA_VISIBLE_DEVICES": "", "MILARUN_DEVICE": dev.label}
         threads = str(len(student.cpus))
         env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-        spec = {"kind": "cpu", "level": level, "barrier": _barrier(tmp, len(devs))}
+        spec = {"kind": "cpu", "level": level, "barrier": _barrier(tmp, len(devs), "cpu")}
         child = _child(tmp, probed, spec, env, setup, preexec)
         child.argv = prefix + child.argv
         children.append(child)
@@ -238,7 +245,7 @@ def _gpu_children(
             "level": level,
             "device": "cuda:0",
             "lock": str(lock),
-            "barrier": _barrier(tmp, len(gpus)),
+            "barrier": _barrier(tmp, len(gpus), "gpu"),
         }
         children.append(_child(tmp, probed, spec, env, setup))
     return children
@@ -280,6 +287,15 @@ def measure(
             yield from judge_node.node_checks(probed[-1])
         else:
             yield from judge_node.skipped(len(gpus))
+        if setup.cpu_slices:  # after the GPUs: their probes' own CPU threads are done
+            say(f"measuring the CPU slice of each GPU ({len(devs)})...")
+            try:
+                slices = run_children(_cpu_children(tmp, devs, level, setup), timeout)
+            except (OSError, errors.UserError) as err:  # the GPUs' findings stand
+                yield Check("cpu slices", judge.v.WARN, f"not measured: {err}")
+            else:
+                probed += slices
+                yield from judge.cpu_checks(slices)
         if setup.dcgmi:
             say(f"dcgmi diag -r {dcgm.RUN_LEVEL[level]}...")
         yield dcgm.diag(setup.dcgmi, level)

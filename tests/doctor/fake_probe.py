@@ -5,6 +5,7 @@ GPU ``CUDA_VISIBLE_DEVICES`` names, from healthy H100 SXM figures and the faults
 - ``crash`` + ``crash_signal``: the phase in which the child kills itself with that signal;
 - ``hang``: the phase in which it sleeps; ``errors``: words the memory test reads back wrong;
 - ``no_peer`` (the node child): the GPU pairs ("0-1") without peer access.
+A CPU child (a GPU's CPU slice) writes healthy CPU figures.
 It runs as a real process (the parent's timeouts, signals and files are the real ones); no
 torch here.
 """
@@ -94,10 +95,13 @@ def main() -> int:
     out = Path(spec["out"])
     faults = json.loads(os.environ.get("FAKE_PROBE", "{}"))
     visible = os.environ["CUDA_VISIBLE_DEVICES"]
-    rng = random.Random(visible)
+    rng = random.Random(visible + os.environ.get("MILARUN_DEVICE", ""))
     data = {"kind": spec["kind"], "phase": None, "done": False, "phases": {}, "device": {}}
     if spec["kind"] == "node":
         node(data, faults, rng)
+    elif spec["kind"] == "cpu":  # a GPU's CPU slice: healthy cores
+        data["phases"]["cpu_gemm"] = {"unit": "GFLOP/s", "samples": samples(150.0, rng)}
+        data["phases"]["cpu_memory_bandwidth"] = {"unit": "GB/s", "samples": samples(20.0, rng)}
     else:
         gpu(data, faults.get(visible, {}), rng, out)
     data["phase"], data["done"] = None, True

@@ -87,6 +87,7 @@ def test_a_healthy_node_passes_with_figures_datasheet_and_siblings():
     assert "the median of the other GPUs" in line
     assert "gen5 x16" in by_name(checks)["cuda:0 host->device"].detail
     assert "node nccl" in by_name(checks) and "gpu0-1 p2p copy" in by_name(checks)
+    assert "the median of the other slices" in by_name(checks)["cuda:3 cpus gemm fp32"].detail
     assert found["verdict"] == "PASS" and found["exit_code"] == 0
     assert len(found["measurements"]["cuda:3"]["gemm_bf16"]["samples"]) == 8
 
