@@ -84,9 +84,8 @@ def probe_check(p: Probed) -> Check | None:
     )
 
 
-def _metric(
+def metric(
     p: Probed,
-    phase: str,
     title: str,
     found: dict[str, Any] | None,
     siblings: dict[str, list[float]],
@@ -183,7 +182,7 @@ def _one(
     kind_word: str,
     sheet: tuple[str, str, float, dict[str, float]] | None = None,
 ) -> list[Check]:
-    found = _metric(p, phase, title, p.phase(phase), siblings, kind_word, sheet)
+    found = metric(p, title, p.phase(phase), siblings, kind_word, sheet)
     return [found] if found else []
 
 
@@ -208,9 +207,7 @@ def _host_link(p: Probed, units: list[Probed]) -> list[Check]:
             if top
             else None
         )
-        found = _metric(
-            p, "host_link", title, link.get(way), _samples(units, "host_link", way), "GPU", sheet
-        )
+        found = metric(p, title, link.get(way), _samples(units, "host_link", way), "GPU", sheet)
         if found is None:
             continue
         if gen and max_gen and max_width and (gen < max_gen or width < max_width):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from milarun.doctor import verdicts as v
 from milarun.doctor.gpu import Check
-from milarun.doctor.judge import Probed, _metric, probe_check
+from milarun.doctor.judge import Probed, metric, probe_check
 
 FALLBACK_FIX = (
     "`nvidia-smi topo -m` shows how each pair is linked: a pair without NVLink or P2P goes "
@@ -36,7 +36,7 @@ def node_checks(p: Probed) -> list[Check]:
     }
     for pair, found in pairs.items():
         unit = Probed(f"gpu{pair}", "node", p.data, p.returncode)
-        line = _metric(unit, "p2p", "p2p copy", found, samples, "GPU pair")
+        line = metric(unit, "p2p copy", found, samples, "GPU pair")
         if line is None:
             continue
         if found.get("peer_access") is False:
