@@ -20,6 +20,8 @@ from milarun.doctor.gpu import Check
 from milarun.machine import isolation
 
 HOG = "while True: pass"
+# One worker, in a row: the hog of one test would slow the other's slice.
+pytestmark = pytest.mark.xdist_group(name="cpu_slices")
 
 
 def _hog_on(cpu: int) -> None:
