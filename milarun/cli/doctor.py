@@ -78,10 +78,15 @@ def doctor(test_args: list[str]) -> int:
     return passive.exit_code(checks)
 
 
-def before_jobs(level: str, devices_spec: str | None, out: Path, force: bool) -> None:
-    """`jobs --doctor LEVEL`: the active checks, printed; DoctorFailed on a FAIL."""
+def before_jobs(
+    profile_spec: str, level: str, devices_spec: str | None, out: Path, force: bool
+) -> None:
+    """`jobs --doctor LEVEL`: the active checks, printed; DoctorFailed on a FAIL. A bad
+    profile is said first, not after a minute of measuring."""
     from milarun.doctor import before_jobs, passive
+    from milarun.run import profile
 
+    profile.load_profile(profile_spec)
     before_jobs.check(
         level, devices_spec, out, force, _say, lambda c: print(passive.render(c), flush=True)
     )

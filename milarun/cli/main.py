@@ -104,7 +104,8 @@ class Commands:
         if doctor:
             from milarun.cli.doctor import before_jobs
 
-            before_jobs(doctor, devices_spec, Path(out) if out else default_outdir(), force)
+            outdir = Path(out) if out else default_outdir()
+            before_jobs(profile_spec, doctor, devices_spec, outdir, force)
         outcome = suite.run_suite(
             suite.SuiteRequest(
                 profile=profile_spec,

@@ -47,7 +47,9 @@ def test_a_fail_stops_the_run_and_force_runs_anyway(tmp_path):
     assert record.read(first)["verdict"] == "FAIL"
 
 
-def test_a_bad_level_is_one_line(tmp_path):
+def test_a_bad_level_or_profile_is_one_line_before_any_measure(tmp_path):
     done = milarun("jobs", "quick", "--doctor", "thorough", "-o", tmp_path)
-    assert done.returncode == 1
     assert one_line_error(done) == "milarun: error: --active thorough: use quick or full"
+    done = milarun("jobs", tmp_path / "none.json", "--doctor", "quick", "-o", tmp_path)
+    assert "none.json" in one_line_error(done)
+    assert not list(tmp_path.glob("doctor-active*"))
