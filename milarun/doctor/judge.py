@@ -151,9 +151,11 @@ def _samples(units: list[Probed], phase: str, key: str | None = None) -> dict[st
 
 
 def gpu_checks(units: list[Probed]) -> list[Check]:
-    """Every GPU's measurement lines, each GPU against the others."""
+    """Every GPU's measurement lines, each GPU against the others of its model (a node
+    mixing models compares like with like)."""
     checks: list[Check] = []
     for p in units:
+        siblings = [u for u in units if u.name == p.name]
         failed = probe_check(p)
         if failed:
             checks.append(failed)
@@ -162,13 +164,18 @@ def gpu_checks(units: list[Probed]) -> list[Check]:
             peak = v.gemm_peak(p.name, precision)
             sheet = (peak[0], " dense", peak[1], v.GEMM_SHARE) if peak else None
             title = f"gemm {precision}"
-            checks += _one(p, phase, title, _samples(units, phase), "GPU", sheet)
+            checks += _one(p, phase, title, _samples(siblings, phase), "GPU", sheet)
         mem = v.memory_peak(p.name, p.memory)
         sheet = (mem[0], "", mem[1], v.MEMORY_SHARE) if mem else None
         checks += _one(
-            p, "memory_bandwidth", "memory copy", _samples(units, "memory_bandwidth"), "GPU", sheet
+            p,
+            "memory_bandwidth",
+            "memory copy",
+            _samples(siblings, "memory_bandwidth"),
+            "GPU",
+            sheet,
         )
-        checks += _host_link(p, units)
+        checks += _host_link(p, siblings)
         checks += _pattern(p)
         checks += [c for c in (clocks_check(p), counters_check(p)) if c]
     return checks

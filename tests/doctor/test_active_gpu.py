@@ -103,6 +103,14 @@ def test_a_gpu_at_half_gemm_speed_fails_the_sibling_test():
     assert found["verdict"] == "FAIL" and found["exit_code"] == 1
 
 
+def test_gpus_of_another_model_are_not_siblings():
+    a100 = {"name": "NVIDIA A100-SXM4-80GB"}
+    checks, _ = run(gpus(3, **{"2": a100}), {"2": {"gemm": 0.4}})
+    line = by_name(checks)["cuda:2 gemm bf16"]
+    assert "other GPUs" not in line.detail and "A100-SXM datasheet" in line.detail
+    assert "the median of the other GPUs" in by_name(checks)["cuda:0 gemm bf16"].detail
+
+
 def test_a_lone_gpu_at_half_speed_is_flagged_against_its_datasheet():
     checks, _ = run(gpus(1), {"0": {"gemm": 0.5}})
     line = by_name(checks)["cuda:0 gemm bf16"]
