@@ -238,6 +238,10 @@ def _host_link(p: Probed, units: list[Probed]) -> list[Check]:
     return out
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
 def _pattern(p: Probed) -> list[Check]:
     found = p.phase("pattern")
     if found is None or "error" in found or "skipped" in found:
@@ -245,7 +249,7 @@ def _pattern(p: Probed) -> list[Check]:
     tested, errors = int(found.get("bytes", 0)), int(found.get("errors", 0))
     share = f" ({tested / p.memory:.0%} of its memory)" if p.memory else ""
     detail = (
-        f"{errors} word(s) read back wrong over {tested / 2**30:.1f} GiB{share}, "
+        f"{errors} word(s) read back wrong over {_size(tested)}{share}, "
         f"{found.get('passes')} pattern passes in {float(found.get('seconds', 0)):.1f} s"
     )
     if errors:

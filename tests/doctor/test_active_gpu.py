@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -179,27 +178,27 @@ def test_the_record_reads_back_and_refuses_what_is_not_one(tmp_path: Path):
         record.read(bad)
 
 
-def test_the_gpu_probe_runs_every_phase_on_a_cpu_device(tmp_path: Path):
-    """The real probe's code (torch), on the CPU at small sizes: the GPU-only formats and the
-    host link are skipped with the reason, the rest measured, the memory test finds no error."""
-    out = tmp_path / "probe.json"
-    spec = tmp_path / "spec.json"
-    small = {"gemm_size": 64, "copy_bytes": 2**22, "pattern_bytes": 2**23}
-    spec.write_text(
-        json.dumps({"kind": "gpu", "level": "quick", "device": "cpu", "out": str(out), **small})
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "milarun.doctor.probe", str(spec)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    phases = json.loads(out.read_text())["phases"]
+def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
+    """The real probe (torch) in place of the fake, told to use the CPU at small sizes, under
+    the fake NVML: what it writes is what the verdicts read. The GPU-only formats and the
+    host link are INFO with the reason, the rest measured; the memory test finds no error."""
+    setup = fake_setup(gpus(1))
+    setup.probe = list(active.PROBE)
+    setup.spec = {"device": "cpu", "gemm_size": 64, "copy_bytes": 2**22, "pattern_bytes": 2**23}
+    setup.cpu_slices = False
+    checks: list[Check] = []
+    found = active.run("quick", "0", setup, lambda line: None, checks.append)
+    lines = by_name(checks)
+    assert "cuda:0 probe" not in lines  # it finished
+    assert "(95% CI, 8 samples)" in lines["cuda:0 gemm bf16"].detail
     assert (
-        len(phases["gemm_bf16"]["samples"]) == 8 and len(phases["memory_bandwidth"]["samples"]) == 8
+        lines["cuda:0 gemm fp8"].status == "INFO"
+        and "tensor-core" in lines["cuda:0 gemm fp8"].detail
     )
-    assert "tensor-core format" in phases["gemm_fp8"]["skipped"]
-    assert "no host link" in phases["host_link"]["skipped"]
-    assert phases["pattern"]["errors"] == 0 and phases["pattern"]["passes"] == 5
-    assert phases["pattern"]["bytes"] == 2**23
+    assert lines["cuda:0 host link"].detail.startswith("skipped: no host link")
+    memory = lines["cuda:0 memory test"]
+    assert memory.status == "PASS" and memory.detail.startswith(
+        "0 word(s) read back wrong over 0.0 GiB"
+    )
+    assert "5 pattern passes" in memory.detail
+    assert len(found["measurements"]["cuda:0"]["memory_bandwidth"]["samples"]) == 8
