@@ -198,7 +198,7 @@ def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
     assert lines["cuda:0 host link"].detail.startswith("skipped: no host link")
     memory = lines["cuda:0 memory test"]
     assert memory.status == "PASS" and memory.detail.startswith(
-        "0 word(s) read back wrong over 0.0 GiB"
+        "0 word(s) read back wrong over 8 MiB"
     )
     assert "5 pattern passes" in memory.detail
     assert len(found["measurements"]["cuda:0"]["memory_bandwidth"]["samples"]) == 8
