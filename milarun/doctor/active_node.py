@@ -1,9 +1,10 @@
 """Inside the probe child (imports torch): the node's GPUs together, on a node with two or more.
 
 Phases:
-- ``p2p``: for each ordered pair of GPUs, whether CUDA gives peer access and the GB/s of a
-  device-to-device copy between them (a pair without peer access, or much slower than the
-  other pairs, is a missing NVLink or a P2P fallback through host memory);
+- ``p2p``: for each pair of GPUs (quick: one way, full: both ways), whether CUDA gives peer
+  access and the GB/s of a device-to-device copy between them (a pair without peer access,
+  or much slower than the other pairs, is a missing NVLink or a P2P fallback through host
+  memory);
 - ``nccl``: NCCL all-reduce bus bandwidth over every GPU (one process per GPU, the
   nccl-tests definition: bytes x 2(n-1)/n per second) and the transports NCCL chose, read
   from its own log (``NET/Socket`` between GPUs of one node is a fallback).
@@ -34,7 +35,7 @@ def p2p(level: dict[str, float], size: int) -> dict[str, Any]:
     for i in range(n):
         src = torch.ones(size // 4, device=f"cuda:{i}")
         for j in range(n):
-            if i == j:
+            if i == j or (j < i and not level["p2p_both_ways"]):
                 continue
             dst = torch.empty(size // 4, device=f"cuda:{j}")
 
@@ -45,8 +46,8 @@ def p2p(level: dict[str, float], size: int) -> dict[str, Any]:
             seconds = sample_seconds(
                 partial(dst.copy_, src, non_blocking=True),
                 sync,
-                int(level["samples"]),
-                level["seconds"] / 2,
+                int(level["p2p_samples"]),
+                level["p2p_seconds"],
             )
             pairs[f"{i}-{j}"] = {
                 "peer_access": bool(torch.cuda.can_device_access_peer(i, j)),

@@ -14,8 +14,25 @@ from milarun import results
 # How long one sample of a measurement takes, and how many samples each gives (a CI needs
 # several), per level. The sample count is fixed; each sample's work is calibrated to its time.
 LEVELS: dict[str, dict[str, float]] = {
-    "quick": {"samples": 8, "seconds": 0.25, "pattern_share": 0.5, "pattern_rounds": 1},
-    "full": {"samples": 15, "seconds": 1.0, "pattern_share": 0.9, "pattern_rounds": 2},
+    # p2p: per GPU pair (28 pairs on 8 GPUs): quick one way, full both ways
+    "quick": {
+        "samples": 8,
+        "seconds": 0.25,
+        "pattern_share": 0.5,
+        "pattern_rounds": 1,
+        "p2p_samples": 5,
+        "p2p_seconds": 0.0625,
+        "p2p_both_ways": 0,
+    },
+    "full": {
+        "samples": 15,
+        "seconds": 1.0,
+        "pattern_share": 0.9,
+        "pattern_rounds": 2,
+        "p2p_samples": 8,
+        "p2p_seconds": 0.25,
+        "p2p_both_ways": 1,
+    },
 }
 
 MIN_SAMPLES = 3  # a CI and a t-test need a few, however slow the device
