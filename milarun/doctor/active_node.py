@@ -59,35 +59,61 @@ def p2p(level: dict[str, float], size: int) -> dict[str, Any]:
     return {"pairs": pairs}
 
 
-def _rank(rank: int, world: int, init: str, level: dict[str, float], size: int, out: str) -> None:
+def _rank(
+    rank: int, world: int, init: str, level: dict[str, float], size: int, out: str, backend: str
+) -> None:
+    """One rank of the all-reduce. Every rank must run the same number of collectives: the
+    repetitions are agreed (the slowest rank's calibration) and the sample count is fixed."""
+    import time
+
     import torch.distributed as dist
 
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world)
-    x = torch.ones(size // 4, device=f"cuda:{rank}")
+    gpu = backend == "nccl"
+    if gpu:
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
+    device = torch.device(f"cuda:{rank}" if gpu else "cpu")
+    x = torch.ones(size // 4, device=device)
 
     def sync() -> None:
-        torch.cuda.synchronize(rank)
+        if gpu:
+            torch.cuda.synchronize(rank)
 
-    seconds = sample_seconds(
-        lambda: dist.all_reduce(x), sync, int(level["samples"]), level["seconds"] / 2
-    )
-    dist.barrier()
+    def burst(reps: int) -> float:
+        start = time.perf_counter()
+        for _ in range(reps):
+            dist.all_reduce(x)
+        sync()
+        spent = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
+        dist.all_reduce(spent, op=dist.ReduceOp.MAX)  # the same on every rank
+        return float(spent.item())
+
+    seconds = level["seconds"] / 2
+    burst(1)  # warm-up: NCCL's channels and buffers
+    reps, spent = 1, burst(1)
+    while spent < seconds / 4 and reps < 2**20:
+        reps *= 2
+        spent = burst(reps)
+    reps = max(1, round(reps * seconds / max(spent, 1e-9)))
+    found = [burst(reps) / reps for _ in range(int(level["samples"]))]
     if rank == 0:
         factor = 2 * (world - 1) / world
-        Path(out).write_text(repr([size * factor / s / GIGA for s in seconds]), encoding="utf-8")
+        Path(out).write_text(repr([size * factor / s / GIGA for s in found]), encoding="utf-8")
     dist.destroy_process_group()
 
 
-def nccl(level: dict[str, float], size: int) -> dict[str, Any]:
+def nccl(level: dict[str, float], size: int, backend: str, ranks: int | None) -> dict[str, Any]:
+    """The all-reduce over every GPU (``backend`` gloo and ``ranks``: CPU processes, the
+    tests' way to run this code without GPUs)."""
     import torch.multiprocessing as mp
 
-    world = torch.cuda.device_count()
+    world = ranks or torch.cuda.device_count()
     with tempfile.TemporaryDirectory(prefix="milarun-nccl-") as tmp:
         os.environ["NCCL_DEBUG"] = "INFO"
         os.environ["NCCL_DEBUG_FILE"] = f"{tmp}/nccl.%p.log"
         out = f"{tmp}/busbw"
-        mp.spawn(_rank, args=(world, f"file://{tmp}/init", level, size, out), nprocs=world)
+        init = f"file://{tmp}/init"
+        mp.spawn(_rank, args=(world, init, level, size, out, backend), nprocs=world)
         samples = [float(v) for v in Path(out).read_text().strip("[]\n").split(",")]
         transports: set[str] = set()
         for log in Path(tmp).glob("nccl.*.log"):
@@ -96,6 +122,7 @@ def nccl(level: dict[str, float], size: int) -> dict[str, Any]:
         "unit": "GB/s",
         "bytes": size,
         "ranks": world,
+        "backend": backend,
         "samples": samples,
         "transports": sorted(transports),
     }
@@ -104,4 +131,6 @@ def nccl(level: dict[str, float], size: int) -> dict[str, Any]:
 def measure(recorder: Recorder, spec: dict[str, Any], level: dict[str, float]) -> None:
     recorder.data["device"] = {"gpus": torch.cuda.device_count(), "torch": torch.__version__}
     recorder.phase("p2p", lambda: p2p(level, int(spec.get("p2p_bytes", P2P_BYTES))))
-    recorder.phase("nccl", lambda: nccl(level, int(spec.get("nccl_bytes", NCCL_BYTES))))
+    size = int(spec.get("nccl_bytes", NCCL_BYTES))
+    backend, ranks = spec.get("backend", "nccl"), spec.get("ranks")
+    recorder.phase("nccl", lambda: nccl(level, size, backend, ranks))

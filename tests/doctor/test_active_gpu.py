@@ -179,15 +179,25 @@ def test_the_record_reads_back_and_refuses_what_is_not_one(tmp_path: Path):
 
 
 def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
-    """The real probe (torch) in place of the fake, told to use the CPU at small sizes, under
-    the fake NVML: what it writes is what the verdicts read. The GPU-only formats and the
-    host link are INFO with the reason, the rest measured; the memory test finds no error."""
-    setup = fake_setup(gpus(1))
+    """The real probes (torch) in place of the fake, told to use the CPU at small sizes, under
+    the fake NVML of two GPUs: what they write is what the verdicts read. The GPU-only formats
+    and the host link are INFO with the reason, the rest measured; the memory test finds no
+    error; the node's all-reduce runs on gloo between two processes (the NCCL code path:
+    spawn, rendezvous, repetitions agreed by the ranks)."""
+    setup = fake_setup(gpus(2))
     setup.probe = list(active.PROBE)
-    setup.spec = {"device": "cpu", "gemm_size": 64, "copy_bytes": 2**22, "pattern_bytes": 2**23}
+    setup.spec = {
+        "device": "cpu",
+        "gemm_size": 64,
+        "copy_bytes": 2**22,
+        "pattern_bytes": 2**23,
+        "backend": "gloo",
+        "ranks": 2,
+        "nccl_bytes": 2**20,
+    }
     setup.cpu_slices = False
     checks: list[Check] = []
-    found = active.run("quick", "0", setup, lambda line: None, checks.append)
+    found = active.run("quick", "0,1", setup, lambda line: None, checks.append)
     lines = by_name(checks)
     assert "cuda:0 probe" not in lines  # it finished
     assert "(95% CI, 8 samples)" in lines["cuda:0 gemm bf16"].detail
@@ -202,3 +212,6 @@ def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
     )
     assert "5 pattern passes" in memory.detail
     assert len(found["measurements"]["cuda:0"]["memory_bandwidth"]["samples"]) == 8
+    nccl = lines["node nccl"]
+    assert nccl.status == "PASS" and "all-reduce bus bandwidth over 2 GPUs, 1 MiB" in nccl.detail
+    assert "(95% CI, 8 samples)" in nccl.detail
