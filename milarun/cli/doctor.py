@@ -65,7 +65,7 @@ def doctor(test_args: list[str]) -> int:
     for check in passive.run_checks(request, machine):
         show(check)
     if level is not None:
-        setup = measured.Setup(nvml=machine.nvml)
+        setup = measured.Setup(nvml=machine.nvml, nvml_error=machine.nvml_error)
         found = measured.run(level, devices_spec, setup, _say, show, tuple(checks))
     if json_file:  # the numbers' modules (numpy, scipy) only for a record
         from milarun.doctor import record

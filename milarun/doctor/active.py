@@ -47,6 +47,7 @@ class Setup:
     child), the spec's sizes (bounded runs) and the timeout."""
 
     nvml: Any = None
+    nvml_error: str | None = None  # why ``nvml`` is None
     probe: list[str] = field(default_factory=lambda: list(PROBE))
     spec: dict[str, Any] = field(default_factory=dict)  # added to every child's spec
     timeout: float | None = None  # None: TIMEOUT[level]
@@ -269,7 +270,11 @@ def measure(
             yield from judge.cpu_checks(probed)
             return
         if setup.nvml is None:
-            raise errors.DeviceSpecError("--devices names GPUs, but NVML is not usable here")
+            why = setup.nvml_error or "NVML is not usable here"
+            raise errors.DeviceSpecError(
+                f"--devices {','.join(d.id for d in devs)} names GPUs, but {why}: "
+                "give cpu:N on a machine without GPUs"
+            )
         gpus = _gpus(devs, setup.nvml)
         children = _gpu_children(tmp, gpus, level, setup)
         say(f"measuring {len(gpus)} GPU(s) ({level}, at most {timeout:.0f} s)...")

@@ -39,7 +39,8 @@ def check(
     if devices_spec is not None:
         devices.parse_device_spec(devices_spec)  # a bad spec: before anything is measured
     if setup is None:
-        setup = active.Setup(nvml=devices.load_nvml()[0])
+        nvml, why = devices.load_nvml()
+        setup = active.Setup(nvml=nvml, nvml_error=why)
     found = active.run(level, devices_spec, setup, say, emit)
     path = record_path(outdir)
     path.parent.mkdir(parents=True, exist_ok=True)

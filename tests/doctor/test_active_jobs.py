@@ -10,7 +10,7 @@ from test_active_gpu import fake_setup, gpus
 
 from conftest import milarun, one_line_error
 from milarun import errors
-from milarun.doctor import before_jobs, record
+from milarun.doctor import active, before_jobs, record
 
 CALIBRATION = {
     "cal": {
@@ -53,3 +53,18 @@ def test_a_bad_level_or_profile_is_one_line_before_any_measure(tmp_path):
     done = milarun("jobs", tmp_path / "none.json", "--doctor", "quick", "-o", tmp_path)
     assert "none.json" in one_line_error(done)
     assert not list(tmp_path.glob("doctor-active*"))
+
+
+def test_gpus_asked_for_where_nvml_is_missing_is_one_line(tmp_path):
+    checks = []
+    with pytest.raises(errors.DeviceSpecError, match=r"--devices 0 names GPUs, but no NVML here"):
+        before_jobs.check(
+            "quick",
+            "0",
+            tmp_path,
+            False,
+            print,
+            checks.append,
+            active.Setup(nvml_error="no NVML here"),
+        )
+    assert not checks and not list(tmp_path.iterdir())  # nothing measured, nothing written
