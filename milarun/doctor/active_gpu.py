@@ -128,7 +128,7 @@ def host_link(
             ("h2d", lambda: dev.copy_(host, non_blocking=True)),
             ("d2h", lambda: host.copy_(dev, non_blocking=True)),
         ):
-            seconds = sample_seconds(op, sync, int(level["samples"]), level["seconds"] / 2)
+            seconds = sample_seconds(op, sync, int(level["link_samples"]), level["link_seconds"])
             found[name] = {
                 "unit": "GB/s",
                 "bytes": size,

@@ -23,6 +23,8 @@ LEVELS: dict[str, dict[str, float]] = {
         "p2p_samples": 5,
         "p2p_seconds": 0.0625,
         "p2p_both_ways": 0,
+        "link_samples": 5,  # host link: one GPU at a time, so short in quick
+        "link_seconds": 0.0625,
     },
     "full": {
         "samples": 15,
@@ -32,6 +34,8 @@ LEVELS: dict[str, dict[str, float]] = {
         "p2p_samples": 8,
         "p2p_seconds": 0.25,
         "p2p_both_ways": 1,
+        "link_samples": 15,
+        "link_seconds": 0.5,
     },
 }
 
