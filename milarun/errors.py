@@ -70,3 +70,11 @@ class LaunchError(UserError, RuntimeError):
 
 class IsolationError(UserError, RuntimeError):
     """Student cgroups missing or unusable."""
+
+
+class TenderError(InputError):
+    """A tender file, declared figures or bid package that cannot be used (milarun.tender)."""
+
+
+class PackageRefused(TenderError):
+    """A bid package refused unread: unsafe (escaping paths, links, devices, bombs) or damaged."""
