@@ -13,6 +13,7 @@ from typing import Any
 from coleo import Option, default, run_cli
 
 from milarun import errors
+from milarun.cli import tender as bids
 from milarun.cli.options import (
     OneLineParser,
     default_dataroot,
@@ -23,7 +24,6 @@ from milarun.cli.options import (
     setup_logging,
     split_names,
 )
-from milarun.cli import tender as bids
 from milarun.cli.slurm import SlurmCommands
 
 # Each command imports its wing when it runs: a benchmark process (`milarun run`) loads the

@@ -136,7 +136,9 @@ def _prices(text: str | None) -> list[float] | None:
     try:
         prices = [float(p) for p in text.split(",")]
     except ValueError:
-        raise errors.UsageError(f"--price {text}: give dollars, one per bid: 250000,310000") from None
+        raise errors.UsageError(
+            f"--price {text}: give dollars, one per bid: 250000,310000"
+        ) from None
     if not all(0 < p < math.inf for p in prices):
         raise errors.UsageError(f"--price {text}: every price must be a positive number")
     return prices
@@ -194,6 +196,3 @@ def rank_bids(
         page.write_html(Path(html), render.to_html(ranked, title or "milarun: ranking of bids"))
         print(f"HTML report: {Path(html).resolve()}", file=sys.stderr)
     return 0
-
-
-

@@ -89,9 +89,7 @@ def _geomean(values: dict[str, float], weights: dict[str, float]) -> float | Non
 
 def _row(bid: BidFigures, costs: Costs) -> Row:
     watts = _geomean(bid.watts, bid.weights)
-    kwh = (
-        watts / 1000 * HOURS_PER_YEAR * costs.years * costs.pue if watts is not None else None
-    )
+    kwh = watts / 1000 * HOURS_PER_YEAR * costs.years * costs.pue if watts is not None else None
     energy = kwh * costs.power_cost if kwh is not None and costs.power_cost else None
     tco = bid.price + energy if bid.price is not None and energy is not None else None
     score = bid.score
@@ -146,9 +144,7 @@ def _moved_geomean(
     return np.asarray(np.exp((w * logs).sum(axis=1) / w.sum(axis=1)))
 
 
-def _energy_cost(
-    bid: BidFigures, costs: Costs, tests: list[str], moved: np.ndarray
-) -> np.ndarray:
+def _energy_cost(bid: BidFigures, costs: Costs, tests: list[str], moved: np.ndarray) -> np.ndarray:
     watts = _moved_geomean(bid.watts, bid.weights, tests, moved)
     return watts / 1000 * HOURS_PER_YEAR * costs.years * costs.pue * float(costs.power_cost or 0)
 

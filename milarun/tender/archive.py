@@ -42,6 +42,9 @@ class Limits:
     depth: int = 32
 
 
+DEFAULT_LIMITS = Limits()
+
+
 # -- writing -------------------------------------------------------------------------------
 class _Hashing(io.RawIOBase):
     """A file read through, its SHA-256 kept."""
@@ -79,7 +82,7 @@ def write_package(out: Path, members: Iterable[tuple[str, Path | bytes]]) -> tup
                     with open(source, "rb") as f:
                         stat = os.fstat(f.fileno())
                         info.size, info.mtime = stat.st_size, int(stat.st_mtime)
-                        reader = _Hashing(f)  # type: ignore[arg-type]
+                        reader = _Hashing(f)
                         tar.addfile(info, reader)
                         hashes[name] = reader.digest.hexdigest()
                 total += info.size
@@ -146,7 +149,7 @@ def _kind(member: tarfile.TarInfo) -> str | None:
     return None
 
 
-def extract(package: Path, dest: Path, limits: Limits = Limits()) -> dict[str, str]:
+def extract(package: Path, dest: Path, limits: Limits = DEFAULT_LIMITS) -> dict[str, str]:
     """Extract ``package`` into the empty folder ``dest``; name -> SHA-256 of every file.
     PackageRefused, in one line naming the member, for anything unsafe or damaged."""
     try:

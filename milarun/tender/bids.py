@@ -19,7 +19,7 @@ def _watts(entry: dict[str, Any]) -> float | None:
     that ran side by side (one per device; a distributed run's record covers its GPUs)."""
     energy = entry.get("energy")
     watts = energy.get("watts") if isinstance(energy, dict) else None
-    if not results.is_finite(watts) or watts <= 0:
+    if watts is None or not results.is_finite(watts) or watts <= 0:
         return None
     side_by_side = len(entry.get("pergpu") or {}) or 1
     return float(watts) * side_by_side

@@ -160,9 +160,7 @@ def _student(view: read.ResultView) -> str | None:
 def cgroups(bid: Bid) -> Check:
     jobs = bid.tender.jobs
     per_device = [
-        v
-        for v in bid.views
-        if (t := base_test(v.name, jobs)) and jobs[t].partition == "per-gpu"
+        v for v in bid.views if (t := base_test(v.name, jobs)) and jobs[t].partition == "per-gpu"
     ]
     loose = [why for v in per_device if (why := _student(v))]
     overlaps = []
@@ -179,10 +177,10 @@ def cgroups(bid: Bid) -> Check:
             "cgroups", True, f"not required ({confined} of {len(per_device)} instance(s) confined)"
         )
     if loose or overlaps:
-        return Check("cgroups", False, f"not in their own student cgroup: {_some(loose + overlaps)}")
-    return Check(
-        "cgroups", True, f"{len(per_device)} instance(s), each in its own student cgroup"
-    )
+        return Check(
+            "cgroups", False, f"not in their own student cgroup: {_some(loose + overlaps)}"
+        )
+    return Check("cgroups", True, f"{len(per_device)} instance(s), each in its own student cgroup")
 
 
 def arguments(bid: Bid) -> Check:
@@ -197,7 +195,7 @@ def arguments(bid: Bid) -> Check:
         return Check("arguments", True, f"overrides allowed ({len(other)} run(s) with other)")
     if other:
         return Check("arguments", False, f"{len(other)} run(s) not the profile's: {_some(other)}")
-    return Check("arguments", True, f"every run has exactly the profile's arguments")
+    return Check("arguments", True, "every run has exactly the profile's arguments")
 
 
 def failures(bid: Bid) -> Check:
@@ -218,7 +216,9 @@ def complete(bid: Bid) -> Check:
         return Check("complete", False, "no run manifest: not made by `milarun jobs`")
     cuts = manifest.cut_short(bid.root / "run")
     if cuts:
-        return Check("complete", False, _some([f"{c.describe()}: no result for {c.missing()}" for c in cuts]))
+        return Check(
+            "complete", False, _some([f"{c.describe()}: no result for {c.missing()}" for c in cuts])
+        )
     return Check("complete", True, f"{len(bid.manifests)} run(s), each complete")
 
 
@@ -270,9 +270,7 @@ def consistency(bid: Bid) -> Check:
     ]
     if found:
         return Check("consistency", False, f"{len(found)} result(s): {_some(found)}")
-    return Check(
-        "consistency", True, f"{len(bid.views)} result(s): slices, times and counts agree"
-    )
+    return Check("consistency", True, f"{len(bid.views)} result(s): slices, times and counts agree")
 
 
 def comparability(bid: Bid) -> Check:

@@ -31,8 +31,8 @@ def rate_problem(timer: str, record: Mapping[str, Any]) -> str | None:
     rates = record.get("rates") or []
     if not all(results.is_finite(r) for r in rates):
         return f"{timer}: a rate that is not a number"
-    width, last = _number(record, "slice", 0.5), record.get("last_slice")
-    last = float(last) if results.is_finite(last) and rates else None
+    width, partial = _number(record, "slice", 0.5), record.get("last_slice")
+    last = float(partial) if partial is not None and results.is_finite(partial) and rates else None
     full = len(rates) - (1 if last is not None else 0)
     in_block, duration = _number(record, "in_block"), _number(record, "duration")
     warm_time = _number(record, "warmup_time")

@@ -190,7 +190,7 @@ def read_declared(path: Path) -> dict[str, Any]:
     data = results.read_json(path, TenderError)
     tests = data.get("tests") if isinstance(data, dict) else None
     if not isinstance(tests, dict) or len(tests) > MAX_DECLARED_TESTS:
-        raise TenderError(f"{path}: expected {{\"tests\": {{test: rate}}, \"score\": score}}")
+        raise TenderError(f'{path}: expected {{"tests": {{test: rate}}, "score": score}}')
     for test, rate in tests.items():
         if not (results.is_finite(rate) and 0 < rate <= results.MAX_RATE):
             raise TenderError(f"{path}: test {str(test)[:60]!r}: rate {rate!r} is not a rate > 0")

@@ -253,7 +253,7 @@ def tender_problem(data: Any) -> str | None:
         _is_number(w, 0, results.MAX_WEIGHT) for w in values.values()
     ):
         return "'weights.values' is not an object of test -> weight"
-    numbers = [
+    numbers: list[tuple[str, Any, float, float]] = [
         ("repeat", data.get("repeat"), 1, MAX_REPEAT),
         ("max_failure_rate", data.get("max_failure_rate"), 0, 1),
         ("min_steady_slices", data.get("min_steady_slices"), 0, 10_000),

@@ -40,7 +40,7 @@ class Opened:
     declared: dict[str, Any] | None
 
 
-def open_package(path: Path, dest: Path, limits: archive.Limits = archive.Limits()) -> Opened:
+def open_package(path: Path, dest: Path, limits: archive.Limits = archive.DEFAULT_LIMITS) -> Opened:
     """Extract and read a package into ``dest`` (an empty folder the caller removes)."""
     hashes = archive.extract(Path(path), dest, limits)
     listed = archive.read_manifest(dest, hashes, Path(path))
@@ -89,7 +89,9 @@ def rederive(
     weights), and the tests run that the tender does not name."""
     jobs = tender.jobs
     keep = [i for i, r in enumerate(loaded.results) if checks.base_test(str(r["name"]), jobs)]
-    extra = sorted({str(r["name"]) for r in loaded.results} - {loaded.results[i]["name"] for i in keep})
+    extra = sorted(
+        {str(r["name"]) for r in loaded.results} - {loaded.results[i]["name"] for i in keep}
+    )
     ours = summary.Loaded(
         loaded.root,
         [loaded.results[i] for i in keep],
@@ -206,7 +208,13 @@ def judge(
         if report.score is None:
             verdicts.append(
                 acceptance.Verdict(
-                    "score", acceptance.REJECT, None, float(declared["score"]), margin, 1.0, 0,
+                    "score",
+                    acceptance.REJECT,
+                    None,
+                    float(declared["score"]),
+                    margin,
+                    1.0,
+                    0,
                     reason="no test was scored",
                 )  # fmt: skip
             )
@@ -233,7 +241,9 @@ def to_text(v: Verification) -> str:
     for test, row in v.tests.items():
         low, high = row["ci95"]
         interval = f" (95% CI {_n(low)} - {_n(high)})" if low is not None else ""
-        lines.append(f"  {test}: {_n(row['perf'])}{interval}, {row['n']} run(s), {row['fail']} failed")
+        lines.append(
+            f"  {test}: {_n(row['perf'])}{interval}, {row['n']} run(s), {row['fail']} failed"
+        )
     if v.notes:
         lines += ["", "packed with these notes:"] + [f"  - {n}" for n in v.notes]
     if v.verdicts:
