@@ -25,6 +25,7 @@ from milarun.cli.options import (
     split_names,
 )
 from milarun.cli.slurm import SlurmCommands
+from milarun.cli.tender import rank_bids
 
 # Each command imports its wing when it runs: a benchmark process (`milarun run`) loads the
 # measurement side only, `milarun report` no torch (tests/test_layering.py).
@@ -235,7 +236,7 @@ class Commands:
         from milarun.report import request as reporting
 
         no_test_args("report", test_args)
-        ranked = bids.rank_bids(source, price, power_cost, weights, format, html, title)
+        ranked = rank_bids(source, price, power_cost, weights, format, html, title)
         if ranked is not None:
             return ranked
         outcome = reporting.make_report(
