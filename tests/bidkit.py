@@ -16,12 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from resultfactory import rate_series, result, write
-
 from milarun.machine import sysinfo
 from milarun.results import manifest, result_filename
 from milarun.run import profile as run_profile
 from milarun.tender import archive, rules
+from resultfactory import rate_series, result, write
 
 PROFILE = "quick"
 
@@ -47,7 +46,9 @@ def synthetic_run(
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     labels = [f"cpu:{d}" for d in range(devices)]
-    instances = [(t, f"{r}.{d}") for r in range(repeat) for t in sorted(rates) for d in range(devices)]
+    instances = [
+        (t, f"{r}.{d}") for r in range(repeat) for t in sorted(rates) for d in range(devices)
+    ]
     record = manifest.RunManifest.start(folder, PROFILE, sorted(rates), repeat, labels, instances)
     record.keep_machine()
     record.keep("profile", run_profile.find_profile(PROFILE).read_text(encoding="utf-8"))
@@ -127,7 +128,9 @@ def edited(package: Path, work: Path, edit: Callable[[Path], None], **kw: Any) -
     return out
 
 
-def edit_results(folder: Path, change: Callable[[dict[str, Any]], None], first_only: bool = True) -> None:
+def edit_results(
+    folder: Path, change: Callable[[dict[str, Any]], None], first_only: bool = True
+) -> None:
     """Apply ``change`` to the result files of an unpacked package (the first, or all)."""
     for path in sorted((folder / "run").glob("*.json")):
         data = json.loads(path.read_text())

@@ -122,6 +122,33 @@ class _Bounded(io.RawIOBase):
         return len(data)
 
 
+MAX_HEADER = 1 << 20  # a pax or GNU long-name header: tarfile reads it whole into memory
+
+
+class _HeaderTooLarge(Exception):
+    pass
+
+
+class _BoundedInfo(tarfile.TarInfo):
+    """Headers whose extended data (pax records, GNU long names) tarfile would read into
+    memory whole are refused beyond MAX_HEADER, before they are read."""
+
+    def _proc_pax(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        self._bound()
+        return super()._proc_pax(tar)  # type: ignore[misc]
+
+    def _proc_gnulong(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        self._bound()
+        return super()._proc_gnulong(tar)  # type: ignore[misc]
+
+    def _bound(self) -> None:
+        if self.size > MAX_HEADER:
+            raise _HeaderTooLarge(
+                f"an extended header of {self.size / 2**20:,.0f} MiB (at most "
+                f"{MAX_HEADER // 2**20} MiB)"
+            )
+
+
 def _check_name(name: str, limits: Limits) -> str | None:
     """Why a member's name is unsafe, or None."""
     if len(name) > limits.name_chars or not name.isprintable() or "\\" in name:
@@ -166,11 +193,13 @@ def extract(package: Path, dest: Path, limits: Limits = DEFAULT_LIMITS) -> dict[
     try:
         with raw, gzip.GzipFile(fileobj=raw) as unzipped:
             stream = io.BufferedReader(_Bounded(unzipped, allowed, bomb), CHUNK)
-            with tarfile.open(fileobj=stream, mode="r|") as tar:
+            with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedInfo) as tar:
                 for member in tar:
                     _extract_member(tar, member, dest, limits, hashes, package)
     except PackageRefused:
         raise
+    except _HeaderTooLarge as err:
+        raise PackageRefused(f"{package}: refused: {err}") from None
     except (tarfile.TarError, OSError, EOFError, zlib.error, UnicodeError) as err:
         raise PackageRefused(
             f"{package}: refused: not a readable .tar.gz ({type(err).__name__}: {err})"[:300]

@@ -18,6 +18,8 @@ from milarun import results
 from milarun.report.summary import Loaded
 from milarun.results import manifest, read
 from milarun.tender import archive, rules
+from milarun.tender.consistency import result_problem
+from milarun.tender.package import PROFILE, WEIGHTS
 
 MAX_SHOWN = 3  # examples an evidence line names
 
@@ -85,8 +87,6 @@ def _file_sha(bid: Bid, name: str) -> str | None:
 
 
 def profile(bid: Bid) -> Check:
-    from milarun.tender.package import PROFILE
-
     names = sorted({str(d.get("profile")) for _, d in bid.manifests})
     sha = _file_sha(bid, PROFILE)
     wanted = bid.tender.profile_name
@@ -100,8 +100,6 @@ def profile(bid: Bid) -> Check:
 
 
 def weights(bid: Bid) -> Check:
-    from milarun.tender.package import WEIGHTS
-
     sha = _file_sha(bid, WEIGHTS)
     name = bid.tender.weights_name
     if sha is None:
@@ -261,8 +259,6 @@ def throttle(bid: Bid) -> Check:
 
 
 def consistency(bid: Bid) -> Check:
-    from milarun.tender.consistency import result_problem
-
     found = [
         why
         for v, path in zip(bid.views, bid.loaded.paths, strict=True)

@@ -10,10 +10,10 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-import bidkit
 import pytest
-from conftest import milarun, one_line_error
 
+import bidkit
+from conftest import milarun, one_line_error
 from milarun import errors
 from milarun.tender import archive, verify
 
@@ -80,6 +80,12 @@ def test_a_member_larger_than_the_limit_is_refused_from_its_header(tmp_path):
     package = tmp_path / "bid.tar.gz"
     package.write_bytes(gzip.compress(header))
     assert "3,072 MiB, more than 1,024 MiB" in refused(package, tmp_path)
+
+
+def test_an_extended_header_too_large_to_hold_is_refused(tmp_path):
+    info = member("run/a.json", pax_headers={"comment": "x" * (2 << 20)})
+    package = tar_of(tmp_path / "bid.tar.gz", [(info, b"{}")])
+    assert "extended header of 2 MiB" in refused(package, tmp_path)
 
 
 def test_a_decompression_bomb_is_refused_past_its_ratio(tmp_path):

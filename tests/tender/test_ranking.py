@@ -7,10 +7,10 @@ import csv
 import io
 import json
 
-import bidkit
 import pytest
-from conftest import milarun, one_line_error
 
+import bidkit
+from conftest import milarun, one_line_error
 from milarun.report import ranking
 from milarun.report.render import ranking as render
 from milarun.tender import bids, package

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import tarfile
 
-import bidkit
 import pytest
-from conftest import milarun
 
+import bidkit
+from conftest import milarun
 from milarun.tender import verify
 
 

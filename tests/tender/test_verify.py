@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-import bidkit
 import pytest
 
+import bidkit
 from milarun import errors
 from milarun.tender import package, verify
 
