@@ -76,8 +76,11 @@ def synthetic_run(
             test, job_id, None, rates=rate_series(steady), device=f"cpu:{device}", **extra
         )
         stamp = f"20260101-000000-{i:06d}"
-        write(folder, data, result_filename(test, job_id, True, stamp))
-        record.instance_ended(test, job_id, None, True)
+        path = write(folder, data, result_filename(test, job_id, True, stamp))
+        # as instance_ended records it, saved once at the end (10,000 rewrites would be slow)
+        record.data["ended"].append(
+            {"test": test, "job_id": job_id, "success": True, "result": path.name}
+        )
     if complete:
         record.finish("complete")
     else:
