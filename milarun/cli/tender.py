@@ -171,8 +171,11 @@ def rank_bids(
     pue: Option & float = default(1.0)
 
     if not rank:
-        if len(sources) > 1:
-            raise errors.UsageError("give one results folder or summary (bid packages: --rank)")
+        if len(sources) > 1 or sources[0].endswith(".tar.gz"):
+            raise errors.UsageError(
+                "give one results folder or summary; bid packages: `milarun verify BID "
+                "--tender FILE` or `milarun report BID... --rank`"
+            )
         return None
     from milarun.report import ranking
     from milarun.report.render import ranking as render

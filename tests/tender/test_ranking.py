@@ -11,6 +11,7 @@ import pytest
 
 import bidkit
 from conftest import milarun, one_line_error
+from milarun import errors
 from milarun.report import ranking
 from milarun.report.render import ranking as render
 from milarun.tender import bids, package
@@ -75,7 +76,7 @@ def test_the_ranking_in_text_and_csv(packages):
 
 
 def test_one_price_per_bid_is_required(packages):
-    done = milarun("report", *packages, "--rank", "--price", "1,2")
-    assert "2 price(s) for 3 bid(s)" in one_line_error(done)
+    with pytest.raises(errors.TenderError, match=r"2 price\(s\) for 3 bid\(s\)"):
+        bids.rank(packages, [1.0, 2.0], ranking.Costs())
     done = milarun("report", *packages)
     assert "--rank" in one_line_error(done)

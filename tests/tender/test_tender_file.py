@@ -7,7 +7,7 @@ import json
 import pytest
 
 import bidkit
-from conftest import milarun, one_line_error
+from conftest import milarun
 from milarun import errors
 from milarun.run import profile as run_profile
 from milarun.tender import rules
@@ -31,8 +31,9 @@ def test_tender_init_writes_the_rules_field_by_field(tmp_path):
     assert data["acceptance"] == {"margin": 0.9, "risk": 0.01}
     assert set(rules.ABOUT) <= set(data) | {"acceptance"} and data["about"] == rules.ABOUT
     assert rules.load_tender(out).repeat == 10
-    again = milarun("tender", "init", "--profile", "quick", "-o", out)
-    assert "file exists" in one_line_error(again)
+    with pytest.raises(errors.TenderError, match="file exists"):
+        bidkit.tender(out, ["polynome"])
+    assert json.loads(out.read_text()) == data
 
 
 @pytest.mark.parametrize(
