@@ -58,6 +58,15 @@ def base_test(name: str, jobs: Mapping[str, Any]) -> str | None:
     return head if k.isdigit() and head in jobs else None
 
 
+def as_list(value: Any) -> list[Any]:
+    """A list read from a package's file, or empty (the file is untrusted)."""
+    return value if isinstance(value, list) else []
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _some(items: list[str]) -> str:
     shown = ", ".join(items[:MAX_SHOWN])
     return shown + (f" and {len(items) - MAX_SHOWN} more" if len(items) > MAX_SHOWN else "")
@@ -87,7 +96,7 @@ def _file_sha(bid: Bid, name: str) -> str | None:
 
 
 def profile(bid: Bid) -> Check:
-    names = sorted({str(d.get("profile")) for _, d in bid.manifests})
+    names = sorted({str(d.get("profile"))[:100] for _, d in bid.manifests})
     sha = _file_sha(bid, PROFILE)
     wanted = bid.tender.profile_name
     if sha is None:
@@ -111,13 +120,15 @@ def weights(bid: Bid) -> Check:
 
 def devices(bid: Bid) -> list[str]:
     """The devices the runs used (their manifests'), else the results'."""
-    found = {str(d) for _, m in bid.manifests for d in m.get("devices") or []}
+    found = {str(d)[:100] for _, m in bid.manifests for d in as_list(m.get("devices"))}
     return sorted(found or {v.device for v in bid.views if v.device_key})
 
 
 def tests(bid: Bid) -> Check:
     devs = devices(bid)
-    gpus = max((len(m.get("system", {}).get("gpus") or []) for m in bid.machines), default=0)
+    gpus = max(
+        (len(as_list(as_dict(m.get("system")).get("gpus"))) for m in bid.machines), default=0
+    )
     used = [d for d in devs if not d.startswith("cpu")]
     short = []
     if gpus and len(used) < gpus:
@@ -248,8 +259,10 @@ def throttle(bid: Bid) -> Check:
         if v.rate() is None:
             continue
         record = ((v.data.get("diagnostics") or {}).get("train") or {}).get("throttle")
-        if isinstance(record, dict) and results.is_finite(record.get("window_slices")):
-            slices += int(record.get("slices") or 0)
+        if isinstance(record, dict) and all(
+            results.is_finite(record.get(k)) for k in ("slices", "window_slices")
+        ):
+            slices += int(record["slices"])
             window += int(record["window_slices"])
     if not window:
         return Check("throttle", True, "no GPU throttle record (CPU runs): nothing throttled")
@@ -292,7 +305,7 @@ def machine_records(bid: Bid) -> Check:
     ]
     if missing or not bid.manifests:
         return Check("records", False, f"no machine record (sysinfo) for run {_some(missing)}")
-    hosts = sorted({str(m.get("system", {}).get("hostname")) for m in bid.machines})
+    hosts = sorted({str(as_dict(m.get("system")).get("hostname"))[:100] for m in bid.machines})
     return Check("records", True, f"machine record of every run ({', '.join(hosts)})")
 
 

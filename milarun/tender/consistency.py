@@ -42,6 +42,8 @@ def rate_problem(timer: str, record: Mapping[str, Any]) -> str | None:
     if not in_block <= duration * (1 + RELATIVE) + RELATIVE:
         return f"{timer}: in-block time {in_block:.6g} s exceeds its duration {duration:.6g} s"
     count, blocks = _number(record, "count"), _number(record, "blocks")
+    if not all(math.isfinite(v) for v in (count, blocks, in_block, duration, warm_time)):
+        return f"{timer}: a count or time that is not a number"
     sliced = math.fsum(r * width for r in rates[:full]) + (rates[-1] * last if last else 0.0)
     unsliced = count - sliced  # the warm-up blocks' examples
     tolerance = RELATIVE * max(count, 1.0) + 1
@@ -55,8 +57,8 @@ def rate_problem(timer: str, record: Mapping[str, Any]) -> str | None:
             "counted less the warm-up"
         )
     ends = record.get("slice_ends") or []
-    if ends and len(ends) != len(rates):
-        return f"{timer}: {len(ends)} slice ends for {len(rates)} slices"
+    if not isinstance(ends, list) or (ends and len(ends) != len(rates)):
+        return f"{timer}: its slice ends do not match its {len(rates)} slices"
     return None
 
 

@@ -174,7 +174,7 @@ def verify(path: Path, tender_path: Path) -> Verification:
         report.score_ci,
         report.failure_rate,
         tests,
-        notes=[str(n) for n in opened.bid.get("notes") or []][:20],
+        notes=[str(n)[:300] for n in checks.as_list(opened.bid.get("notes"))][:20],
         margin=tender.margin,
         risk=tender.risk,
     )

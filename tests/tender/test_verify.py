@@ -143,3 +143,31 @@ def test_package_refuses_what_it_cannot_pack(tmp_path):
     bad.write_text(json.dumps({"tests": {"quick.polynome": -1}}))
     with pytest.raises(errors.TenderError, match="quick.polynome"):
         package.make_package(folder, tmp_path / "y.tar.gz", declared=bad)
+
+
+def test_hostile_values_in_the_packed_files_fail_rules_never_the_verifier(bid, tmp_path):
+    """Records a vendor could forge with the MANIFEST re-made: wrong types everywhere."""
+    out, tender = bid
+
+    def forge(folder):
+        run = folder / "run"
+        for path in run.glob(".milarun-run.*"):
+            data = json.loads(path.read_text()) if path.suffix != ".profile" else None
+            if path.suffix == ".sysinfo":
+                path.write_text(json.dumps({"system": "x", "provenance": [1]}))
+            elif path.suffix == ".manifest":
+                path.write_text(json.dumps({**data, "devices": 5, "instances": {"a": 1}}))
+        (folder / "bid.json").write_text(json.dumps({"notes": "not a list"}))
+
+        def garble(d):
+            d["call"] = ["--x"]
+            d["diagnostics"] = {"train": {"throttle": {"slices": "many", "window_slices": 3}}}
+            d["timings"]["train"].update(count="lots")
+
+        bidkit.edit_results(folder, garble, first_only=False)
+        # a result the reader cannot use is left out (a run missing), never a traceback
+        bidkit.edit_results(folder, lambda d: d["timings"]["train"].update(slice_ends=7))
+
+    found = verify.verify(bidkit.edited(out, tmp_path, forge), tender)
+    assert {"arguments", "consistency", "tests"} <= set(failed(found))
+    assert "FAIL" in verify.to_text(found) and found.exit_code == verify.RULE_FAILED
