@@ -178,6 +178,9 @@ def verify(path: Path, tender_path: Path) -> Verification:
         margin=tender.margin,
         risk=tender.risk,
     )
+    packed_for = opened.bid.get("tender_sha256")
+    if packed_for and packed_for != tender.sha256:
+        out.notes.append("the bid was packed for another tender file (its SHA-256 differs)")
     if opened.declared is not None:
         out.verdicts = judge(tender, opened.declared, bid.summary, report)
     return out

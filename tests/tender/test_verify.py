@@ -117,6 +117,7 @@ def test_other_tender_rules_fail_a_bid_made_for_another(bid, tmp_path):
     assert failed(found) == ["tests"]
     text = verify.to_text(found)
     assert "quick.vae on cpu:0: 0 of 4" in text and "also ran quick.sine_wave" in text
+    assert "packed for another tender file" in text
 
 
 def test_the_declared_figures_are_rejected_when_far_above_the_runs(tmp_path):
