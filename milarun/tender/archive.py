@@ -17,6 +17,7 @@ import io
 import os
 import re
 import tarfile
+import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -75,7 +76,7 @@ def write_package(out: Path, members: Iterable[tuple[str, Path | bytes]]) -> tup
                 info = tarfile.TarInfo(name)
                 info.mode, info.uid, info.gid, info.uname, info.gname = 0o644, 0, 0, "", ""
                 if isinstance(source, bytes):
-                    info.size = len(source)
+                    info.size, info.mtime = len(source), int(time.time())
                     tar.addfile(info, io.BytesIO(source))
                     hashes[name] = hashlib.sha256(source).hexdigest()
                 else:

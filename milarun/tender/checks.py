@@ -199,7 +199,8 @@ def arguments(bid: Bid) -> Check:
         call = v.data.get("call") or {}
         argv = call.get("argv") if isinstance(call, dict) else None
         if test and (not isinstance(argv, list) or tuple(argv) != jobs[test].argv):
-            other.append(f"{v.name} J{v.data.get('job_id')}: {' '.join(map(str, argv or []))}")
+            words = " ".join(map(str, argv or []))
+            other.append(f"{v.name} J{v.data.get('job_id')}: {words[:120]}")
     if bid.tender.allow_overrides:
         return Check("arguments", True, f"overrides allowed ({len(other)} run(s) with other)")
     if other:
@@ -212,7 +213,7 @@ def failures(bid: Bid) -> Check:
     failed = sum(int(e.get("failures") or 0) for e in bid.summary.values())
     rate = failed / runs if runs else 1.0
     limit = bid.tender.number("max_failure_rate")
-    kinds = Counter()  # type: Counter[str]
+    kinds: Counter[str] = Counter()
     for entry in bid.summary.values():
         kinds.update(entry.get("failure_kinds") or {})
     detail = f" ({', '.join(f'{k}: {n}' for k, n in sorted(kinds.items()))})" if kinds else ""
