@@ -120,6 +120,7 @@ class Verification:
     notes: list[str] = field(default_factory=list)
     margin: float = 0.95
     risk: float = 0.05
+    coverage: float | None = None  # scored weight / the tender's weight of the tests run
 
     @property
     def passed(self) -> bool:
@@ -177,6 +178,7 @@ def verify(path: Path, tender_path: Path) -> Verification:
         notes=[str(n)[:300] for n in checks.as_list(opened.bid.get("notes"))][:20],
         margin=tender.margin,
         risk=tender.risk,
+        coverage=report.coverage,
     )
     packed_for = opened.bid.get("tender_sha256")
     if packed_for and packed_for != tender.sha256:
@@ -240,7 +242,8 @@ def to_text(v: Verification) -> str:
     lines += [f"{'PASS' if c.ok else 'FAIL'}  {c.rule:<{width}}  {c.evidence}" for c in v.checks]
     lines.append("")
     ci = f" (95% CI {_n(v.score_ci[0])} - {_n(v.score_ci[1])})" if v.score_ci else ""
-    lines.append(f"score {_n(v.score)}{ci}; failure rate {v.failure_rate:.1%}")
+    cover = f", coverage {v.coverage:.0%} of the weight" if v.coverage is not None else ""
+    lines.append(f"score {_n(v.score)}{ci}{cover}; failure rate {v.failure_rate:.1%}")
     for test, row in v.tests.items():
         low, high = row["ci95"]
         interval = f" (95% CI {_n(low)} - {_n(high)})" if low is not None else ""
@@ -275,6 +278,7 @@ def to_json(v: Verification) -> str:
         "checks": [asdict(c) for c in v.checks],
         "score": v.score,
         "score_ci": v.score_ci,
+        "coverage": v.coverage,
         "failure_rate": v.failure_rate,
         "tests": v.tests,
         "acceptance": v.acceptance,
