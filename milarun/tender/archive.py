@@ -190,7 +190,7 @@ def extract(package: Path, dest: Path, limits: Limits = DEFAULT_LIMITS) -> dict[
         f"{package}: refused: expands beyond {allowed / 2**20:,.0f} MiB from "
         f"{size / 2**20:,.1f} MiB (a decompression bomb?)"
     )
-    hashes: dict[str, str] = {}
+    hashes = _Hashes()
     try:
         with raw, gzip.GzipFile(fileobj=raw) as unzipped:
             stream = io.BufferedReader(_Bounded(unzipped, allowed, bomb), CHUNK)
@@ -205,7 +205,15 @@ def extract(package: Path, dest: Path, limits: Limits = DEFAULT_LIMITS) -> dict[
         raise PackageRefused(
             f"{package}: refused: not a readable .tar.gz ({type(err).__name__}: {err})"[:300]
         ) from None
-    return hashes
+    return dict(hashes)
+
+
+class _Hashes(dict[str, str]):
+    """name -> SHA-256 of the files extracted so far, and the folders made for them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folders: set[Path] = set()
 
 
 def _extract_member(
@@ -213,7 +221,7 @@ def _extract_member(
     member: tarfile.TarInfo,
     dest: Path,
     limits: Limits,
-    hashes: dict[str, str],
+    hashes: _Hashes,
     package: Path,
 ) -> None:
     name = member.name
@@ -241,7 +249,9 @@ def _extract_member(
         return
     if name in hashes:
         raise refuse("in the package twice")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.parent not in hashes.folders:  # one mkdir per folder, not per file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        hashes.folders.add(target.parent)
     source = tar.extractfile(member)
     assert source is not None  # a regular file
     digest = hashlib.sha256()

@@ -40,7 +40,7 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
     )
     if weights is None:
         raise TenderError(f"{path}: tests of several suites: give --weights")
-    report = build.build_report(summ, weights=weights, loaded=loaded)
+    report = build.build_report(summ, weights=weights)  # the score: the summary suffices
     scored = report.scored
     perf_adj = {t: float(report.table.loc[t, "perf_adj"]) for t in scored}
     runs = {

@@ -101,9 +101,8 @@ def rederive(
     summ = summary.summarize(ours.results)
     expected = expected_tests(tender, devices)
     weights = {t: w for t, w in tender.weights.items() if t in expected}
-    report = build.build_report(
-        summ, title="bid", weights=(tender.weights_name, weights), loaded=ours
-    )
+    # the table, the score and its interval: from the summary (no charts, no run details)
+    report = build.build_report(summ, title="bid", weights=(tender.weights_name, weights))
     return ours, summ, report, extra
 
 
