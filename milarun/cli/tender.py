@@ -57,7 +57,7 @@ class TenderCommands:
         no_test_args("tender init", test_args)
         tender = rules.make_tender(
             profile_spec,
-            weights or profile_spec,
+            weights,
             repeat=repeat,
             names=split_names(name),
             tags=split_names(tags),

@@ -123,7 +123,7 @@ class Tender:
 
 def make_tender(
     profile: str,
-    weights: str,
+    weights: str | None,
     *,
     repeat: int,
     names: list[str] | None = None,
@@ -140,7 +140,9 @@ def make_tender(
     _check_numbers(repeat, max_failure_rate, min_steady_slices, max_throttled_share, margin, risk)
     prof = run_profile.load_profile(profile)
     selected = prof.select(names or [], tags or [])
-    weights_path, values = report_weights.load_weights(weights)
+    if weights is None and not (report_weights.WEIGHTS_DIR / f"{prof.name}.json").is_file():
+        raise TenderError(f"profile {prof.name} has no shipped weights: give --weights FILE")
+    weights_path, values = report_weights.load_weights(weights or prof.name)
     tests = [j.fullname for j in selected]
     return {
         "kind": KIND,

@@ -65,3 +65,13 @@ def test_a_damaged_tender_is_refused_naming_the_field(tmp_path, change, field):
     with pytest.raises(errors.TenderError, match=field) as caught:
         rules.load_tender(path)
     assert "\n" not in str(caught.value) and "tender init" in str(caught.value)
+
+
+def test_a_profile_of_ones_own_needs_its_weights_named(tmp_path):
+    mine = tmp_path / "mine.json"
+    mine.write_bytes(run_profile.find_profile("quick").read_bytes())
+    with pytest.raises(errors.TenderError, match="give --weights"):
+        rules.make_tender(str(mine), None, repeat=1, names=["polynome"])
+    data = rules.make_tender(str(mine), "quick", repeat=1, names=["polynome"])
+    assert data["profile"]["name"] == "mine" and data["weights"]["name"] == "quick"
+    assert list(data["profile"]["jobs"]) == ["mine.polynome"]
