@@ -144,6 +144,11 @@ def make_tender(
         raise TenderError(f"profile {prof.name} has no shipped weights: give --weights FILE")
     weights_path, values = report_weights.load_weights(weights or prof.name)
     tests = [j.fullname for j in selected]
+    if not any(values.get(t, 0) > 0 or values.get(f"{t}.1", 0) > 0 for t in tests):
+        raise TenderError(
+            f"weights {weights_path}: no weight for any selected test ({', '.join(tests[:3])}"
+            f"{', ...' if len(tests) > 3 else ''}): nothing would be scored"
+        )
     return {
         "kind": KIND,
         "format": FORMAT,

@@ -72,6 +72,9 @@ def test_a_profile_of_ones_own_needs_its_weights_named(tmp_path):
     mine.write_bytes(run_profile.find_profile("quick").read_bytes())
     with pytest.raises(errors.TenderError, match="give --weights"):
         rules.make_tender(str(mine), None, repeat=1, names=["polynome"])
-    data = rules.make_tender(str(mine), "quick", repeat=1, names=["polynome"])
-    assert data["profile"]["name"] == "mine" and data["weights"]["name"] == "quick"
-    assert list(data["profile"]["jobs"]) == ["mine.polynome"]
+    with pytest.raises(errors.TenderError, match="no weight for any selected test"):
+        rules.make_tender(str(mine), "quick", repeat=1, names=["polynome"])
+    weights = tmp_path / "w.json"
+    weights.write_text(json.dumps({"mine.polynome": 1}))
+    data = rules.make_tender(str(mine), str(weights), repeat=1, names=["polynome"])
+    assert data["profile"]["name"] == "mine" and data["weights"]["values"] == {"mine.polynome": 1}
