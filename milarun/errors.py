@@ -70,3 +70,7 @@ class LaunchError(UserError, RuntimeError):
 
 class IsolationError(UserError, RuntimeError):
     """Student cgroups missing or unusable."""
+
+
+class DoctorFailed(UserError, RuntimeError):
+    """`jobs --doctor` found a faulty device: the run does not start (unless --force)."""
