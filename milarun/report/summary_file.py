@@ -115,9 +115,9 @@ def _quality_problem(quality: dict[str, Any]) -> str | None:
         isinstance(flagged, dict) and all(_count(v) for v in flagged.values())
     ):
         return "'quality.flagged' is not an object of counts"
-    numbers = [
-        (f"quality.{k}", v) for k, v in quality.items() if k not in ("flagged", *nested)
-    ] + [(f"quality.{k}.{n}", v) for k, block in nested.items() for n, v in (block or {}).items()]
+    numbers = [(f"quality.{k}", v) for k, v in quality.items() if k not in ("flagged", *nested)] + [
+        (f"quality.{k}.{n}", v) for k, block in nested.items() for n, v in (block or {}).items()
+    ]
     for where, value in numbers:
         if value is not None and not results.is_finite(value):
             return f"'{where}' is {value!r}, not a finite number"
