@@ -72,6 +72,10 @@ class IsolationError(UserError, RuntimeError):
     """Student cgroups missing or unusable."""
 
 
+class DoctorFailed(UserError, RuntimeError):
+    """`jobs --doctor` found a faulty device: the run does not start (unless --force)."""
+
+
 class TenderError(InputError):
     """A tender file, declared figures or bid package that cannot be used (milarun.tender)."""
 

@@ -14,6 +14,7 @@ from coleo import Option, default, run_cli
 
 from milarun import errors
 from milarun.cli import tender as bids
+from milarun.cli.doctor import doctor as doctor_command
 from milarun.cli.options import (
     OneLineParser,
     default_dataroot,
@@ -91,11 +92,21 @@ class Commands:
         master: Option & str = default(None)
         # Multi-node scaling: this node's rank (default: $SLURM_NODEID under srun)
         node_rank: Option & int = default(None)
+        # First measure the devices (doctor --active quick|full), the record in the run
+        # folder; a FAIL stops the run unless --force
+        # [metavar: quick|full]
+        doctor: Option & str = default(None)
+        # Start the run even when --doctor finds a FAIL
+        force: Option & bool = default(False)
 
         from milarun.run import launch, suite
 
         if (nnodes is None) != (master is None):
             raise errors.UsageError("--nnodes and --master go together (a multi-node run)")
+        if doctor:
+            from milarun.cli.doctor import before_jobs
+
+            before_jobs(doctor, devices_spec, Path(out) if out else default_outdir(), force)
         outcome = suite.run_suite(
             suite.SuiteRequest(
                 profile=profile_spec,
@@ -325,35 +336,7 @@ class Commands:
             print("  ".join(f"{k}={v}" for k, v in row.items()))
         return 0
 
-    def doctor(test_args: list[str]) -> int:
-        """Check this machine before a run: GPUs, drivers, cgroups, a profile's data, disk."""
-        # Also check the data of this profile (quick, standard, ... or a JSON file)
-        # [options: --profile]
-        # [metavar: NAME]
-        profile_spec: Option & str = default(None)
-        # Devices, as for jobs: GPU ids (0,1,3) or cpu:N (default: every GPU, else cpu:1)
-        # [options: --devices]
-        # [metavar: SPEC]
-        devices_spec: Option & str = default(None)
-        # Data folder (default: $MILARUN_DATAROOT, then a per-user folder)
-        # [alias: -d]
-        dataroot: Option = default(None)
-
-        from milarun.doctor import passive as doctor
-
-        no_test_args("doctor", test_args)
-        request = doctor.Request(
-            Path(dataroot) if dataroot else default_dataroot(),
-            profile=profile_spec,
-            devices=devices_spec,
-        )
-        checks = []
-        for check in doctor.run_checks(request, doctor.Machine.here()):
-            checks.append(check)
-            print(doctor.render(check), flush=True)
-        print(doctor.summary(checks))
-        return doctor.exit_code(checks)
-
+    doctor = doctor_command
     slurm = SlurmCommands
     tender, package, verify = bids.TenderCommands, bids.package, bids.verify
 

@@ -249,7 +249,7 @@ def load_dir(root: Path) -> Loaded:
 def _walk(root: Path, loaded: Loaded) -> None:
     for dirpath, _dirs, files in os.walk(root):
         for filename in sorted(files):
-            if not filename.endswith(".json") or filename.startswith("."):
+            if not filename.endswith(".json") or filename.startswith((".", results.DOCTOR_RECORD)):
                 continue
             path = Path(dirpath) / filename
             try:

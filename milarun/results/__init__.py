@@ -91,6 +91,9 @@ OWN_KEYS = frozenset(RECORD_KEYS + (WRITTEN_BY,)) - {"job", *LAUNCH_KEYS}
 # starting with a dot, short enough that ``<name>.J<id>.FAIL.<stamp>.json`` (and the
 # temporary file written before it) fits the 255 bytes of a file name.
 MAX_NAME = 100
+# The record of `jobs --doctor` in a run folder (doctor-active[.<stamp>].json): not a result,
+# so result readers pass over it rather than list it as skipped.
+DOCTOR_RECORD = "doctor-active"
 _SAFE_NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
 

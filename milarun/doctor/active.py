@@ -1,0 +1,318 @@
+"""`milarun doctor --active quick|full`: measured checks of every device of this machine.
+
+One probe child per device (``python -m milarun.doctor.probe``, where torch is imported),
+all at once, as `jobs` runs its instances: each GPU with ``CUDA_VISIBLE_DEVICES`` set to it,
+each CPU slice in its student cgroup (else pinned to the slice's CPUs). While they run,
+NVML is sampled (clocks, throttle reasons, the PCIe link, XID events); its error counters are
+read before and after. On a node with two or more GPUs a node child then measures the GPU
+pairs and the NCCL all-reduce. Every child is bounded by a timeout and killed with its
+process group past it; a child that crashes, hangs or raises is a FAIL. The verdicts are
+milarun.doctor.judge's. This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from milarun import errors, results
+from milarun.doctor import active_nvml, judge, judge_node, record, sampling
+from milarun.doctor.gpu import Check
+from milarun.machine import devices, isolation, watchdog
+from milarun.results import jsonfile
+
+LEVELS = ("quick", "full")
+TIMEOUT = {"quick": 150.0, "full": 540.0}  # seconds a child may take (torch + CUDA start incl.)
+PROBE = [sys.executable, "-m", "milarun.doctor.probe"]
+CGROUP_SPEC = "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"
+MAX_PROBE_FILE = 4 * 2**20
+STDERR_TAIL = 4000
+BARRIER = "barrier"
+
+
+@dataclass
+class Setup:
+    """What the active checks run on; the tests replace the probe command (a fake GPU
+    child), the spec's sizes (bounded runs) and the timeout."""
+
+    nvml: Any = None
+    probe: list[str] = field(default_factory=lambda: list(PROBE))
+    spec: dict[str, Any] = field(default_factory=dict)  # added to every child's spec
+    timeout: float | None = None  # None: TIMEOUT[level]
+    hierarchies: Callable[[], dict[str, isolation.Hierarchy]] = isolation.find_hierarchies
+    environ: dict[str, str] = field(default_factory=dict)  # added to every child's environ
+
+
+@dataclass
+class _Child:
+    probed: judge.Probed
+    argv: list[str]
+    env: dict[str, str]
+    preexec: Callable[[], None] | None
+    out: Path
+    err: Path
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+
+
+def level_of(text: str | None) -> str:
+    level = text or "quick"
+    if level not in LEVELS:
+        raise errors.UsageError(f"--active {level}: use quick or full")
+    return level
+
+
+def _start(child: _Child) -> None:
+    with open(child.err, "wb") as err:
+        child.process = subprocess.Popen(
+            child.argv,
+            env=child.env,
+            stdin=subprocess.DEVNULL,
+            stdout=err,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=watchdog.die_with_parent(os.getpid(), then=child.preexec),
+        )
+    child.started = time.monotonic()
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+def _finish(child: _Child, timed_out: bool, timeout: float) -> judge.Probed:
+    p = child.probed
+    assert child.process is not None
+    p.returncode, p.timed_out, p.timeout = child.process.returncode, timed_out, timeout
+    p.seconds = time.monotonic() - child.started
+    try:
+        p.data = jsonfile.read_json(child.out, limit=MAX_PROBE_FILE)
+    except errors.InputError:
+        p.data = None
+    p.stderr = child.err.read_bytes()[-STDERR_TAIL:].decode(errors="replace")
+    barrier = child.out.parent / BARRIER
+    if barrier.is_dir():  # its siblings wait for it no more (sampling.Recorder)
+        (barrier / f"{sampling.GONE}.{child.out.stem}").touch()
+    return p
+
+
+def run_children(
+    children: list[_Child], timeout: float, sampler: active_nvml.Sampler | None = None
+) -> list[judge.Probed]:
+    """Start every child (then the NVML sampler: no thread runs while they fork), wait for
+    all of them, kill any past ``timeout``."""
+    try:
+        for child in children:
+            _start(child)
+        if sampler is not None:
+            sampler.start()
+        pending = list(children)
+        while pending:
+            for child in list(pending):
+                assert child.process is not None
+                late = time.monotonic() - child.started > timeout
+                if child.process.poll() is None and late:
+                    _kill(child.process)
+                if child.process.returncode is not None:
+                    _finish(child, late, timeout)
+                    pending.remove(child)
+            time.sleep(0.05)
+    finally:  # Ctrl-C: no child outlives doctor
+        for child in children:
+            if child.process is not None and child.process.poll() is None:
+                _kill(child.process)
+        if sampler is not None:
+            sampler.stop()
+    return [c.probed for c in children]
+
+
+def _child(
+    tmp: Path,
+    probed: judge.Probed,
+    spec: dict[str, Any],
+    env: dict[str, str],
+    setup: Setup,
+    preexec: Callable[[], None] | None = None,
+) -> _Child:
+    name = probed.label.replace(":", "")
+    out = tmp / f"{name}.json"
+    spec_file = tmp / f"{name}.spec.json"
+    results.write_atomic(spec_file, {**spec, **setup.spec, "out": str(out)})
+    environ = {**os.environ, **env, **setup.environ, "PYTHONUNBUFFERED": "1"}
+    return _Child(
+        probed, [*setup.probe, str(spec_file)], environ, preexec, out, tmp / f"{name}.log"
+    )
+
+
+def _barrier(tmp: Path, count: int) -> dict[str, Any]:
+    """Where the children meet before each phase (milarun.doctor.probe.Recorder)."""
+    folder = tmp / BARRIER
+    folder.mkdir(exist_ok=True)
+    return {"folder": str(folder), "count": count}
+
+
+def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setup) -> list[_Child]:
+    hier = setup.hierarchies()
+    ids = [d.id for d in devs]
+    try:
+        students = isolation.machine_plan(ids, hier, {})
+    except errors.IsolationError:  # fewer CPUs than slices: one slice each, shared
+        cpus = sorted(os.sched_getaffinity(0))
+        students = [isolation.Student(i, tuple(cpus), "0", 0) for i in ids]
+    children = []
+    for dev, student in zip(devs, students, strict=True):
+        probed = judge.Probed(dev.label, "cpu", None, None, planned_cpus=list(student.cpus))
+        preexec: Callable[[], None]
+        prefix: list[str] = []
+        try:
+            place = isolation.placement(CGROUP_SPEC, dev.id, hier)
+            preexec = partial(isolation.join_v2, place.v2_procs)
+            prefix, probed.placement = place.prefix, place.spec
+        except errors.IsolationError:  # no student group: pinned to the plan's CPUs
+            preexec = partial(os.sched_setaffinity, 0, set(student.cpus))
+            probed.placement = "pinned, no student group"
+        env = devices.instance_environ([dev])
+        threads = str(len(student.cpus))
+        env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+        spec = {"kind": "cpu", "level": level, "barrier": _barrier(tmp, len(devs))}
+        child = _child(tmp, probed, spec, env, setup, preexec)
+        child.argv = prefix + child.argv
+        children.append(child)
+    return children
+
+
+def _gpus(devs: list[devices.Device], nvml: Any) -> list[tuple[devices.Device, Any, str]]:
+    found = []
+    for dev in devs:
+        try:
+            handle = devices.nvml_handle(nvml, dev.id)
+            uuid = nvml.nvmlDeviceGetUUID(handle)
+        except Exception as err:
+            raise errors.DeviceSpecError(
+                f"--devices: NVML cannot open GPU {dev.id} ({err})"
+            ) from None
+        found.append((dev, handle, uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
+    return found
+
+
+def _gpu_children(
+    tmp: Path, gpus: list[tuple[devices.Device, Any, str]], level: str, setup: Setup
+) -> list[_Child]:
+    nvml = setup.nvml
+    lock = tmp / "host-link.lock"
+    children = []
+    for dev, handle, uuid in gpus:
+        name = nvml.nvmlDeviceGetName(handle)
+        probed = judge.Probed(
+            dev.label,
+            "gpu",
+            None,
+            None,
+            name=name.decode() if isinstance(name, bytes) else str(name),
+            memory=active_nvml.total_memory(nvml, handle),
+            before=active_nvml.counters(nvml, handle),
+            link=active_nvml.link(nvml, handle),
+        )
+        env = {
+            "CUDA_VISIBLE_DEVICES": uuid,
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "MILARUN_DEVICE": dev.label,
+        }
+        spec = {
+            "kind": "gpu",
+            "level": level,
+            "device": "cuda:0",
+            "lock": str(lock),
+            "barrier": _barrier(tmp, len(gpus)),
+        }
+        children.append(_child(tmp, probed, spec, env, setup))
+    return children
+
+
+def measure(
+    level: str,
+    devs: list[devices.Device],
+    setup: Setup,
+    say: Callable[[str], None],
+    probed: list[judge.Probed],
+) -> Iterator[Check]:
+    """Run the probes on these devices and yield the checks; what each probe measured is
+    appended to ``probed``."""
+    timeout = setup.timeout or TIMEOUT[level]
+    with tempfile.TemporaryDirectory(prefix="milarun-doctor-") as folder:
+        tmp = Path(folder)
+        if devs[0].kind == devices.CPU_KIND:
+            say(f"measuring {len(devs)} CPU slice(s) ({level}, at most {timeout:.0f} s)...")
+            probed += run_children(_cpu_children(tmp, devs, level, setup), timeout)
+            yield from judge.cpu_checks(probed)
+            return
+        if setup.nvml is None:
+            raise errors.DeviceSpecError("--devices names GPUs, but NVML is not usable here")
+        gpus = _gpus(devs, setup.nvml)
+        children = _gpu_children(tmp, gpus, level, setup)
+        say(f"measuring {len(gpus)} GPU(s) ({level}, at most {timeout:.0f} s)...")
+        handles = {dev.label: handle for dev, handle, _ in gpus}
+        sampler = active_nvml.Sampler(setup.nvml, handles)
+        probed += run_children(children, timeout, sampler)
+        for p, (_, handle, _) in zip(probed, gpus, strict=True):
+            p.after = active_nvml.counters(setup.nvml, handle)
+            p.samples, p.xids = sampler.samples[p.label], sampler.xids[p.label]
+            p.xid_error = sampler.xid_error
+        yield from judge.gpu_checks(probed)
+        if len(gpus) < 2:
+            yield from judge_node.skipped(len(gpus))
+            return
+        say(f"measuring the {len(gpus)} GPUs together (P2P, NCCL)...")
+        env = {
+            "CUDA_VISIBLE_DEVICES": ",".join(u for _, _, u in gpus),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        }
+        node = _child(
+            tmp,
+            judge.Probed("node", "node", None, None),
+            {"kind": "node", "level": level},
+            env,
+            setup,
+        )
+        probed += run_children([node], timeout)
+        yield from judge_node.node_checks(probed[-1])
+
+
+def run(
+    level: str,
+    spec: str | None,
+    setup: Setup,
+    say: Callable[[str], None],
+    emit: Callable[[Check], None],
+) -> dict[str, Any]:
+    """The active checks of the devices ``spec`` names (default: every GPU, else one CPU
+    slice), each check given to ``emit`` as it comes; returns the record."""
+    started, clock = time.time(), time.monotonic()
+    devs = devices.parse_device_spec(spec) if spec else devices.discover_devices(setup.nvml)
+    checks: list[Check] = []
+    probed: list[judge.Probed] = []
+    for check in measure(level, devs, setup, say, probed):
+        checks.append(check)
+        emit(check)
+    label = spec or (
+        f"cpu:{len(devs)}" if devs[0].kind == devices.CPU_KIND else ",".join(d.id for d in devs)
+    )
+    return record.build(level, label, checks, probed, started, time.monotonic() - clock)
+
+
+def dcgm_available() -> str | None:
+    return shutil.which("dcgmi")

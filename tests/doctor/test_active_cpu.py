@@ -1,0 +1,94 @@
+"""`doctor --active` on CPU slices, for real: the probes measure this machine's cores, in real
+student cgroups where this machine lets the tests make them (root, cgroup v1 with
+cgroup-tools: tests/machine/test_isolation.py's ``students`` fixture), else pinned to the
+slices' CPUs. The runs are bounded by time (a fixed number of samples of fixed seconds)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import partial
+
+import pytest
+
+from conftest import milarun
+from machine.test_isolation import _v1_ready, students  # noqa: F401 (a fixture)
+from milarun.doctor import active, record
+from milarun.doctor.gpu import Check
+from milarun.machine import isolation
+
+HOG = "while True: pass"
+
+
+def _hog_on(cpu: int) -> None:
+    """A rogue process on this CPU at a higher priority than the probes (nice -10): on a busy
+    machine the scheduler would otherwise even the load out, moving the other processes away
+    from this CPU onto the sibling slice's (a hog at the probes' priority measured 0.8-0.97x here
+    with other tests running). Its own session, so where the kernel groups a session's
+    processes (sched_autogroup) the priority is its group's too."""
+    os.sched_setaffinity(0, {cpu})
+    os.setsid()
+    os.nice(-10)
+    try:
+        with open("/proc/self/autogroup", "w") as f:
+            f.write("-10")
+    except OSError:
+        pass  # no autogroup here: the nice value is the priority
+
+
+@pytest.fixture
+def slices(request) -> str | None:
+    """The cgroup parent of two real student groups (None: they cannot be made here)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs: one per slice")
+    if _v1_ready() is None:
+        parent, _ = request.getfixturevalue("students")
+        return parent
+    return None
+
+
+def _env(parent: str | None) -> dict[str, str]:
+    return {isolation.PARENT_ENV: parent} if parent else {}
+
+
+def test_two_cpu_slices_are_measured_and_pass(slices, tmp_path):
+    out = tmp_path / "doctor.json"
+    done = milarun(
+        "doctor", "--active", "quick", "--devices", "cpu:2", "--json", out, env=_env(slices)
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = record.read(out)
+    assert found["verdict"] != "FAIL" and found["level"] == "quick"
+    for label in ("cpu:0", "cpu:1"):
+        for metric in ("cpu_gemm", "cpu_memory_bandwidth"):
+            assert len(found["measurements"][label][metric]["samples"]) >= 3
+        assert f"PASS  {label} gemm fp32" in done.stdout
+    assert found["units"]["cpu:0"]["cpus"] != found["units"]["cpu:1"]["cpus"]
+    if slices:  # in the student groups `jobs` uses
+        assert "student0" in found["units"]["cpu:0"]["placement"]
+
+
+def test_a_slice_with_a_cpu_hog_on_its_cores_fails_the_sibling_test(slices, monkeypatch):
+    if slices:
+        monkeypatch.setenv(isolation.PARENT_ENV, slices)
+    plan = isolation.machine_plan(["0", "1"], isolation.find_hierarchies(), {})
+    cpus = set(plan[1].cpus)
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", HOG], preexec_fn=partial(_hog_on, c)) for c in cpus
+    ]
+    try:
+        checks: list[Check] = []
+        found = active.run("quick", "cpu:2", active.Setup(), lambda line: None, checks.append)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    lines = {c.name: c for c in checks}
+    slow = lines["cpu:1 gemm fp32"]
+    assert slow.status == "FAIL", slow  # about half its sibling's rate: under 0.8 of it
+    assert "significantly slower" in slow.detail and "slice" in slow.fix
+    assert lines["cpu:0 gemm fp32"].status == "PASS"
+    assert found["exit_code"] == 1 and found["verdict"] == "FAIL"
+    json.dumps(found)  # the record is plain JSON
