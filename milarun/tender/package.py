@@ -35,7 +35,6 @@ from milarun.tender import archive, rules
 RUN = "run"
 BID, REPRO, PROFILE, WEIGHTS = "bid.json", "reproducibility.json", "profile.json", "weights.json"
 TENDER, DECLARED = "tender.json", "declared.json"
-DOCTOR_ACTIVE = "doctor-active.json"  # `jobs --doctor` (issue 28): packed as a file of the run
 SKIPPED_NAMES = (".milarun.lock",)
 
 
@@ -136,8 +135,8 @@ def make_package(
         notes.append("no run manifest: these results were not made by `milarun jobs`")
     if runs and not all(r["sysinfo"] for r in runs):
         notes.append("a run kept no machine record (sysinfo): made before milarun kept one?")
-    if not any(Path(n).name == DOCTOR_ACTIVE for n, _ in files):
-        notes.append("no doctor record (doctor-active.json) in the folder")
+    if not any(Path(n).name.startswith(results.DOCTOR_RECORD) for n, _ in files):
+        notes.append("no doctor record (doctor-active.json: `jobs --doctor`) in the folder")
     cuts = manifest.cut_short(folder)
     notes += [f"{cut.describe()}: no result for {cut.missing()}" for cut in cuts]
     extra: list[tuple[str, Path | bytes]] = []

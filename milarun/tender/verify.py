@@ -38,6 +38,7 @@ class Opened:
     machines: list[dict[str, Any]]
     bid: dict[str, Any]
     declared: dict[str, Any] | None
+    doctors: list[str] = field(default_factory=list)  # what each doctor --active record says
 
 
 def open_package(path: Path, dest: Path, limits: archive.Limits = archive.DEFAULT_LIMITS) -> Opened:
@@ -60,7 +61,28 @@ def open_package(path: Path, dest: Path, limits: archive.Limits = archive.DEFAUL
     declared = None
     if (dest / package.DECLARED).is_file():
         declared = package.read_declared(dest / package.DECLARED)
-    return Opened(dest, hashes, listed, loaded, manifests, machines, bid, declared)
+    opened = Opened(dest, hashes, listed, loaded, manifests, machines, bid, declared)
+    opened.doctors = doctor_records(run) if run.is_dir() else []
+    return opened
+
+
+def doctor_records(run: Path) -> list[str]:
+    """One line per `jobs --doctor` record of the run folder (milarun.doctor.record reads
+    it, every field checked), or the line that says there is none."""
+    from milarun.doctor import record
+
+    lines = []
+    for path in sorted(run.rglob(f"{results.DOCTOR_RECORD}*.json"))[:100]:
+        try:
+            data = record.read(path)
+        except InputError as err:
+            lines.append(f"doctor record unreadable: {str(err)[:200]}")
+            continue
+        lines.append(
+            f"doctor --active {data['level'][:20]} on {data['node'][:60]}: {data['verdict']} "
+            f"({path.name})"
+        )
+    return lines or ["no doctor --active record in the run folder (`jobs --doctor quick`)"]
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -174,7 +196,7 @@ def verify(path: Path, tender_path: Path) -> Verification:
         report.score_ci,
         report.failure_rate,
         tests,
-        notes=[str(n)[:300] for n in checks.as_list(opened.bid.get("notes"))][:20],
+        notes=opened.doctors + [str(n)[:300] for n in checks.as_list(opened.bid.get("notes"))][:20],
         margin=tender.margin,
         risk=tender.risk,
         coverage=report.coverage,
@@ -250,7 +272,7 @@ def to_text(v: Verification) -> str:
             f"  {test}: {_n(row['perf'])}{interval}, {row['n']} run(s), {row['fail']} failed"
         )
     if v.notes:
-        lines += ["", "packed with these notes:"] + [f"  - {n}" for n in v.notes]
+        lines += ["", "notes:"] + [f"  - {n}" for n in v.notes]
     if v.verdicts:
         lines += ["", f"acceptance (margin {v.margin:g} x declared, risk {v.risk:g}):"]
         for d in v.verdicts:

@@ -54,7 +54,7 @@ def test_the_package_holds_the_run_and_its_records(real_bid):
     assert provenance["uv_lock_sha256"] and "torch" in provenance["packages"]
     assert {"gpu_firmware", "infiniband", "container_image", "nccl", "git"} <= set(provenance)
     assert facts["results"] == 1 and facts["cut_short"] == [] and facts["tender_sha256"]
-    assert "no doctor record (doctor-active.json) in the folder" in facts["notes"]
+    assert any(n.startswith("no doctor record") for n in facts["notes"])
 
 
 def test_the_same_run_fails_a_tender_that_requires_student_cgroups(real_bid, tmp_path):

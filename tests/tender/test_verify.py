@@ -172,3 +172,20 @@ def test_hostile_values_in_the_packed_files_fail_rules_never_the_verifier(bid, t
     found = verify.verify(bidkit.edited(out, tmp_path, forge), tender)
     assert {"arguments", "consistency", "tests"} <= set(failed(found))
     assert "FAIL" in verify.to_text(found) and found.exit_code == verify.RULE_FAILED
+
+
+def test_the_doctor_record_of_jobs_doctor_is_packed_and_read(tmp_path):
+    folder = bidkit.synthetic_run(tmp_path / "run", RATES, repeat=1)
+    tender = bidkit.tender(tmp_path / "t.json", ["polynome", "sine_wave"], repeat=1)
+    bare = verify.verify(package.make_package(folder, tmp_path / "bare.tar.gz").out, tender)
+    assert any(n.startswith("no doctor --active record") for n in bare.notes)
+    record = {"kind": "milarun-doctor-active", "format": 1, "level": "quick", "node": "cn1",
+              "verdict": "PASS", "checks": [], "measurements": {}}  # fmt: skip
+    (folder / "doctor-active.json").write_text(json.dumps(record))
+    (folder / "doctor-active.20260101-000000-000000.json").write_text('{"kind": 1}')
+    packed = package.make_package(folder, tmp_path / "bid.tar.gz")
+    assert not any(n.startswith("no doctor record") for n in packed.notes)
+    found = verify.verify(packed.out, tender)
+    assert failed(found) == []  # the records are no results: no rule reads them as such
+    assert "doctor --active quick on cn1: PASS (doctor-active.json)" in found.notes
+    assert any(n.startswith("doctor record unreadable") and "kind" in n for n in found.notes)
