@@ -24,6 +24,10 @@ BIDS = {
 }
 
 
+# one worker runs the module, so its shared bid is made once
+pytestmark = pytest.mark.xdist_group(name="tender_ranking")
+
+
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     root = tmp_path_factory.mktemp("bids")

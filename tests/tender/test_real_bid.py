@@ -13,6 +13,9 @@ import bidkit
 from conftest import milarun
 from milarun.tender import verify
 
+# one worker runs the module, so its shared bid is made once
+pytestmark = pytest.mark.xdist_group(name="tender_real_bid")
+
 
 @pytest.fixture(scope="module")
 def real_bid(tmp_path_factory):

@@ -14,6 +14,10 @@ from milarun.tender import package, verify
 RATES = {"quick.polynome": 40_000.0, "quick.sine_wave": 900.0}
 
 
+# one worker runs the module, so its shared bid is made once
+pytestmark = pytest.mark.xdist_group(name="tender_verify")
+
+
 @pytest.fixture(scope="module")
 def bid(tmp_path_factory):
     root = tmp_path_factory.mktemp("bid")
