@@ -72,3 +72,57 @@ def one_line(done: subprocess.CompletedProcess) -> bool:
 
 
 Outcome = tuple[bool, int, str]  # survived, runs lost, what happened
+
+# Result files a scenario wrote itself (hostile or hand-made input), not milarun's output.
+PLANTED: set[Path] = set()
+
+
+def plant(path: Path) -> Path:
+    """Mark ``path`` as the scenario's own input: wrong_content() leaves it out."""
+    PLANTED.add(path.resolve())
+    return path
+
+
+def wrong_content(folder: Path) -> list[str]:
+    """Result files (``*.J*.json``) milarun saved under ``folder`` that its own reader
+    refuses: torn or truncated JSON, a field of the wrong type, a success without a rate."""
+    from milarun import results
+    from milarun.results import read
+
+    wrong = []
+    for path in folder.rglob("*.J*.json"):
+        if path.resolve() in PLANTED or not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_bytes())
+        except (ValueError, OSError) as err:
+            wrong.append(f"{path.name}: {str(err)[:60]}")
+            continue
+        if not isinstance(data, dict) or "milarun_version" not in data:
+            continue  # not a result milarun writes (a scenario's stray file)
+        try:
+            problem = results.result_problem(data)
+        except (KeyError, TypeError) as err:
+            problem = f"missing or bad field {err}"
+        if (
+            problem is None
+            and data.get("success")
+            and read.ResultView.from_dict(data).rate() is None
+        ):
+            problem = "success without a rate"
+        if problem:
+            wrong.append(f"{path.name}: {problem}")
+    return wrong
+
+
+def stragglers(marker: str, grace: float = 5.0) -> int:
+    """Processes still naming ``marker`` ``grace`` seconds after a scenario ended (each
+    killed, so that the next scenario starts clean)."""
+    left = leftovers(marker)
+    _, alive = psutil.wait_procs(left, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    return len(alive)

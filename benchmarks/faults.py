@@ -23,7 +23,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from faultkit import ENV, SLOW, Outcome, clean, leftovers, milarun, profile, results_in, start
+from faultkit import (
+    ENV,
+    SLOW,
+    Outcome,
+    clean,
+    leftovers,
+    milarun,
+    plant,
+    profile,
+    results_in,
+    start,
+    stragglers,
+    wrong_content,
+)
 from faults_part2 import SCENARIOS as PART2
 from faults_part3 import SCENARIOS as PART3
 
@@ -135,7 +148,7 @@ def hostile_files(tmp: Path) -> Outcome:
     (res / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     good = json.loads(next(res.glob("*.FAIL.*.json")).read_text())
     good.update(success=True, timings={"train": {"rates": "fast"}})
-    (res / "typed.J0.0.20260101-000000-000000.json").write_text(json.dumps(good))
+    plant(res / "typed.J0.0.20260101-000000-000000.json").write_text(json.dumps(good))
     weights = tmp / "w.json"
     weights.write_text(json.dumps({"nan_metric": 1e308}))
     try:
@@ -288,16 +301,23 @@ def main() -> None:
         for name, scenario in {**SCENARIOS, **PART2, **PART3}.items()
         if not words or any(w in name.lower() for w in words)
     }
-    tried = survived = lost = 0
+    tried = survived = lost = wrong = left = 0
     for name, scenario in chosen.items():
         with tempfile.TemporaryDirectory(prefix="milarun-fault-") as tmp:
             ok, runs_lost, detail = scenario(Path(tmp))
+            bad, stray = wrong_content(Path(tmp)), stragglers(tmp)
         tried, survived, lost = tried + 1, survived + ok, lost + runs_lost
+        wrong, left = wrong + len(bad), left + stray
         print(
-            f"{'SURVIVED' if ok else 'FAILED  '}  {name:22s} lost {runs_lost}  {detail}", flush=True
+            f"{'SURVIVED' if ok else 'FAILED  '}  {name:22s} lost {runs_lost}  wrong {len(bad)}"
+            f"  left {stray}  {detail}" + "".join(f"\n    wrong content: {b}" for b in bad),
+            flush=True,
         )
-    print(f"\ntried {tried}, survived {survived}, runs lost {lost}")
-    sys.exit(0 if survived == tried and lost == 0 else 1)
+    print(
+        f"\ntried {tried}, survived {survived}, runs lost {lost}, saved with wrong content "
+        f"{wrong}, leftovers {left}"
+    )
+    sys.exit(0 if survived == tried and lost == wrong == left == 0 else 1)
 
 
 if __name__ == "__main__":

@@ -10,19 +10,25 @@ import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from faultkit import Outcome, clean, milarun, one_line, profile, results_in, start
+from faultkit import Outcome, clean, milarun, one_line, plant, profile, results_in, start
 
 from fullfs import full_tmpfs
 from milarun.results import manifest
 from resultfactory import result, write
 
+
+def plant_write(*args: Any) -> Path:
+    return plant(write(*args))  # the scenario's own input
+
+
 STAMP = "20260101-000000-000000"
 
 
 def _results(folder: Path) -> Path:
-    write(folder, result("suite.good", "0", 100.0))
-    write(folder, result("suite.good", "1", 100.0))
+    plant_write(folder, result("suite.good", "0", 100.0))
+    plant_write(folder, result("suite.good", "1", 100.0))
     return folder
 
 
@@ -75,13 +81,13 @@ def names_from_files(tmp: Path) -> Outcome:
     """A 300-character name without a dot, a 10 MB name, a 10 MB device: skipped with one
     line each; the text and the page stay their usual size."""
     res = _results(tmp / "res")
-    write(res, result("x" * 300, "0", 100.0), f"long.J0.{STAMP}.json")
-    write(res, result("y" * 10_000_000, "0", 100.0), f"huge.J0.{STAMP}.json")
-    write(res, result("suite.good", "2", 100.0, device="d" * 10**7), f"dev.J0.{STAMP}.json")
+    plant_write(res, result("x" * 300, "0", 100.0), f"long.J0.{STAMP}.json")
+    plant_write(res, result("y" * 10_000_000, "0", 100.0), f"huge.J0.{STAMP}.json")
+    plant_write(res, result("suite.good", "2", 100.0, device="d" * 10**7), f"dev.J0.{STAMP}.json")
     page = tmp / "r.html"
     done = milarun("report", res, "--html", page)
     alone = tmp / "alone"
-    write(alone, result("x" * 300, "0", 100.0), f"long.J0.{STAMP}.json")
+    plant_write(alone, result("x" * 300, "0", 100.0), f"long.J0.{STAMP}.json")
     single = milarun("report", alone)
     text = len(done.stdout) + len(done.stderr)
     size = page.stat().st_size if page.exists() else 0

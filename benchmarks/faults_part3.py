@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-from faultkit import ENV, Outcome, clean, leftovers, milarun, one_line, profile, start
+from faultkit import ENV, Outcome, clean, leftovers, milarun, one_line, plant, profile, start
 
 from fullfs import full_tmpfs
 from milarun.results import manifest
@@ -131,14 +131,14 @@ def html_into_a_pipe(tmp: Path) -> Outcome:
     """--html naming a FIFO or /dev/stdout piped into cat: one line, no hang; a results
     file name that is not UTF-8: the page is written."""
     res = tmp / "res"
-    write(res, result("suite.good", "0", 100.0))
+    plant(write(res, result("suite.good", "0", 100.0)))
     os.mkfifo(tmp / "fifo")
     fifo = milarun("report", res, "--html", tmp / "fifo", timeout=60)
     piped = subprocess.run(
         f"{sys.executable} -m milarun report {res} --html /dev/stdout | cat",
         shell=True, env=ENV, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    (res / os.fsdecode(b"\xffbad.J0.20260101-000000-000000.json")).write_text("{}")
+    plant(res / os.fsdecode(b"\xffbad.J0.20260101-000000-000000.json")).write_text("{}")
     page = milarun("report", res, "--html", tmp / "page.html", timeout=120)
     ok = one_line(fifo) and "not a regular file" in piped.stderr and page.returncode == 0
     return ok and clean(page), 0, f"exits {fifo.returncode}, page {page.returncode}"
@@ -150,7 +150,7 @@ def rerun_not_reproducible(tmp: Path) -> Outcome:
     outcomes = []
     for extra in ({"world_size": 2}, {"written_by": "milarun slurm check"}):
         folder = tmp / str(len(outcomes))
-        path = write(folder, {**result("suite.scaling.2", "0", 100.0), **extra})
+        path = plant(write(folder, {**result("suite.scaling.2", "0", 100.0), **extra}))
         outcomes.append((milarun("rerun", path), len(list(tmp.rglob("*.json")))))
     ok = all(one_line(d) for d, _ in outcomes) and outcomes[-1][1] == 2
     return ok, 0, f"exits {[d.returncode for d, _ in outcomes]}"

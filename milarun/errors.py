@@ -74,3 +74,11 @@ class IsolationError(UserError, RuntimeError):
 
 class DoctorFailed(UserError, RuntimeError):
     """`jobs --doctor` found a faulty device: the run does not start (unless --force)."""
+
+
+class TenderError(InputError):
+    """A tender file, declared figures or bid package that cannot be used (milarun.tender)."""
+
+
+class PackageRefused(TenderError):
+    """A bid package refused unread: unsafe (escaping paths, links, devices, bombs) or damaged."""

@@ -25,7 +25,7 @@ class FakeNVML:
     may add what the H100 file lacks: ``memory_used`` (bytes; 0 if absent),
     ``remapped_rows`` (corrected, uncorrected, pending, failure; none if absent),
     ``default_app_clock_sm`` (the application clock if absent), ``retired_pending`` and
-    ``slowdown_temperature``. Any other reading its dict lacks raises NotSupported, as
+    ``slowdown_temperature``, ``vbios``. Any other reading its dict lacks raises NotSupported, as
     pynvml does for a reading a GPU does not offer.
 
     Handles are ``("handle", index)``. Every handle lookup is recorded in ``asked`` (indices
@@ -96,6 +96,9 @@ class FakeNVML:
 
     def nvmlDeviceGetUUID(self, handle):
         return self._reading(handle, "uuid")
+
+    def nvmlDeviceGetVbiosVersion(self, handle):
+        return self._reading(handle, "vbios")
 
     def nvmlDeviceGetPciInfo(self, handle):  # pynvml's busId is bytes (a char array)
         bus = self._gpu(handle).get("pci_bus_id", "00000000:00:00.0")

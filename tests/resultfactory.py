@@ -8,6 +8,7 @@ chosen so that the steady rate (mean of ``rates[-20:-2]``) is exactly the value 
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -50,20 +51,29 @@ def rate_series(
     return head + middle + window + [steady, steady]
 
 
+WARMUP_EXAMPLES = 64  # the one warm-up block of every made series
+
+
 def rate_record(rates: list[float], slice_duration: float = 0.5) -> RateRecord:
-    """A train timer as the rate log writes it, for a series of 64-example blocks."""
-    in_block = len(rates) * slice_duration
+    """A train timer as the rate log writes it: one warm-up block of 64 examples, then one
+    block per slice; its count and in-block time agree with its rates, as a real log's do
+    (milarun.tender.consistency checks that)."""
+    warmup_time = 0.01
+    examples = sum(rates) * slice_duration  # NaN or inf for the series made to be absurd
+    in_block = len(rates) * slice_duration + warmup_time
     return RateRecord(
         start=0.0,
         duration=in_block,
         in_block=in_block,
-        count=64 * len(rates),
+        count=WARMUP_EXAMPLES + (round(examples) if math.isfinite(examples) else 0),
         max_count=None,
-        blocks=len(rates),
-        syncs=len(rates),
+        blocks=len(rates) + 1,
+        syncs=len(rates) + 1,
         slice=slice_duration,
         last_slice=None,
         rates=tuple(rates),
+        warmup_blocks=1,
+        warmup_time=warmup_time,
     )
 
 

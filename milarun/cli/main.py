@@ -13,6 +13,7 @@ from typing import Any
 from coleo import Option, default, run_cli
 
 from milarun import errors
+from milarun.cli import tender as bids
 from milarun.cli.doctor import doctor as doctor_command
 from milarun.cli.options import (
     OneLineParser,
@@ -25,6 +26,7 @@ from milarun.cli.options import (
     split_names,
 )
 from milarun.cli.slurm import SlurmCommands
+from milarun.cli.tender import rank_bids
 
 # Each command imports its wing when it runs: a benchmark process (`milarun run`) loads the
 # measurement side only, `milarun report` no torch (tests/test_layering.py).
@@ -217,8 +219,8 @@ class Commands:
 
     def report(test_args: list[str]) -> int:
         """Report a results folder or a summary: table, score, comparison, HTML."""
-        # Results folder or summary JSON file
-        # [positional]
+        # Results folder or summary JSON file (with --rank: bid packages)
+        # [positional: +]
         source: Option
         # Weights: a file, or a shipped name such as standard (default: the suite's own)
         weights: Option = default(None)
@@ -228,8 +230,8 @@ class Commands:
         compare_gpus: Option & bool = default(False)
         # Per-node scores, node x device matrix, flags on a significantly slow node or device
         compare_nodes: Option & bool = default(False)
-        # Machine price in dollars: adds price and price/score
-        price: Option & float = default(None)
+        # Machine price in dollars: adds price and price/score (--rank: P1,P2,... per bid)
+        price: Option & str = default(None)
         # Electricity price in $/kWh: adds the energy cost of a million examples per test
         power_cost: Option & float = default(None)
         # Subtract one standard deviation from each perf before scoring
@@ -246,14 +248,17 @@ class Commands:
         from milarun.report import request as reporting
 
         no_test_args("report", test_args)
+        ranked = rank_bids(source, price, power_cost, weights, format, html, title)
+        if ranked is not None:
+            return ranked
         outcome = reporting.make_report(
             reporting.ReportRequest(
-                Path(source),
+                Path(source[0]),
                 weights=weights,
                 compare=compare,
                 compare_gpus=compare_gpus,
                 compare_nodes=compare_nodes,
-                price=price,
+                price=bids.one_price(price),
                 power_cost=power_cost,
                 penalize_variance=penalize_variance,
                 html=Path(html) if html else None,
@@ -334,6 +339,7 @@ class Commands:
 
     doctor = doctor_command
     slurm = SlurmCommands
+    tender, package, verify = bids.TenderCommands, bids.package, bids.verify
 
     def sysinfo(test_args: list[str]) -> int:
         """Print the system record that every result embeds."""

@@ -106,17 +106,18 @@ def _entry_problem(entry: dict[str, Any]) -> str | None:
 
 def _quality_problem(quality: dict[str, Any]) -> str | None:
     """The quality block's numbers (the report tabulates and formats them)."""
-    startup = quality.get("startup")
-    if startup is not None and not isinstance(startup, dict):
-        return "'quality.startup' is not an object"
+    nested = {k: quality.get(k) for k in ("startup", "busy")}  # objects of numbers
+    for key, block in nested.items():
+        if block is not None and not isinstance(block, dict):
+            return f"'quality.{key}' is not an object"
     flagged = quality.get("flagged")
     if flagged is not None and not (
         isinstance(flagged, dict) and all(_count(v) for v in flagged.values())
     ):
         return "'quality.flagged' is not an object of counts"
-    numbers = [
-        (f"quality.{k}", v) for k, v in quality.items() if k not in ("startup", "flagged")
-    ] + [(f"quality.startup.{k}", v) for k, v in (startup or {}).items()]
+    numbers = [(f"quality.{k}", v) for k, v in quality.items() if k not in ("flagged", *nested)] + [
+        (f"quality.{k}.{n}", v) for k, block in nested.items() for n, v in (block or {}).items()
+    ]
     for where, value in numbers:
         if value is not None and not results.is_finite(value):
             return f"'{where}' is {value!r}, not a finite number"

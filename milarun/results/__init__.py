@@ -352,11 +352,12 @@ def result_problem(data: dict[str, Any]) -> str | None:
         if key not in _BULKY_FIELDS and too_deep(value, MAX_DEPTH - 1):
             return f"'{key}' is nested deeper than {MAX_DEPTH} levels"
     for timer, record in (data.get("timings") or {}).items():
-        rates = record.get("rates")
-        if rates is not None and not (
-            isinstance(rates, list) and set(map(type, rates)) <= _RATE_TYPES
-        ):
-            return f"'timings.{timer}.rates' is not a list of numbers"
+        for series in ("rates", "slice_ends"):
+            values = record.get(series)
+            if values is not None and not (
+                isinstance(values, list) and set(map(type, values)) <= _RATE_TYPES
+            ):
+                return f"'timings.{timer}.{series}' is not a list of numbers"
         for key in ("slice", "duration", "time"):
             value = record.get(key)
             if value is not None and not (is_number(value) and math.isfinite(value) and value >= 0):

@@ -9,6 +9,7 @@ is recognisable afterwards, and ``report`` lists the tests it never ran, with th
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors, results
-from milarun.machine import slurmenv, watchdog
+from milarun.machine import provenance, slurmenv, sysinfo, watchdog
 
 # Neither *.json nor visible: no reader of results (ours or a user's glob) takes it for one.
 PREFIX, SUFFIX = ".milarun-run.", ".manifest"
@@ -66,6 +67,21 @@ class RunManifest:
         path = Path(outdir) / f"{PREFIX}{results.utc_stamp(started)}{SUFFIX}"
         results.write_atomic(path, data)
         return cls(path, data)
+
+    def keep(self, kind: str, text: str) -> None:
+        """Write ``<PREFIX><stamp>.<kind>`` beside the manifest: the records a bid package
+        takes from the run folder (``sysinfo``: this machine; ``profile``: the profile as
+        run). A failed write is a warning: the run matters more."""
+        path = self.path.with_name(self.path.name.removesuffix(SUFFIX) + f".{kind}")
+        try:
+            results.write_text_atomic(path, text)
+        except (errors.WriteError, FileExistsError) as err:
+            log.warning("%s not kept in the run folder: %s", kind, err)
+
+    def keep_machine(self) -> None:
+        """The machine's system record and reproducibility record, at the run's start."""
+        record = {"system": sysinfo.system_record(), "provenance": provenance.record()}
+        self.keep("sysinfo", json.dumps(record, indent=2, default=str))
 
     def instance_ended(self, name: str, job_id: str, result: Path | None, success: bool) -> None:
         self.data["ended"].append(
@@ -186,6 +202,11 @@ def _manifests(folder: Path, recursive: bool = False) -> Iterator[tuple[Path, di
             if path not in _warned:
                 _warned.add(path)
                 log.warning("%s; run manifest ignored", err)
+
+
+def run_manifests(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every readable run manifest in ``folder`` and below it (a damaged one is warned)."""
+    return list(_manifests(folder, recursive=True))
 
 
 def _pairs(value: Any) -> list[tuple[str, str]]:

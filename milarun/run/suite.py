@@ -126,6 +126,9 @@ def _run_held(
         [d.label for d in devs],
         plan.planned_instances(selected, devs, request.repeat, request.rendezvous),
     )
+    record.keep_machine()  # what `milarun package` packs of the run (the tender workflow)
+    with open(prof.path, encoding="utf-8", newline="") as f:  # its bytes, for their hash
+        record.keep("profile", f.read())
     say(
         f"{prof.name}: {len(selected)} job(s) x {request.repeat} on "
         f"{', '.join(d.label for d in devs)} -> {request.outdir}"

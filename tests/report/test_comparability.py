@@ -42,6 +42,16 @@ def test_every_standard_test_has_a_row_and_every_row_a_reason():
     assert comparability.judge("standard.newtest", legacy=True)[0] == comparability.NO
 
 
+def test_the_quick_reference_against_itself_by_name():
+    """quick/ci-vm (a milarun summary, busy flags included) reads back and compares."""
+    done = milarun(
+        "report", "baselines/quick/ci-vm.json", "--compare", "quick/ci-vm", "--format", "json"
+    )
+    assert done.returncode == 0, done.stderr
+    scores = json.loads(done.stdout)["scores"]
+    assert scores["ratio"] == pytest.approx(1.0) and scores["not_compared"] == []
+
+
 def test_a_summary_without_rates_is_legacy(tmp_path):
     assert comparability.is_legacy(legacy_summary({"standard.vae": 1.0}))
     assert not comparability.is_legacy({"standard.vae": {"n": 1, "rates": [1.0]}})

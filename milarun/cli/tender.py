@@ -1,0 +1,201 @@
+"""`milarun tender init`, `package`, `verify` and `report BID... --rank` (coleo): parse,
+call milarun.tender, print."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from coleo import Option, default, tooled
+
+from milarun import errors
+from milarun.cli.options import no_test_args, split_names
+
+# Each command imports the tender wing when it runs (pandas, numpy: never in `milarun run`).
+
+
+class TenderCommands:
+    """The call for tenders: the buyer's rules (tender init)."""
+
+    def init(test_args: list[str]) -> int:
+        """Write the rules of one call for tenders (tender.json)."""
+        # Profile name (quick, standard, ...) or JSON file the bids must run
+        # [options: --profile]
+        # [metavar: NAME]
+        profile_spec: Option & str = default("standard")
+        # Weights the bids are scored with (default: the profile's own)
+        weights: Option & str = default(None)
+        # Only these jobs of the profile (space or comma separated)
+        # [nargs: +]
+        name: Option = default([])
+        # Only jobs with one of these tags
+        # [nargs: +]
+        tags: Option = default([])
+        # Runs of every test required on every device
+        repeat: Option & int = default(3)
+        # Every instance must run in its own student cgroup
+        require_cgroups: Option & bool = default(False)
+        # Runs may carry arguments after -- (otherwise exactly the profile's)
+        allow_overrides: Option & bool = default(False)
+        # Failed runs / all runs at most this
+        max_failure_rate: Option & float = default(0.01)
+        # Steady-window slices of every run at least this
+        min_steady_slices: Option & int = default(10)
+        # Throttled steady slices / all steady slices at most this (GPU runs)
+        max_throttled: Option & float = default(0.05)
+        # Acceptance: a declared figure passes when P(true < margin x declared) < risk
+        margin: Option & float = default(0.95)
+        # Acceptance: the buyer's risk of accepting a figure that is not met
+        risk: Option & float = default(0.05)
+        # The tender file to write (never over an existing file)
+        # [alias: -o]
+        out: Option & str
+
+        from milarun.tender import rules
+
+        no_test_args("tender init", test_args)
+        tender = rules.make_tender(
+            profile_spec,
+            weights,
+            repeat=repeat,
+            names=split_names(name),
+            tags=split_names(tags),
+            require_cgroups=require_cgroups,
+            allow_overrides=allow_overrides,
+            max_failure_rate=max_failure_rate,
+            min_steady_slices=min_steady_slices,
+            max_throttled_share=max_throttled,
+            margin=margin,
+            risk=risk,
+        )
+        rules.write_tender(Path(out), tender)
+        tests = tender["profile"]["tests"]
+        print(
+            f"tender written to {out}: profile {tender['profile']['name']} "
+            f"({len(tests)} test(s)), weights {tender['weights']['name']}, "
+            f"{repeat} run(s) per test and device, milarun {tender['milarun_version']}"
+        )
+        return 0
+
+
+def package(test_args: list[str]) -> int:
+    """Pack a results folder into a bid package a buyer can verify (bid.tar.gz)."""
+    # The results folder of the bid's runs
+    # [positional]
+    results_dir: Option
+    # The package to write (never over an existing file)
+    # [alias: -o]
+    out: Option & str
+    # The tender the bid answers (packed with it)
+    tender: Option & str = default(None)
+    # The figures the vendor declares: {"tests": {test: rate}, "score": score}
+    declared: Option & str = default(None)
+
+    from milarun.tender import package as packing
+
+    no_test_args("package", test_args)
+    packed = packing.make_package(
+        Path(results_dir),
+        Path(out),
+        Path(tender) if tender else None,
+        Path(declared) if declared else None,
+    )
+    for note in packed.notes:
+        print(f"note: {note}")
+    print(
+        f"packed {packed.results} result(s), {packed.files} file(s) "
+        f"({packed.bytes_in / 2**20:,.1f} MiB) into {packed.out}"
+    )
+    return 0
+
+
+def verify(test_args: list[str]) -> int:
+    """Check a bid package against a tender: one line per rule, and the declared figures."""
+    # The bid package (bid.tar.gz)
+    # [positional]
+    bid: Option
+    # The tender file (tender.json)
+    tender: Option & str
+    # Output format: text or json
+    format: Option = default("text")
+
+    from milarun.tender import verify as verifying
+
+    no_test_args("verify", test_args)
+    if format not in ("text", "json"):
+        raise errors.UsageError(f"--format {format}: use text or json")
+    found = verifying.verify(Path(bid), Path(tender))
+    print((verifying.to_json if format == "json" else verifying.to_text)(found), end="")
+    return found.exit_code
+
+
+def _prices(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        prices = [float(p) for p in text.split(",")]
+    except ValueError:
+        raise errors.UsageError(
+            f"--price {text}: give dollars, one per bid: 250000,310000"
+        ) from None
+    if not all(0 < p < math.inf for p in prices):
+        raise errors.UsageError(f"--price {text}: every price must be a positive number")
+    return prices
+
+
+def one_price(text: str | None) -> float | None:
+    """`report`'s --price of one results folder."""
+    prices = _prices(text)
+    if prices is not None and len(prices) != 1:
+        raise errors.UsageError(f"--price {text}: one price for one results folder")
+    return prices[0] if prices else None
+
+
+@tooled
+def rank_bids(
+    sources: list[str],
+    price: str | None,
+    power_cost: float | None,
+    weights: str | None,
+    fmt: str,
+    html: str | None,
+    title: str | None,
+) -> int | None:
+    """`report BID... --rank`; None when the report is of one results folder."""
+    # Rank bid packages (bid.tar.gz ...): price/score, energy, TCO, P(best)
+    rank: Option & bool = default(False)
+    # With --rank and --power-cost: years of operation the energy is paid for
+    years: Option & float = default(5.0)
+    # With --rank and --power-cost: the data centre's power usage effectiveness
+    pue: Option & float = default(1.0)
+
+    if not rank:
+        if len(sources) > 1 or sources[0].endswith(".tar.gz"):
+            raise errors.UsageError(
+                "give one results folder or summary; bid packages: `milarun verify BID "
+                "--tender FILE` or `milarun report BID... --rank`"
+            )
+        return None
+    from milarun.report import ranking
+    from milarun.report.render import ranking as render
+    from milarun.tender import bids
+
+    if fmt not in render.FORMATS:
+        raise errors.UsageError(f"--format {fmt}: use one of {', '.join(render.FORMATS)}")
+    if not (0 < years < 100 and 1 <= pue < 10):
+        raise errors.UsageError(f"--years {years} --pue {pue}: years in (0, 100), PUE in [1, 10)")
+    if power_cost is not None and not 0 < power_cost < math.inf:
+        raise errors.UsageError(f"--power-cost {power_cost}: a positive number of $/kWh")
+    if html:
+        from milarun.report.render import html as page
+
+        page.check_html_path(Path(html))
+    ranked = bids.rank(
+        [Path(s) for s in sources], _prices(price), ranking.Costs(power_cost, years, pue), weights
+    )
+    print(render.render(ranked, fmt), end="")
+    if html:
+        page.write_html(Path(html), render.to_html(ranked, title or "milarun: ranking of bids"))
+        print(f"HTML report: {Path(html).resolve()}", file=sys.stderr)
+    return 0

@@ -1,0 +1,189 @@
+"""Ranking bids: score, price, energy cost and total cost of ownership, with uncertainty.
+
+Per bid: the score and its 95% interval (the report's own), price/score, the machine's
+power under the suite (each test's measured GPU watts per instance x the instances that
+ran side by side, averaged over tests as the score is: weighted geometric mean), the energy
+cost of running it all the time for ``years`` (x PUE, at $/kWh), the total cost of
+ownership (price + energy) and TCO/score. Bids are ranked by the best figure every bid
+has: TCO/score (lower is better) when every bid has a price and a measured power and a
+power cost is given, else price/score, else the score (higher is better).
+
+Uncertainty: the probability of being best is the share of bootstrap draws (each bid's
+score resampled over its runs, as the report's interval) in which the bid wins; the
+stability is the share of draws in which the winner holds when every test's weight moves
+independently by up to +-25%.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from milarun.report import stats
+
+HOURS_PER_YEAR = 24 * 365.25
+WEIGHT_SWING = 0.25
+WEIGHT_DRAWS = 2000
+
+
+@dataclass(frozen=True)
+class BidFigures:
+    """One bid as ranking sees it (from its report)."""
+
+    name: str
+    score: float | None
+    score_ci: tuple[float, float] | None
+    perf_adj: dict[str, float]  # scored tests
+    runs: dict[str, stats.RunSet]
+    weights: dict[str, float]
+    watts: dict[str, float] = field(default_factory=dict)  # machine W per test, where measured
+    price: float | None = None
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What the bids are priced at."""
+
+    power_cost: float | None = None  # $/kWh
+    years: float = 5.0
+    pue: float = 1.0
+
+
+@dataclass
+class Row:
+    name: str
+    score: float | None
+    score_ci: tuple[float, float] | None
+    price: float | None
+    price_per_score: float | None
+    watts: float | None
+    energy_kwh: float | None
+    energy_cost: float | None
+    tco: float | None
+    tco_per_score: float | None
+    rank: int | None = None
+    p_best: float | None = None
+
+
+@dataclass
+class Ranking:
+    rows: list[Row]
+    metric: str  # "tco_per_score", "price_per_score" or "score"
+    costs: Costs
+    stability: float | None  # share of weight draws where the winner holds
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.metric != "score"
+
+
+def _geomean(values: dict[str, float], weights: dict[str, float]) -> float | None:
+    tests = [t for t in values if weights.get(t, 0) > 0 and values[t] > 0]
+    if not tests:
+        return None
+    return stats.weighted_geomean({t: values[t] for t in tests}, weights)
+
+
+def _row(bid: BidFigures, costs: Costs) -> Row:
+    watts = _geomean(bid.watts, bid.weights)
+    kwh = watts / 1000 * HOURS_PER_YEAR * costs.years * costs.pue if watts is not None else None
+    energy = kwh * costs.power_cost if kwh is not None and costs.power_cost else None
+    tco = bid.price + energy if bid.price is not None and energy is not None else None
+    score = bid.score
+
+    def per(value: float | None) -> float | None:
+        return value / score if value is not None and score else None
+
+    return Row(
+        bid.name, score, bid.score_ci, bid.price, per(bid.price), watts, kwh, energy, tco, per(tco)
+    )
+
+
+def _metric(rows: list[Row], costs: Costs) -> str:
+    if costs.power_cost and all(r.tco is not None for r in rows):
+        return "tco_per_score"
+    if all(r.price is not None for r in rows):
+        return "price_per_score"
+    return "score"
+
+
+def _values(
+    bids: list[BidFigures],
+    metric: str,
+    costs: Costs,
+    scores: np.ndarray,
+    tests: list[str],
+    moved: np.ndarray,
+) -> np.ndarray:
+    """The metric per draw (rows) and bid (columns), lower is better, from drawn scores and
+    the test weights' multipliers of each draw (``moved``, columns in ``tests`` order)."""
+    if metric == "score":
+        return -scores
+    out = np.empty_like(scores)
+    for j, bid in enumerate(bids):
+        cost = np.full(scores.shape[0], float(bid.price or 0.0))
+        if metric == "tco_per_score":
+            cost = cost + _energy_cost(bid, costs, tests, moved)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[:, j] = np.where(scores[:, j] > 0, cost / scores[:, j], np.inf)
+    return out
+
+
+def _moved_geomean(
+    values: dict[str, float], weights: dict[str, float], tests: list[str], moved: np.ndarray
+) -> np.ndarray:
+    """Per draw, the weighted geometric mean of ``values`` with each weight x its multiplier."""
+    used = [t for t in values if values[t] > 0 and weights.get(t, 0) > 0]
+    if not used:
+        return np.zeros(moved.shape[0])
+    w = np.column_stack([moved[:, tests.index(t)] * weights[t] for t in used])
+    logs = np.log([values[t] for t in used])
+    return np.asarray(np.exp((w * logs).sum(axis=1) / w.sum(axis=1)))
+
+
+def _energy_cost(bid: BidFigures, costs: Costs, tests: list[str], moved: np.ndarray) -> np.ndarray:
+    watts = _moved_geomean(bid.watts, bid.weights, tests, moved)
+    return watts / 1000 * HOURS_PER_YEAR * costs.years * costs.pue * float(costs.power_cost or 0)
+
+
+def rank_bids(
+    bids: list[BidFigures], costs: Costs, resamples: int = stats.RESAMPLES, seed: int = stats.SEED
+) -> Ranking:
+    """Rank the bids, with the probability of being best and the winner's stability."""
+    rows = [_row(b, costs) for b in bids]
+    metric = _metric(rows, costs)
+    notes = []
+    if costs.power_cost and metric != "tco_per_score":
+        notes.append("not every bid has a price and a measured power: ranked without energy")
+    scored = [i for i, r in enumerate(rows) if r.score]
+    key = {
+        "score": lambda r: -(r.score or 0),
+        "price_per_score": lambda r: r.price_per_score or math.inf,
+        "tco_per_score": lambda r: r.tco_per_score or math.inf,
+    }[metric]
+    for place, i in enumerate(sorted(scored, key=lambda i: key(rows[i])), 1):
+        rows[i].rank = place
+    if not scored:
+        return Ranking(rows, metric, costs, None, notes + ["no bid has a score"])
+    tests = sorted({t for b in bids for t in b.weights if b.weights[t] > 0})
+    draws = np.column_stack([_score_draws(b, resamples, seed + j) for j, b in enumerate(bids)])
+    same = np.ones((resamples, len(tests)))
+    best = np.argmin(_values(bids, metric, costs, draws, tests, same), axis=1)
+    for j, row in enumerate(rows):
+        row.p_best = float(np.mean(best == j))
+    rng = np.random.default_rng(seed)
+    moved = rng.uniform(1 - WEIGHT_SWING, 1 + WEIGHT_SWING, size=(WEIGHT_DRAWS, len(tests)))
+    scores = np.column_stack([_moved_geomean(b.perf_adj, b.weights, tests, moved) for b in bids])
+    winners = np.argmin(_values(bids, metric, costs, scores, tests, moved), axis=1)
+    winner = min(scored, key=lambda i: key(rows[i]))
+    return Ranking(rows, metric, costs, float(np.mean(winners == winner)), notes)
+
+
+def _score_draws(bid: BidFigures, resamples: int, seed: int) -> np.ndarray:
+    if not bid.score:
+        return np.zeros(resamples)
+    found = stats.score_interval(bid.runs, bid.weights, resamples=resamples, seed=seed)
+    return found[0] if found is not None else np.full(resamples, bid.score)

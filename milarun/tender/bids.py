@@ -1,0 +1,79 @@
+"""``milarun report BID... --rank``: each bid package opened safely, scored as the report
+scores a results folder, and the bids ranked (milarun.report.ranking)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from milarun import results
+from milarun.errors import TenderError
+from milarun.report import build, ranking, stats, summary
+from milarun.report import weights as report_weights
+from milarun.tender import verify
+
+
+def _watts(entry: dict[str, Any]) -> float | None:
+    """The machine's power while a test ran: its instances' mean GPU watts x the instances
+    that ran side by side (one per device; a distributed run's record covers its GPUs)."""
+    energy = entry.get("energy")
+    watts = energy.get("watts") if isinstance(energy, dict) else None
+    if watts is None or not results.is_finite(watts) or watts <= 0:
+        return None
+    side_by_side = len(entry.get("pergpu") or {}) or 1
+    return float(watts) * side_by_side
+
+
+def figures(path: Path, weights_spec: str | None, price: float | None) -> ranking.BidFigures:
+    """One bid's figures from its package (extracted into a temporary folder)."""
+    with tempfile.TemporaryDirectory(prefix="milarun-rank-") as tmp:
+        opened = verify.open_package(path, Path(tmp))
+    loaded = opened.loaded
+    if not loaded.results:
+        raise TenderError(f"{path}: the package holds no usable result")
+    summ = summary.summarize(loaded.results)
+    weights = (
+        report_weights.load_weights(weights_spec)
+        if weights_spec
+        else report_weights.default_weights(list(summ))
+    )
+    if weights is None:
+        raise TenderError(f"{path}: tests of several suites: give --weights")
+    report = build.build_report(summ, weights=weights)  # the score: the summary suffices
+    scored = report.scored
+    perf_adj = {t: float(report.table.loc[t, "perf_adj"]) for t in scored}
+    runs = {
+        t: stats.RunSet(summ[t].get("rates") or [], int(summ[t].get("failures") or 0))
+        for t in scored
+    }
+    watts = {t: w for t in scored if (w := _watts(summ[t])) is not None}
+    return ranking.BidFigures(
+        name=Path(path).name.removesuffix(".tar.gz"),
+        score=report.score,
+        score_ci=report.score_ci,
+        perf_adj=perf_adj,
+        runs=runs,
+        weights={t: weights[1][t] for t in scored},
+        watts=watts,
+        price=price,
+    )
+
+
+def rank(
+    paths: list[Path],
+    prices: list[float] | None,
+    costs: ranking.Costs,
+    weights_spec: str | None = None,
+) -> ranking.Ranking:
+    """Open, score and rank the bids (prices in the same order as the packages)."""
+    if prices is not None and len(prices) != len(paths):
+        raise TenderError(
+            f"--price: {len(prices)} price(s) for {len(paths)} bid(s); give one per bid, "
+            "in the same order"
+        )
+    bids = [
+        figures(p, weights_spec, prices[i] if prices is not None else None)
+        for i, p in enumerate(paths)
+    ]
+    return ranking.rank_bids(bids, costs)

@@ -1,0 +1,328 @@
+"""The rules ``milarun verify`` checks on an extracted bid package, one function each.
+
+Each rule gets the package as read (``Bid``) and returns a ``Check``: its name, PASS or
+FAIL, and the evidence in one line. Figures are re-derived from the raw slices by the
+report's own code (results.read, the steady window, report.summary); nothing from the
+package is run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from milarun import results
+from milarun.report.summary import Loaded
+from milarun.results import manifest, read
+from milarun.tender import archive, rules
+from milarun.tender.consistency import result_problem
+from milarun.tender.package import PROFILE, WEIGHTS
+
+MAX_SHOWN = 3  # examples an evidence line names
+
+
+@dataclass(frozen=True)
+class Check:
+    rule: str
+    ok: bool
+    evidence: str
+
+
+@dataclass
+class Bid:
+    """An extracted package, read once for every rule."""
+
+    tender: rules.Tender
+    root: Path
+    hashes: dict[str, str]  # every file's SHA-256 as extracted
+    listed: dict[str, str]  # the MANIFEST's
+    loaded: Loaded  # the tender's tests' results
+    summary: dict[str, dict[str, Any]]
+    extra_tests: list[str] = field(default_factory=list)  # run, but not in the tender
+    manifests: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    machines: list[dict[str, Any]] = field(default_factory=list)  # the kept sysinfo records
+
+    @property
+    def views(self) -> list[read.ResultView]:
+        return read.views(self.loaded.results)
+
+
+def base_test(name: str, jobs: Mapping[str, Any]) -> str | None:
+    """The tender job a result belongs to (``quick.scaling.2`` -> ``quick.scaling``)."""
+    if name in jobs:
+        return name
+    head, _, k = name.rpartition(".")
+    return head if k.isdigit() and head in jobs else None
+
+
+def as_list(value: Any) -> list[Any]:
+    """A list read from a package's file, or empty (the file is untrusted)."""
+    return value if isinstance(value, list) else []
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _some(items: list[str]) -> str:
+    shown = ", ".join(items[:MAX_SHOWN])
+    return shown + (f" and {len(items) - MAX_SHOWN} more" if len(items) > MAX_SHOWN else "")
+
+
+def hashes(bid: Bid) -> Check:
+    changed = sorted(n for n, h in bid.listed.items() if bid.hashes.get(n) != h)
+    unlisted = sorted(set(bid.hashes) - set(bid.listed) - {archive.MANIFEST})
+    if not changed and not unlisted:
+        return Check("hashes", True, f"{len(bid.listed)} files match their SHA-256 in MANIFEST")
+    parts = [f"{len(changed)} changed after packing ({_some(changed)})"] if changed else []
+    parts += [f"{len(unlisted)} not in the MANIFEST ({_some(unlisted)})"] if unlisted else []
+    return Check("hashes", False, "; ".join(parts))
+
+
+def version(bid: Bid) -> Check:
+    found = Counter(str(v.data.get("milarun_version")) for v in bid.views)
+    other = {v: n for v, n in found.items() if v != bid.tender.version}
+    if not other:
+        return Check("version", True, f"every result ran milarun {bid.tender.version}")
+    shown = ", ".join(f"{n} on {v}" for v, n in sorted(other.items()))
+    return Check("version", False, f"the tender asks for {bid.tender.version}: {shown}")
+
+
+def _file_sha(bid: Bid, name: str) -> str | None:
+    return bid.hashes.get(name)
+
+
+def profile(bid: Bid) -> Check:
+    names = sorted({str(d.get("profile"))[:100] for _, d in bid.manifests})
+    sha = _file_sha(bid, PROFILE)
+    wanted = bid.tender.profile_name
+    if sha is None:
+        return Check("profile", False, "the package holds no profile.json (the profile as run)")
+    if sha != bid.tender.profile_sha256:
+        return Check("profile", False, f"profile.json differs from the tender's {wanted} (SHA-256)")
+    if names != [wanted]:
+        return Check("profile", False, f"the runs name profile(s) {names}, the tender {wanted}")
+    return Check("profile", True, f"the profile as run is the tender's {wanted} ({sha[:12]})")
+
+
+def weights(bid: Bid) -> Check:
+    sha = _file_sha(bid, WEIGHTS)
+    name = bid.tender.weights_name
+    if sha is None:
+        return Check("weights", False, "the package holds no weights.json")
+    if sha != bid.tender.weights_sha256:
+        return Check("weights", False, f"weights.json differs from the tender's {name} (SHA-256)")
+    return Check("weights", True, f"the weights are the tender's {name} ({sha[:12]})")
+
+
+def devices(bid: Bid) -> list[str]:
+    """The devices the runs used (their manifests'), else the results'."""
+    found = {str(d)[:100] for _, m in bid.manifests for d in as_list(m.get("devices"))}
+    return sorted(found or {v.device for v in bid.views if v.device_key})
+
+
+def tests(bid: Bid) -> Check:
+    devs = devices(bid)
+    gpus = max(
+        (len(as_list(as_dict(m.get("system")).get("gpus"))) for m in bid.machines), default=0
+    )
+    used = [d for d in devs if not d.startswith("cpu")]
+    short = []
+    if gpus and len(used) < gpus:
+        short.append(f"ran on {len(used)} of the machine's {gpus} GPUs")
+    counts = Counter((v.name, v.device) for v in bid.views)
+    names = Counter(v.name for v in bid.views)
+    need = bid.tender.repeat
+    for test, job in bid.tender.jobs.items():
+        if job.partition == "gpu-progression":
+            wanted = [(f"{test}.{k}", names[f"{test}.{k}"]) for k in range(1, len(devs) + 1)]
+        elif job.partition == "per-gpu":
+            wanted = [(f"{test} on {d}", counts[(test, d)]) for d in devs or ["?"]]
+        else:
+            wanted = [(test, names[test])]
+        short += [f"{what}: {n} of {need} run(s)" for what, n in wanted if n < need]
+    extra = f"; also ran {_some(bid.extra_tests)} (not in the tender)" if bid.extra_tests else ""
+    if short:
+        return Check("tests", False, _some(short) + extra)
+    return Check(
+        "tests",
+        True,
+        f"{len(bid.tender.jobs)} test(s) x {need} run(s) on {', '.join(devs) or '?'}{extra}",
+    )
+
+
+def _student(view: read.ResultView) -> str | None:
+    """Why an instance was not confined to its own student group, or None."""
+    iso = view.data.get("isolation") or {}
+    groups = iso.get("cgroups") or {}
+    want = f"student{view.device.rpartition(':')[2]}"
+    for controller in ("cpuset", "memory"):
+        path = groups.get(controller)
+        if not isinstance(path, str) or path.rstrip("/").rpartition("/")[2] != want:
+            return f"{view.name} J{view.data.get('job_id')}: {controller} {str(path)[:60]!r}"
+    return None
+
+
+def cgroups(bid: Bid) -> Check:
+    jobs = bid.tender.jobs
+    per_device = [
+        v for v in bid.views if (t := base_test(v.name, jobs)) and jobs[t].partition == "per-gpu"
+    ]
+    loose = [why for v in per_device if (why := _student(v))]
+    overlaps = []
+    together: dict[tuple[str, str], list[read.ResultView]] = defaultdict(list)
+    for v in per_device:  # the instances of one repeat of one test ran side by side
+        together[(v.name, str(v.data.get("job_id")).split(".")[0])].append(v)
+    for (name, repeat), group in together.items():
+        cpus = [set((v.data.get("isolation") or {}).get("cpus") or ()) for v in group]
+        if sum(map(len, cpus)) != len(set().union(*cpus)):
+            overlaps.append(f"{name} repeat {repeat}: instances share CPUs")
+    confined = len(per_device) - len(loose)
+    if not bid.tender.require_cgroups:
+        return Check(
+            "cgroups", True, f"not required ({confined} of {len(per_device)} instance(s) confined)"
+        )
+    if loose or overlaps:
+        return Check(
+            "cgroups", False, f"not in their own student cgroup: {_some(loose + overlaps)}"
+        )
+    return Check("cgroups", True, f"{len(per_device)} instance(s), each in its own student cgroup")
+
+
+def arguments(bid: Bid) -> Check:
+    jobs, other = bid.tender.jobs, []
+    for v in bid.views:
+        test = base_test(v.name, jobs)
+        call = v.data.get("call") or {}
+        argv = call.get("argv") if isinstance(call, dict) else None
+        if test and (not isinstance(argv, list) or tuple(argv) != jobs[test].argv):
+            words = " ".join(map(str, argv or []))
+            other.append(f"{v.name} J{v.data.get('job_id')}: {words[:120]}")
+    if bid.tender.allow_overrides:
+        return Check("arguments", True, f"overrides allowed ({len(other)} run(s) with other)")
+    if other:
+        return Check("arguments", False, f"{len(other)} run(s) not the profile's: {_some(other)}")
+    return Check("arguments", True, "every run has exactly the profile's arguments")
+
+
+def failures(bid: Bid) -> Check:
+    runs = sum(int(e.get("n") or 0) for e in bid.summary.values())
+    failed = sum(int(e.get("failures") or 0) for e in bid.summary.values())
+    rate = failed / runs if runs else 1.0
+    limit = bid.tender.number("max_failure_rate")
+    kinds: Counter[str] = Counter()
+    for entry in bid.summary.values():
+        kinds.update(entry.get("failure_kinds") or {})
+    detail = f" ({', '.join(f'{k}: {n}' for k, n in sorted(kinds.items()))})" if kinds else ""
+    text = f"{failed} of {runs} run(s) failed ({rate:.1%}, limit {limit:.1%}){detail}"
+    return Check("failures", runs > 0 and rate <= limit, text)
+
+
+def complete(bid: Bid) -> Check:
+    if not bid.manifests:
+        return Check("complete", False, "no run manifest: not made by `milarun jobs`")
+    cuts = manifest.cut_short(bid.root / "run")
+    if cuts:
+        return Check(
+            "complete", False, _some([f"{c.describe()}: no result for {c.missing()}" for c in cuts])
+        )
+    return Check("complete", True, f"{len(bid.manifests)} run(s), each complete")
+
+
+def _good_series(bid: Bid) -> list[tuple[read.ResultView, read.RateSeries]]:
+    return [
+        (v, s)
+        for v in bid.views
+        if v.rate() is not None
+        for s in (v.rank_series() or [v.series()])
+        if s is not None
+    ]
+
+
+def steady(bid: Bid) -> Check:
+    need = int(bid.tender.number("min_steady_slices"))
+    counts = [(len(s.steady_slices), v) for v, s in _good_series(bid)]
+    if not counts:
+        return Check("steady", False, "no successful run")
+    short = [f"{v.name} J{v.data.get('job_id')}: {n}" for n, v in counts if n < need]
+    fewest = min(n for n, _ in counts)
+    if short:
+        return Check("steady", False, f"runs with fewer than {need} steady slices: {_some(short)}")
+    return Check("steady", True, f"every run has >= {need} steady slices (fewest {fewest})")
+
+
+def throttle(bid: Bid) -> Check:
+    slices = window = 0
+    for v in bid.views:
+        if v.rate() is None:
+            continue
+        record = ((v.data.get("diagnostics") or {}).get("train") or {}).get("throttle")
+        if isinstance(record, dict) and all(
+            results.is_finite(record.get(k)) for k in ("slices", "window_slices")
+        ):
+            slices += int(record["slices"])
+            window += int(record["window_slices"])
+    if not window:
+        return Check("throttle", True, "no GPU throttle record (CPU runs): nothing throttled")
+    share, limit = slices / window, bid.tender.number("max_throttled_share")
+    text = f"{slices} of {window} steady slices throttled ({share:.1%}, limit {limit:.1%})"
+    return Check("throttle", share <= limit, text)
+
+
+def consistency(bid: Bid) -> Check:
+    found = [
+        why
+        for v, path in zip(bid.views, bid.loaded.paths, strict=True)
+        if (why := result_problem(v, path))
+    ]
+    if found:
+        return Check("consistency", False, f"{len(found)} result(s): {_some(found)}")
+    return Check("consistency", True, f"{len(bid.views)} result(s): slices, times and counts agree")
+
+
+def comparability(bid: Bid) -> Check:
+    variants = sorted(t for t, e in bid.summary.items() if e.get("variant_of"))
+    notes = []
+    synthetic = sorted({v.name for v in bid.views if v.data.get("synthetic_data") is True})
+    if synthetic:
+        notes.append(f"synthetic data: {_some(synthetic)}")
+    nocache = sorted(t for t, e in bid.summary.items() if e.get("nocache") is False)
+    if nocache:
+        notes.append(f"page cache used (no nocache): {_some(nocache)}")
+    text = "; ".join(notes) or "no note"
+    if variants:
+        return Check("comparability", False, f"runs with other settings: {_some(variants)}; {text}")
+    return Check("comparability", True, f"every test's runs alike; {text}")
+
+
+def machine_records(bid: Bid) -> Check:
+    missing = [
+        p.name
+        for p, _ in bid.manifests
+        if not p.with_name(p.name.removesuffix(manifest.SUFFIX) + ".sysinfo").is_file()
+    ]
+    if missing or not bid.manifests:
+        return Check("records", False, f"no machine record (sysinfo) for run {_some(missing)}")
+    hosts = sorted({str(as_dict(m.get("system")).get("hostname"))[:100] for m in bid.machines})
+    return Check("records", True, f"machine record of every run ({', '.join(hosts)})")
+
+
+RULES: tuple[Callable[[Bid], Check], ...] = (
+    hashes,
+    version,
+    profile,
+    weights,
+    tests,
+    cgroups,
+    arguments,
+    failures,
+    complete,
+    steady,
+    throttle,
+    consistency,
+    comparability,
+    machine_records,
+)

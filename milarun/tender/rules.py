@@ -1,0 +1,284 @@
+"""The buyer's rules of one call for tenders: ``tender.json`` (``milarun tender init``).
+
+The file is self-contained: besides the SHA-256 of the profile and weights files as shipped,
+it holds each selected job's arguments and the weights, so that ``milarun verify`` checks a
+bid without trusting the bid's copies and without the buyer's own install having to match.
+Every field is explained in the file itself (``about``) and in the README.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from milarun import results
+from milarun.errors import TenderError
+from milarun.machine import sysinfo
+from milarun.report import build
+from milarun.report import weights as report_weights
+from milarun.run import profile as run_profile
+
+KIND = "milarun-tender"
+FORMAT = 1
+DEFAULT_MIN_STEADY_SLICES = 10
+DEFAULT_MAX_THROTTLED = 0.05
+MAX_REPEAT = 10_000
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+ABOUT = {
+    "milarun_version": "the milarun version every result must record",
+    "profile": "the profile as shipped: name, SHA-256 of its file, the selected tests and "
+    "each job's experiment, partition and argv (the arguments a run must have)",
+    "weights": "the weights as shipped: name, SHA-256 of its file, and the values scored with",
+    "repeat": "runs of every test required on every device (every GPU of the machine)",
+    "require_cgroups": "every instance must run in its own student cgroup (cpuset and memory)",
+    "allow_overrides": "whether a run may carry arguments other than the profile's (`--`)",
+    "max_failure_rate": "failed runs / all runs at most this",
+    "min_steady_slices": "slices in each run's steady window at least this",
+    "max_throttled_share": "GPU-throttled steady slices / all steady slices at most this",
+    "acceptance": "declared figures: ACCEPT when P(true < margin x declared) < risk "
+    "(bootstrap over runs), REJECT when P(true >= margin x declared) < risk",
+}
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class JobRule:
+    """One selected job as the tender fixes it."""
+
+    experiment: str
+    partition: str
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Tender:
+    """A loaded, checked tender."""
+
+    data: dict[str, Any]
+    sha256: str
+
+    @property
+    def version(self) -> str:
+        return str(self.data["milarun_version"])
+
+    @property
+    def profile_name(self) -> str:
+        return str(self.data["profile"]["name"])
+
+    @property
+    def profile_sha256(self) -> str:
+        return str(self.data["profile"]["sha256"])
+
+    @property
+    def weights_sha256(self) -> str:
+        return str(self.data["weights"]["sha256"])
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {str(t): float(w) for t, w in self.data["weights"]["values"].items()}
+
+    @property
+    def weights_name(self) -> str:
+        return str(self.data["weights"]["name"])
+
+    @property
+    def jobs(self) -> dict[str, JobRule]:
+        return {
+            name: JobRule(j["experiment"], j["partition"], tuple(j["argv"]))
+            for name, j in self.data["profile"]["jobs"].items()
+        }
+
+    def number(self, key: str) -> float:
+        return float(self.data[key])
+
+    @property
+    def repeat(self) -> int:
+        return int(self.data["repeat"])
+
+    @property
+    def require_cgroups(self) -> bool:
+        return bool(self.data["require_cgroups"])
+
+    @property
+    def allow_overrides(self) -> bool:
+        return bool(self.data["allow_overrides"])
+
+    @property
+    def margin(self) -> float:
+        return float(self.data["acceptance"]["margin"])
+
+    @property
+    def risk(self) -> float:
+        return float(self.data["acceptance"]["risk"])
+
+
+def make_tender(
+    profile: str,
+    weights: str | None,
+    *,
+    repeat: int,
+    names: list[str] | None = None,
+    tags: list[str] | None = None,
+    require_cgroups: bool = False,
+    allow_overrides: bool = False,
+    max_failure_rate: float = build.FAILURE_RATE_LIMIT,
+    min_steady_slices: int = DEFAULT_MIN_STEADY_SLICES,
+    max_throttled_share: float = DEFAULT_MAX_THROTTLED,
+    margin: float = 0.95,
+    risk: float = 0.05,
+) -> dict[str, Any]:
+    """The tender's JSON object; TenderError naming the option for a value out of range."""
+    _check_numbers(repeat, max_failure_rate, min_steady_slices, max_throttled_share, margin, risk)
+    prof = run_profile.load_profile(profile)
+    selected = prof.select(names or [], tags or [])
+    if weights is None and not (report_weights.WEIGHTS_DIR / f"{prof.name}.json").is_file():
+        raise TenderError(f"profile {prof.name} has no shipped weights: give --weights FILE")
+    weights_path, values = report_weights.load_weights(weights or prof.name)
+    tests = [j.fullname for j in selected]
+    if not any(values.get(t, 0) > 0 or values.get(f"{t}.1", 0) > 0 for t in tests):
+        raise TenderError(
+            f"weights {weights_path}: no weight for any selected test ({', '.join(tests[:3])}"
+            f"{', ...' if len(tests) > 3 else ''}): nothing would be scored"
+        )
+    return {
+        "kind": KIND,
+        "format": FORMAT,
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "milarun_version": sysinfo.milarun_version(),
+        "profile": {
+            "name": prof.name,
+            "sha256": sha256_bytes(prof.path.read_bytes()),
+            "tests": tests,
+            "jobs": {
+                j.fullname: {"experiment": j.experiment, "partition": j.partition, "argv": j.argv()}
+                for j in selected
+            },
+        },
+        "weights": {
+            "name": Path(weights_path).stem,
+            "sha256": sha256_bytes(Path(weights_path).read_bytes()),
+            "values": values,
+        },
+        "repeat": repeat,
+        "require_cgroups": require_cgroups,
+        "allow_overrides": allow_overrides,
+        "max_failure_rate": max_failure_rate,
+        "min_steady_slices": min_steady_slices,
+        "max_throttled_share": max_throttled_share,
+        "acceptance": {"margin": margin, "risk": risk},
+        "about": ABOUT,
+    }
+
+
+def _check_numbers(
+    repeat: int, failure: float, slices: int, throttled: float, margin: float, risk: float
+) -> None:
+    checks = [
+        ("--repeat", repeat, 1 <= repeat <= MAX_REPEAT, f"a whole number from 1 to {MAX_REPEAT}"),
+        ("--max-failure-rate", failure, 0 <= failure <= 1, "a share from 0 to 1"),
+        ("--min-steady-slices", slices, 3 <= slices <= 10_000, "a whole number from 3 to 10000"),
+        ("--max-throttled", throttled, 0 <= throttled <= 1, "a share from 0 to 1"),
+        ("--margin", margin, 0 < margin <= 10, "a factor above 0, e.g. 0.95"),
+        ("--risk", risk, 0 < risk < 0.5, "a probability above 0 and below 0.5, e.g. 0.05"),
+    ]
+    for option, value, ok, what in checks:
+        if not ok or (isinstance(value, float) and not math.isfinite(value)):
+            raise TenderError(f"{option} {value}: must be {what}")
+
+
+def write_tender(path: Path, tender: dict[str, Any]) -> Path:
+    """Write it, never over an existing file."""
+    if path.exists():
+        raise TenderError(f"-o {path}: file exists; choose another name")
+    try:
+        return results.write_atomic(path, tender)
+    except FileExistsError:
+        raise TenderError(f"-o {path}: file exists; choose another name") from None
+
+
+def load_tender(path: Path) -> Tender:
+    """Read and check a tender file: every field the verification uses, typed."""
+    raw = _read_bytes(path)
+    data = results.read_json(path, TenderError)
+    problem = tender_problem(data)
+    if problem:
+        raise TenderError(f"{path}: {problem}; make it with `milarun tender init`")
+    return Tender(data, sha256_bytes(raw))
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(results.MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise TenderError(f"{path}: cannot read ({err.strerror})") from None
+
+
+def _is_number(value: Any, low: float, high: float) -> bool:
+    return results.is_finite(value) and low <= value <= high
+
+
+def tender_problem(data: Any) -> str | None:
+    """Why a parsed tender cannot be used (the field), or None."""
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        return "not a milarun tender (no 'kind': 'milarun-tender')"
+    if data.get("format") != FORMAT:
+        return f"'format' {data.get('format')!r} is not {FORMAT}"
+    if not isinstance(data.get("milarun_version"), str):
+        return "'milarun_version' is not a string"
+    prof, weights = data.get("profile"), data.get("weights")
+    if not isinstance(prof, dict) or not isinstance(prof.get("name"), str):
+        return "'profile' is not an object with a name"
+    if not isinstance(weights, dict) or not isinstance(weights.get("name"), str):
+        return "'weights' is not an object with a name"
+    for key, block in (("profile", prof), ("weights", weights)):
+        if not isinstance(block.get("sha256"), str) or not _SHA256.fullmatch(block["sha256"]):
+            return f"'{key}.sha256' is not a SHA-256 (64 hex digits)"
+    jobs = prof.get("jobs")
+    if not isinstance(jobs, dict) or not jobs:
+        return "'profile.jobs' is not an object of jobs"
+    for name, job in jobs.items():
+        if not (
+            isinstance(job, dict)
+            and isinstance(job.get("experiment"), str)
+            and job.get("partition") in ("per-gpu", "gpu-progression", "normal")
+            and isinstance(job.get("argv"), list)
+            and all(isinstance(a, str) for a in job["argv"])
+        ):
+            return f"'profile.jobs.{str(name)[:60]}' is not an experiment, partition and argv"
+    values = weights.get("values")
+    if not isinstance(values, dict) or not all(
+        _is_number(w, 0, results.MAX_WEIGHT) for w in values.values()
+    ):
+        return "'weights.values' is not an object of test -> weight"
+    numbers: list[tuple[str, Any, float, float]] = [
+        ("repeat", data.get("repeat"), 1, MAX_REPEAT),
+        ("max_failure_rate", data.get("max_failure_rate"), 0, 1),
+        ("min_steady_slices", data.get("min_steady_slices"), 0, 10_000),
+        ("max_throttled_share", data.get("max_throttled_share"), 0, 1),
+    ]
+    acceptance = data.get("acceptance")
+    if not isinstance(acceptance, dict):
+        return "'acceptance' is not an object with margin and risk"
+    numbers += [
+        ("acceptance.margin", acceptance.get("margin"), 1e-9, 10),
+        ("acceptance.risk", acceptance.get("risk"), 1e-9, 0.4999),
+    ]
+    for key, value, low, high in numbers:
+        if not _is_number(value, low, high):
+            return f"'{key}' {str(value)[:40]} is not a number from {low:g} to {high:g}"
+    if not isinstance(data["repeat"], int):
+        return "'repeat' is not a whole number"
+    for key in ("require_cgroups", "allow_overrides"):
+        if not isinstance(data.get(key), bool):
+            return f"'{key}' is not true/false"
+    return None

@@ -1,0 +1,310 @@
+"""``milarun verify``: a bid package checked against a tender, and the declared figures judged.
+
+The package is extracted into a temporary folder (milarun.tender.archive: every member
+checked first) and only read: JSON results, manifests and records, never code. Every figure
+is re-derived from the raw slices with the report's own code; each rule of
+milarun.tender.checks gives one line with its evidence. Exit code: 0 when every rule passes
+(and the declared figures, if any, are accepted), 1 when a rule fails, 3 when every rule
+passes but a declared figure is rejected, 4 when one is inconclusive.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from milarun import results
+from milarun.errors import InputError
+from milarun.report import build, stats, summary
+from milarun.results import manifest
+from milarun.tender import acceptance, archive, checks, package, rules
+
+RULE_FAILED, REJECTED, INCONCLUSIVE = 1, 3, 4
+
+
+@dataclass
+class Opened:
+    """A package as read from its temporary folder."""
+
+    root: Path
+    hashes: dict[str, str]
+    listed: dict[str, str]
+    loaded: summary.Loaded
+    manifests: list[tuple[Path, dict[str, Any]]]
+    machines: list[dict[str, Any]]
+    bid: dict[str, Any]
+    declared: dict[str, Any] | None
+    doctors: list[str] = field(default_factory=list)  # what each doctor --active record says
+
+
+def open_package(path: Path, dest: Path, limits: archive.Limits = archive.DEFAULT_LIMITS) -> Opened:
+    """Extract and read a package into ``dest`` (an empty folder the caller removes)."""
+    hashes = archive.extract(Path(path), dest, limits)
+    listed = archive.read_manifest(dest, hashes, Path(path))
+    run = dest / package.RUN
+    loaded = summary.load_dir(run) if run.is_dir() else summary.Loaded(root=run)
+    manifests = manifest.run_manifests(run) if run.is_dir() else []
+    machines = []
+    for where, _ in manifests:
+        sysinfo = where.with_name(where.name.removesuffix(manifest.SUFFIX) + ".sysinfo")
+        try:
+            record = results.read_json(sysinfo) if sysinfo.is_file() else None
+        except InputError:
+            record = None
+        if isinstance(record, dict):
+            machines.append(record)
+    bid = _json(dest / package.BID)
+    declared = None
+    if (dest / package.DECLARED).is_file():
+        declared = package.read_declared(dest / package.DECLARED)
+    opened = Opened(dest, hashes, listed, loaded, manifests, machines, bid, declared)
+    opened.doctors = doctor_records(run) if run.is_dir() else []
+    return opened
+
+
+def doctor_records(run: Path) -> list[str]:
+    """One line per `jobs --doctor` record of the run folder (milarun.doctor.record reads
+    it, every field checked), or the line that says there is none."""
+    from milarun.doctor import record
+
+    lines = []
+    for path in sorted(run.rglob(f"{results.DOCTOR_RECORD}*.json"))[:100]:
+        try:
+            data = record.read(path)
+        except InputError as err:
+            lines.append(f"doctor record unreadable: {str(err)[:200]}")
+            continue
+        lines.append(
+            f"doctor --active {data['level'][:20]} on {data['node'][:60]}: {data['verdict']} "
+            f"({path.name})"
+        )
+    return lines or ["no doctor --active record in the run folder (`jobs --doctor quick`)"]
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = results.read_json(path) if path.is_file() else {}
+    except InputError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def expected_tests(tender: rules.Tender, devices: list[str]) -> set[str]:
+    """The result names the tender's tests make on these devices (scaling.k: k = 1..N)."""
+    found = set()
+    for test, job in tender.jobs.items():
+        if job.partition == "gpu-progression":
+            found |= {f"{test}.{k}" for k in range(1, len(devices) + 1)}
+        else:
+            found.add(test)
+    return found
+
+
+def rederive(
+    tender: rules.Tender, loaded: summary.Loaded, devices: list[str]
+) -> tuple[summary.Loaded, dict[str, dict[str, Any]], build.Report, list[str]]:
+    """The tender's tests' results, their summary and report (scored with the tender's
+    weights), and the tests run that the tender does not name."""
+    jobs = tender.jobs
+    keep = [i for i, r in enumerate(loaded.results) if checks.base_test(str(r["name"]), jobs)]
+    extra = sorted(
+        {str(r["name"]) for r in loaded.results} - {loaded.results[i]["name"] for i in keep}
+    )
+    ours = summary.Loaded(
+        loaded.root,
+        [loaded.results[i] for i in keep],
+        [loaded.paths[i] for i in keep],
+        loaded.skipped,
+    )
+    summ = summary.summarize(ours.results)
+    expected = expected_tests(tender, devices)
+    weights = {t: w for t, w in tender.weights.items() if t in expected}
+    # the table, the score and its interval: from the summary (no charts, no run details)
+    report = build.build_report(summ, title="bid", weights=(tender.weights_name, weights))
+    return ours, summ, report, extra
+
+
+@dataclass
+class Verification:
+    package: str
+    tender: str
+    checks: list[checks.Check]
+    score: float | None
+    score_ci: tuple[float, float] | None
+    failure_rate: float
+    tests: dict[str, dict[str, Any]]
+    verdicts: list[acceptance.Verdict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    margin: float = 0.95
+    risk: float = 0.05
+    coverage: float | None = None  # scored weight / the tender's weight of the tests run
+
+    @property
+    def passed(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def acceptance(self) -> str | None:
+        return acceptance.overall(self.verdicts) if self.verdicts else None
+
+    @property
+    def exit_code(self) -> int:
+        if not self.passed:
+            return RULE_FAILED
+        return {acceptance.REJECT: REJECTED, acceptance.INCONCLUSIVE: INCONCLUSIVE}.get(
+            self.acceptance or "", 0
+        )
+
+
+def verify(path: Path, tender_path: Path) -> Verification:
+    """Check the package at ``path`` against the tender at ``tender_path``."""
+    tender = rules.load_tender(tender_path)
+    with tempfile.TemporaryDirectory(prefix="milarun-verify-") as tmp:
+        opened = open_package(path, Path(tmp))
+        bid = checks.Bid(
+            tender,
+            Path(tmp),
+            opened.hashes,
+            opened.listed,
+            opened.loaded,
+            {},
+            manifests=opened.manifests,
+            machines=opened.machines,
+        )
+        devices = checks.devices(bid)
+        bid.loaded, bid.summary, report, bid.extra_tests = rederive(tender, opened.loaded, devices)
+        found = [rule(bid) for rule in checks.RULES]
+    table = report.table
+    tests = {
+        str(t): {
+            "n": int(row["n"]),
+            "fail": int(row["fail"]),
+            "perf": _finite(row["perf"]),
+            "ci95": [_finite(row["ci_low"]), _finite(row["ci_high"])],
+        }
+        for t, row in table.iterrows()
+    }
+    out = Verification(
+        str(path),
+        str(tender_path),
+        found,
+        report.score,
+        report.score_ci,
+        report.failure_rate,
+        tests,
+        notes=opened.doctors + [str(n)[:300] for n in checks.as_list(opened.bid.get("notes"))][:20],
+        margin=tender.margin,
+        risk=tender.risk,
+        coverage=report.coverage,
+    )
+    packed_for = opened.bid.get("tender_sha256")
+    if packed_for and packed_for != tender.sha256:
+        out.notes.append("the bid was packed for another tender file (its SHA-256 differs)")
+    if opened.declared is not None:
+        out.verdicts = judge(tender, opened.declared, bid.summary, report)
+    return out
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if results.is_finite(value) else None
+
+
+def judge(
+    tender: rules.Tender,
+    declared: dict[str, Any],
+    summ: dict[str, dict[str, Any]],
+    report: build.Report,
+) -> list[acceptance.Verdict]:
+    """The verdict on each declared figure."""
+    margin, risk = tender.margin, tender.risk
+    verdicts = [
+        acceptance.judge_rate(test, (summ.get(test) or {}).get("rates") or [], rate, margin, risk)
+        for test, rate in sorted(declared["tests"].items())
+    ]
+    if declared.get("score") is not None:
+        weights = report.test_weights or {}
+        runs = {
+            t: stats.RunSet(summ[t].get("rates") or [], int(summ[t].get("failures") or 0))
+            for t in report.scored
+        }
+        if report.score is None:
+            verdicts.append(
+                acceptance.Verdict(
+                    "score",
+                    acceptance.REJECT,
+                    None,
+                    float(declared["score"]),
+                    margin,
+                    1.0,
+                    0,
+                    reason="no test was scored",
+                )  # fmt: skip
+            )
+        else:
+            verdicts.append(
+                acceptance.judge_score(
+                    runs, weights, report.score, float(declared["score"]), margin, risk
+                )
+            )
+    return verdicts
+
+
+def _n(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:,.6g}"
+
+
+def to_text(v: Verification) -> str:
+    lines = [f"milarun verify {v.package} against {v.tender}"]
+    width = max(len(c.rule) for c in v.checks)
+    lines += [f"{'PASS' if c.ok else 'FAIL'}  {c.rule:<{width}}  {c.evidence}" for c in v.checks]
+    lines.append("")
+    ci = f" (95% CI {_n(v.score_ci[0])} - {_n(v.score_ci[1])})" if v.score_ci else ""
+    cover = f", coverage {v.coverage:.0%} of the weight" if v.coverage is not None else ""
+    lines.append(f"score {_n(v.score)}{ci}{cover}; failure rate {v.failure_rate:.1%}")
+    for test, row in v.tests.items():
+        low, high = row["ci95"]
+        interval = f" (95% CI {_n(low)} - {_n(high)})" if low is not None else ""
+        lines.append(
+            f"  {test}: {_n(row['perf'])}{interval}, {row['n']} run(s), {row['fail']} failed"
+        )
+    if v.notes:
+        lines += ["", "notes:"] + [f"  - {n}" for n in v.notes]
+    if v.verdicts:
+        lines += ["", f"acceptance (margin {v.margin:g} x declared, risk {v.risk:g}):"]
+        for d in v.verdicts:
+            p = "-" if d.p_below is None else f"{d.p_below:.3f}"
+            more = f"; about {d.more_runs} more run(s) would decide" if d.more_runs else ""
+            why = f"; {d.reason}" if d.reason else ""
+            lines.append(
+                f"{d.verdict:<12}  {d.subject}: measured {_n(d.measured)} over {d.runs} run(s), "
+                f"declared {_n(d.declared)}, P(true < {_n(d.threshold)}) = {p}{more}{why}"
+            )
+    failed = [c.rule for c in v.checks if not c.ok]
+    verdict = f"{len(failed)} rule(s) FAIL: {', '.join(failed)}" if failed else "every rule passes"
+    if v.acceptance:
+        verdict += f"; declared figures: {v.acceptance}"
+    lines += ["", f"verdict: {verdict}"]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(v: Verification) -> str:
+    data = {
+        "package": v.package,
+        "tender": v.tender,
+        "passed": v.passed,
+        "checks": [asdict(c) for c in v.checks],
+        "score": v.score,
+        "score_ci": v.score_ci,
+        "coverage": v.coverage,
+        "failure_rate": v.failure_rate,
+        "tests": v.tests,
+        "acceptance": v.acceptance,
+        "verdicts": [{**asdict(d), "threshold": d.threshold} for d in v.verdicts],
+        "notes": v.notes,
+        "exit_code": v.exit_code,
+    }
+    return json.dumps(data, indent=2) + "\n"

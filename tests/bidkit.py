@@ -1,0 +1,143 @@
+"""Bids with known numbers, for the tender tests and the tender scale benchmark.
+
+A synthetic run folder is what `milarun jobs` leaves: results made by the harness's own
+builder (resultfactory), a run manifest written and completed by the real RunManifest, and
+the machine record and the profile as run kept beside it. Its results carry exactly the
+quick profile's arguments, each instance its own student cgroup and CPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from milarun.machine import sysinfo
+from milarun.results import manifest, result_filename
+from milarun.run import profile as run_profile
+from milarun.tender import archive, rules
+from resultfactory import rate_series, result, write
+
+PROFILE = "quick"
+
+
+def quick_argv(test: str) -> list[str]:
+    return run_profile.load_profile(PROFILE).jobs[test.split(".", 1)[1]].argv()
+
+
+def synthetic_run(
+    folder: Path,
+    rates: dict[str, float],
+    *,
+    devices: int = 2,
+    repeat: int = 3,
+    noise: float = 0.02,
+    watts: float | None = None,
+    seed: int = 0,
+    complete: bool = True,
+) -> Path:
+    """A run folder of ``repeat`` runs of each test on ``devices`` CPU slices; each run's
+    steady rate is the test's rate x (1 + noise x N(0, 1)); ``watts``: each instance's
+    measured GPU power (an energy record), else none."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    labels = [f"cpu:{d}" for d in range(devices)]
+    instances = [
+        (t, f"{r}.{d}") for r in range(repeat) for t in sorted(rates) for d in range(devices)
+    ]
+    record = manifest.RunManifest.start(folder, PROFILE, sorted(rates), repeat, labels, instances)
+    record.keep_machine()
+    record.keep("profile", run_profile.find_profile(PROFILE).read_text(encoding="utf-8"))
+    version = sysinfo.milarun_version()
+    for i, (test, job_id) in enumerate(instances):
+        device = int(job_id.split(".")[1])
+        steady = rates[test] * (1 + noise * rng.gauss(0, 1))
+        extra: dict[str, Any] = {
+            "call": {"function": "x:main", "argv": quick_argv(test), "arguments": None},
+            "isolation": {
+                "cgroups": {"cpuset": f"/student{device}", "memory": f"/student{device}"},
+                "cpus": [device],
+                "memory_limit": 2**30,
+            },
+            "milarun_version": version,
+        }
+        if watts is not None:
+            extra["energy"] = {
+                "watts": watts,
+                "joules_per_example": watts / steady,
+                "examples_per_joule": steady / watts,
+                "method": "counter",
+            }
+        data = result(
+            test, job_id, None, rates=rate_series(steady), device=f"cpu:{device}", **extra
+        )
+        stamp = f"20260101-000000-{i:06d}"
+        path = write(folder, data, result_filename(test, job_id, True, stamp))
+        # as instance_ended records it, saved once at the end (10,000 rewrites would be slow)
+        record.data["ended"].append(
+            {"test": test, "job_id": job_id, "success": True, "result": path.name}
+        )
+    if complete:
+        record.finish("complete")
+    else:
+        record.finish("interrupted", "SIGTERM")
+    return folder
+
+
+def tender(path: Path, tests: list[str], **options: Any) -> Path:
+    """A tender of the quick profile's ``tests`` (their short names)."""
+    options.setdefault("repeat", 3)
+    data = rules.make_tender(PROFILE, PROFILE, names=tests, **options)
+    return rules.write_tender(path, data)
+
+
+def unpack(package: Path, folder: Path) -> Path:
+    """Our own package, trusted: extracted with the standard library."""
+    with tarfile.open(package) as tar:
+        tar.extractall(folder, filter="data")
+    return folder
+
+
+def repack(folder: Path, out: Path, manifest_too: bool = True) -> Path:
+    """A package of ``folder`` (an unpacked one, edited); with ``manifest_too`` the MANIFEST
+    is made anew (a vendor who edits and re-hashes), else the old one is kept."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != archive.MANIFEST)
+    members: list[tuple[str, Path | bytes]] = [(p.relative_to(folder).as_posix(), p) for p in files]
+    if manifest_too:
+        archive.write_package(out, members)
+        return out
+    old = (folder / archive.MANIFEST).read_bytes()
+    with tarfile.open(out, "w:gz") as tar:
+        for name, path in members:
+            tar.add(path, name)
+        info = tarfile.TarInfo(archive.MANIFEST)
+        info.size = len(old)
+        import io
+
+        tar.addfile(info, io.BytesIO(old))
+    return out
+
+
+def edited(package: Path, work: Path, edit: Callable[[Path], None], **kw: Any) -> Path:
+    """The package with ``edit`` applied to its unpacked folder, packed again."""
+    folder = unpack(package, work / "unpacked")
+    edit(folder)
+    out = repack(folder, work / "edited.tar.gz", **kw)
+    shutil.rmtree(folder)
+    return out
+
+
+def edit_results(
+    folder: Path, change: Callable[[dict[str, Any]], None], first_only: bool = True
+) -> None:
+    """Apply ``change`` to the result files of an unpacked package (the first, or all)."""
+    for path in sorted((folder / "run").glob("*.json")):
+        data = json.loads(path.read_text())
+        change(data)
+        path.write_text(json.dumps(data))
+        if first_only:
+            return
