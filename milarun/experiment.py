@@ -3,6 +3,7 @@
 Kept at this path as a stable API while the implementation lives in milarun.measure.
 """
 
+from milarun.machine.torchdevice import precision_unavailable
 from milarun.measure.experiment import BadTestArguments, DoesNotFit, Experiment, Timer
 
-__all__ = ["BadTestArguments", "DoesNotFit", "Experiment", "Timer"]
+__all__ = ["BadTestArguments", "DoesNotFit", "Experiment", "Timer", "precision_unavailable"]

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from milabench import helpers, modern
-from milarun.experiment import BadTestArguments, Experiment
+from milarun.experiment import BadTestArguments, Experiment, precision_unavailable
 
 TERA = 1e12
 SWEEP = "2048x2048x2048,4096x4096x4096,16384x2048x2048,16384x5632x2048,16384x2048x5632"
@@ -39,22 +39,6 @@ def shapes(text: str) -> list[tuple[int, int, int]]:
             raise argparse.ArgumentTypeError(f"{item!r}: sizes >= 1")
         found.append((m, n, k))
     return found
-
-
-def skipped(precision: str, device: Any) -> str | None:
-    """Why ``precision`` is not measured on ``device`` (None: it is)."""
-    if precision in ("bf16", "fp16"):
-        return None
-    if device.type != "cuda":
-        return f"{precision} is a GPU tensor-core format; this device is {device.type}"
-    major, minor = torch.cuda.get_device_capability(device)
-    if precision == "tf32":
-        return None if torch.version.hip or major >= 8 else "TF32 needs compute capability 8.0+"
-    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
-        return "this torch has no torch._scaled_mm"
-    if not torch.version.hip and (major, minor) < (8, 9):
-        return f"FP8 needs compute capability 8.9+; this GPU is {major}.{minor}"
-    return None
 
 
 def operands(m: int, n: int, k: int, precision: str, device: Any, gen: Any) -> Any:
@@ -114,7 +98,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     size = f"{n}x{n}x{n} products"
     exp.arguments["workload"] = size
     torch.set_float32_matmul_precision("high")  # the tf32 product: fp32 inputs as TF32
-    reasons = {p: skipped(p, device) for p in wanted}
+    reasons = {p: precision_unavailable(p, device) for p in wanted}
     settings: dict[str, Any] = {
         "precision": "bf16",
         "tf32": True,

@@ -25,28 +25,13 @@ from typing import Any
 import torch
 
 from milarun.doctor.sampling import Recorder, sample_seconds
+from milarun.machine.torchdevice import precision_unavailable
 
 TERA, GIGA = 1e12, 1e9
 PRECISIONS = ("bf16", "fp16", "tf32", "fp8")
 GEMM_SIZE = 8192
 PATTERNS = (0x5555555555555555, -0x5555555555555556, 0, -1)  # 0101.., 1010.., 0s, 1s
 CHUNK = 2**30  # bytes of one block of the memory test
-
-
-def why_not(precision: str, device: torch.device) -> str | None:
-    """Why ``precision`` cannot be measured on ``device`` (None: it can)."""
-    if precision in ("bf16", "fp16"):
-        return None
-    if device.type != "cuda":
-        return f"{precision} is a tensor-core format; the device is {device.type}"
-    major, minor = torch.cuda.get_device_capability(device)
-    if precision == "tf32":
-        return None if torch.version.hip or major >= 8 else "TF32 needs compute capability 8.0+"
-    if not hasattr(torch, "_scaled_mm"):
-        return "this torch has no torch._scaled_mm"
-    if not torch.version.hip and (major, minor) < (8, 9):
-        return f"FP8 needs compute capability 8.9+; this GPU is {major}.{minor}"
-    return None
 
 
 def product(precision: str, n: int, device: torch.device) -> Any:
@@ -72,7 +57,7 @@ def _sync(device: torch.device) -> Any:
 
 
 def gemm(precision: str, device: torch.device, level: dict[str, float], n: int) -> dict[str, Any]:
-    reason = why_not(precision, device)
+    reason = precision_unavailable(precision, device)
     if reason:
         return {"skipped": reason}
     seconds = sample_seconds(

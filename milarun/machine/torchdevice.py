@@ -89,3 +89,22 @@ def synchronizer(device: Any) -> Callable[[], None]:
 
         return lambda: torch.xpu.synchronize(device)
     return lambda: None  # CPU kernels complete before they return
+
+
+def precision_unavailable(precision: str, device: Any) -> str | None:
+    """Why matrix products in ``precision`` (bf16, fp16, tf32, fp8) cannot run on ``device``
+    (None: they can): the gemm test and `doctor --active` skip it with this reason."""
+    import torch
+
+    if precision in ("bf16", "fp16"):
+        return None
+    if device.type != "cuda":
+        return f"{precision} is a GPU tensor-core format; this device is {device.type}"
+    major, minor = torch.cuda.get_device_capability(device)
+    if precision == "tf32":
+        return None if torch.version.hip or major >= 8 else "TF32 needs compute capability 8.0+"
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return "this torch has no torch._scaled_mm"
+    if not torch.version.hip and (major, minor) < (8, 9):
+        return f"FP8 needs compute capability 8.9+; this GPU is {major}.{minor}"
+    return None

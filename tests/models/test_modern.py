@@ -227,11 +227,11 @@ def check_compiled(result: dict) -> None:
 )
 def test_gemm_measures_the_precisions_the_gpu_has(monkeypatch, capability, hip, expected):
     """The CUDA boundary faked: torch.cuda's capability and torch.version.hip."""
-    from milabench.models import gemm
+    from milarun.experiment import precision_unavailable
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: capability)
     monkeypatch.setattr(torch.version, "hip", hip)
-    assert gemm.skipped("bf16", FakeCuda()) is None
+    assert precision_unavailable("bf16", FakeCuda()) is None
     for precision, why in expected.items():
-        found = gemm.skipped(precision, FakeCuda())
+        found = precision_unavailable(precision, FakeCuda())
         assert (found is None) if why is None else (found or "").startswith(why), found
