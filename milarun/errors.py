@@ -70,3 +70,7 @@ class LaunchError(UserError, RuntimeError):
 
 class IsolationError(UserError, RuntimeError):
     """Student cgroups missing or unusable."""
+
+
+class DatabaseError(InputError):
+    """A results database that cannot be opened or used (its URL, its schema, the server)."""

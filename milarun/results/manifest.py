@@ -188,6 +188,11 @@ def _manifests(folder: Path, recursive: bool = False) -> Iterator[tuple[Path, di
                 log.warning("%s; run manifest ignored", err)
 
 
+def read_manifests(folder: Path, recursive: bool = True) -> list[dict[str, Any]]:
+    """The readable run manifests of a folder (and below it), as _manifests finds them."""
+    return [data for _, data in _manifests(folder, recursive)]
+
+
 def _pairs(value: Any) -> list[tuple[str, str]]:
     """[[test, job id], ...] from a manifest, whatever a hand left there."""
     items = value if isinstance(value, list) else []
