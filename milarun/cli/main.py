@@ -13,6 +13,8 @@ from typing import Any
 from coleo import Option, default, run_cli
 
 from milarun import errors
+from milarun.cli.history import DbCommands, database_option, ingest_after_run
+from milarun.cli.history import history as history_command
 from milarun.cli.options import (
     OneLineParser,
     default_dataroot,
@@ -126,6 +128,7 @@ class Commands:
         print(f"\nresults: {outcome.outdir.resolve()}")
         if outcome.page is not None:
             print(f"report:  {outcome.page.resolve()}")
+        ingest_after_run(database_option(), outcome.outdir)
         return outcome.exit_code
 
     def run(test_args: list[str]) -> int:
@@ -349,7 +352,7 @@ class Commands:
         print(doctor.summary(checks))
         return doctor.exit_code(checks)
 
-    slurm = SlurmCommands
+    slurm, db, history = SlurmCommands, DbCommands, history_command
 
     def sysinfo(test_args: list[str]) -> int:
         """Print the system record that every result embeds."""

@@ -108,7 +108,9 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         gpu_uuid=uuid,
         gpu_bus=bus,
         args_hash=digest(setup),
-        finished_at=float(finished) if results.is_finite(finished) else when,
+        finished_at=float(finished)
+        if isinstance(finished, (int, float)) and math.isfinite(finished)
+        else when,
         success=rate is not None,
         rate=rate,
         steady=steady,
@@ -119,7 +121,7 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         driver=_text(system.get("driver"), 64),
         flags=[str(f) for f in train.get("flags") or []] or None,
         throttle=train.get("throttle") if isinstance(train.get("throttle"), Mapping) else None,
-        energy=energy if isinstance(energy, Mapping) and energy.get("joules") else None,
+        energy=dict(energy) if isinstance(energy, Mapping) and energy.get("joules") else None,
         diagnostics=dict(train) or None,
     )
 
@@ -144,8 +146,9 @@ class RunInput:
     def key(self) -> str:
         """Its jobs runs (host, start, pid), else (no manifest) its results."""
         if self.manifests:
-            return digest(sorted([str(m.get("host")), m["started_at"], m.get("pid")]
-                                 for m in self.manifests))
+            return digest(
+                sorted([str(m.get("host")), m["started_at"], m.get("pid")] for m in self.manifests)
+            )
         return digest(sorted(r.content_hash for r in self.rows))
 
     @property
@@ -209,16 +212,24 @@ class Ingested:
     known: int  # already in the database: not added again
 
 
-def _ids(session: Session, model: Any, column: Any, names: Iterable[str]) -> dict[str, int]:
-    """name -> id of each (node name, GPU UUID), the missing ones inserted."""
+def _ids(
+    session: Session, model: Any, column: Any, names: Iterable[str], **extra: dict[str, Any]
+) -> dict[str, int]:
+    """name -> id of each (node name, GPU UUID), the missing ones inserted (with ``extra``
+    columns: column -> {name: value})."""
     wanted = sorted(set(names))
     found: dict[str, int] = {}
     for start in range(0, len(wanted), CHUNK):
         part = wanted[start : start + CHUNK]
-        found.update(session.execute(select(column, model.id).where(column.in_(part))).tuples().all())
+        found.update(
+            session.execute(select(column, model.id).where(column.in_(part))).tuples().all()
+        )
     missing = [n for n in wanted if n not in found]
     if missing:
-        session.execute(insert(model), [{column.key: n} for n in missing])
+        session.execute(
+            insert(model),
+            [{column.key: n, **{k: v.get(n) for k, v in extra.items()}} for n in missing],
+        )
         return _ids(session, model, column, wanted)
     return found
 
@@ -227,7 +238,9 @@ def _known(session: Session, hashes: list[str]) -> set[str]:
     known: set[str] = set()
     for start in range(0, len(hashes), CHUNK):
         part = hashes[start : start + CHUNK]
-        known.update(session.scalars(select(Result.content_hash).where(Result.content_hash.in_(part))))
+        known.update(
+            session.scalars(select(Result.content_hash).where(Result.content_hash.in_(part)))
+        )
     return known
 
 
@@ -261,13 +274,16 @@ def _write(session: Session, run: RunInput) -> Ingested:
     known = _known(session, [r.content_hash for r in rows])
     new = [r for r in rows if r.content_hash not in known]
     nodes = _ids(session, Node, Node.name, (r.node for r in new))
-    gpus = _ids(session, Gpu, Gpu.uuid, (r.gpu_uuid for r in new if r.gpu_uuid))
+    buses = {r.gpu_uuid: r.gpu_bus for r in new if r.gpu_uuid}
+    gpus = _ids(session, Gpu, Gpu.uuid, buses, pci_bus_id=buses)
     if new:
         session.execute(
             insert(Result),
             [
                 {
-                    **{k: v for k, v in vars(r).items() if k not in ("node", "gpu_uuid", "gpu_bus")},
+                    **{
+                        k: v for k, v in vars(r).items() if k not in ("node", "gpu_uuid", "gpu_bus")
+                    },
                     "run_id": db_run.id,
                     "node_id": nodes[r.node],
                     "gpu_id": gpus[r.gpu_uuid] if r.gpu_uuid else None,
@@ -286,13 +302,7 @@ def ingest(engine: Engine, run: RunInput) -> Ingested:
                 return _write(session, run)
         except exc.IntegrityError as err:
             if attempt == RETRIES - 1:
-                raise DatabaseError(
-                    f"{run.source}: not ingested ({store.one_line(err)})"
-                ) from None
+                raise DatabaseError(f"{run.source}: not ingested ({store.one_line(err)})") from None
         except exc.SQLAlchemyError as err:
             raise DatabaseError(f"{run.source}: not ingested ({store.one_line(err)})") from None
     raise AssertionError("unreachable")
-
-
-def finite(values: Iterable[float]) -> list[float]:
-    return [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
