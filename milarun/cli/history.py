@@ -45,14 +45,18 @@ def parse_since(text: str | None) -> float | None:
 def ingest_into(db: str | None, sources: list[Path], machine: str | None = None) -> None:
     """Ingest each folder (one run each) and print what was added."""
     from milarun.history import ingest, store
-    from milarun.history import render as history_render
 
     engine = store.open_db(db)
     try:
         for source in sources:
             run = ingest.read_run(source, machine)
             print_skipped(run.skipped)
-            print(history_render.ingested_line(ingest.ingest(engine, run)), flush=True)
+            done = ingest.ingest(engine, run)
+            print(
+                f"{done.source}: run {done.run_id} on {done.machine}: {done.added} result(s) "
+                f"added, {done.known} already there",
+                flush=True,
+            )
     finally:
         engine.dispose()
 

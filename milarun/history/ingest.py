@@ -221,9 +221,7 @@ def _ids(
     found: dict[str, int] = {}
     for start in range(0, len(wanted), CHUNK):
         part = wanted[start : start + CHUNK]
-        found.update(
-            session.execute(select(column, model.id).where(column.in_(part))).tuples().all()
-        )
+        found.update(session.execute(select(column, model.id).where(column.in_(part))).all())
     missing = [n for n in wanted if n not in found]
     if missing:
         session.execute(
@@ -298,7 +296,7 @@ def ingest(engine: Engine, run: RunInput) -> Ingested:
     """Write ``run`` in one transaction; retried when another ingest won a race."""
     for attempt in range(RETRIES):
         try:
-            with Session(engine) as session, session.begin():
+            with Session(store.writer(engine)) as session, session.begin():
                 return _write(session, run)
         except exc.IntegrityError as err:
             if attempt == RETRIES - 1:

@@ -15,7 +15,6 @@ from matplotlib.figure import Figure
 from milarun import results
 from milarun.history import render, trends
 from milarun.report.render import charts
-from milarun.report.render import format as fmt
 from milarun.report.render.html import TEMPLATES, write_html
 
 # Charts drawn at most (the series with alerts first); past this a series is a table only.
@@ -67,10 +66,9 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        sig=fmt.sig, when=render.when, interval=render.interval, change=render.change
+        sig=render.number, when=render.when, interval=render.interval, change=render.change
     )
     env.filters["verdict_class"] = CLASSES.get
-    env.filters["num"] = fmt.num
     return env
 
 

@@ -6,14 +6,19 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from milarun.history.ingest import Ingested
 from milarun.history.trends import Point
-from milarun.report.render import format as fmt
 
 HEADER = (
     f"{'when (UTC)':<16}  {'run':>5} {'round':>5}  {'rate':>12}  {'95% CI':>15}  "
     f"{'n':>3} {'fail':>4}  {'change':>7} {'p':>8}  verdict"
 )
+
+
+def number(value: float | None, spec: str = ",.0f") -> str:
+    """A rate with its thousands (three significant digits below 100); "-" for none."""
+    if value is None:
+        return "-"
+    return format(value, spec) if abs(value) >= 100 else f"{value:.3g}"
 
 
 def when(moment: float) -> str:
@@ -35,8 +40,8 @@ def change(point: Point) -> str:
 def point_line(point: Point) -> str:
     return (
         f"{when(point.when):<16}  {point.run_id:>5} {point.repeat:>5}  "
-        f"{fmt.sig(point.rate):>12}  {interval(point):>15}  {len(point.instances):>3} "
-        f"{point.failures:>4}  {change(point):>7} {fmt.num(point.p_value, '.2g'):>8}  "
+        f"{number(point.rate):>12}  {interval(point):>15}  {len(point.instances):>3} "
+        f"{point.failures:>4}  {change(point):>7} {'-' if point.p_value is None else format(point.p_value, '.2g'):>8}  "
         f"{point.verdict}" + (f"  ({'; '.join(point.notes)})" if point.notes else "")
     )
 
@@ -62,16 +67,9 @@ def alerts_text(found: Sequence[Point]) -> str:
     return (
         "\n".join(
             f"{p.verdict}: {p.series} run {p.run_id} round {p.repeat} "
-            f"({when(p.when)} UTC): {fmt.sig(p.rate)}/s, {change(p)} vs its last "
+            f"({when(p.when)} UTC): {number(p.rate)}/s, {change(p)} vs its last "
             f"{p.baseline_points} point(s)" + (f"; {'; '.join(p.notes)}" if p.notes else "")
             for p in found
         )
         + "\n"
-    )
-
-
-def ingested_line(done: Ingested) -> str:
-    return (
-        f"{done.source}: run {done.run_id} on {done.machine}: {done.added} result(s) added, "
-        f"{done.known} already there"
     )

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, exc, text
+from sqlalchemy import Engine, create_engine, event, exc, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
@@ -27,6 +27,8 @@ DEFAULT_FILE = "history.sqlite"
 ENV = "MILARUN_DB"
 BUSY_MS = 60_000  # how long an SQLite writer waits for another's transaction
 _PG_LOCK = 0x6D696C61  # "mila": the advisory lock the migrations run under
+WRITES = "milarun_writes"  # the execution option of a writing transaction
+HEAD = "0001"  # the newest revision in migrations/versions (tests check it is Alembic's head)
 
 
 def default_db() -> str:
@@ -55,8 +57,9 @@ def shown(url: str) -> str:
 
 def _sqlite_setup(engine: Engine) -> None:
     """Foreign keys on, a busy wait instead of 'database is locked', WAL so readers do not
-    wait on a writer, and BEGIN IMMEDIATE: a transaction takes the write lock at once, so
-    two ingests queue rather than fail when both try to write what each one read."""
+    wait on a writer, and BEGIN IMMEDIATE for a writer (``writer(engine)``): its transaction
+    takes the write lock at once, so two ingests queue rather than fail when both try to
+    write what each one read."""
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi: Any, _record: Any) -> None:
@@ -69,7 +72,13 @@ def _sqlite_setup(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        writes = conn.get_execution_options().get(WRITES, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
+
+
+def writer(engine: Engine) -> Engine:
+    """The engine for a transaction that writes (SQLite: BEGIN IMMEDIATE)."""
+    return engine.execution_options(**{WRITES: True})
 
 
 def open_db(spec: str | None) -> Engine:
@@ -101,6 +110,8 @@ def one_line(err: BaseException) -> str:
 
 def migrate(engine: Engine) -> None:
     """Bring the schema to this milarun's head revision; refuse a newer one."""
+    if _revision(engine) == HEAD:
+        return  # up to date: Alembic (a second to import) is not needed
     from alembic import command
     from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
@@ -108,7 +119,7 @@ def migrate(engine: Engine) -> None:
 
     script = ScriptDirectory(str(MIGRATIONS))
     known = {r.revision for r in script.walk_revisions()}
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         if engine.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK})
         current = MigrationContext.configure(conn).get_current_revision()
@@ -123,6 +134,14 @@ def migrate(engine: Engine) -> None:
         config.set_main_option("script_location", str(MIGRATIONS))
         config.attributes["connection"] = conn
         command.upgrade(config, "head")
+
+
+def _revision(engine: Engine) -> str | None:
+    """The schema revision the database records (None: none yet)."""
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
 
 
 @contextmanager
