@@ -73,7 +73,11 @@ def hogs(cpus: list[int]) -> list[subprocess.Popen]:
     started = []
     for cpu in cpus:
         for _ in range(HOGS_PER_CPU):
-            hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            # a session of its own, as each instance has: with the kernel's autogroups, the
+            # hogs of one session would share one task's worth of CPU between them
+            hog = subprocess.Popen(
+                [sys.executable, "-c", "while True: pass"], start_new_session=True
+            )
             os.sched_setaffinity(hog.pid, {cpu})
             hog.send_signal(signal.SIGSTOP)
             started.append(hog)

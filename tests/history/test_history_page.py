@@ -1,0 +1,93 @@
+"""`milarun history` and `db regressions` on a database of synthetic runs, and the history
+page: one self-contained file, opened in a real headless Chromium."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from matplotlib import image
+
+from conftest import milarun
+from databases import run_folder
+from milarun.history import ingest, page, store, trends
+from pages import TableReader, figures
+from report.test_html import chromium, needs_chromium
+
+DAY = 86_400.0
+T0 = 1_767_225_600.0  # 2026-01-01
+HOSTILE = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory):
+    """Five daily runs of two tests; quick.b loses 20% on the last two."""
+    top = tmp_path_factory.mktemp("history")
+    url = f"sqlite:///{top / 'history.sqlite'}"
+    engine = store.open_db(url)
+    for day, b in enumerate([100.0, 100.0, 101.0, 80.0, 79.0]):
+        folder = run_folder(top / f"day{day}", {"quick.a": [50.0], "quick.b": [b]}, T0 + day * DAY)
+        ingest.ingest(engine, ingest.read_run(folder, machine=HOSTILE))
+    engine.dispose()
+    return url
+
+
+def test_history_and_regressions_commands(database):
+    shown = milarun("history", "quick.b", "--db", database, "--since", "2026-01-02")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"quick.b @ {HOSTILE}" and len(lines) == 2 + 4 + 2  # day 0 left out
+    assert lines[2].endswith("Insufficient data") and lines[3].endswith("No change")
+    assert "-20.3%" in lines[4] and "Suspicious" in lines[4]
+    assert "-21.3%" in lines[5] and "Regression" in lines[5]
+    failing = milarun("db", "regressions", "--db", database, "--fail-on", "regression")
+    assert failing.returncode == 3, failing.stderr
+    assert failing.stdout.startswith("Regression: quick.b @ ") and failing.stdout.count("\n") == 1
+    listed = milarun("db", "regressions", "--db", database, "--suspicious", "--since", "2026-01-04")
+    assert listed.returncode == 0, listed.stderr
+    assert [ln.split(":")[0] for ln in listed.stdout.splitlines()] == ["Regression", "Suspicious"]
+
+
+def page_of(url: str) -> str:
+    engine = store.open_db(url)
+    with store.session(engine) as session:
+        series = trends.history(session, trends.Filters(), trends.Options())
+    engine.dispose()
+    return page.page_html(series, trends.Filters(), trends.Options())
+
+
+def test_the_page_is_self_contained_and_escaped(database, tmp_path):
+    html = page_of(database)
+    assert "<script" not in html and "&lt;script&gt;" in html
+    assert not re.search(r"(src|href)=\"?(https?:)?//", html)  # nothing from the network
+    assert len(figures(html)) == 2 and all(f["svgs"] == 1 for f in figures(html))
+    path = page.write_page(tmp_path / "h.html", {}, trends.Filters(), trends.Options())
+    assert "No results in the database match" in path.read_text()
+
+
+@needs_chromium
+def test_the_page_renders_in_chromium(database, tmp_path):
+    path = tmp_path / "history.html"
+    path.write_text(page_of(database))
+    dom = chromium("--dump-dom", path.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    alerts = table_rows_of(dom.stdout, "alerts")
+    assert [(a["verdict"], a["series"]) for a in alerts] == [
+        ("Regression", f"quick.b @ {HOSTILE}"),
+        ("Suspicious", f"quick.b @ {HOSTILE}"),
+    ]
+    assert alerts[0]["change"] == "-21.3%" and alerts[1]["change"] == "-20.3%"
+    points = table_rows_of(dom.stdout, "series-1")
+    assert [p["verdict"] for p in points][-2:] == ["Suspicious", "Regression"]
+    shot = tmp_path / "shot.png"
+    done = chromium("--window-size=1280,1200", f"--screenshot={shot}", path.as_uri())
+    assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
+    pixels = image.imread(shot)[..., :3]
+    assert (pixels < 0.95).any(axis=-1).mean() > 0.02, "the page looks blank"
+
+
+def table_rows_of(html: str, table_id: str) -> list[dict[str, str]]:
+    reader = TableReader(table_id)
+    reader.feed(html)
+    header, *rows = reader.rows
+    return [dict(zip(header, row)) for row in rows]
