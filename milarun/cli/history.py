@@ -147,6 +147,36 @@ def history(test_args: list[str]) -> int:
     return 0
 
 
+@tooled
+def machines_report(source: str | None, weights: str | None) -> bool:
+    """`report --db URL --machines A B C`: True when it printed that report."""
+    # Machines side by side from the results database (--db): machine names (each one's
+    # latest run) or run:ID
+    # [nargs: +]
+    machines: Option = default([])
+    # The results database of --machines (default: $MILARUN_DB, then history.sqlite)
+    db: Option & str = default(None)
+
+    if not machines:
+        if source is None:
+            raise errors.UsageError("report: give a results folder or summary file")
+        return False
+    if source is not None:
+        raise errors.UsageError("report --machines reads the database: give no results folder")
+    from milarun.history import machines as side_by_side
+    from milarun.history import render as history_render
+    from milarun.history import store
+
+    engine = store.open_db(db)
+    try:
+        with store.session(engine) as session:
+            found = side_by_side.side_by_side(session, machines, weights)
+    finally:
+        engine.dispose()
+    print(history_render.machines_text(found), end="")
+    return True
+
+
 class DbCommands:
     """The results database: ingest runs, list regressions."""
 

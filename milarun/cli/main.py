@@ -13,7 +13,7 @@ from typing import Any
 from coleo import Option, default, run_cli
 
 from milarun import errors
-from milarun.cli.history import DbCommands, database_option, ingest_after_run
+from milarun.cli.history import DbCommands, database_option, ingest_after_run, machines_report
 from milarun.cli.history import history as history_command
 from milarun.cli.options import (
     OneLineParser,
@@ -208,9 +208,9 @@ class Commands:
 
     def report(test_args: list[str]) -> int:
         """Report a results folder or a summary: table, score, comparison, HTML."""
-        # Results folder or summary JSON file
-        # [positional]
-        source: Option
+        # Results folder or summary JSON file (none with --machines)
+        # [positional: ?]
+        source: Option = default(None)
         # Weights: a file, or a shipped name such as standard (default: the suite's own)
         weights: Option = default(None)
         # Baseline: a shipped name (standard/v100), a summary file or a results folder
@@ -237,6 +237,8 @@ class Commands:
         from milarun.report import request as reporting
 
         no_test_args("report", test_args)
+        if machines_report(source, weights):  # report --db URL --machines A B C
+            return 0
         outcome = reporting.make_report(
             reporting.ReportRequest(
                 Path(source),

@@ -4,9 +4,14 @@ milarun.history.trends')."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from milarun.history.trends import Point
+
+if TYPE_CHECKING:
+    from milarun.history.machines import SideBySide  # pandas: only when it is made
 
 HEADER = (
     f"{'when (UTC)':<16}  {'run':>5} {'round':>5}  {'rate':>12}  {'95% CI':>15}  "
@@ -37,11 +42,15 @@ def change(point: Point) -> str:
     return "-" if point.change is None else f"{100 * point.change:+.1f}%"
 
 
+def p_value(point: Point) -> str:
+    return "-" if point.p_value is None else format(point.p_value, ".2g")
+
+
 def point_line(point: Point) -> str:
     return (
         f"{when(point.when):<16}  {point.run_id:>5} {point.repeat:>5}  "
         f"{number(point.rate):>12}  {interval(point):>15}  {len(point.instances):>3} "
-        f"{point.failures:>4}  {change(point):>7} {'-' if point.p_value is None else format(point.p_value, '.2g'):>8}  "
+        f"{point.failures:>4}  {change(point):>7} {p_value(point):>8}  "
         f"{point.verdict}" + (f"  ({'; '.join(point.notes)})" if point.notes else "")
     )
 
@@ -73,3 +82,54 @@ def alerts_text(found: Sequence[Point]) -> str:
         )
         + "\n"
     )
+
+
+def _cell(report: Any, test: str, compared: bool) -> str:
+    table = report.table
+    if test not in table.index:
+        return "-"
+    row = table.loc[test]
+    perf, low, high = row["perf"], row["ci_low"], row["ci_high"]
+    text = f"{number(perf if math.isfinite(perf) else None)}"
+    if math.isfinite(low) and math.isfinite(high) and perf > 0:
+        text += f" {100 * (low / perf - 1):+.1f}/{100 * (high / perf - 1):+.1f}%"
+    text += f" n={int(row['n'])}" + (f" fail={int(row['fail'])}" if row["fail"] else "")
+    if compared and math.isfinite(row.get("perf_ratio", math.nan)):
+        text += f" x{row['perf_ratio']:.2f} ({row['verdict']})"
+    return text
+
+
+def _score(report: Any, compared: bool) -> str:
+    if report.score is None:
+        return "-"
+    text = f"{report.score:,.2f}"
+    if report.score_ci:
+        text += f" [{report.score_ci[0]:,.2f}, {report.score_ci[1]:,.2f}]"
+    if compared and report.ratio is not None:
+        text += f" x{report.ratio:.2f}"
+        if report.ratio_ci and all(map(math.isfinite, report.ratio_ci)):
+            text += f" [{report.ratio_ci[0]:.2f}, {report.ratio_ci[1]:.2f}]"
+    return text
+
+
+def machines_text(found: SideBySide) -> str:
+    """One row per test, one column per machine; ratios to the first machine."""
+    first = found.columns[0]
+    width = max([len(t) for t in found.tests] + [5])
+    cells = [[c.label for c in found.columns]]
+    cells += [
+        [_cell(c.report, test, i > 0) for i, c in enumerate(found.columns)] for test in found.tests
+    ]
+    cells.append([_score(c.report, i > 0) for i, c in enumerate(found.columns)])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(found.columns))]
+    names = ["", *found.tests, "score"]
+    lines = [f"Machines side by side (ratios to {first.label}; 95% intervals)", ""]
+    lines += [
+        f"{name:<{width}}  " + "  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths))
+        for name, row in zip(names, cells)
+    ]
+    weights = first.report.weights_source
+    lines.append(f"\nscore: weighted geometric mean ({weights or 'no weights: unscored'})")
+    for test, labels in sorted(found.unlike.items()):
+        lines.append(f"not like with like: {test} on {', '.join(labels)}: other arguments or data")
+    return "\n".join(line.rstrip() for line in lines) + "\n"
