@@ -8,7 +8,7 @@ import re
 import pytest
 from matplotlib import image
 
-from conftest import milarun
+from conftest import milarun, one_line_error
 from databases import run_folder
 from milarun.history import ingest, page, store, trends
 from pages import TableReader, figures
@@ -21,19 +21,24 @@ HOSTILE = "<script>alert(1)</script>"
 
 @pytest.fixture(scope="module")
 def database(tmp_path_factory):
-    """Five daily runs of two tests; quick.b loses 20% on the last two."""
+    """Five daily runs of two tests on one machine, quick.b 20% slower on the last two;
+    one run on another machine, quick.a half as fast there."""
     top = tmp_path_factory.mktemp("history")
     url = f"sqlite:///{top / 'history.sqlite'}"
     engine = store.open_db(url)
     for day, b in enumerate([100.0, 100.0, 101.0, 80.0, 79.0]):
         folder = run_folder(top / f"day{day}", {"quick.a": [50.0], "quick.b": [b]}, T0 + day * DAY)
         ingest.ingest(engine, ingest.read_run(folder, machine=HOSTILE))
+    other = run_folder(top / "other", {"quick.a": [25.0, 25.0], "quick.b": [100.0]}, T0 + 9 * DAY)
+    ingest.ingest(engine, ingest.read_run(other, machine="other"))
     engine.dispose()
     return url
 
 
 def test_history_and_regressions_commands(database):
-    shown = milarun("history", "quick.b", "--db", database, "--since", "2026-01-02")
+    shown = milarun(
+        "history", "quick.b", "--db", database, "--since", "2026-01-02", "--machine", HOSTILE
+    )
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0] == f"quick.b @ {HOSTILE}" and len(lines) == 2 + 4 + 2  # day 0 left out
@@ -60,7 +65,7 @@ def test_the_page_is_self_contained_and_escaped(database, tmp_path):
     html = page_of(database)
     assert "<script" not in html and "&lt;script&gt;" in html
     assert not re.search(r"(src|href)=\"?(https?:)?//", html)  # nothing from the network
-    assert len(figures(html)) == 2 and all(f["svgs"] == 1 for f in figures(html))
+    assert len(figures(html)) == 4 and all(f["svgs"] == 1 for f in figures(html))
     path = page.write_page(tmp_path / "h.html", {}, trends.Filters(), trends.Options())
     assert "No results in the database match" in path.read_text()
 
@@ -91,3 +96,15 @@ def table_rows_of(html: str, table_id: str) -> list[dict[str, str]]:
     reader.feed(html)
     header, *rows = reader.rows
     return [dict(zip(header, row)) for row in rows]
+
+
+def test_machines_side_by_side(database):
+    shown = milarun("report", "--db", database, "--machines", HOSTILE, "other")
+    assert shown.returncode == 0, shown.stderr
+    lines = {ln.split()[0]: ln for ln in shown.stdout.splitlines() if ln.startswith("quick.")}
+    assert "x0.50" in lines["quick.a"] and "n=2" in lines["quick.a"]
+    assert "x1.27" in lines["quick.b"]
+    by_run = milarun("report", "--db", database, "--machines", "run:1", "run:6")
+    assert f"{HOSTILE} (run 1)" in by_run.stdout and "other (run 6)" in by_run.stdout
+    line = one_line_error(milarun("report", "--db", database, "--machines", "nosuch"))
+    assert "no such machine" in line and "other" in line
