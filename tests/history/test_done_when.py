@@ -28,11 +28,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="postgres")]
 
 TESTS = ("quick.calibration", "quick.polynome")
 SLOWED = "quick.polynome"
-HOGS_PER_CPU = 4
+HOGS_PER_CPU = 6
 # Rounds of the same run are points in time: --repeat 2 makes the two consecutive points a
 # Regression needs. A threshold well above a shared machine's run-to-run noise (other
 # processes can take half of a test's CPUs for a round); the hogs take four fifths of the
-# slowed test's CPUs.
+# slowed test's CPUs (where no other process competes for them).
 THRESHOLD = "0.5"
 VERDICT = re.compile(r"  (Regression|Suspicious|Improvement|No change|Insufficient data)(  \(|$)")
 
@@ -89,7 +89,7 @@ def slowed_run(out: Path, data: Path, cpus: list[int], db: Path) -> subprocess.C
     end of the test before it (its result written) to the end of its own round."""
     burners = hogs(cpus)
     run = milarun_process(*jobs_args(out, data)[:-3], "--db", str(db), "--", "--min-slices", "6")
-    on = False
+    on, switched = False, []
     try:
         while run.poll() is None:
             running = out.exists() and count(out, TESTS[0]) > count(out, SLOWED)
@@ -97,8 +97,11 @@ def slowed_run(out: Path, data: Path, cpus: list[int], db: Path) -> subprocess.C
                 for hog in burners:
                     hog.send_signal(signal.SIGCONT if running else signal.SIGSTOP)
                 on = running
+                switched.append(f"{time.time():.1f} {'on' if on else 'off'}")
             time.sleep(0.02)
         stdout, stderr = run.communicate(timeout=60)
+        # when the hogs ran, for a failure's message
+        stdout += "\nhogs: " + ", ".join(switched) + "\n"
     finally:
         for hog in burners:
             hog.kill()
@@ -123,11 +126,11 @@ def three_runs(tmp_path_factory):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # jobs --db: the run ingested at its end
     assert "4 result(s) added, 0 already there" in done.stdout, done.stdout[-2000:]
-    return folders, third_started.isoformat()
+    return folders, third_started.isoformat(), done.stdout.rsplit("hogs: ", 1)[1]
 
 
 def test_quick_runs_history_and_a_regression_of_the_slowed_test_only(three_runs, db_url):  # noqa: F811
-    (first, second, third), third_started = three_runs
+    (first, second, third), third_started, hogs_log = three_runs
     for folder in (first, second):
         done = milarun("db", "ingest", folder, "--db", db_url)
         assert done.returncode == 0 and "4 result(s) added" in done.stdout, done.stderr
@@ -149,7 +152,10 @@ def test_quick_runs_history_and_a_regression_of_the_slowed_test_only(three_runs,
     assert len(slowed) == len(other) == 6, shown.stdout
     # its two rounds, consecutive points past the threshold: Suspicious, then Regression
     # (Regression at once where its history's last point was slower already)
-    assert slowed[-1] == "Regression" and slowed[-2] in ("Suspicious", "Regression"), shown.stdout
+    ended = sorted((json.loads(p.read_text())["finished_at"], p.name) for p in third.glob("*.json"))
+    assert slowed[-1] == "Regression" and slowed[-2] in ("Suspicious", "Regression"), (
+        shown.stdout + f"\n{ended}\n{hogs_log}"
+    )
     assert "Regression" not in other[-2:], shown.stdout
     alerts = milarun(
         "db", "regressions", "--db", db_url, "--threshold", THRESHOLD, "--since", third_started,
