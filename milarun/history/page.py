@@ -14,8 +14,7 @@ from matplotlib.figure import Figure
 
 from milarun import results
 from milarun.history import render, trends
-from milarun.report.render import charts
-from milarun.report.render.html import TEMPLATES, write_html
+from milarun.report.render import charts, html
 
 # Charts drawn at most (the series with alerts first); past this a series is a table only.
 MAX_CHARTS = 60
@@ -58,13 +57,8 @@ def chart(points: list[trends.Point]) -> Markup:
 
 
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+    """The report's environment (milarun/templates, autoescaped, strict), with ours."""
+    env = html._environment()
     env.filters.update(
         sig=render.number, when=render.when, interval=render.interval, change=render.change
     )
@@ -108,4 +102,4 @@ def write_page(
     options: trends.Options,
 ) -> Path:
     """Write the page atomically; only a milarun page is ever replaced."""
-    return write_html(path, page_html(series, filters, options))
+    return html.write_html(path, page_html(series, filters, options))

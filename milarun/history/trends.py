@@ -30,6 +30,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -103,6 +104,35 @@ class Instance:
         return self.gpu or f"{self.node}/{self.device}"
 
 
+@dataclass(frozen=True)
+class Sample:
+    """Steady slices as Welch's test reads them: their count, sum and sum of squares, so
+    that pooling points is adding and "every sibling but this one" is subtracting."""
+
+    n: int = 0
+    total: float = 0.0
+    squares: float = 0.0
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Sample:
+        return cls(len(values), float(values.sum()), float(np.square(values).sum()))
+
+    def __add__(self, other: Sample) -> Sample:
+        return Sample(self.n + other.n, self.total + other.total, self.squares + other.squares)
+
+    def __sub__(self, other: Sample) -> Sample:
+        return Sample(self.n - other.n, self.total - other.total, self.squares - other.squares)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n
+
+    @property
+    def std(self) -> float:
+        """The population standard deviation (what stats.welch_verdict takes)."""
+        return math.sqrt(max(self.squares / self.n - self.mean**2, 0.0))
+
+
 @dataclass
 class Point:
     series: str
@@ -118,11 +148,15 @@ class Point:
     baseline_points: int = 0
     notes: list[str] = field(default_factory=list)
 
-    @property
+    @cached_property
     def slices(self) -> np.ndarray:
         return np.asarray(
             [s for i in self.instances for s in (i.steady or ()) if i.rate is not None], float
         )
+
+    @cached_property
+    def sample(self) -> Sample:
+        return Sample.of(self.slices)
 
     @property
     def rates(self) -> list[float]:
@@ -219,13 +253,14 @@ def build_points(found: Iterable[Instance], by: str) -> dict[str, list[Point]]:
     return dict(sorted(series.items()))
 
 
-def _welch(sample: np.ndarray, base: np.ndarray) -> tuple[str, float | None, float]:
-    """(faster/slower/no significant change, p, change) of a sample against a baseline."""
-    mean, base_mean = float(sample.mean()), float(base.mean())
-    verdict = stats.welch_verdict(
-        mean, float(sample.std()), len(sample), base_mean, float(base.std()), len(base)
-    )
-    return verdict.label, verdict.p_value, mean / base_mean - 1
+def _welch(sample: Sample, base: Sample, threshold: float) -> tuple[str, float | None, float]:
+    """(faster/slower/no significant change, p, change) of a sample against a baseline. A
+    change under the threshold is no change whatever its p: the test is not run (p None)."""
+    change = sample.mean / base.mean - 1
+    if abs(change) < threshold:
+        return "no significant change", None, change
+    verdict = stats.welch_verdict(sample.mean, sample.std, sample.n, base.mean, base.std, base.n)
+    return verdict.label, verdict.p_value, change
 
 
 def _notes(point: Point, before: Point | None) -> list[str]:
@@ -260,18 +295,19 @@ def judge(series: list[Point], options: Options) -> None:
             point.notes.append("other arguments or data than the point before")
         base = [p for p in accepted if p.args_hash == point.args_hash][-options.window :]
         point.baseline_points = len(base)
-        sample = point.slices
         slow = False
         if point.rate is None:
             point.verdict = SUSPICIOUS if point.instances else INSUFFICIENT
-        elif len(base) < MIN_BASELINE or len(sample) < 2:
+        elif len(base) < MIN_BASELINE or point.sample.n < 2:
             point.verdict = INSUFFICIENT
         else:
-            pooled = np.concatenate([p.slices for p in base])
-            label, point.p_value, point.change = _welch(sample, pooled)
+            pooled = sum((p.sample for p in base), Sample())
+            label, point.p_value, point.change = _welch(point.sample, pooled, options.threshold)
             slow = label == "slower" and point.change <= -options.threshold
             if slow:
                 point.verdict = REGRESSION if slow_before else SUSPICIOUS
+                if slow_before and previous is not None:  # what changed when it began
+                    point.notes += [f"since {n}" for n in previous.notes if n.startswith("driver")]
                 if not slow_before:
                     point.notes.append(
                         "slower than its history: one more such point is a Regression"
@@ -293,12 +329,14 @@ def judge_siblings(series: dict[str, list[Point]], options: Options) -> None:
         for p in points:
             rounds[(p.test, p.run_id, p.repeat, p.args_hash)].append(p)
     for siblings in rounds.values():
-        measured = [p for p in siblings if p.rate is not None and len(p.slices) >= 2]
+        measured = [p for p in siblings if p.rate is not None and p.sample.n >= 2]
         if len(measured) < 2:
             continue
+        everyone = sum((p.sample for p in measured), Sample())
         for point in measured:
-            others = np.concatenate([p.slices for p in measured if p is not point])
-            label, p_value, change = _welch(point.slices, others)
+            label, p_value, change = _welch(
+                point.sample, everyone - point.sample, options.threshold
+            )
             if label == "slower" and change <= -options.threshold:
                 shown = "-" if p_value is None else f"{p_value:.2g}"
                 point.notes.append(
