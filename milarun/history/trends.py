@@ -223,8 +223,33 @@ def _query(filters: Filters):  # noqa: ANN202 (a Select of 15 columns)
     return query
 
 
-def instances(session: Session, filters: Filters) -> list[Instance]:
-    return [Instance(*row) for row in session.execute(_query(filters)).tuples()]
+LOOKBACK = 4  # with --since, runs read before it per machine: this many baseline windows
+
+
+def _cutoff(session: Session, filters: Filters, options: Options) -> float | None:
+    """With ``since``: the start of the oldest run a point after it may compare with (per
+    machine, LOOKBACK windows of runs before it), so that a query of the last weeks does
+    not read the whole year."""
+    if filters.since is None:
+        return None
+    keep = LOOKBACK * options.window + 2
+    starts: dict[int, list[float]] = defaultdict(list)
+    rows = session.execute(
+        select(Run.machine_id, Run.started_at)
+        .where(Run.started_at < filters.since)
+        .order_by(Run.started_at.desc())
+    )
+    for machine, started in rows:
+        if len(starts[machine]) < keep:
+            starts[machine].append(started)
+    return min((found[-1] for found in starts.values()), default=filters.since)
+
+
+def instances(session: Session, filters: Filters, after: float | None = None) -> list[Instance]:
+    query = _query(filters)
+    if after is not None:
+        query = query.where(Run.started_at >= after)
+    return [Instance(*row) for row in session.execute(query)]
 
 
 def _series_key(instance: Instance, by: str) -> str:
@@ -349,7 +374,9 @@ def judge_siblings(series: dict[str, list[Point]], options: Options) -> None:
 def history(session: Session, filters: Filters, options: Options) -> dict[str, list[Point]]:
     """Every series the filters select, each point judged; points before ``since`` (judged
     as the baseline of later ones) are left out."""
-    series = build_points(instances(session, filters), options.by)
+    series = build_points(
+        instances(session, filters, _cutoff(session, filters, options)), options.by
+    )
     for points in series.values():
         judge(points, options)
     if options.by != "test":
