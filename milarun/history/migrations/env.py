@@ -6,7 +6,13 @@ from alembic import context
 
 from milarun.history.models import Base
 
-connection = context.config.attributes["connection"]
-context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
-with context.begin_transaction():
-    context.run_migrations()
+# Set only while Alembic runs this file (store.migrate); a plain import does nothing.
+config = getattr(context, "config", None)
+if config is not None:
+    context.configure(
+        connection=config.attributes["connection"],
+        target_metadata=Base.metadata,
+        render_as_batch=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
