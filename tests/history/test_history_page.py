@@ -8,9 +8,12 @@ import re
 import pytest
 from matplotlib import image
 
-from conftest import milarun, one_line_error
+from conftest import milarun
 from databases import run_folder
-from milarun.history import ingest, page, store, trends
+from milarun.cli.history import parse_since
+from milarun.errors import UsageError
+from milarun.history import ingest, machines, page, store, trends
+from milarun.history import render as history_render
 from pages import TableReader, figures
 from report.test_html import chromium, needs_chromium
 
@@ -35,30 +38,37 @@ def database(tmp_path_factory):
     return url
 
 
-def test_history_and_regressions_commands(database):
-    shown = milarun(
-        "history", "quick.b", "--db", database, "--since", "2026-01-02", "--machine", HOSTILE
+def judged(url: str, filters: trends.Filters) -> dict[str, list[trends.Point]]:
+    engine = store.open_db(url)
+    with store.session(engine) as session:
+        series = trends.history(session, filters, trends.Options())
+    engine.dispose()
+    return series
+
+
+def test_history_text_and_the_regressions_command(database):
+    since = parse_since("2026-01-02")
+    shown = history_render.history_text(
+        judged(database, trends.Filters("quick.b", HOSTILE, since=since))
     )
-    assert shown.returncode == 0, shown.stderr
-    lines = shown.stdout.splitlines()
+    lines = shown.splitlines()
     assert lines[0] == f"quick.b @ {HOSTILE}" and len(lines) == 2 + 4 + 2  # day 0 left out
     assert lines[2].endswith("Insufficient data") and lines[3].endswith("No change")
     assert "-20.3%" in lines[4] and "Suspicious" in lines[4]
     assert "-21.3%" in lines[5] and "Regression" in lines[5]
+    late = judged(database, trends.Filters(since=parse_since("2026-01-04")))
+    found = trends.alerts(late, (trends.REGRESSION, trends.SUSPICIOUS))
+    assert [(p.verdict, p.series) for p in found] == [
+        (trends.REGRESSION, f"quick.b @ {HOSTILE}"),
+        (trends.SUSPICIOUS, f"quick.b @ {HOSTILE}"),
+    ]
     failing = milarun("db", "regressions", "--db", database, "--fail-on", "regression")
     assert failing.returncode == 3, failing.stderr
     assert failing.stdout.startswith("Regression: quick.b @ ") and failing.stdout.count("\n") == 1
-    listed = milarun("db", "regressions", "--db", database, "--suspicious", "--since", "2026-01-04")
-    assert listed.returncode == 0, listed.stderr
-    assert [ln.split(":")[0] for ln in listed.stdout.splitlines()] == ["Regression", "Suspicious"]
 
 
 def page_of(url: str) -> str:
-    engine = store.open_db(url)
-    with store.session(engine) as session:
-        series = trends.history(session, trends.Filters(), trends.Options())
-    engine.dispose()
-    return page.page_html(series, trends.Filters(), trends.Options())
+    return page.page_html(judged(url, trends.Filters()), trends.Filters(), trends.Options())
 
 
 def test_the_page_is_self_contained_and_escaped(database, tmp_path):
@@ -104,7 +114,10 @@ def test_machines_side_by_side(database):
     lines = {ln.split()[0]: ln for ln in shown.stdout.splitlines() if ln.startswith("quick.")}
     assert "x0.50" in lines["quick.a"] and "n=2" in lines["quick.a"]
     assert "x1.27" in lines["quick.b"]
-    by_run = milarun("report", "--db", database, "--machines", "run:1", "run:6")
-    assert f"{HOSTILE} (run 1)" in by_run.stdout and "other (run 6)" in by_run.stdout
-    line = one_line_error(milarun("report", "--db", database, "--machines", "nosuch"))
-    assert "no such machine" in line and "other" in line
+    engine = store.open_db(database)
+    with store.session(engine) as session:
+        by_run = machines.side_by_side(session, ["run:1", "run:6"], None)
+        assert [c.label for c in by_run.columns] == [f"{HOSTILE} (run 1)", "other (run 6)"]
+        with pytest.raises(UsageError, match="no such machine.*other"):
+            machines.side_by_side(session, ["nosuch"], None)
+    engine.dispose()
