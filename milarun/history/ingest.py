@@ -32,6 +32,7 @@ from milarun.results import manifest, read
 
 RETRIES = 5  # a PostgreSQL race on a new row: the transaction is retried this often
 CHUNK = 500  # content hashes per IN (...) query
+MAX_MACHINE = 255  # characters of a machine's name (the column's size)
 
 
 def digest(value: Any) -> str:
@@ -169,6 +170,10 @@ def _stamp_time(path: Path) -> float | None:
 
 def read_run(path: Path, machine: str | None = None) -> RunInput:
     """The results below a folder (or one result file) as a run; EmptyResults when none."""
+    if machine is not None and not (0 < len(machine) <= MAX_MACHINE and machine.isprintable()):
+        raise InputError(
+            f"--machine {machine[:60]!r}: give a name of 1 to {MAX_MACHINE} printable characters"
+        )
     path = Path(path)
     if path.is_dir():
         loaded = summary.load_dir(path)

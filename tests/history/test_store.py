@@ -11,7 +11,7 @@ from sqlalchemy import func, select, text
 from conftest import milarun, milarun_process, one_line_error
 from databases import db_url, postgres_server, run_folder  # noqa: F401 (fixtures)
 from milarun.cli.history import parse_since
-from milarun.errors import DatabaseError, EmptyResults, UsageError
+from milarun.errors import DatabaseError, EmptyResults, InputError, UsageError
 from milarun.history import ingest, store
 from milarun.history.models import Base, Gpu, Machine, Node, Result, Run
 
@@ -127,6 +127,8 @@ def test_bad_databases_and_inputs_are_one_line_errors(tmp_path):
     empty.mkdir()
     with pytest.raises(EmptyResults, match="no milarun results"):
         ingest.read_run(empty)
+    with pytest.raises(InputError, match="--machine .*printable characters"):
+        ingest.read_run(folder, machine="a\nb")
     with pytest.raises(UsageError, match="--since 'May'"):
         parse_since("May")
     assert parse_since("2026-01-01") == T0
