@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 # Exit code when a job or a node failed (the report is still printed).
 JOBS_FAILED = 1
+INTERRUPTED = 130  # Ctrl-C while following: the jobs go on
 
 
 def _node_counts(text: str) -> tuple[int, ...]:
@@ -46,7 +47,7 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
             f"stops them, `milarun slurm wait {out}` follows them again",
             file=sys.stderr,
         )
-        return 130
+        return INTERRUPTED
     # score what was asked for: the submission's tests and what its nodes planned
     asked = set(submission.expected) | {
         t
@@ -191,7 +192,8 @@ class SlurmCommands:
         if db is not None and (dry_run or not wait):
             raise errors.UsageError("slurm fleet --db ingests the run at its end: add --wait")
         code = _submit(request, dry_run, wait)
-        ingest_after_run(db, request.outdir)
+        if code != INTERRUPTED:  # the jobs go on: the run is not over
+            ingest_after_run(db, request.outdir)
         return code
 
     def scaling(test_args: list[str]) -> int:
@@ -229,7 +231,8 @@ class SlurmCommands:
                 f"{out}: no Slurm submission recorded in {Path(out) / slurm.SLURM_FOLDER}"
             )
         code = _follow_and_report(Path(out), found[-1][1])
-        ingest_after_run(database_option(), Path(out))
+        if code != INTERRUPTED:
+            ingest_after_run(database_option(), Path(out))
         return code
 
     def gather(test_args: list[str]) -> int:

@@ -118,6 +118,8 @@ def test_bad_databases_and_inputs_are_one_line_errors(tmp_path):
     folder = run_folder(tmp_path / "r1", {"quick.a": [1.0]}, T0)
     with pytest.raises(DatabaseError, match="not a database URL"):
         store.open_db("nosuch://x")
+    line = one_line_error(milarun("slurm", "fleet", "quick", "--db", "x", "--dry-run"))
+    assert "add --wait" in line
     junk = tmp_path / "junk.sqlite"
     junk.write_text("not a database " * 100)
     line = one_line_error(milarun("db", "ingest", folder, "--db", junk))
