@@ -56,6 +56,9 @@ class Row:
     success: bool
     rate: float | None
     steady: list[float] | None
+    steady_n: int | None
+    steady_sum: float | None
+    steady_squares: float | None
     failure_kind: str | None
     failure_message: str | None
     driver: str | None
@@ -115,6 +118,9 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         success=rate is not None,
         rate=rate,
         steady=steady,
+        steady_n=len(steady) if steady else None,
+        steady_sum=math.fsum(steady) if steady else None,
+        steady_squares=math.fsum(v * v for v in steady) if steady else None,
         failure_kind=None if rate is not None else view.failure_kind[:64],
         failure_message=_text((failure or {}).get("message") or data.get("error"), 4096)
         if rate is None

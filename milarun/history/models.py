@@ -83,6 +83,10 @@ class Result(Base):
     success: Mapped[bool] = mapped_column(Boolean)
     rate: Mapped[float | None] = mapped_column(Float)  # steady examples/s; None: failed
     steady: Mapped[list[float] | None] = mapped_column(JSON)  # the steady window's slices
+    # ... as the trends pool them: their count, sum and sum of squares (revision 0002)
+    steady_n: Mapped[int | None] = mapped_column(Integer)
+    steady_sum: Mapped[float | None] = mapped_column(Float)
+    steady_squares: Mapped[float | None] = mapped_column(Float)
     failure_kind: Mapped[str | None] = mapped_column(String(64))
     failure_message: Mapped[str | None] = mapped_column(Text)
     driver: Mapped[str | None] = mapped_column(String(64))

@@ -29,7 +29,7 @@ ENV = "MILARUN_DB"
 BUSY_MS = 60_000  # how long an SQLite writer waits for another's transaction
 _PG_LOCK = 0x6D696C61  # "mila": the advisory lock the migrations run under
 WRITES = "milarun_writes"  # the execution option of a writing transaction
-HEAD = "0001"  # the newest revision in migrations/versions (tests check it is Alembic's head)
+HEAD = "0002"  # the newest revision in migrations/versions (tests check it is Alembic's head)
 
 
 def default_db() -> str:

@@ -79,32 +79,6 @@ class Filters:
 
 
 @dataclass(frozen=True)
-class Instance:
-    """One result as the trends read it."""
-
-    test: str
-    machine: str
-    run_id: int
-    started_at: float
-    repeat: int
-    node: str
-    device: str
-    gpu: str | None
-    args_hash: str
-    rate: float | None
-    steady: Sequence[float] | None
-    failure_kind: str | None
-    driver: str | None
-    flags: Sequence[str] | None
-    throttle: Any
-
-    @property
-    def unit(self) -> str:
-        """The device as a GPU series names it: its UUID, else node/device."""
-        return self.gpu or f"{self.node}/{self.device}"
-
-
-@dataclass(frozen=True)
 class Sample:
     """Steady slices as Welch's test reads them: their count, sum and sum of squares, so
     that pooling points is adding and "every sibling but this one" is subtracting."""
@@ -133,6 +107,32 @@ class Sample:
         return math.sqrt(max(self.squares / self.n - self.mean**2, 0.0))
 
 
+@dataclass(frozen=True)
+class Instance:
+    """One result as the trends read it."""
+
+    test: str
+    machine: str
+    run_id: int
+    started_at: float
+    repeat: int
+    node: str
+    device: str
+    gpu: str | None
+    args_hash: str
+    rate: float | None
+    sample: Sample | None  # its steady slices (None: failed)
+    failure_kind: str | None
+    driver: str | None
+    flags: Sequence[str] | None
+    throttle: Any
+
+    @property
+    def unit(self) -> str:
+        """The device as a GPU series names it: its UUID, else node/device."""
+        return self.gpu or f"{self.node}/{self.device}"
+
+
 @dataclass
 class Point:
     series: str
@@ -149,14 +149,9 @@ class Point:
     notes: list[str] = field(default_factory=list)
 
     @cached_property
-    def slices(self) -> np.ndarray:
-        return np.asarray(
-            [s for i in self.instances for s in (i.steady or ()) if i.rate is not None], float
-        )
-
-    @cached_property
     def sample(self) -> Sample:
-        return Sample.of(self.slices)
+        """Its instances' steady slices, pooled."""
+        return sum((i.sample for i in self.instances if i.rate is not None and i.sample), Sample())
 
     @property
     def rates(self) -> list[float]:
@@ -177,9 +172,9 @@ class Point:
         rates = self.rates
         if len(rates) >= 2:
             return stats.mean_interval(rates, resamples=1000)
-        slices = self.slices
-        if len(rates) == 1 and len(slices) >= 2:
-            half = 1.96 * float(np.std(slices, ddof=1)) / math.sqrt(len(slices))
+        sample = self.sample
+        if len(rates) == 1 and sample.n >= 2:
+            half = 1.96 * sample.std * math.sqrt(1 / (sample.n - 1))  # the sample std / sqrt(n)
             return rates[0] - half, rates[0] + half
         return None
 
@@ -201,7 +196,9 @@ def _query(filters: Filters):  # noqa: ANN202 (a Select of 15 columns)
             Gpu.uuid,
             Result.args_hash,
             Result.rate,
-            Result.steady,
+            Result.steady_n,
+            Result.steady_sum,
+            Result.steady_squares,
             Result.failure_kind,
             Result.driver,
             Result.flags,
@@ -249,7 +246,12 @@ def instances(session: Session, filters: Filters, after: float | None = None) ->
     query = _query(filters)
     if after is not None:
         query = query.where(Run.started_at >= after)
-    return [Instance(*row) for row in session.execute(query)]
+    found = []
+    for row in session.execute(query):
+        n, total, squares = row[10:13]
+        sample = Sample(n, total, squares) if n else None
+        found.append(Instance(*row[:10], sample, *row[13:]))  # type: ignore[call-arg]
+    return found
 
 
 def _series_key(instance: Instance, by: str) -> str:

@@ -134,3 +134,40 @@ def test_bad_databases_and_inputs_are_one_line_errors(tmp_path):
     with pytest.raises(UsageError, match="--since 'May'"):
         parse_since("May")
     assert parse_since("2026-01-01") == T0
+
+
+def test_an_older_database_is_migrated_with_its_results(db_url):  # noqa: F811
+    """A database of revision 0001 (no steady sums) opened by this milarun: upgraded, each
+    result's sums backfilled from its slices."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        config = Config()
+        config.set_main_option("script_location", str(store.MIGRATIONS))
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0001")
+        conn.execute(text("INSERT INTO machines (id, name) VALUES (1, 'm')"))
+        conn.execute(
+            text(
+                "INSERT INTO runs (id, key, machine_id, profile_hash, started_at, stamp, source, "
+                "ingested_at) VALUES (1, 'k', 1, 'h', 0, 's', '/r', 0)"
+            )
+        )
+        conn.execute(text("INSERT INTO nodes (id, name) VALUES (1, 'n')"))
+        conn.execute(
+            text(
+                "INSERT INTO results (id, content_hash, run_id, node_id, test, job_id, repeat, "
+                "device, args_hash, finished_at, success, rate, steady) VALUES (1, 'c', 1, 1, "
+                "'quick.a', '0', 0, 'cpu:0', 'a', 0, :yes, 2.0, '[1.0, 2.0, 3.0]')"
+            ),
+            {"yes": True},
+        )
+    engine.dispose()
+    engine = store.open_db(db_url)
+    with store.session(engine) as session:
+        found = session.scalars(select(Result)).one()
+        assert (found.steady_n, found.steady_sum, found.steady_squares) == (3, 6.0, 14.0)
+    engine.dispose()

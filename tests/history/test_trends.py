@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from milarun.errors import UsageError
@@ -29,7 +30,7 @@ def instance(run: int, rate: float | None, *, test="quick.a", node="n1", gpu=Non
         gpu=gpu,
         args_hash="same",
         rate=rate,
-        steady=steady,
+        sample=trends.Sample.of(np.asarray(steady)) if steady else None,
         failure_kind=None if rate is not None else "crash",
         driver="550.1",
         flags=None,
