@@ -82,3 +82,7 @@ class TenderError(InputError):
 
 class PackageRefused(TenderError):
     """A bid package refused unread: unsafe (escaping paths, links, devices, bombs) or damaged."""
+
+
+class DatabaseError(InputError):
+    """A results database that cannot be opened or used (its URL, its schema, the server)."""

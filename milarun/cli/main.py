@@ -15,6 +15,8 @@ from coleo import Option, default, run_cli
 from milarun import errors
 from milarun.cli import tender as bids
 from milarun.cli.doctor import doctor as doctor_command
+from milarun.cli.history import DbCommands, database_option, ingest_after_run, machines_report
+from milarun.cli.history import history as history_command
 from milarun.cli.options import (
     OneLineParser,
     default_dataroot,
@@ -140,6 +142,7 @@ class Commands:
         print(f"\nresults: {outcome.outdir.resolve()}")
         if outcome.page is not None:
             print(f"report:  {outcome.page.resolve()}")
+        ingest_after_run(database_option(), outcome.outdir)
         return outcome.exit_code
 
     def run(test_args: list[str]) -> int:
@@ -219,9 +222,10 @@ class Commands:
 
     def report(test_args: list[str]) -> int:
         """Report a results folder or a summary: table, score, comparison, HTML."""
-        # Results folder or summary JSON file (with --rank: bid packages)
-        # [positional: +]
-        source: Option
+        # Results folder or summary JSON file (with --rank: bid packages; none with
+        # --machines)
+        # [positional: *]
+        source: Option = default([])
         # Weights: a file, or a shipped name such as standard (default: the suite's own)
         weights: Option = default(None)
         # Baseline: a shipped name (standard/v100), a summary file or a results folder
@@ -248,6 +252,8 @@ class Commands:
         from milarun.report import request as reporting
 
         no_test_args("report", test_args)
+        if machines_report(source, weights):  # report --db URL --machines A B C
+            return 0
         ranked = rank_bids(source, price, power_cost, weights, format, html, title)
         if ranked is not None:
             return ranked
@@ -338,7 +344,7 @@ class Commands:
         return 0
 
     doctor = doctor_command
-    slurm = SlurmCommands
+    slurm, db, history = SlurmCommands, DbCommands, history_command
     tender, package, verify = bids.TenderCommands, bids.package, bids.verify
 
     def sysinfo(test_args: list[str]) -> int:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from coleo import Option, default, tooled
 
 from milarun import errors, results
+from milarun.cli.history import database_option, ingest_after_run
 from milarun.cli.options import default_outdir, split_names
 from milarun.machine import slurmenv
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 # Exit code when a job or a node failed (the report is still printed).
 JOBS_FAILED = 1
+INTERRUPTED = 130  # Ctrl-C while following: the jobs go on
 
 
 def _node_counts(text: str) -> tuple[int, ...]:
@@ -45,7 +47,7 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
             f"stops them, `milarun slurm wait {out}` follows them again",
             file=sys.stderr,
         )
-        return 130
+        return INTERRUPTED
     # score what was asked for: the submission's tests and what its nodes planned
     asked = set(submission.expected) | {
         t
@@ -186,7 +188,13 @@ class SlurmCommands:
             use_cgexec=not no_cgexec,
             local_dir=Path(local_dir) if local_dir else None,
         )
-        return _submit(request, dry_run, wait)
+        db = database_option()
+        if db is not None and (dry_run or not wait):
+            raise errors.UsageError("slurm fleet --db ingests the run at its end: add --wait")
+        code = _submit(request, dry_run, wait)
+        if code != INTERRUPTED:  # the jobs go on: the run is not over
+            ingest_after_run(db, request.outdir)
+        return code
 
     def scaling(test_args: list[str]) -> int:
         """Multi-node DDP scaling: one allocation, one srun step + torchrun per node count."""
@@ -259,7 +267,10 @@ class SlurmCommands:
             raise errors.UsageError(
                 f"{out}: no Slurm submission recorded in {Path(out) / slurm.SLURM_FOLDER}"
             )
-        return _follow_and_report(Path(out), found[-1][1])
+        code = _follow_and_report(Path(out), found[-1][1])
+        if code != INTERRUPTED:
+            ingest_after_run(database_option(), Path(out))
+        return code
 
     def gather(test_args: list[str]) -> int:
         """Copy this node's results from node-local disk into the shared folder, verified."""

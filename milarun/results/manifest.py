@@ -204,9 +204,10 @@ def _manifests(folder: Path, recursive: bool = False) -> Iterator[tuple[Path, di
                 log.warning("%s; run manifest ignored", err)
 
 
-def run_manifests(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every readable run manifest in ``folder`` and below it (a damaged one is warned)."""
-    return list(_manifests(folder, recursive=True))
+def run_manifests(folder: Path, recursive: bool = True) -> list[tuple[Path, dict[str, Any]]]:
+    """Every readable run manifest in ``folder`` (and below it), with its path (a damaged
+    one is warned)."""
+    return list(_manifests(folder, recursive))
 
 
 def _pairs(value: Any) -> list[tuple[str, str]]:

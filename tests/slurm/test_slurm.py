@@ -91,6 +91,8 @@ def test_fleet_two_nodes_gives_a_folder_and_a_report_row_per_node(cluster, tmp_p
         local,
         "-d",
         tmp_path / "data",
+        "--db",
+        tmp_path / "history.sqlite",
         "--",
         "--min-slices",
         "4",
@@ -98,6 +100,8 @@ def test_fleet_two_nodes_gives_a_folder_and_a_report_row_per_node(cluster, tmp_p
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(p.name for p in (out / "nodes").iterdir()) == ["node1", "node2"]
+    # --db: the fleet run, both nodes, ingested at its end as one run
+    assert "run 1 on node1+1: 2 result(s) added" in done.stdout
     # gathered from node-local disk (verified), then removed there
     assert not list(local.glob("milarun-*/nodes/*/*"))
     assert list(out.glob("nodes/node2/logs/quick.polynome.*.log"))

@@ -1,0 +1,396 @@
+"""Trends and verdicts: each point of a test's history judged against its own past and its
+siblings.
+
+A series is one test on one machine (``by="test"``), on one node (``"node"``) or on one GPU
+by UUID, wherever it ran (``"gpu"``; a CPU slice is ``node/device``). A point is one round of
+one run (a run with ``--repeat 2`` makes two points), its rate the mean of its instances'
+steady rates with a 95% interval, its sample the steady slices of those instances.
+
+Each point is judged by Welch's test on steady slices against its baseline window (the
+pooled slices of the last ``window`` accepted points of the same series with the same
+setup, see results' like with like), and a relative threshold:
+
+- Insufficient data: fewer than ``MIN_BASELINE`` earlier points to compare with.
+- Regression: significantly slower by at least the threshold, and so was the point before:
+  two consecutive points, so that one noisy run is not an alert.
+- Suspicious: the first such slower point (one more makes it a Regression); a point whose
+  instances all failed; or (node and GPU series) a point significantly slower, by the
+  threshold, than its siblings of the same run and round.
+- Improvement: significantly faster by at least the threshold.
+- No change: otherwise.
+
+Slower points never join a later point's baseline (a regression does not become the norm).
+Each point carries what changed beside it: the driver, its steady windows' throttling and
+flags (a busy machine, drift), its failures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from milarun.errors import UsageError
+from milarun.history.models import Gpu, Machine, Node, Result, Run
+from milarun.report import stats
+
+REGRESSION = "Regression"
+IMPROVEMENT = "Improvement"
+SUSPICIOUS = "Suspicious"
+NO_CHANGE = "No change"
+INSUFFICIENT = "Insufficient data"
+VERDICTS = (REGRESSION, SUSPICIOUS, IMPROVEMENT, NO_CHANGE, INSUFFICIENT)
+LEVELS = ("test", "node", "gpu")
+THRESHOLD = 0.05  # a change smaller than this is no change, however significant
+WINDOW = 5  # points in the baseline window
+MIN_BASELINE = 2  # points a baseline needs
+ALERT_FLAGS = ("busy", "drift", "throttle")  # the diagnostics flags an alert repeats
+
+
+@dataclass(frozen=True)
+class Options:
+    by: str = "test"
+    threshold: float = THRESHOLD
+    window: int = WINDOW
+
+    def __post_init__(self) -> None:
+        if self.by not in LEVELS:
+            raise UsageError(f"--by {self.by}: use one of {', '.join(LEVELS)}")
+        if not 0 < self.threshold < 1:
+            raise UsageError(f"--threshold {self.threshold}: give a fraction such as 0.05")
+        if not 1 <= self.window <= 1000:
+            raise UsageError(f"--window {self.window}: give a number of points, 1 to 1000")
+
+
+@dataclass(frozen=True)
+class Filters:
+    test: str | None = None
+    machine: str | None = None
+    node: str | None = None
+    gpu: str | None = None
+    since: float | None = None  # points before this are shown no more (still a baseline)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Steady slices as Welch's test reads them: their count, sum and sum of squares, so
+    that pooling points is adding and "every sibling but this one" is subtracting."""
+
+    n: int = 0
+    total: float = 0.0
+    squares: float = 0.0
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Sample:
+        return cls(len(values), float(values.sum()), float(np.square(values).sum()))
+
+    def __add__(self, other: Sample) -> Sample:
+        return Sample(self.n + other.n, self.total + other.total, self.squares + other.squares)
+
+    def __sub__(self, other: Sample) -> Sample:
+        return Sample(self.n - other.n, self.total - other.total, self.squares - other.squares)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n
+
+    @property
+    def std(self) -> float:
+        """The population standard deviation (what stats.welch_verdict takes)."""
+        return math.sqrt(max(self.squares / self.n - self.mean**2, 0.0))
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One result as the trends read it."""
+
+    test: str
+    machine: str
+    run_id: int
+    started_at: float
+    repeat: int
+    node: str
+    device: str
+    gpu: str | None
+    args_hash: str
+    rate: float | None
+    sample: Sample | None  # its steady slices (None: failed)
+    failure_kind: str | None
+    driver: str | None
+    flags: Sequence[str] | None
+    throttle: Any
+
+    @property
+    def unit(self) -> str:
+        """The device as a GPU series names it: its UUID, else node/device."""
+        return self.gpu or f"{self.node}/{self.device}"
+
+
+@dataclass
+class Point:
+    series: str
+    test: str
+    run_id: int
+    repeat: int
+    when: float
+    args_hash: str
+    instances: list[Instance] = field(default_factory=list)
+    verdict: str = INSUFFICIENT
+    change: float | None = None  # rate / baseline rate - 1
+    p_value: float | None = None
+    baseline_points: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @cached_property
+    def sample(self) -> Sample:
+        """Its instances' steady slices, pooled."""
+        return sum((i.sample for i in self.instances if i.rate is not None and i.sample), Sample())
+
+    @property
+    def rates(self) -> list[float]:
+        return [i.rate for i in self.instances if i.rate is not None]
+
+    @property
+    def failures(self) -> int:
+        return sum(i.rate is None for i in self.instances)
+
+    @property
+    def rate(self) -> float | None:
+        rates = self.rates
+        return math.fsum(rates) / len(rates) if rates else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """95%: the bootstrap over instances (several), else over the one's slices."""
+        rates = self.rates
+        if len(rates) >= 2:
+            return stats.mean_interval(rates, resamples=1000)
+        sample = self.sample
+        if len(rates) == 1 and sample.n >= 2:
+            half = 1.96 * sample.std * math.sqrt(1 / (sample.n - 1))  # the sample std / sqrt(n)
+            return rates[0] - half, rates[0] + half
+        return None
+
+    @property
+    def drivers(self) -> set[str]:
+        return {i.driver for i in self.instances if i.driver}
+
+
+def _query(filters: Filters):  # noqa: ANN202 (a Select of 15 columns)
+    query = (
+        select(
+            Result.test,
+            Machine.name,
+            Run.id,
+            Run.started_at,
+            Result.repeat,
+            Node.name,
+            Result.device,
+            Gpu.uuid,
+            Result.args_hash,
+            Result.rate,
+            Result.steady_n,
+            Result.steady_sum,
+            Result.steady_squares,
+            Result.failure_kind,
+            Result.driver,
+            Result.flags,
+            Result.throttle,
+        )
+        .join(Run, Result.run_id == Run.id)
+        .join(Machine, Run.machine_id == Machine.id)
+        .join(Node, Result.node_id == Node.id)
+        .outerjoin(Gpu, Result.gpu_id == Gpu.id)
+    )
+    if filters.test:
+        query = query.where(Result.test == filters.test)
+    if filters.machine:
+        query = query.where(Machine.name == filters.machine)
+    if filters.node:
+        query = query.where(Node.name == filters.node)
+    if filters.gpu:
+        query = query.where(Gpu.uuid == filters.gpu)
+    return query
+
+
+LOOKBACK = 4  # with --since, runs read before it per machine: this many baseline windows
+
+
+def _cutoff(session: Session, filters: Filters, options: Options) -> float | None:
+    """With ``since``: the start of the oldest run a point after it may compare with (per
+    machine, LOOKBACK windows of runs before it), so that a query of the last weeks does
+    not read the whole year."""
+    if filters.since is None:
+        return None
+    keep = LOOKBACK * options.window + 2
+    starts: dict[int, list[float]] = defaultdict(list)
+    rows = session.execute(
+        select(Run.machine_id, Run.started_at)
+        .where(Run.started_at < filters.since)
+        .order_by(Run.started_at.desc())
+    )
+    for machine, started in rows:
+        if len(starts[machine]) < keep:
+            starts[machine].append(started)
+    return min((found[-1] for found in starts.values()), default=filters.since)
+
+
+def instances(session: Session, filters: Filters, after: float | None = None) -> list[Instance]:
+    query = _query(filters)
+    if after is not None:
+        query = query.where(Run.started_at >= after)
+    found = []
+    for row in session.execute(query):
+        n, total, squares = row[10:13]
+        sample = Sample(n, total, squares) if n else None
+        found.append(Instance(*row[:10], sample, *row[13:]))  # type: ignore[call-arg]
+    return found
+
+
+def _series_key(instance: Instance, by: str) -> str:
+    if by == "test":
+        return f"{instance.test} @ {instance.machine}"
+    if by == "node":
+        return f"{instance.test} @ {instance.machine}/{instance.node}"
+    return f"{instance.test} @ {instance.unit}"
+
+
+def build_points(found: Iterable[Instance], by: str) -> dict[str, list[Point]]:
+    """series -> its points in time order."""
+    points: dict[tuple[str, int, int], Point] = {}
+    for inst in found:
+        key = _series_key(inst, by)
+        point = points.get((key, inst.run_id, inst.repeat))
+        if point is None:
+            point = Point(key, inst.test, inst.run_id, inst.repeat, inst.started_at, inst.args_hash)
+            points[(key, inst.run_id, inst.repeat)] = point
+        point.instances.append(inst)
+    series: dict[str, list[Point]] = defaultdict(list)
+    for point in points.values():
+        series[point.series].append(point)
+    for found_points in series.values():
+        found_points.sort(key=lambda p: (p.when, p.run_id, p.repeat))
+    return dict(sorted(series.items()))
+
+
+def _welch(sample: Sample, base: Sample, threshold: float) -> tuple[str, float | None, float]:
+    """(faster/slower/no significant change, p, change) of a sample against a baseline. A
+    change under the threshold is no change whatever its p: the test is not run (p None)."""
+    change = sample.mean / base.mean - 1
+    if abs(change) < threshold:
+        return "no significant change", None, change
+    verdict = stats.welch_verdict(sample.mean, sample.std, sample.n, base.mean, base.std, base.n)
+    return verdict.label, verdict.p_value, change
+
+
+def _notes(point: Point, before: Point | None) -> list[str]:
+    notes = []
+    if before is not None and before.drivers and point.drivers != before.drivers:
+        old, new = ", ".join(sorted(before.drivers)), ", ".join(sorted(point.drivers))
+        notes.append(f"driver {old} -> {new}")
+    if point.failures:
+        kinds = sorted({i.failure_kind or "?" for i in point.instances if i.rate is None})
+        notes.append(f"{point.failures} of {len(point.instances)} failed ({', '.join(kinds)})")
+    flags = sorted({f for i in point.instances for f in i.flags or () if f in ALERT_FLAGS})
+    if flags:
+        notes.append("steady window: " + ", ".join(flags))
+    throttled = [
+        i.throttle
+        for i in point.instances
+        if isinstance(i.throttle, dict) and (i.throttle.get("slices") or 0) > 0
+    ]
+    if throttled:
+        notes.append(f"throttled in {len(throttled)} instance(s)")
+    return notes
+
+
+def judge(series: list[Point], options: Options) -> None:
+    """Give each point of one series its verdict, in time order."""
+    accepted: list[Point] = []
+    previous: Point | None = None
+    slow_before = False
+    for point in series:
+        point.notes = _notes(point, previous)
+        if previous is not None and point.args_hash != previous.args_hash:
+            point.notes.append("other arguments or data than the point before")
+        base = [p for p in accepted if p.args_hash == point.args_hash][-options.window :]
+        point.baseline_points = len(base)
+        slow = False
+        if point.rate is None:
+            point.verdict = SUSPICIOUS if point.instances else INSUFFICIENT
+        elif len(base) < MIN_BASELINE or point.sample.n < 2:
+            point.verdict = INSUFFICIENT
+        else:
+            pooled = sum((p.sample for p in base), Sample())
+            label, point.p_value, point.change = _welch(point.sample, pooled, options.threshold)
+            slow = label == "slower" and point.change <= -options.threshold
+            if slow:
+                point.verdict = REGRESSION if slow_before else SUSPICIOUS
+                if slow_before and previous is not None:  # what changed when it began
+                    point.notes += [f"since {n}" for n in previous.notes if n.startswith("driver")]
+                if not slow_before:
+                    point.notes.append(
+                        "slower than its history: one more such point is a Regression"
+                    )
+            elif label == "faster" and point.change >= options.threshold:
+                point.verdict = IMPROVEMENT
+            else:
+                point.verdict = NO_CHANGE
+        if not slow and point.rate is not None:
+            accepted.append(point)
+        slow_before, previous = slow, point
+
+
+def judge_siblings(series: dict[str, list[Point]], options: Options) -> None:
+    """Node and GPU series: a point slower than the other nodes/GPUs of its run and round,
+    significantly and by the threshold, is Suspicious (unless already a Regression)."""
+    rounds: dict[tuple[str, int, int, str], list[Point]] = defaultdict(list)
+    for points in series.values():
+        for p in points:
+            rounds[(p.test, p.run_id, p.repeat, p.args_hash)].append(p)
+    for siblings in rounds.values():
+        measured = [p for p in siblings if p.rate is not None and p.sample.n >= 2]
+        if len(measured) < 2:
+            continue
+        everyone = sum((p.sample for p in measured), Sample())
+        for point in measured:
+            label, p_value, change = _welch(
+                point.sample, everyone - point.sample, options.threshold
+            )
+            if label == "slower" and change <= -options.threshold:
+                shown = "-" if p_value is None else f"{p_value:.2g}"
+                point.notes.append(
+                    f"{-change:.1%} slower than its {len(measured) - 1} sibling(s) (p={shown})"
+                )
+                if point.verdict in (NO_CHANGE, INSUFFICIENT, IMPROVEMENT):
+                    point.verdict = SUSPICIOUS
+
+
+def history(session: Session, filters: Filters, options: Options) -> dict[str, list[Point]]:
+    """Every series the filters select, each point judged; points before ``since`` (judged
+    as the baseline of later ones) are left out."""
+    series = build_points(
+        instances(session, filters, _cutoff(session, filters, options)), options.by
+    )
+    for points in series.values():
+        judge(points, options)
+    if options.by != "test":
+        judge_siblings(series, options)
+    if filters.since is not None:
+        since = filters.since
+        series = {k: [p for p in v if p.when >= since] for k, v in series.items()}
+        series = {k: v for k, v in series.items() if v}
+    return series
+
+
+def alerts(series: dict[str, list[Point]], verdicts: Sequence[str]) -> list[Point]:
+    """The points whose verdict is one of ``verdicts``, most recent first."""
+    found = [p for points in series.values() for p in points if p.verdict in verdicts]
+    return sorted(found, key=lambda p: (-p.when, p.series))

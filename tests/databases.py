@@ -1,0 +1,105 @@
+"""The results databases the history tests run against: a fresh SQLite file, and a fresh
+database on a throw-away PostgreSQL server (scripts/postgres-dev.sh; skipped, with the
+reason, where it cannot start). Test modules import ``db_url`` (a fixture) and ``run_folder``."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from milarun.results import manifest
+from resultfactory import rate_series, result, write
+
+SCRIPT = ROOT / "scripts" / "postgres-dev.sh"
+# Every PostgreSQL test on one xdist worker, so that one server serves them all.
+POSTGRES = pytest.param("postgresql", marks=pytest.mark.xdist_group(name="postgres"))
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """The URL of a throw-away server for this session; skip (with why) when it cannot run."""
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
+        pytest.skip(
+            "PostgreSQL is not installed (apt-get install --no-install-recommends postgresql)"
+        )
+    # the server's user (postgres, when we are root) must reach the folder: not under pytest's
+    # private tmp folders
+    top = Path(tempfile.mkdtemp(prefix="milarun-pg-"))
+    top.chmod(0o755)
+    env = {**os.environ, "MILARUN_POSTGRES_DEV": str(top / "server")}
+    started = subprocess.run([SCRIPT, "up"], capture_output=True, text=True, env=env, timeout=120)
+    if started.returncode != 0:
+        shutil.rmtree(top, ignore_errors=True)
+        pytest.skip(f"the throw-away PostgreSQL did not start: {started.stderr.strip()[-300:]}")
+    try:
+        yield started.stdout.strip()
+    finally:
+        subprocess.run([SCRIPT, "down"], capture_output=True, env=env, timeout=120)
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def _fresh_postgres(server: str) -> str:
+    import psycopg
+
+    base, _, _ = server.rpartition("/")
+    name = f"t{os.getpid()}_{next(_names)}"
+    plain = base.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(f"{plain}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return f"{base}/{name}"
+
+
+@pytest.fixture(params=["sqlite", POSTGRES])
+def db_url(request, tmp_path) -> str:
+    """A fresh, empty database: an SQLite file, or one on the throw-away PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.sqlite'}"
+    return _fresh_postgres(request.getfixturevalue("postgres_server"))
+
+
+def run_folder(
+    folder: Path,
+    rates: dict[str, list[float]],
+    started_at: float,
+    *,
+    node: str = "node1",
+    gpus: dict[str, str] | None = None,
+    **extra: Any,
+) -> Path:
+    """A jobs run's folder: its manifest (started at ``started_at``) and one result per test
+    and device (``rates``: test -> one steady rate per device, NaN: a failed instance);
+    ``gpus``: device -> GPU UUID."""
+    folder.mkdir(parents=True, exist_ok=True)
+    started = manifest.RunManifest.start(folder, "quick", sorted(rates), 1, ["cpu:0"])
+    started.data["started_at"] = started_at
+    started.finish("complete")
+    for test, values in rates.items():
+        for index, value in enumerate(values):
+            device = f"cuda:{index}" if gpus else f"cpu:{index}"
+            uuid = (gpus or {}).get(device)
+            failed = value != value
+            data = result(
+                test,
+                f"0.{index}",
+                None if failed else value,
+                rates=None if failed else rate_series(value, noise=0.01),
+                failure={"kind": "crash", "message": "died"} if failed else None,
+                device=device,
+                node=node,
+                finished_at=started_at + 60,
+                gpu_identity=[{"id": str(index), "uuid": uuid, "pci_bus_id": None, "note": None}]
+                if uuid
+                else None,
+                **extra,
+            )
+            write(folder, data)
+    return folder
