@@ -53,12 +53,12 @@ def chart(points: list[trends.Point]) -> Markup:
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     fig.autofmt_xdate()
-    return charts._svg(fig)
+    return charts.svg(fig)
 
 
 def _environment() -> jinja2.Environment:
     """The report's environment (milarun/templates, autoescaped, strict), with ours."""
-    env = html._environment()
+    env = html.environment()
     env.filters.update(
         sig=render.number, when=render.when, interval=render.interval, change=render.change
     )

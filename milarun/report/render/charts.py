@@ -32,7 +32,7 @@ SMALL: dict[Any, Any] = {"font.size": 7.5, "svg.fonttype": "none", "svg.hashsalt
 LARGE: dict[Any, Any] = {**SMALL, "font.size": 9}
 
 
-def _svg(fig: Figure, style: dict[Any, Any] = SMALL) -> Markup:
+def svg(fig: Figure, style: dict[Any, Any] = SMALL) -> Markup:
     buf = io.StringIO()
     with matplotlib.rc_context(style):
         # no metadata block (its date made every page differ): the same report, the same file
@@ -72,7 +72,7 @@ def overview(report: Report, classes: Mapping[str, str]) -> Markup | None:
         axes[0].set_yticks(ys, tests)
         axes[0].set_ylim(-0.7, len(tests) - 0.3)
         fig.set_layout_engine("constrained")
-        return _svg(fig, LARGE)
+        return svg(fig, LARGE)
 
 
 def _ratio_panel(ax: Any, report: Report, tests: list[str], ys: list[int], classes: Any) -> None:
@@ -164,7 +164,7 @@ def rate_chart(
             if len(runs) <= MAX_LINES
             else f"{len(runs)} runs: median and range per device"
         )
-        return _svg(fig), note
+        return svg(fig), note
 
 
 def _short_number(value: float, _: Any = None) -> str:

@@ -45,7 +45,7 @@ def _rows(report: Report) -> list[dict[str, Any]]:
     return rows
 
 
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
@@ -93,7 +93,7 @@ def to_html(report: Report) -> str:
         }
     labels, systems = _system_table(report)
     return (
-        _environment()
+        environment()
         .get_template("report.html.j2")
         .render(
             report=report,
