@@ -87,7 +87,9 @@ def progress_printer(
     the supervisor's board; run by hand, one plain line on stderr for the person watching."""
     if supervised is None:
         supervised = watchdog.SUPERVISOR_ENV in os.environ
-    last = [0.0]
+    # -inf, not 0: time.monotonic() counts from boot, so on a machine up for less than
+    # min_interval a 0 would hold back the first line
+    last = [-math.inf]
 
     def report(log: Any) -> None:
         now = time.monotonic()

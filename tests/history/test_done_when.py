@@ -1,10 +1,11 @@
 """Issue 27's "done when", on real runs: two quick runs ingested (twice: no duplicate), their
 history with verdicts; a third run, the same command with one test slowed on purpose by CPU
-hogs pinned to its cores, is a Regression of that test only, and `db regressions --fail-on
+hogs pinned to its core, is a Regression of that test only, and `db regressions --fail-on
 regression` exits non-zero. On SQLite and on the throw-away PostgreSQL.
 
-Slow: three real `milarun jobs` runs of two tests, two rounds each (a minute or more here);
-each run is bounded by slices (--min-slices), never by a count of steps.
+Slow: three real `milarun jobs` runs of two tests (one round, one round, then two: the two
+consecutive points a Regression needs), each confined to one core so that the hogs leave the
+other tests' core alone; each run is bounded by slices (--min-slices), never by a count.
 """
 
 from __future__ import annotations
@@ -21,18 +22,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import milarun, milarun_process
+from conftest import ROOT, cli_env, milarun
 from databases import db_url, postgres_server  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="postgres")]
 
 TESTS = ("quick.calibration", "quick.polynome")
 SLOWED = "quick.polynome"
-HOGS_PER_CPU = 6
-# Rounds of the same run are points in time: --repeat 2 makes the two consecutive points a
-# Regression needs. A threshold well above a shared machine's run-to-run noise (other
-# processes can take half of a test's CPUs for a round); the hogs take four fifths of the
-# slowed test's CPUs (where no other process competes for them).
+HOGS = 4
+# Rounds of the same run are points in time: the first two runs' one round each make the two
+# points a baseline needs, the third run's two rounds the two consecutive points of a
+# Regression. A threshold well above a shared machine's run-to-run noise (other processes
+# can take half of a test's core for a round); the hogs take four fifths of the slowed
+# test's core (where no other process competes for it).
 THRESHOLD = "0.5"
 VERDICT = re.compile(r"  (Regression|Suspicious|Improvement|No change|Insufficient data)(  \(|$)")
 
@@ -43,7 +45,7 @@ def verdicts(history: str, test: str) -> list[str]:
     return [m[1] for m in map(VERDICT.search, block.splitlines()[2:]) if m]
 
 
-def jobs_args(out: Path, data: Path) -> list[str]:
+def jobs_args(out: Path, data: Path, repeat: int) -> list[str]:
     return [
         "jobs",
         "quick",
@@ -51,7 +53,7 @@ def jobs_args(out: Path, data: Path) -> list[str]:
         "calibration",
         "polynome",
         "--repeat",
-        "2",
+        str(repeat),
         "--devices",
         "cpu:1",
         "-o",
@@ -68,27 +70,44 @@ def count(folder: Path, test: str) -> int:
     return len(list(folder.glob(f"{test}.J*.json")))
 
 
-def hogs(cpus: list[int]) -> list[subprocess.Popen]:
-    """Busy loops, HOGS_PER_CPU pinned to each of ``cpus``, started stopped."""
+def pinned(args: list[str], core: int) -> subprocess.Popen:
+    """The real ``milarun`` CLI started on one core (milarun plans its CPU slices within its
+    affinity: the instances run there, and only there)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "milarun", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(),
+        preexec_fn=lambda: os.sched_setaffinity(0, {core}),
+    )
+
+
+def finished(run: subprocess.Popen) -> subprocess.CompletedProcess:
+    stdout, stderr = run.communicate(timeout=600)
+    return subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr)
+
+
+def hogs(core: int) -> list[subprocess.Popen]:
+    """HOGS busy loops pinned to ``core``, started stopped."""
     started = []
-    for cpu in cpus:
-        for _ in range(HOGS_PER_CPU):
-            # a session of its own, as each instance has: with the kernel's autogroups, the
-            # hogs of one session would share one task's worth of CPU between them
-            hog = subprocess.Popen(
-                [sys.executable, "-c", "while True: pass"], start_new_session=True
-            )
-            os.sched_setaffinity(hog.pid, {cpu})
-            hog.send_signal(signal.SIGSTOP)
-            started.append(hog)
+    for _ in range(HOGS):
+        # a session of its own, as each instance has: with the kernel's autogroups, the
+        # hogs of one session would share one task's worth of CPU between them
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        os.sched_setaffinity(hog.pid, {core})
+        hog.send_signal(signal.SIGSTOP)
+        started.append(hog)
     return started
 
 
-def slowed_run(out: Path, data: Path, cpus: list[int], db: Path) -> subprocess.CompletedProcess:
-    """The same jobs command, the hogs running while (and only while) SLOWED runs: from the
-    end of the test before it (its result written) to the end of its own round."""
-    burners = hogs(cpus)
-    run = milarun_process(*jobs_args(out, data)[:-3], "--db", str(db), "--", "--min-slices", "6")
+def slowed_run(out: Path, data: Path, core: int, db: Path) -> subprocess.CompletedProcess:
+    """The same jobs command with two rounds, the hogs running while (and only while) SLOWED
+    runs: from the end of the test before it (its result written) to the end of its round."""
+    burners = hogs(core)
+    args = jobs_args(out, data, repeat=2)
+    run = pinned([*args[:-3], "--db", str(db), *args[-3:]], core)
     on, switched = False, []
     try:
         while run.poll() is None:
@@ -116,13 +135,14 @@ def three_runs(tmp_path_factory):
     top = tmp_path_factory.mktemp("done_when")
     data = top / "data"
     folders = [top / f"run{i}" for i in (1, 2, 3)]
+    core = max(os.sched_getaffinity(0))
     for folder in folders[:2]:
-        done = milarun(*jobs_args(folder, data))
+        done = finished(pinned(jobs_args(folder, data, repeat=1), core))
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     first = next(folders[0].glob(f"{SLOWED}.J0.0.*.json"))
-    cpus = json.loads(first.read_text())["isolation"]["cpus"]
+    assert json.loads(first.read_text())["isolation"]["cpus"] == [core]
     third_started = dt.datetime.now(dt.timezone.utc).replace(microsecond=0, tzinfo=None)
-    done = slowed_run(folders[2], data, cpus, top / "jobs.sqlite")
+    done = slowed_run(folders[2], data, core, top / "jobs.sqlite")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # jobs --db: the run ingested at its end
     assert "4 result(s) added, 0 already there" in done.stdout, done.stdout[-2000:]
@@ -133,23 +153,20 @@ def test_quick_runs_history_and_a_regression_of_the_slowed_test_only(three_runs,
     (first, second, third), third_started, hogs_log = three_runs
     for folder in (first, second):
         done = milarun("db", "ingest", folder, "--db", db_url)
-        assert done.returncode == 0 and "4 result(s) added" in done.stdout, done.stderr
+        assert done.returncode == 0 and "2 result(s) added" in done.stdout, done.stderr
     again = milarun("db", "ingest", first, second, "--db", db_url)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("0 result(s) added, 4 already there") == 2, again.stdout
+    assert again.stdout.count("0 result(s) added, 2 already there") == 2, again.stdout
     shown = milarun("history", "--db", db_url, "--threshold", THRESHOLD)
     assert shown.returncode == 0, shown.stderr
-    for test in TESTS:  # two runs of two rounds: four points a test, each with its verdict
-        assert len(verdicts(shown.stdout, test)) == 4, shown.stdout
-        assert verdicts(shown.stdout, test)[:2] == ["Insufficient data"] * 2, shown.stdout
-    # (the first two runs' later verdicts are this machine's: other processes may have
-    # slowed them, and then the history says so)
+    for test in TESTS:  # two runs of one round: two points a test, each with its verdict
+        assert verdicts(shown.stdout, test) == ["Insufficient data"] * 2, shown.stdout
 
     done = milarun("db", "ingest", third, "--db", db_url)
     assert done.returncode == 0 and "4 result(s) added" in done.stdout, done.stderr
     shown = milarun("history", "--db", db_url, "--threshold", THRESHOLD)
     slowed, other = verdicts(shown.stdout, SLOWED), verdicts(shown.stdout, TESTS[0])
-    assert len(slowed) == len(other) == 6, shown.stdout
+    assert len(slowed) == len(other) == 4, shown.stdout
     # its two rounds, consecutive points past the threshold: Suspicious, then Regression
     # (Regression at once where its history's last point was slower already)
     ended = sorted((json.loads(p.read_text())["finished_at"], p.name) for p in third.glob("*.json"))

@@ -1,0 +1,106 @@
+"""`milarun report` on one fleet run of 100 nodes: about 100,000 result files.
+
+Writes NODES node folders (``nodes/<node>/``, as `slurm gather` lays them out) of 8 GPUs x 25
+tests x R repeats of realistic results (120-slice rate series, 60 s of 1 Hz GPU and CPU
+monitor samples each, the environment and the system record), then runs the real commands
+in their own process and reports wall time and peak RSS (resource.getrusage of the child):
+`milarun report FOLDER --compare-gpus` (text) and `milarun report FOLDER --html PAGE`.
+Targets (issue 27): the text report in <= 20 s and <= 2 GB; the page stays usable.
+
+    uv run python benchmarks/report_fleet.py [--nodes 100] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from report_scale import monitors  # noqa: E402
+from resultfactory import rate_series, result, write  # noqa: E402
+
+TESTS, GPUS = 25, 8
+TARGET_SECONDS, TARGET_GIB = 20.0, 2.0
+
+
+def populate(folder: Path, nodes: int, repeats: int, seed: int = 0) -> int:
+    rng = random.Random(seed)
+    count = 0
+    for n in range(nodes):
+        node = f"gpu{n:03d}"
+        where = folder / "nodes" / node
+        for t in range(TESTS):
+            base = 50.0 * (t + 1)
+            for r in range(repeats):
+                for g in range(GPUS):
+                    data = result(
+                        f"standard.test{t:02d}",
+                        f"{r}.{g}",
+                        None,
+                        device=f"cuda:{g}",
+                        node=node,
+                        rates=rate_series(base * rng.uniform(0.97, 1.03), slices=120, noise=0.02, rng=rng),
+                        environ={"CUDA_VISIBLE_DEVICES": str(g), "OMP_NUM_THREADS": "8"},
+                        **monitors(rng, g),
+                    )
+                    write(where, data)
+                    count += 1
+    return count
+
+
+def timed(*args: str) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Wall seconds and peak RSS (GiB) of one milarun command in a child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "milarun", *args], capture_output=True, text=True, cwd=ROOT
+    )
+    wall = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if peak <= before:  # ru_maxrss is the largest child so far: a smaller one is not seen
+        peak = 0
+    return wall, peak / 2**20, done
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="milarun-fleet-") as tmp:
+        folder = Path(tmp) / "fleet"
+        t0 = time.perf_counter()
+        count = populate(folder, args.nodes, args.repeats)
+        size = sum(f.stat().st_size for f in folder.rglob("*.json")) / 2**20
+        print(
+            f"{count} result files ({size:.0f} MiB) on {args.nodes} nodes written in "
+            f"{time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
+        # text first: ru_maxrss only grows, so the smaller command must run first to be seen
+        wall, gib, done = timed("report", str(folder), "--compare-gpus")
+        assert done.returncode == 0, done.stderr[-2000:]
+        verdict = "PASS" if wall <= TARGET_SECONDS and 0 < gib <= TARGET_GIB else "FAIL"
+        print(f"`milarun report --compare-gpus`: {wall:.1f} s, peak RSS {gib:.2f} GiB: {verdict}")
+        page = Path(tmp) / "fleet.html"
+        wall, gib, done = timed("report", str(folder), "--html", str(page))
+        assert done.returncode == 0, done.stderr[-2000:]
+        shown = f"{gib:.2f} GiB" if gib else "no more than the text report"
+        print(
+            f"`milarun report --html`: {wall:.1f} s, peak RSS {shown}, "
+            f"page {os.path.getsize(page) / 2**20:.1f} MiB"
+        )
+
+
+if __name__ == "__main__":
+    main()
