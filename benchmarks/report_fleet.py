@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from report_scale import monitors  # noqa: E402
+
 from resultfactory import rate_series, result, write  # noqa: E402
 
 TESTS, GPUS = 25, 8
@@ -49,7 +50,9 @@ def populate(folder: Path, nodes: int, repeats: int, seed: int = 0) -> int:
                         None,
                         device=f"cuda:{g}",
                         node=node,
-                        rates=rate_series(base * rng.uniform(0.97, 1.03), slices=120, noise=0.02, rng=rng),
+                        rates=rate_series(
+                            base * rng.uniform(0.97, 1.03), slices=120, noise=0.02, rng=rng
+                        ),
                         environ={"CUDA_VISIBLE_DEVICES": str(g), "OMP_NUM_THREADS": "8"},
                         **monitors(rng, g),
                     )

@@ -182,7 +182,7 @@ def read_run(path: Path, machine: str | None = None) -> RunInput:
         )
     path = Path(path)
     if path.is_dir():
-        loaded = summary.load_dir(path)
+        loaded = summary.load_dir(path, seal=False)
         found, paths, skipped = loaded.results, loaded.paths, loaded.skipped
         folder = path
     elif path.is_file():

@@ -42,7 +42,6 @@ from typing import Any
 
 import numpy as np
 
-from milarun import results
 from milarun.report import stats, summary
 from milarun.results import read
 
@@ -137,7 +136,8 @@ def device_order(label: str) -> tuple[Any, ...]:
 def _slices(view: read.ResultView) -> tuple[float, ...]:
     series = view.series()
     window = series.steady_slices if series else []
-    return tuple(float(r) for r in window if results.is_finite(r))
+    # rates are numbers or null (results.result_problem); isfinite drops NaN and inf
+    return tuple(float(r) for r in window if r is not None and math.isfinite(r))
 
 
 def _runs(loaded: Iterable[dict[str, Any]]) -> list[_Run]:

@@ -163,7 +163,11 @@ def run_series(view: read.ResultView, many_nodes: bool) -> Series | None:
     if not found or not all(s.rates for s in found):
         return None
     length = min(len(s.rates) for s in found)
-    total = tuple(sum((s.rates[i] or 0.0) for s in found) for i in range(length))
+    if len(found) == 1:  # one process (most runs): its own series, no sum slice by slice
+        rates = found[0].rates
+        total = rates if None not in rates else tuple(r or 0.0 for r in rates)
+    else:
+        total = tuple(sum((s.rates[i] or 0.0) for s in found) for i in range(length))
     width = found[0].slice
     return Series(view.device_label(many_nodes), width, total, steady.span(length, width))
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milarun import errors, results
+from milarun import results
 from milarun.errors import EmptyResults, SummaryError
 from milarun.report import energy, measured_peak, units, variants
 from milarun.report.summary_file import load_summary_file
-from milarun.results import read
+from milarun.results import bulk, read
 
 
 @dataclass
@@ -106,7 +106,7 @@ def _entry(
             programs.append(program)
         if view.device_key is not None:
             pergpu[view.device_label(many_nodes)].append(rate)
-        peak = _peak_memory(run)
+        peak = view.peak_memory
         if peak is not None:
             peaks.append(peak)
     entry: dict[str, Any] = {
@@ -207,29 +207,10 @@ def _worst_contention(found: list[Any]) -> dict[str, Any] | None:
     }
 
 
-def _peak_memory(result: dict[str, Any]) -> float | None:
-    """Largest memory use seen by the monitors, in MiB (GPU memory when there is one)."""
-    # Samples are typed here, where they are read (results.result_problem checks the lists).
-    gpu = (result.get("gpu_monitor") or {}).get("samples") or []
-    used = [
-        m[0]
-        for s in gpu
-        if isinstance(s, dict) and isinstance(s.get("gpus"), dict)
-        for g in s["gpus"].values()
-        if isinstance(g, dict)
-        and isinstance(m := g.get("memory"), list)
-        and m
-        and results.is_finite(m[0])
-    ]
-    if used:
-        return max(used)
-    cpu = (result.get("cpu_monitor") or {}).get("samples") or []
-    rss = [s["rss_mb"] for s in cpu if isinstance(s, dict) and results.is_finite(s.get("rss_mb"))]
-    return max(rss) if rss else None
-
-
-def load_dir(root: Path) -> Loaded:
-    """Every result below ``root``; unreadable, partial or foreign JSON is skipped."""
+def load_dir(root: Path, seal: bool = True) -> Loaded:
+    """Every result below ``root``; unreadable, partial or foreign JSON is skipped.
+    ``seal``: each result sealed for reports (read.seal: its monitor samples dropped, its
+    view kept); False keeps each as its file holds it (the history hashes the content)."""
     root = Path(root)
     loaded = Loaded(root=root)
     # The cyclic GC would rescan every result already loaded, again and again, while
@@ -238,7 +219,7 @@ def load_dir(root: Path) -> Loaded:
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        _walk(root, loaded)
+        _walk(root, loaded, seal)
     finally:
         gc.freeze()
         if gc_was_on:
@@ -246,32 +227,19 @@ def load_dir(root: Path) -> Loaded:
     return loaded
 
 
-def _walk(root: Path, loaded: Loaded) -> None:
-    for dirpath, _dirs, files in os.walk(root):
-        for filename in sorted(files):
-            if not filename.endswith(".json") or filename.startswith((".", results.DOCTOR_RECORD)):
-                continue
-            path = Path(dirpath) / filename
-            try:
-                data = results.load_result(path)
-            except errors.ResultError as err:
-                loaded.skipped.append(Skipped(str(path), str(err).split(": ", 1)[-1]))
-                continue
-            reason = _invalid_result(data)
-            if reason:
-                loaded.skipped.append(Skipped(str(path), reason))
-                continue
-            loaded.results.append(data)
-            loaded.paths.append(path)
-
-
-def _invalid_result(data: dict[str, Any]) -> str | None:
-    problem = results.result_problem(data)
-    if problem:
-        return problem
-    if data["success"] and not isinstance(data.get("timings"), dict):
-        return "successful result without 'timings' (partial file?)"
-    return None
+def _walk(root: Path, loaded: Loaded, seal: bool) -> None:
+    paths = [
+        Path(dirpath) / filename
+        for dirpath, _dirs, files in os.walk(root)
+        for filename in sorted(files)
+        if filename.endswith(".json") and not filename.startswith((".", results.DOCTOR_RECORD))
+    ]
+    for path, (data, reason) in bulk.read_many(paths, seal):
+        if data is None:
+            loaded.skipped.append(Skipped(str(path), str(reason)))
+            continue
+        loaded.results.append(data)
+        loaded.paths.append(path)
 
 
 @dataclass

@@ -93,9 +93,8 @@ def split(name: str, runs: list[dict[str, Any]]) -> list[tuple[str, list[dict[st
     the first group; "" for the first), the group with the most successful runs first."""
     groups: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     # full setups first, so a run that records less (a failure) joins a group it agrees with
-    ordered = sorted(runs, key=lambda r: -len(setup(r)))
-    for run in ordered:
-        mine = setup(run)
+    setups = [(setup(run), run) for run in runs]
+    for mine, run in sorted(setups, key=lambda pair: -len(pair[0])):
         for theirs, members in groups:
             if _agrees(mine, theirs):
                 members.append(run)

@@ -9,8 +9,8 @@ lives in one place.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from milarun import results
@@ -67,13 +67,32 @@ class RateSeries:
 @dataclass(frozen=True)
 class ResultView:
     """A result as the reports read it. ``data`` is the whole result, for what has no
-    typed reading here (monitors, diagnostics, energy)."""
+    typed reading here (monitors, diagnostics, energy).
+
+    A result a folder's loader sealed (seal: read once, not changed after) keeps one view,
+    which remembers its series, rate and node: a report reads each several times, and
+    100,000 results made that most of its time."""
 
     data: Mapping[str, Any]
+    _memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ResultView:
-        return cls(data)
+        held: Mapping[Any, Any] = data  # a sealed result's own keys are not strings
+        kept = held.get(_VIEW)
+        if isinstance(kept, ResultView):
+            return kept
+        view = cls(data)
+        if _SEALED in held and isinstance(held, dict):
+            held[_VIEW] = view
+        return view
+
+    def _remember(self, key: Any, compute: Callable[[], T]) -> T:
+        try:
+            return self._memo[key]
+        except KeyError:
+            found = self._memo[key] = compute()
+            return found
 
     @property
     def name(self) -> str:
@@ -90,13 +109,19 @@ class ResultView:
 
     def series(self, timer: str = "train") -> RateSeries | None:
         """The single-process rate series of ``timer`` (None when there is none)."""
-        return RateSeries.from_dict(self.timings.get(timer))
+        return self._remember(
+            ("series", timer), lambda: RateSeries.from_dict(self.timings.get(timer))
+        )
 
     def rank_series(self, timer: str = "train") -> list[RateSeries | None] | None:
         """Each rank's series of a distributed result, in rank order; None for a
         single-process result."""
-        ranks = rank_timers(self.timings, timer)
-        return [RateSeries.from_dict(r) for r in ranks] or None
+
+        def compute() -> list[RateSeries | None] | None:
+            ranks = rank_timers(self.timings, timer)
+            return [RateSeries.from_dict(r) for r in ranks] or None
+
+        return self._remember(("rank_series", timer), compute)
 
     def all_series(self, timer: str = "train") -> list[RateSeries]:
         """Every rate series of ``timer``: one per rank, else the single one (charts)."""
@@ -115,6 +140,9 @@ class ResultView:
         scaling.k (every rank one sample of the same test); the total over the ranks is
         this mean times the number of ranks (the summary's ``throughput``).
         """
+        return self._remember(("rate", timer), lambda: self._rate(timer))
+
+    def _rate(self, timer: str) -> float | None:
         if self.data.get("success") is not True or self.has_nan_metric:
             return None
         ranks = self.rank_rates(timer)
@@ -155,6 +183,9 @@ class ResultView:
     def node(self) -> str:
         """The node it ran on: ``node``, else (older results) the Slurm block's node, else
         the host name."""
+        return self._remember("node", self._node)
+
+    def _node(self) -> str:
         slurm = self.data.get("slurm")
         for value in (
             self.data.get("node"),
@@ -195,6 +226,70 @@ class ResultView:
         """Its device as reports name it: ``<node>/<device>`` when the results span nodes
         (two nodes' cpu:0 are two devices), else the device alone."""
         return f"{self.node}/{self.device}" if many_nodes else self.device
+
+    @property
+    def peak_memory(self) -> float | None:
+        """Largest memory use the monitors saw, in MiB (GPU memory when there is one): the
+        value seal() kept, else read from the samples."""
+        held: Mapping[Any, Any] = self.data
+        if PEAK_MEMORY in held:
+            kept = held[PEAK_MEMORY]
+            return float(kept) if results.is_finite(kept) else None
+        return monitor_peak(self.data)
+
+
+# Keys no JSON file can hold (a file's keys are strings), so that no result file can plant
+# them: the peak seal() kept, the mark of a sealed result, and its one view.
+PEAK_MEMORY = ("monitors", "peak_memory")
+_SEALED = ("sealed",)
+_VIEW = ("view",)
+
+
+def _peak(best: float, value: Any) -> float:
+    # type() rather than isinstance: a bool is no number, and this runs per sample
+    if type(value) in (int, float) and best < value < math.inf:  # NaN compares False
+        return float(value)
+    return best
+
+
+def monitor_peak(data: Mapping[str, Any]) -> float | None:
+    """The peak memory (MiB) in a result's monitor samples: the GPU monitor's largest used
+    memory, else the CPU monitor's largest RSS. Samples are typed here, where they are read
+    (results.result_problem checks only that they are lists); plain loops over JSON's dicts
+    and lists, as this reads every sample of every result of a report."""
+    best = -math.inf
+    gpu = data.get("gpu_monitor")
+    for sample in gpu.get("samples") or () if type(gpu) is dict else ():
+        gpus = sample.get("gpus") if type(sample) is dict else None
+        for one in gpus.values() if type(gpus) is dict else ():
+            memory = one.get("memory") if type(one) is dict else None
+            if type(memory) is list and memory:
+                best = _peak(best, memory[0])
+    if best == -math.inf:
+        cpu = data.get("cpu_monitor")
+        for sample in cpu.get("samples") or () if type(cpu) is dict else ():
+            if type(sample) is dict:
+                best = _peak(best, sample.get("rss_mb"))
+    return None if best == -math.inf else best
+
+
+def seal(data: dict[Any, Any]) -> None:
+    """A result read from a file and checked, made ready for reports that read it many
+    times: the monitor samples read for what reports use of them (the peak memory) and
+    dropped, as they are most of a result's size (100,000 results: 8.3 GiB read whole);
+    the result is not changed after, so that its view may remember what it read."""
+    data[PEAK_MEMORY] = monitor_peak(data)
+    for key in ("gpu_monitor", "cpu_monitor"):
+        monitor = data.get(key)
+        if isinstance(monitor, dict) and monitor.get("samples"):
+            data[key] = {**monitor, "samples": []}
+    data[_SEALED] = True
+    # Its rate and node, read now: where bulk.read_many reads in worker processes, this is
+    # done there, in parallel (the series are dropped, as the result holds them already).
+    view = ResultView.from_dict(data)
+    rate, node = view.rate(), view.node
+    view._memo.clear()
+    view._memo.update({("rate", "train"): rate, "node": node})
 
 
 def views(loaded: Iterable[Mapping[str, Any]]) -> list[ResultView]:

@@ -219,3 +219,24 @@ def test_renders_in_chromium(page, tmp_path):
     not_white = (pixels < 0.95).any(axis=-1).mean()
     assert not_white > 0.02, f"page looks blank ({not_white:.2%} non-white pixels)"
     assert np.unique(pixels.reshape(-1, 3), axis=0).shape[0] > 50  # text, colours, charts
+
+
+def test_a_fleet_page_draws_one_band_of_all_runs_and_no_device_legend(tmp_path):
+    # 20 nodes of 2 GPUs (a fleet past MAX_BANDS devices): one grey band a chart, not 40
+    res = tmp_path / "results"
+    for n in range(20):
+        for g in range(2):
+            job = f"0.{g}"
+            write(
+                res / f"node{n}",
+                result("suite.alpha", job, 100.0 + n, device=f"cuda:{g}", node=f"node{n}"),
+            )
+    page = tmp_path / "fleet.html"
+    done = milarun("report", res, "--html", page)
+    assert done.returncode == 0, done.stderr
+    text = page.read_text()
+    (chart,) = [f for f in figures(text) if "chart" in f["attrs"].get("class", "")]
+    assert "40 runs on 40 devices: median and range of all runs" in chart["caption"]
+    assert "by device:" not in text
+    # the band and its median in grey; no device's own colour (tab20's first is #1f77b4)
+    assert "#555555" in text and "#1f77b4" not in text

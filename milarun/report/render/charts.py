@@ -20,8 +20,11 @@ from milarun.report.build import Report
 from milarun.report.runs import Series
 
 # Above this many runs of one test, a chart shows each device's median run with a
-# min-max band instead of one line per run (keeps the file small and readable).
+# min-max band instead of one line per run (keeps the file small and readable); above
+# MAX_BANDS devices (a fleet's 800 GPUs), one band of all runs, in grey.
 MAX_LINES = 32
+MAX_BANDS = 16
+FLEET_GREY = "#555"
 STEADY, STEADY_ALPHA = "#2ca02c", 0.16  # the shaded steady window
 # Colours of the perf-ratio classes (html.ratio_class), and of a test not measured alike.
 RATIO_COLOURS = {"good": "#3a3", "ok": "#aa3", "warn": "#f80", "bad": "#e22", "": "#bbb"}
@@ -139,7 +142,9 @@ def rate_chart(
         for k, (start, stop) in enumerate(windows):
             span = ax.axvspan(start, stop, color=STEADY, alpha=alpha, linewidth=0)
             span.set_gid(f"{gid}-{k}")
-        for device, items in by_device.items():
+        if len(by_device) > MAX_BANDS:
+            _band(ax, runs, FLEET_GREY)
+        for device, items in by_device.items() if len(by_device) <= MAX_BANDS else ():
             colour = colours.get(device, "#333")
             if len(runs) <= MAX_LINES:
                 for s in items:
@@ -160,7 +165,9 @@ def rate_chart(
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
         note = (
-            f"{len(runs)} run{'s' if len(runs) > 1 else ''}"
+            f"{len(runs)} runs on {len(by_device)} devices: median and range of all runs"
+            if len(by_device) > MAX_BANDS
+            else f"{len(runs)} run{'s' if len(runs) > 1 else ''}"
             if len(runs) <= MAX_LINES
             else f"{len(runs)} runs: median and range per device"
         )

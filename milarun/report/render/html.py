@@ -103,7 +103,8 @@ def to_html(report: Report) -> str:
             score_lines=render.score_lines(report),
             overview=render_charts.overview(report, classes),
             charts=_charts(report, colours),
-            colours=colours if len(colours) > 1 else {},
+            # a legend of the device colours where the charts use them
+            colours=colours if 1 < len(colours) <= render_charts.MAX_BANDS else {},
             failures=report.failed_runs,
             isolation=report.isolation,
             system_labels=labels,
