@@ -69,9 +69,9 @@ class ResultView:
     """A result as the reports read it. ``data`` is the whole result, for what has no
     typed reading here (monitors, diagnostics, energy).
 
-    A result a folder's loader sealed (seal: read once, not changed after) keeps one view,
-    which remembers its series, rate and node: a report reads each several times, and
-    100,000 results made that most of its time."""
+    A result a folder's loader sealed (seal: read once, not changed after) keeps what its
+    views read (its series, rate and node) for the next view of it: a report reads each
+    several times, and 100,000 results made that most of its time."""
 
     data: Mapping[str, Any]
     _memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -79,13 +79,12 @@ class ResultView:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ResultView:
         held: Mapping[Any, Any] = data  # a sealed result's own keys are not strings
-        kept = held.get(_VIEW)
-        if isinstance(kept, ResultView):
-            return kept
-        view = cls(data)
-        if _SEALED in held and isinstance(held, dict):
-            held[_VIEW] = view
-        return view
+        memo = held.get(_MEMO)
+        if not isinstance(memo, dict):
+            memo = {}
+            if _SEALED in held and isinstance(held, dict):
+                held[_MEMO] = memo  # the memo, not the view: no cycle through the result
+        return cls(data, memo)
 
     def _remember(self, key: Any, compute: Callable[[], T]) -> T:
         try:
@@ -239,10 +238,10 @@ class ResultView:
 
 
 # Keys no JSON file can hold (a file's keys are strings), so that no result file can plant
-# them: the peak seal() kept, the mark of a sealed result, and its one view.
+# them: the peak seal() kept, the mark of a sealed result, and what its views read.
 PEAK_MEMORY = ("monitors", "peak_memory")
 _SEALED = ("sealed",)
-_VIEW = ("view",)
+_MEMO = ("memo",)
 
 
 def _peak(best: float, value: Any) -> float:
