@@ -15,7 +15,7 @@ with the legacy profile's arguments (16 envs x 128 steps, 4 minibatches, 4 epoch
 value 0.5, entropy 0.01, GAE 0.95, lr decaying linearly over 10M agent steps) and the atari
 script's defaults (Adam lr 7e-4, eps 1e-5; the profile passed no --lr, and 2.5e-4 is the
 PPO Atari rate of pytorch-a2c-ppo-acktr's README, not what the suite ran) is
-``milabench.rl``. Each timed iteration is one rollout and its update, and counts
+``milabench.ppo``. Each timed iteration is one rollout and its update, and counts
 --num-processes examples, as the legacy test did (its ``batch_size = num_processes``, "we
 compute steps/sec"), so the 2020 baselines compare directly; the metric
 ``per_example.agent_steps`` (= --num-steps) gives the rate in agent steps (4 emulator frames
@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from milabench import helpers, rl
+from milabench import helpers, ppo, rl
 from milarun.experiment import BadTestArguments, Experiment
 
 FRAMES = 4
@@ -176,7 +176,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         help="a lost life ends the learner's episode (baselines' default)",
     )
     parser.add_argument("--algo", default="ppo", choices=["ppo"], help="legacy flag: PPO only")
-    rl.add_ppo_arguments(
+    ppo.add_ppo_arguments(
         parser,
         num_processes=16,
         num_steps=128,
@@ -187,7 +187,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         use_linear_lr_decay=False,
     )
     args = exp.parse_args(parser, argv)
-    config = rl.PPOConfig.from_args(args, minibatches=4)
+    config = ppo.PPOConfig.from_args(args, minibatches=4)
     gymnasium.register_envs(ale_py)
     if args.env_name not in gymnasium.registry:
         raise BadTestArguments(
@@ -204,7 +204,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     )
     model = AtariCNN(envs.single_action_space.n).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, eps=args.eps)
-    agent = rl.PPO(
+    agent = ppo.PPO(
         envs,
         model,
         optimizer,
@@ -214,4 +214,4 @@ def main(exp: Experiment, argv: list[str]) -> None:
         args.seed,
         observe=FrameStack(device),
     )
-    rl.train(exp, agent, args, counted=args.num_processes)
+    ppo.train(exp, agent, args, counted=args.num_processes)

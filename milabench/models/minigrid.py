@@ -13,7 +13,7 @@ beta(instr), BatchNorm + ReLU; 128 channels); max-pool to 128 features, an LSTM 
 of 128, tanh MLP policy and value heads of 64. PPO as babyai: 64 environments x 40 frames,
 minibatches of 1280 frames in sequences of 20 steps through the memory, 4 epochs, Adam lr
 1e-4 (betas 0.9/0.999, eps 1e-5), GAE lambda 0.99, discount 0.99, clip 0.2, the unhalved
-clipped value loss, no advantage normalisation, rewards x 20 (``milabench.rl``). One example
+clipped value loss, no advantage normalisation, rewards x 20 (``milabench.ppo``). One example
 is one environment frame; each timed iteration is one rollout and its update. The
 environments step in worker processes. No dataset (``synthetic_data`` stays null).
 
@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from milabench import helpers, rl
+from milabench import helpers, ppo, rl
 from milarun.experiment import BadTestArguments, Experiment
 
 VIEW = 7  # the agent's egocentric view is VIEW x VIEW cells
@@ -245,7 +245,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         "of the first observations)",
     )
     parser.add_argument("--algo", default="ppo", choices=["ppo"], help="legacy flag: PPO only")
-    rl.add_ppo_arguments(
+    ppo.add_ppo_arguments(
         parser,
         num_processes=64,
         num_steps=40,
@@ -257,7 +257,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         clip_param=0.2,
     )
     args = exp.parse_args(parser, argv)
-    config = rl.PPOConfig.from_args(
+    config = ppo.PPOConfig.from_args(
         args, batch_size=1280, recurrence=args.recurrence, normalise_advantages=False
     )
     config = dataclasses.replace(config, reward_scale=args.reward_scale, value_factor=1.0)
@@ -275,7 +275,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     optimizer = torch.optim.Adam(
         model.parameters(), lr=args.lr, eps=args.eps, betas=(args.beta1, args.beta2)
     )
-    agent = rl.PPO(
+    agent = ppo.PPO(
         envs,
         model,
         optimizer,
@@ -286,4 +286,4 @@ def main(exp: Experiment, argv: list[str]) -> None:
         memory_size=model.memory_size,
         observe=Observer(device, args.instr_words),
     )
-    rl.train(exp, agent, args)
+    ppo.train(exp, agent, args)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from milabench import rl
+from milabench import ppo, rl
 from milarun.measure.experiment import BadTestArguments
 from modelrun import assert_rejected, run_trained
 
@@ -113,7 +113,7 @@ def test_ppo_losses_clip_the_ratio_and_the_value():
     actions = torch.tensor([0, 1])
     old_log_probs = torch.log(torch.tensor([0.5, 0.5]))
     advantages = torch.tensor([1.0, -1.0])
-    same = rl.ppo_losses(
+    same = ppo.ppo_losses(
         torch.zeros(2, 2),
         torch.tensor([1.0, 2.0]),
         actions,
@@ -128,7 +128,7 @@ def test_ppo_losses_clip_the_ratio_and_the_value():
     assert torch.isclose(same["entropy"], torch.log(torch.tensor(2.0)))
     # Action 0 now has probability 0.9 (ratio 1.8, A > 0): the gain stops at 1 + clip.
     logits = torch.log(torch.tensor([[0.9, 0.1], [0.5, 0.5]]))
-    moved = rl.ppo_losses(
+    moved = ppo.ppo_losses(
         logits,
         torch.tensor([3.0, 2.0]),
         actions,
@@ -145,16 +145,16 @@ def test_ppo_losses_clip_the_ratio_and_the_value():
 
 def test_linear_decay():
     optimizer = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=1.0)
-    rl.linear_decay(optimizer, 2.5e-4, 0, 4)
+    ppo.linear_decay(optimizer, 2.5e-4, 0, 4)
     assert optimizer.param_groups[0]["lr"] == 2.5e-4
-    rl.linear_decay(optimizer, 2.5e-4, 3, 4)
+    ppo.linear_decay(optimizer, 2.5e-4, 3, 4)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(2.5e-4 / 4)
 
 
 # -- arguments ------------------------------------------------------------------------------
 def ppo_args(*argv: str, **defaults: object) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    rl.add_ppo_arguments(parser, **defaults)
+    ppo.add_ppo_arguments(parser, **defaults)
     return parser.parse_args(argv)
 
 
@@ -187,10 +187,10 @@ def test_ppo_arguments_take_both_legacy_spellings():
     )
     assert vars(a) == vars(b)
     assert a.asynchronous and not ppo_args("--sync").asynchronous  # worker processes by default
-    config = rl.PPOConfig.from_args(a, batch_size=16, recurrence=4)
+    config = ppo.PPOConfig.from_args(a, batch_size=16, recurrence=4)
     assert (config.minibatches, config.clip, config.gamma, config.epochs) == (2, 0.3, 0.9, 2)
     assert config.gae_lambda == 0.95
-    config = rl.PPOConfig.from_args(
+    config = ppo.PPOConfig.from_args(
         ppo_args("--num-steps", "8", "--num-mini-batch", "8"), batch_size=256
     )
     assert config.minibatches == 8 and config.gae_lambda == 1.0  # no --use-gae: lambda 1
@@ -213,7 +213,7 @@ def test_ppo_arguments_take_both_legacy_spellings():
 )
 def test_ppo_minibatches_must_split_the_rollout(argv, defaults, message):
     with pytest.raises(BadTestArguments, match=message):
-        rl.PPOConfig.from_args(ppo_args(*argv), **defaults)
+        ppo.PPOConfig.from_args(ppo_args(*argv), **defaults)
 
 
 @pytest.mark.parametrize(
@@ -276,7 +276,7 @@ def test_cart_samples_without_validating_the_distribution(monkeypatch):
 
 
 # -- PPO on real environments, in this process ------------------------------------------------
-def minigrid_agent(seed: int) -> rl.PPO:
+def minigrid_agent(seed: int) -> ppo.PPO:
     """Two environments stepped in this process (quicker to start than worker processes)."""
     from milabench.models import minigrid
 
@@ -284,7 +284,7 @@ def minigrid_agent(seed: int) -> rl.PPO:
     envs = rl.vector_env(functools.partial(minigrid.make_env, "BabyAI-UnlockPickup-v0"), 2)
     model = minigrid.FiLMActorCritic(envs.single_action_space.n)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, eps=1e-5)
-    config = rl.PPOConfig(
+    config = ppo.PPOConfig(
         minibatches=2,
         epochs=1,
         recurrence=4,
@@ -292,7 +292,7 @@ def minigrid_agent(seed: int) -> rl.PPO:
         reward_scale=20.0,
         value_factor=1.0,
     )
-    return rl.PPO(
+    return ppo.PPO(
         envs,
         model,
         optimizer,
