@@ -20,6 +20,7 @@ from milarun.results.records import Call, ResultRecord
 from milarun.run import launch, plan, profile
 from milarun.slurm import follow as slurm_follow
 from milarun.slurm import gather
+from milarun.slurm import states as slurm_states
 from milarun.slurm import submit as slurm
 
 NO_SLURM = {"PATH": "/nonexistent", "SLURM_CONF": "/nonexistent/slurm.conf"}
@@ -226,7 +227,7 @@ def test_check_names_each_missing_result_of_each_node_once(tmp_path):
     _node_result(tmp_path, "node1", "quick.polynome", "42")
     _node_result(tmp_path, "node1", "quick.vae", "42")
     _node_result(tmp_path, "node2", "quick.vae", "41")  # an older job's: does not count
-    state = slurm_follow.JobState("42", "CANCELLED", "0:15", "node[1-2]")
+    state = slurm_states.JobState("42", "CANCELLED", "0:15", "node[1-2]")
     written = slurm_follow.check(tmp_path, "42", ["node1", "node2"], state, settle=0)
     assert sorted(p.parent.name for p in written) == ["node2", "node2"]
     fails = [json.loads(p.read_text()) for p in written]
@@ -287,7 +288,7 @@ def test_check_expects_what_the_node_planned(tmp_path):
         ["cuda:0", "cuda:1", "cuda:2", "cuda:3"],
     )
     _node_result(tmp_path, "node2", "quick.polynome", "42")
-    state = slurm_follow.JobState("42", "FAILED", "1:0", "node2")
+    state = slurm_states.JobState("42", "FAILED", "1:0", "node2")
     written = slurm_follow.check(tmp_path, "42", ["node2"], state, settle=0)
     assert [json.loads(p.read_text())["name"] for p in written] == ["quick.scaling.4"]
     assert json.loads(written[0].read_text())["failure"]["kind"] == "crash"
@@ -305,7 +306,7 @@ def test_check_names_the_lost_instance_of_a_node_with_two_devices(tmp_path):
     )
     for name, job_id in pairs[:3]:
         _node_result(tmp_path, "node1", name, "42", job_id)
-    state = slurm_follow.JobState("42", "FAILED", "9:0", "node1")
+    state = slurm_states.JobState("42", "FAILED", "9:0", "node1")
     written = slurm_follow.check(tmp_path, "42", ["node1"], state, settle=0)
     (fail,) = [json.loads(p.read_text()) for p in written]
     assert (fail["name"], fail["job_id"]) == ("quick.vae", "0.1")
@@ -324,7 +325,7 @@ def test_a_node_folder_that_takes_no_file_does_not_stop_the_others(tmp_path):
     subprocess.run(["mount", "--bind", str(locked), str(locked)], check=True)
     try:
         subprocess.run(["mount", "-o", "remount,ro,bind", str(locked)], check=True)
-        state = slurm_follow.JobState("42", "FAILED", "1:0", "node[1-2]")
+        state = slurm_states.JobState("42", "FAILED", "1:0", "node[1-2]")
         with pytest.raises(slurm_follow.CheckIncomplete) as err:
             slurm_follow.check(tmp_path, "42", ["node1", "node2"], state, settle=0)
         assert "node node1: 2 missing result(s)" in str(err.value)
@@ -335,7 +336,7 @@ def test_a_node_folder_that_takes_no_file_does_not_stop_the_others(tmp_path):
 
 def test_a_job_slurm_forgot_is_checked_on_the_folders_its_runs_left(tmp_path):
     _submission(tmp_path, "42")
-    gone = slurm_follow.JobState("42", "GONE")
+    gone = slurm_states.JobState("42", "GONE")
     with pytest.raises(errors.SlurmError, match="no longer knows it.*nothing was checked"):
         slurm_follow.check(tmp_path, "42", None, gone, settle=0)
     _node_result(tmp_path, "node3", "quick.polynome", "42")
