@@ -20,14 +20,8 @@ from typing import Any
 from milarun import errors, results
 from milarun.doctor import fleet, record
 from milarun.machine import slurmenv
-from milarun.slurm.submit import (
-    NODELIST_RE,
-    PARTITION_RE,
-    SLURM_FOLDER,
-    TIME_RE,
-    expand_nodelist,
-    slurm_environ,
-)
+from milarun.slurm.request import NODELIST_RE, PARTITION_RE, SLURM_FOLDER, TIME_RE
+from milarun.slurm.submit import expand_nodelist, slurm_environ
 
 
 @dataclass(frozen=True)

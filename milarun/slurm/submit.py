@@ -1,7 +1,8 @@
 """`milarun slurm fleet|scaling`: the suite on many nodes through Slurm's own tools.
 
 Slurm allocates and launches, torchrun does the rendezvous, and on every node the usual
-supervisor (`milarun jobs`) runs unchanged. This module writes the batch script into
+supervisor (`milarun jobs`) runs unchanged. This module writes the batch script (made by
+milarun.slurm.script) into
 ``<out>/slurm/`` (readable and editable: an admin may submit it again by hand), submits it
 with sbatch and records what it submitted (``<out>/slurm/<kind>.<stamp>.submission``, JSON
 that result loaders pass by) for
@@ -13,51 +14,24 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import re
-import shlex
 import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import jinja2
-
 from milarun import errors, results
 from milarun.errors import SlurmError
-from milarun.machine import devices, sysinfo
+from milarun.machine import devices
 from milarun.measure import call
 from milarun.run import profile, suite
-
-SLURM_FOLDER = "slurm"
-SUBMISSION_SUFFIX = ".submission"  # JSON, but not a result: not *.json
-NODELIST_RE = re.compile(r"^[A-Za-z0-9_.\-\[\],]+$")
-PARTITION_RE = re.compile(r"^[A-Za-z0-9_.\-,]+$")
-TIME_RE = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
-
-
-@dataclass(frozen=True)
-class SlurmRequest:
-    """What `milarun slurm fleet|scaling` was asked for (paths already resolved)."""
-
-    kind: str  # "fleet" or "scaling"
-    profile: str
-    outdir: Path
-    dataroot: Path | None = None  # None: each node's own default
-    nodes: int | None = None
-    nodelist: str | None = None
-    node_counts: tuple[int, ...] = ()  # scaling: 1,2,4,8
-    each_node: bool = False
-    partition: str | None = None
-    gpus_per_node: int | None = None
-    time: str | None = None
-    sbatch_args: tuple[str, ...] = ()
-    names: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    repeat: int = 1
-    devices: str | None = None
-    use_cgexec: bool = True
-    user_args: tuple[str, ...] = ()
-    local_dir: Path | None = None  # fleet: write on node-local disk, gather at the end
+from milarun.slurm.request import (
+    NODELIST_RE,
+    PARTITION_RE,
+    SLURM_FOLDER,
+    SUBMISSION_SUFFIX,
+    TIME_RE,
+    SlurmRequest,
+)
+from milarun.slurm.script import render_script
 
 
 @dataclass
@@ -204,101 +178,6 @@ def expected_results(request: SlurmRequest, selected: list[profile.Job]) -> dict
         if j.partition == "gpu-progression"
         for k in sorted(set(request.node_counts))
     }
-
-
-def _jobs_words(request: SlurmRequest, python: str) -> tuple[str, str]:
-    """The `milarun jobs` command each node runs, and its ` -- test args` tail."""
-    words = ["-m", "milarun", "jobs", request.profile]
-    if request.names:
-        words += ["--name", *request.names]
-    if request.tags:
-        words += ["--tags", *request.tags]
-    if request.repeat != 1:
-        words += ["--repeat", str(request.repeat)]
-    if request.devices is not None:
-        words += ["--devices", request.devices]
-    if not request.use_cgexec:
-        words.append("--no-cgexec")
-    if request.dataroot is not None:
-        words += ["-d", str(request.dataroot)]
-    tail = " -- " + shlex.join(request.user_args) if request.user_args else ""
-    out = shlex.quote(str(request.outdir.resolve()))
-    if request.local_dir is None:
-        return f"{python} {shlex.join(words)} -o {out}", tail
-    # Each node writes on its own disk, then copies its folder back, verified (gather).
-    local = shlex.quote(str(request.local_dir))
-    inner = (
-        f'node_out={local}/milarun-"$SLURM_JOB_ID"; {python} {shlex.join(words)} '
-        f'-o "$node_out"{tail}; s=$?; '
-        f'{python} -m milarun slurm gather "$node_out" {out} || s=1; exit $s'
-    )
-    return f"bash -c {shlex.quote(inner)}", ""
-
-
-def _sbatch_lines(request: SlurmRequest, out: Path) -> list[str]:
-    lines = []
-    if request.kind == "scaling":
-        lines.append(f"--nodes={max(request.node_counts)}")
-    elif not request.each_node:  # --each-node: sbatch --nodelist=<node> per submission
-        lines.append(
-            f"--nodelist={request.nodelist}" if request.nodelist else f"--nodes={request.nodes}"
-        )
-    # whole nodes: every CPU and all their memory (a site's default --mem would be a limit)
-    lines += ["--ntasks-per-node=1", "--exclusive", "--mem=0", f"--output={out}/%x.%j.out"]
-    # a requeued job would run the suite again over its own results (a node failure, a
-    # preemption): it ends FAILED/NODE_FAIL instead, and `slurm check` records what is lost
-    lines.append("--no-requeue")
-    if request.partition:
-        lines.append(f"--partition={request.partition}")
-    if request.gpus_per_node:
-        lines.append(f"--gpus-per-node={request.gpus_per_node}")
-    if request.time:
-        lines.append(f"--time={request.time}")
-    return lines + [shlex.quote(arg) for arg in request.sbatch_args]
-
-
-def render_script(
-    request: SlurmRequest, script_path: Path, python: str = sys.executable, cwd: Path | None = None
-) -> str:
-    """The batch script's text."""
-    out = request.outdir.resolve()
-    jobs, tail = _jobs_words(request, shlex.quote(python))
-    where = (
-        f"nodes {request.nodelist}"
-        if request.nodelist
-        else f"{request.nodes} node(s)"
-        if request.nodes
-        else "node counts " + ",".join(map(str, request.node_counts))
-    )
-    summary = f"profile {request.profile} on {where}" + (
-        ", one job per node" if request.each_node else ""
-    )
-    template = jinja2.Environment(
-        loader=jinja2.PackageLoader("milarun", "templates"),
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    ).get_template("slurm.sbatch.j2")
-    return (
-        template.render(
-            kind=request.kind,
-            summary=summary,
-            version=sysinfo.milarun_version(),
-            written=_dt.datetime.now().isoformat(timespec="seconds"),
-            script_path=script_path,
-            out=out,
-            out_q=shlex.quote(str(out)),
-            job_name=f"milarun-{request.kind}",
-            sbatch=_sbatch_lines(request, out / SLURM_FOLDER),
-            cwd=shlex.quote(str((cwd or Path.cwd()).resolve())),
-            python=shlex.quote(python),
-            jobs=jobs + tail if request.kind == "fleet" else jobs,
-            tail=tail,
-            node_counts=sorted(set(request.node_counts)),
-        ).rstrip("\n")
-        + "\n"
-    )
 
 
 def each_node_list(request: SlurmRequest) -> list[str]:
