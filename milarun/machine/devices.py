@@ -1,10 +1,10 @@
-"""Devices: discovery (no torch import), per-instance device, sync and monitors.
+"""Devices: discovery (no torch import), per-instance device, NVML (its monitors:
+milarun.machine.monitors).
 
 The ``jobs`` process discovers GPUs through NVML (honouring ``CUDA_VISIBLE_DEVICES``), never
 falling back to the CPU where the machine shows GPUs NVML cannot see, or takes ``--devices``
 (ids: NVML's, in PCI bus order, or UUIDs; milarun.machine.gpuids resolves them); each instance
-learns its device from ``MILARUN_DEVICE`` and ``CUDA_VISIBLE_DEVICES``. Monitors sample in a
-background thread and record "no samples" with the reason when there is nothing to sample.
+learns its device from ``MILARUN_DEVICE`` and ``CUDA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +71,7 @@ def load_nvml() -> tuple[Any, str | None]:
     return pynvml, None
 
 
-def _visible_ids(environ: Mapping[str, str] | None = None) -> list[str] | None:
+def visible_ids(environ: Mapping[str, str] | None = None) -> list[str] | None:
     env = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
     if env is None:
         return None
@@ -120,7 +118,7 @@ def discover_devices(
             count = nvml.nvmlDeviceGetCount()
         except Exception as err:
             failure = f"NVML failed: {err}"
-    visible = _visible_ids()
+    visible = visible_ids()
     if visible == []:  # the operator hid every GPU
         return [Device(CPU_KIND, "0", 1)]
     if count:
@@ -202,7 +200,7 @@ def instance_device_label(environ: Mapping[str, str] | None = None) -> str:
         return spec
     if spec and spec.startswith(GPU_KIND + ":"):
         return spec.split(",")[0]  # the first of the labels `jobs` gave
-    visible = _visible_ids(env)
+    visible = visible_ids(env)
     if spec == GPU_KIND or (spec is None and visible):
         return f"cuda:{visible[0]}" if visible else "cuda:0"
     if spec is None and visible is None and _gpu_available():
@@ -219,191 +217,3 @@ def _gpu_available() -> bool:
         return nvml is not None and nvml.nvmlDeviceGetCount() > 0
     except Exception:
         return False
-
-
-# -- monitors ----------------------------------------------------------------------------
-class Monitor:
-    """Samples ``probe()`` every ``interval`` seconds in a daemon thread."""
-
-    def __init__(
-        self,
-        probe: Callable[[], dict[str, Any]],
-        interval: float = 1.0,
-        unavailable: str | None = None,
-    ):
-        self.probe = probe
-        self.interval = interval
-        self.unavailable = unavailable
-        self.samples: list[dict[str, Any]] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._t0 = time.time()
-
-    def start(self) -> Monitor:
-        if self.unavailable is None:
-            self._thread = threading.Thread(target=self._loop, daemon=True, name="monitor")
-            self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while True:
-            self.sample()
-            if self._stop.wait(self.interval):
-                return
-
-    def sample(self) -> None:
-        try:
-            sample = self.probe()
-        except Exception as err:
-            if len(self.errors) < 5:
-                self.errors.append(str(err))
-            return
-        sample["t"] = round(time.time() - self._t0, 3)
-        self.samples.append(sample)
-
-    def stop(self) -> dict[str, Any]:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        record: dict[str, Any] = {"interval": self.interval, "samples": self.samples}
-        if not self.samples:
-            record["note"] = "no samples: " + (
-                self.unavailable or "; ".join(self.errors) or "run ended before a sample"
-            )
-        elif self.errors:
-            record["errors"] = self.errors
-        return record
-
-
-def gpu_monitor(nvml: Any = None, ids: list[str] | None = None, interval: float = 1.0) -> Monitor:
-    """NVML monitor of this instance's own GPUs: load, memory, temperature, power, energy
-    counter, SM clock and clock-event reasons, with the readings' wall-clock ``time``."""
-    if ids is None:
-        label = instance_device_label()
-        # A plain `milarun run` on a GPU machine (no CUDA_VISIBLE_DEVICES) uses, and so
-        # monitors, the GPU its label names.
-        ids = (_visible_ids() or [label.split(":", 1)[1]]) if label.startswith(GPU_KIND) else []
-    if not ids:
-        return Monitor(dict, interval, unavailable="no GPU assigned to this instance")
-    reason = None
-    if nvml is None:
-        nvml, reason = load_nvml()
-    if nvml is None:
-        return Monitor(dict, interval, unavailable=reason)
-    try:
-        handles = {i: nvml_handle(nvml, i) for i in ids}
-    except Exception as err:
-        return Monitor(dict, interval, unavailable=f"NVML cannot open GPU {ids}: {err}")
-
-    # Looked up once, not per sample: pynvml >= 12 names it "ClocksEvent", older "Throttle".
-    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-    )
-    sm_clock = getattr(nvml, "NVML_CLOCK_SM", 1)
-    # The energy counter costs 4 ms of CPU per reading on an H100 (the GIL released): read
-    # only where the result is written, not on a torchrun rank other than 0.
-    energy = (
-        None
-        if os.environ.get("RANK", "0") != "0"
-        else getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
-    )
-
-    def read(h: Any) -> dict[str, Any]:
-        """One GPU's readings, each on its own: many GPUs do not support some (power,
-        temperature)."""
-        return {
-            "load": _nvml_read(lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0),
-            "memory": _nvml_read(lambda: _memory_mib(nvml.nvmlDeviceGetMemoryInfo(h))),
-            "temperature": _nvml_read(lambda: nvml.nvmlDeviceGetTemperature(h, 0)),
-            "power": _nvml_read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),  # W
-            # J since the driver loaded (NVML counts mJ): energy over a window
-            "energy": _nvml_read(lambda: energy(h) / 1000.0) if energy else None,
-            "sm_clock": _nvml_read(lambda: nvml.nvmlDeviceGetClockInfo(h, sm_clock)),  # MHz
-            # bitmask of why clocks are below max (power cap, thermal, ...)
-            "clock_events": _nvml_read(lambda: int(reasons(h))) if reasons else None,
-        }
-
-    def probe() -> dict[str, Any]:
-        out = {}
-        # Wall clock of the readings, so milarun.measure.energy can place them in the steady window.
-        now = time.time()
-        for gid, h in handles.items():
-            reading = read(h)
-            if all(v is None for v in reading.values()):
-                raise RuntimeError(f"NVML gave no reading for GPU {gid}")
-            out[gid] = reading
-        return {"gpus": out, "time": now}
-
-    return Monitor(probe, interval)
-
-
-def _nvml_read(read: Callable[[], Any]) -> Any:
-    try:
-        return read()
-    except Exception:  # NVMLError_NotSupported and friends
-        return None
-
-
-def _memory_mib(mem: Any) -> list[float]:
-    return [mem.used / 2**20, mem.total / 2**20]  # MiB used, total
-
-
-CHILDREN_REFRESH = 10.0  # seconds between listings of the test's child processes
-
-
-def _busy_seconds(t: Any) -> float:
-    """A CPU's non-idle seconds (iowait is idle; steal counts: the host took the CPU)."""
-    return float(
-        t.user
-        + t.nice
-        + t.system
-        + getattr(t, "irq", 0.0)
-        + getattr(t, "softirq", 0.0)
-        + getattr(t, "steal", 0.0)
-    )
-
-
-def cpu_monitor(interval: float = 1.0) -> Monitor:
-    """psutil monitor of this process tree's CPU use and memory, and the host's RAM."""
-    try:
-        import psutil
-    except ImportError as err:
-        return Monitor(dict, interval, unavailable=f"psutil not installed ({err})")
-    me = psutil.Process()
-    me.cpu_percent(None)
-    ours = sorted(os.sched_getaffinity(0))  # children inherit it: our tree runs only there
-    # Listing children scans all of /proc (~1.5 ms holding the GIL against the test's own
-    # thread: -0.8% rate error at 0.1 ms steps in milarun selftest): refresh it every 10 s.
-    children: list[Any] = []
-    listed = [float("-inf")]
-
-    def probe() -> dict[str, Any]:
-        now = time.monotonic()
-        if now - listed[0] >= CHILDREN_REFRESH:
-            children[:] = me.children(recursive=True)
-            listed[0] = now
-        rss, own = 0, 0.0
-        for p in (me, *children):
-            try:
-                rss += p.memory_info().rss
-                # a reaped child's time moves into its parent's children_* fields
-                t = p.cpu_times()
-                own += t.user + t.system + t.children_user + t.children_system
-            except psutil.Error:
-                pass
-        per_cpu = psutil.cpu_times(percpu=True)
-        busy = sum(_busy_seconds(per_cpu[c]) for c in ours if c < len(per_cpu))
-        return {
-            "time": time.time(),
-            "cpu_percent": me.cpu_percent(None),
-            "rss_mb": rss / 2**20,
-            "ram_used_percent": psutil.virtual_memory().percent,
-            # cumulative: milarun.measure.contention takes others' share over a window
-            "cpus": len(ours),
-            "cpus_busy_s": busy,
-            "own_cpu_s": own,
-            "load1": os.getloadavg()[0],
-        }
-
-    return Monitor(probe, interval)

@@ -55,7 +55,7 @@ def open_own_gpu(cuda: Any, local_rank: int, environ: Any = None) -> bool:
     env = os.environ if environ is None else environ
     if cuda.is_initialized():
         return False
-    visible = devices._visible_ids(env)
+    visible = devices.visible_ids(env)
     if visible is None:  # every GPU, in CUDA's order: the rank's is its index there
         own = str(local_rank)
     elif local_rank < len(visible):

@@ -1,6 +1,6 @@
 """Energy per example and throttling over a run's steady window (DESIGN section 5).
 
-The GPU monitor (devices.gpu_monitor) samples each GPU's energy counter (J since the driver
+The GPU monitor (monitors.gpu_monitor) samples each GPU's energy counter (J since the driver
 loaded), power (W) and clock-event reasons, with the wall-clock time of the readings; the
 rate log (experiment.RateLog) records the wall-clock time at which each slice closed. Here
 the steady window (steady.slices) is mapped onto those samples:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors, results
-from milarun.machine import devices, sysinfo, watchdog
+from milarun.machine import devices, monitors, sysinfo, watchdog
 from milarun.machine.gpuids import instance_gpus
 from milarun.measure import confinement, contention, diagnostics, energy
 from milarun.measure.call import check_extra, resolve_function
@@ -136,8 +136,8 @@ def _call(
     fn: Callable[..., Any], exp: Experiment, argv: list[str], monitor_interval: float
 ) -> _Ended:
     """``fn(exp, argv)`` under the monitors; SIGTERM and SIGALRM become its failures."""
-    gpu_mon = devices.gpu_monitor(interval=monitor_interval).start()
-    cpu_mon = devices.cpu_monitor(interval=monitor_interval).start()
+    gpu_mon = monitors.gpu_monitor(interval=monitor_interval).start()
+    cpu_mon = monitors.cpu_monitor(interval=monitor_interval).start()
     failure = error = None
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGALRM)}
     signal.signal(signal.SIGTERM, _raise_on(Interrupted))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from milarun.machine import devices
+from milarun.machine import monitors
 from milarun.measure.experiment import Experiment
 from milarun.measure.spin import spin as busy_wait
 from milarun.results import steady
@@ -158,8 +158,8 @@ def instrumented_loop(
     exp = Experiment("selftest", on_progress=progress_printer(supervised=True))
     exp.max_count = steps * batch
     exp.sync()  # a real test has touched its device before its first step
-    gpu_mon = devices.gpu_monitor().start()
-    cpu_mon = devices.cpu_monitor().start()
+    gpu_mon = monitors.gpu_monitor().start()
+    cpu_mon = monitors.cpu_monitor().start()
     try:
         with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
             log = exp.rate_log("train")

@@ -10,19 +10,18 @@ import pytest
 from conftest import ROOT
 from fakes import FakeNVML
 from milarun import errors
-from milarun.machine import devices, gpuprobe, sysinfo
+from milarun.machine import devices, gpuprobe, monitors, sysinfo
 from milarun.machine.devices import (
     CPU_KIND,
     GPU_KIND,
     Device,
     DeviceSpecError,
-    cpu_monitor,
     discover_devices,
-    gpu_monitor,
     instance_device_label,
     instance_environ,
     parse_device_spec,
 )
+from milarun.machine.monitors import cpu_monitor, gpu_monitor
 
 MiB = 2**20
 
@@ -383,7 +382,7 @@ def test_cpu_monitor_real_samples():
 
 
 def test_monitor_stopped_before_a_sample_has_note():
-    mon = devices.Monitor(lambda: {"x": 1}, interval=0.05)  # never started
+    mon = monitors.Monitor(lambda: {"x": 1}, interval=0.05)  # never started
     record = mon.stop()
     assert record["samples"] == []
     assert record["note"] == "no samples: run ended before a sample"

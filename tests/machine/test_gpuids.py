@@ -14,7 +14,7 @@ from conftest import BENCHES, load_all, milarun
 from fakes import H100, FakeNVML
 from milarun import errors
 from milarun.cli import options
-from milarun.machine import devices, gpuids
+from milarun.machine import devices, gpuids, monitors
 from milarun.machine.devices import GPU_KIND, Device, parse_device_spec
 from milarun.run import launch, profile
 
@@ -113,7 +113,7 @@ def test_each_instance_opens_the_gpu_the_operator_named(gpu_env, tmp_path, spec)
             gpu_env.setenv(var, env[var])
         fake.asked.clear()
         fake.read.clear()
-        mon = devices.gpu_monitor(nvml=fake, interval=0.05).start()
+        mon = monitors.gpu_monitor(nvml=fake, interval=0.05).start()
         time.sleep(0.12)
         record = mon.stop()
         assert fake.asked == [want["uuid"]]

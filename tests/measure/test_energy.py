@@ -13,7 +13,7 @@ import pytest
 
 from conftest import load_all, milarun
 from fakes import FakeNVML
-from milarun.machine import devices, torchdevice
+from milarun.machine import devices, monitors, torchdevice
 from milarun.measure import energy, runner
 from milarun.measure.diagnostics import steady_state
 from milarun.measure.experiment import RateLog
@@ -84,7 +84,7 @@ def samples(times, gid="0", **series):
 @pytest.mark.parametrize("old_names", [False, True])
 def test_monitor_reads_energy_clock_and_reasons(old_names):
     fake = MovingNVML(power=lambda t: 250.0, reasons=lambda t: POWER_CAP, old_names=old_names)
-    mon = devices.gpu_monitor(nvml=fake, ids=["0"], interval=0.05).start()
+    mon = monitors.gpu_monitor(nvml=fake, ids=["0"], interval=0.05).start()
     time.sleep(0.3)
     got = mon.stop()["samples"]
     assert len(got) >= 3
@@ -104,14 +104,14 @@ def test_monitor_reads_energy_clock_and_reasons(old_names):
 
 def test_only_the_rank_that_writes_the_result_reads_the_energy_counter(monkeypatch):
     monkeypatch.setenv("RANK", "1")  # 4 ms of CPU per reading on an H100: rank 0's only
-    mon = devices.gpu_monitor(nvml=MovingNVML(), ids=["0"], interval=0.05).start()
+    mon = monitors.gpu_monitor(nvml=MovingNVML(), ids=["0"], interval=0.05).start()
     time.sleep(0.1)
     reading = mon.stop()["samples"][0]["gpus"]["0"]
     assert reading["energy"] is None and reading["power"] == pytest.approx(300.0)
 
 
 def test_monitor_without_the_new_readings_records_none():
-    mon = devices.gpu_monitor(
+    mon = monitors.gpu_monitor(
         nvml=FakeNVML(
             [
                 {
@@ -322,9 +322,9 @@ def test_real_cpu_run_records_null_energy_with_a_reason(tmp_path):
 def test_run_on_a_fake_gpu_records_energy_and_throttling(tmp_path, monkeypatch):
     """The runner end to end, in process: a fake H100 at 250 W held at its power cap."""
     fake = MovingNVML(power=lambda t: 250.0, reasons=lambda t: POWER_CAP)
-    real = devices.gpu_monitor
+    real = monitors.gpu_monitor
     monkeypatch.setattr(
-        devices, "gpu_monitor", lambda interval: real(nvml=fake, ids=["0"], interval=0.05)
+        monitors, "gpu_monitor", lambda interval: real(nvml=fake, ids=["0"], interval=0.05)
     )
     monkeypatch.setattr(devices, "instance_device_label", lambda environ=None: "cuda:0")
     monkeypatch.setattr(torchdevice, "torch_device", lambda: "cpu")  # calibration only spins

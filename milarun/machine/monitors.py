@@ -1,0 +1,202 @@
+"""Monitors of a benchmark process: its GPUs through NVML (load, memory, temperature, power,
+energy counter, SM clock, clock-event reasons) and its process tree's CPU use and memory
+through psutil, each sampled in a daemon thread; "no samples" with the reason when there is
+nothing to sample. Device discovery and NVML's loading are milarun.machine.devices."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from milarun.machine import devices
+
+
+class Monitor:
+    """Samples ``probe()`` every ``interval`` seconds in a daemon thread."""
+
+    def __init__(
+        self,
+        probe: Callable[[], dict[str, Any]],
+        interval: float = 1.0,
+        unavailable: str | None = None,
+    ):
+        self.probe = probe
+        self.interval = interval
+        self.unavailable = unavailable
+        self.samples: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = time.time()
+
+    def start(self) -> Monitor:
+        if self.unavailable is None:
+            self._thread = threading.Thread(target=self._loop, daemon=True, name="monitor")
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.interval):
+                return
+
+    def sample(self) -> None:
+        try:
+            sample = self.probe()
+        except Exception as err:
+            if len(self.errors) < 5:
+                self.errors.append(str(err))
+            return
+        sample["t"] = round(time.time() - self._t0, 3)
+        self.samples.append(sample)
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        record: dict[str, Any] = {"interval": self.interval, "samples": self.samples}
+        if not self.samples:
+            record["note"] = "no samples: " + (
+                self.unavailable or "; ".join(self.errors) or "run ended before a sample"
+            )
+        elif self.errors:
+            record["errors"] = self.errors
+        return record
+
+
+def gpu_monitor(nvml: Any = None, ids: list[str] | None = None, interval: float = 1.0) -> Monitor:
+    """NVML monitor of this instance's own GPUs: load, memory, temperature, power, energy
+    counter, SM clock and clock-event reasons, with the readings' wall-clock ``time``."""
+    if ids is None:
+        label = devices.instance_device_label()
+        # A plain `milarun run` on a GPU machine (no CUDA_VISIBLE_DEVICES) uses, and so
+        # monitors, the GPU its label names.
+        gpu = label.startswith(devices.GPU_KIND)
+        ids = (devices.visible_ids() or [label.split(":", 1)[1]]) if gpu else []
+    if not ids:
+        return Monitor(dict, interval, unavailable="no GPU assigned to this instance")
+    reason = None
+    if nvml is None:
+        nvml, reason = devices.load_nvml()
+    if nvml is None:
+        return Monitor(dict, interval, unavailable=reason)
+    try:
+        handles = {i: devices.nvml_handle(nvml, i) for i in ids}
+    except Exception as err:
+        return Monitor(dict, interval, unavailable=f"NVML cannot open GPU {ids}: {err}")
+
+    # Looked up once, not per sample: pynvml >= 12 names it "ClocksEvent", older "Throttle".
+    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    sm_clock = getattr(nvml, "NVML_CLOCK_SM", 1)
+    # The energy counter costs 4 ms of CPU per reading on an H100 (the GIL released): read
+    # only where the result is written, not on a torchrun rank other than 0.
+    energy = (
+        None
+        if os.environ.get("RANK", "0") != "0"
+        else getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
+    )
+
+    def read(h: Any) -> dict[str, Any]:
+        """One GPU's readings, each on its own: many GPUs do not support some (power,
+        temperature)."""
+        return {
+            "load": _nvml_read(lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0),
+            "memory": _nvml_read(lambda: _memory_mib(nvml.nvmlDeviceGetMemoryInfo(h))),
+            "temperature": _nvml_read(lambda: nvml.nvmlDeviceGetTemperature(h, 0)),
+            "power": _nvml_read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),  # W
+            # J since the driver loaded (NVML counts mJ): energy over a window
+            "energy": _nvml_read(lambda: energy(h) / 1000.0) if energy else None,
+            "sm_clock": _nvml_read(lambda: nvml.nvmlDeviceGetClockInfo(h, sm_clock)),  # MHz
+            # bitmask of why clocks are below max (power cap, thermal, ...)
+            "clock_events": _nvml_read(lambda: int(reasons(h))) if reasons else None,
+        }
+
+    def probe() -> dict[str, Any]:
+        out = {}
+        # Wall clock of the readings, so milarun.measure.energy can place them in the steady window.
+        now = time.time()
+        for gid, h in handles.items():
+            reading = read(h)
+            if all(v is None for v in reading.values()):
+                raise RuntimeError(f"NVML gave no reading for GPU {gid}")
+            out[gid] = reading
+        return {"gpus": out, "time": now}
+
+    return Monitor(probe, interval)
+
+
+def _nvml_read(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except Exception:  # NVMLError_NotSupported and friends
+        return None
+
+
+def _memory_mib(mem: Any) -> list[float]:
+    return [mem.used / 2**20, mem.total / 2**20]  # MiB used, total
+
+
+CHILDREN_REFRESH = 10.0  # seconds between listings of the test's child processes
+
+
+def _busy_seconds(t: Any) -> float:
+    """A CPU's non-idle seconds (iowait is idle; steal counts: the host took the CPU)."""
+    return float(
+        t.user
+        + t.nice
+        + t.system
+        + getattr(t, "irq", 0.0)
+        + getattr(t, "softirq", 0.0)
+        + getattr(t, "steal", 0.0)
+    )
+
+
+def cpu_monitor(interval: float = 1.0) -> Monitor:
+    """psutil monitor of this process tree's CPU use and memory, and the host's RAM."""
+    try:
+        import psutil
+    except ImportError as err:
+        return Monitor(dict, interval, unavailable=f"psutil not installed ({err})")
+    me = psutil.Process()
+    me.cpu_percent(None)
+    ours = sorted(os.sched_getaffinity(0))  # children inherit it: our tree runs only there
+    # Listing children scans all of /proc (~1.5 ms holding the GIL against the test's own
+    # thread: -0.8% rate error at 0.1 ms steps in milarun selftest): refresh it every 10 s.
+    children: list[Any] = []
+    listed = [float("-inf")]
+
+    def probe() -> dict[str, Any]:
+        now = time.monotonic()
+        if now - listed[0] >= CHILDREN_REFRESH:
+            children[:] = me.children(recursive=True)
+            listed[0] = now
+        rss, own = 0, 0.0
+        for p in (me, *children):
+            try:
+                rss += p.memory_info().rss
+                # a reaped child's time moves into its parent's children_* fields
+                t = p.cpu_times()
+                own += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                pass
+        per_cpu = psutil.cpu_times(percpu=True)
+        busy = sum(_busy_seconds(per_cpu[c]) for c in ours if c < len(per_cpu))
+        return {
+            "time": time.time(),
+            "cpu_percent": me.cpu_percent(None),
+            "rss_mb": rss / 2**20,
+            "ram_used_percent": psutil.virtual_memory().percent,
+            # cumulative: milarun.measure.contention takes others' share over a window
+            "cpus": len(ours),
+            "cpus_busy_s": busy,
+            "own_cpu_s": own,
+            "load1": os.getloadavg()[0],
+        }
+
+    return Monitor(probe, interval)
