@@ -34,13 +34,14 @@ from pathlib import Path
 from typing import Any
 
 # How a dataset is made (progress, seeds, worker processes): here for the dataset modules
-from milabench.datasets.workers import chunks as chunks
-from milabench.datasets.workers import default_workers as default_workers
-from milabench.datasets.workers import flatten as flatten
-from milabench.datasets.workers import item_seed as item_seed
-from milabench.datasets.workers import map_chunks as map_chunks
-from milabench.datasets.workers import parallel as parallel
-from milabench.datasets.workers import progress as progress
+# (_workers: a leading underscore, as it is no dataset, see known())
+from milabench.datasets._workers import chunks as chunks
+from milabench.datasets._workers import default_workers as default_workers
+from milabench.datasets._workers import flatten as flatten
+from milabench.datasets._workers import item_seed as item_seed
+from milabench.datasets._workers import map_chunks as map_chunks
+from milabench.datasets._workers import parallel as parallel
+from milabench.datasets._workers import progress as progress
 
 MARKER = ".milarun-dataset.json"
 PARTIAL = ".milarun-partial.json"  # a synthetic set being written: what it will be

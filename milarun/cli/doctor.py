@@ -1,4 +1,5 @@
-"""`milarun doctor` (coleo): the passive checks, then with ``--active`` the measured ones."""
+"""`milarun doctor` (coleo): the passive checks, then with ``--active`` the measured ones; and
+`milarun selftest`, the harness's own overhead measured on this machine."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from coleo import Option, default
 
+from milarun import errors
 from milarun.cli.options import default_dataroot, no_test_args
 
 
@@ -38,7 +40,6 @@ def doctor(test_args: list[str]) -> int:
     # [metavar: FILE]
     json_file: Option & str = default(None)
 
-    from milarun import errors
     from milarun.doctor import passive
 
     no_test_args("doctor", test_args)
@@ -90,3 +91,29 @@ def before_jobs(
     before_jobs.check(
         level, devices_spec, out, force, _say, lambda c: print(passive.render(c), flush=True)
     )
+
+
+def selftest(test_args: list[str]) -> int:
+    """Measure the harness's own overhead and rate error on spin steps of known time."""
+    # Seconds per step time and way (bare, instrumented); 3 step times
+    seconds: Option & float = default(4.0)
+    # Output format: text or json
+    format: Option = default("text")
+
+    from milarun.measure import selftest  # the monitors and psutil: only when measuring
+
+    no_test_args("selftest", test_args)
+    if format not in ("text", "json"):
+        raise errors.UsageError(f"--format {format}: use text or json")
+    if not 0 < seconds < float("inf"):
+        raise errors.UsageError(f"--seconds {seconds}: must be a positive number")
+    measurements = selftest.run_selftest(seconds)
+    if format == "json":
+        print(selftest.render_json(measurements, seconds), end="")
+        for reason in selftest.failures(measurements):
+            print(f"milarun: selftest FAIL: {reason}", file=sys.stderr)
+        for note in selftest.notes(measurements):
+            print(f"milarun: selftest: {note}", file=sys.stderr)
+    else:
+        print(selftest.render_text(measurements), end="")
+    return selftest.exit_code(measurements)

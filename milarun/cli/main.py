@@ -15,6 +15,7 @@ from coleo import Option, default, run_cli
 from milarun import errors
 from milarun.cli import tender as bids
 from milarun.cli.doctor import doctor as doctor_command
+from milarun.cli.doctor import selftest as selftest_command
 from milarun.cli.history import DbCommands, database_option, ingest_after_run, machines_report
 from milarun.cli.history import history as history_command
 from milarun.cli.options import (
@@ -355,30 +356,7 @@ class Commands:
         print(json.dumps(sysinfo.system_record(), indent=2))
         return 0
 
-    def selftest(test_args: list[str]) -> int:
-        """Measure the harness's own overhead and rate error on spin steps of known time."""
-        # Seconds per step time and way (bare, instrumented); 3 step times
-        seconds: Option & float = default(4.0)
-        # Output format: text or json
-        format: Option = default("text")
-
-        from milarun.measure import selftest  # the monitors and psutil: only when measuring
-
-        no_test_args("selftest", test_args)
-        if format not in ("text", "json"):
-            raise errors.UsageError(f"--format {format}: use text or json")
-        if not 0 < seconds < float("inf"):
-            raise errors.UsageError(f"--seconds {seconds}: must be a positive number")
-        measurements = selftest.run_selftest(seconds)
-        if format == "json":
-            print(selftest.render_json(measurements, seconds), end="")
-            for reason in selftest.failures(measurements):
-                print(f"milarun: selftest FAIL: {reason}", file=sys.stderr)
-            for note in selftest.notes(measurements):
-                print(f"milarun: selftest: {note}", file=sys.stderr)
-        else:
-            print(selftest.render_text(measurements), end="")
-        return selftest.exit_code(measurements)
+    selftest = selftest_command
 
 
 def main(argv: list[str] | None = None) -> None:
