@@ -4,7 +4,6 @@ lists and records as text). Every renderer (text, JSON, HTML) shows these values
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -12,9 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from milarun.results import read
+from milarun.results import jsonfile, read
 
 
 @dataclass(frozen=True)
@@ -146,17 +143,6 @@ def system_text(record: Mapping[str, Any], hosts: list[str], label: str = "host"
     return out
 
 
-def _key(record: dict[str, Any]) -> bytes:
-    """A record's identity: its JSON, keys sorted (orjson: json.dumps was a tenth of a
-    100,000-result report; json for what orjson refuses, an integer past 64 bits)."""
-    try:
-        return orjson.dumps(
-            record, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
-        )
-    except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(record, sort_keys=True, default=str).encode()
-
-
 def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
     """Each distinct system record in words; records alike but for the host name are one,
     naming its hosts (a fleet of identical nodes is one block). Every block has the same
@@ -166,7 +152,7 @@ def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
         record = result.get("system")
         record = record if isinstance(record, Mapping) else {}
         rest = {k: v for k, v in record.items() if k != "hostname"}
-        key = _key(rest)
+        key = jsonfile.canonical(rest)
         host = str(record.get("hostname") or read.ResultView.from_dict(result).node)
         _, hosts = groups.setdefault(key, (rest, []))
         if host not in hosts:

@@ -14,10 +14,8 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from milarun import errors, results
-from milarun.results import read
+from milarun.results import jsonfile, read
 
 PARALLEL_FROM = 2_000  # below this, starting the workers costs more than they save
 CHUNK = 500  # files a worker reads per task
@@ -59,11 +57,7 @@ def _read_chunk(paths: list[Path], seal: bool) -> list[Found]:
     for data, _ in found:
         system = data.get("system") if data is not None else None
         if data is not None and isinstance(system, dict):
-            try:
-                key = orjson.dumps(system, option=orjson.OPT_SORT_KEYS)
-            except (orjson.JSONEncodeError, TypeError):  # an integer past 64 bits: its own
-                continue
-            data["system"] = shared.setdefault(key, system)
+            data["system"] = shared.setdefault(jsonfile.canonical(system), system)
     return found
 
 

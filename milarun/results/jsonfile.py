@@ -20,6 +20,18 @@ MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 64  # a result nests ~6 levels; code that walks a value recursively must not fail
 
 
+def canonical(value: Any) -> bytes:
+    """A value's identity as bytes: its JSON, keys sorted, what is no JSON as its str
+    (orjson, fast enough to key every result of a fleet run; json for what orjson refuses,
+    an integer past 64 bits)."""
+    try:
+        return orjson.dumps(
+            value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=str
+        )
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(value, sort_keys=True, default=str).encode()
+
+
 def read_json(
     path: Path,
     error: type[InputError] = InputError,

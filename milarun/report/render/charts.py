@@ -144,14 +144,15 @@ def rate_chart(
             span.set_gid(f"{gid}-{k}")
         if len(by_device) > MAX_BANDS:
             _band(ax, runs, FLEET_GREY)
-        for device, items in by_device.items() if len(by_device) <= MAX_BANDS else ():
-            colour = colours.get(device, "#333")
-            if len(runs) <= MAX_LINES:
-                for s in items:
-                    xs = [s.slice * (i + 1) for i in range(len(s.rates))]
-                    ax.plot(xs, s.rates, color=colour, linewidth=1, alpha=0.85)
-            else:
-                _band(ax, items, colour)
+        else:
+            for device, items in by_device.items():
+                colour = colours.get(device, "#333")
+                if len(runs) <= MAX_LINES:
+                    for s in items:
+                        xs = [s.slice * (i + 1) for i in range(len(s.rates))]
+                        ax.plot(xs, s.rates, color=colour, linewidth=1, alpha=0.85)
+                else:
+                    _band(ax, items, colour)
         if windows and _finite(perf):
             lo, hi = min(w[0] for w in windows), max(w[1] for w in windows)
             ax.hlines(perf, lo, hi, colors="#222", linestyles="--", linewidth=0.9)
