@@ -12,11 +12,15 @@ shows as CPUs other than the plan's). Phases:
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from milarun.doctor.sampling import Recorder, sample_seconds
+from milarun.machine import monitors
 from milarun.measure.confinement import isolation_record
 
 GIGA = 1e9
@@ -48,10 +52,30 @@ def cpu_memory_bandwidth(level: dict[str, float], size: int) -> dict[str, Any]:
     return {"unit": "GB/s", "bytes": size, "samples": [2 * size / s / GIGA for s in seconds]}
 
 
+def with_others(measure: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """``measure`` that also records ``others``: the share of this slice's CPUs that other
+    processes (and the VM's host: steal) took meanwhile, so that a slice slower than its
+    siblings says whether something else ran on it (the sibling test cannot tell)."""
+
+    def measured() -> dict[str, Any]:
+        cpus = sorted(os.sched_getaffinity(0))
+        start, busy, own = time.monotonic(), monitors.cpus_busy_seconds(cpus), time.process_time()
+        found = measure()
+        found["others"] = monitors.others_share(
+            len(cpus),
+            time.monotonic() - start,
+            monitors.cpus_busy_seconds(cpus) - busy,
+            time.process_time() - own,
+        )
+        return found
+
+    return measured
+
+
 def measure(recorder: Recorder, spec: dict[str, Any], level: dict[str, float]) -> None:
     recorder.data["device"] = {"name": "cpu", "numpy": np.__version__}
     recorder.data["isolation"] = isolation_record()
     n = int(spec.get("gemm_size", GEMM_SIZE))
-    recorder.phase("cpu_gemm", lambda: cpu_gemm(level, n))
+    recorder.phase("cpu_gemm", with_others(lambda: cpu_gemm(level, n)))
     size = int(spec.get("copy_bytes", COPY_BYTES))
-    recorder.phase("cpu_memory_bandwidth", lambda: cpu_memory_bandwidth(level, size))
+    recorder.phase("cpu_memory_bandwidth", with_others(lambda: cpu_memory_bandwidth(level, size)))

@@ -9,7 +9,8 @@ was in: a device that cannot be measured is never a pass.
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass, field
+import statistics
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from milarun.doctor import active_nvml as nv
@@ -345,7 +346,10 @@ def cpu_checks(units: list[Probed]) -> list[Check]:
         if failed:
             checks.append(failed)
         for phase, title in zip(CPU_PHASES, ("gemm fp32", "memory copy"), strict=True):
-            checks += _one(p, phase, title, _samples(units, phase), "slice")
+            checks += [
+                _others(c, p, phase, units)
+                for c in _one(p, phase, title, _samples(units, phase), "slice")
+            ]
         got = ((p.data or {}).get("isolation") or {}).get("cpus")
         if got is not None and p.planned_cpus is not None and sorted(got) != sorted(p.planned_cpus):
             checks.append(
@@ -358,3 +362,44 @@ def cpu_checks(units: list[Probed]) -> list[Check]:
                 )
             )
     return checks
+
+
+OTHERS_MARGIN = 0.1  # a slice whose CPUs others took 10 points more of than its siblings'
+BUSY = 0.1  # others took a tenth of every slice's CPUs: the slices were not compared alone
+
+
+def _others_share(p: Probed, phase: str) -> float | None:
+    found = (p.phase(phase) or {}).get("others")
+    return float(found) if isinstance(found, int | float) and 0 <= found <= 1 else None
+
+
+def _others(check: Check, p: Probed, phase: str, units: list[Probed]) -> Check:
+    """A slice judged slower than its siblings, read with what other processes took of the
+    slices' CPUs meanwhile (active_cpu.with_others). Notably more of its own than of its
+    siblings': the verdict stands (a rogue process on a student's slice is what the sibling
+    test is for) and the fix names it. Much of every slice's: the slices were measured on a
+    busy machine, where the one slowed most is chance, not hardware: a FAIL becomes a WARN
+    that says to measure again on an idle machine. Neither: a slower socket or a misplaced
+    group, as the check said."""
+    judged = v.sibling(p.label, _samples(units, phase))
+    mine = _others_share(p, phase)
+    theirs = [s for u in units if u is not p and (s := _others_share(u, phase)) is not None]
+    if judged is None or judged.status == v.PASS or mine is None or not theirs:
+        return check
+    median = statistics.median(theirs)
+    took = f"other processes took {mine:.0%} of its CPUs meanwhile (its siblings': {median:.0%})"
+    if mine - median >= OTHERS_MARGIN:
+        return replace(
+            check,
+            detail=f"{check.detail}; {took}",
+            fix="another process ran on this slice's CPUs: find it with "
+            "`ps -eo pid,psr,pcpu,comm --sort=-pcpu` and move or stop it",
+        )
+    if min(mine, *theirs) >= BUSY:
+        return replace(
+            check,
+            status=v.WARN if check.status == v.FAIL else check.status,
+            detail=f"{check.detail}; {took}: a busy machine, no verdict on this slice",
+            fix="measure again when nothing else runs on this machine (`top`)",
+        )
+    return check

@@ -5,7 +5,8 @@ a `jobs --doctor` run folder; one per node under `slurm doctor`'s folder).
      "hostname": "cn12.cluster", "started": "2026-11-26T05:40:00Z", "seconds": 41.2,
      "devices": "0,1", "milarun_version": "...", "verdict": "PASS|WARN|FAIL", "exit_code": 0,
      "checks": [{"name", "status", "detail", "fix"}],
-     "measurements": {"cuda:0": {"gemm_bf16": {"unit": "TFLOP/s", "samples": [...]}, ...}}}
+     "measurements": {"cuda:0": {"gemm_bf16": {"unit": "TFLOP/s", "samples": [...]}, ...},
+                      "cpu:1": {"cpu_gemm": {..., "others": 0.03}}}}  (others: CPU slices)
 
 The measurements keep every sample, so records of several nodes can be compared with the
 same statistics as one node's devices (milarun.doctor.fleet). A record read back is
@@ -68,7 +69,10 @@ def units(probed: list[judge.Probed]) -> dict[str, dict[str, Any]]:
 
 
 def _kept(d: dict[str, Any]) -> dict[str, Any]:
-    return {"unit": d.get("unit"), "samples": [float(x) for x in d.get("samples") or []]}
+    kept = {"unit": d.get("unit"), "samples": [float(x) for x in d.get("samples") or []]}
+    if isinstance(d.get("others"), int | float):  # CPU slices: others' share of its CPUs
+        kept["others"] = float(d["others"])
+    return kept
 
 
 def build(

@@ -157,6 +157,20 @@ def _busy_seconds(t: Any) -> float:
     )
 
 
+def cpus_busy_seconds(cpus: list[int]) -> float:
+    """The non-idle seconds so far of these CPUs (cumulative, from /proc/stat via psutil)."""
+    import psutil
+
+    per_cpu = psutil.cpu_times(percpu=True)
+    return sum(_busy_seconds(per_cpu[c]) for c in cpus if c < len(per_cpu))
+
+
+def others_share(cpus: int, wall: float, busy: float, own: float) -> float:
+    """The share (0-1) of ``cpus`` CPUs' time over ``wall`` seconds that went to other
+    processes (and steal): their busy seconds less our own CPU seconds over that time."""
+    return min(max((busy - own) / (wall * cpus), 0.0), 1.0) if wall > 0 and cpus > 0 else 0.0
+
+
 def cpu_monitor(interval: float = 1.0) -> Monitor:
     """psutil monitor of this process tree's CPU use and memory, and the host's RAM."""
     try:
@@ -185,8 +199,7 @@ def cpu_monitor(interval: float = 1.0) -> Monitor:
                 own += t.user + t.system + t.children_user + t.children_system
             except psutil.Error:
                 pass
-        per_cpu = psutil.cpu_times(percpu=True)
-        busy = sum(_busy_seconds(per_cpu[c]) for c in ours if c < len(per_cpu))
+        busy = cpus_busy_seconds(ours)
         return {
             "time": time.time(),
             "cpu_percent": me.cpu_percent(None),

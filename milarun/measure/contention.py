@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from milarun import results
+from milarun.machine import monitors
 from milarun.results import steady
 
 BUSY_LIMIT = 0.25  # others took a quarter of our CPUs: the rate may be low
@@ -48,9 +49,9 @@ def contention_record(record: Any, monitor: Mapping[str, Any] | None) -> Content
     cpus = last.get("cpus")
     if span < MIN_SPAN or not (isinstance(cpus, int) and cpus > 0):
         return None
-    others = ((b[1] - a[1]) - (b[2] - a[2])) / (span * cpus)
+    others = monitors.others_share(cpus, span, b[1] - a[1], b[2] - a[2])
     loads = [s["load1"] for s, _ in inside if results.is_finite(s.get("load1"))]
-    return Contention(min(max(others, 0.0), 1.0), cpus, max(loads) if loads else None, span)
+    return Contention(others, cpus, max(loads) if loads else None, span)
 
 
 def with_contention(diag: Any, record: Any, monitor: Mapping[str, Any] | None) -> Any:
