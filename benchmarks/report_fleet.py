@@ -37,7 +37,7 @@ TESTS, GPUS = 25, 8
 TARGET_SECONDS, TARGET_GIB = 20.0, 2.0
 
 
-def populate(folder: Path, nodes: int, repeats: int, seed: int = 0, kept_peaks: bool = True) -> int:
+def populate(folder: Path, nodes: int, repeats: int, seed: int = 0) -> int:
     rng = random.Random(seed)
     count = 0
     for n in range(nodes):
@@ -57,7 +57,7 @@ def populate(folder: Path, nodes: int, repeats: int, seed: int = 0, kept_peaks: 
                             base * rng.uniform(0.97, 1.03), slices=120, noise=0.02, rng=rng
                         ),
                         environ={"CUDA_VISIBLE_DEVICES": str(g), "OMP_NUM_THREADS": "8"},
-                        **monitors(rng, g, kept_peaks),
+                        **monitors(rng, g),
                     )
                     write(where, data)
                     count += 1
@@ -95,16 +95,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument(
-        "--without-kept-peaks",
-        action="store_true",
-        help="monitor records without their peaks, as files written before they kept them",
-    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="milarun-fleet-") as tmp:
         folder = Path(tmp) / "fleet"
         t0 = time.perf_counter()
-        count = populate(folder, args.nodes, args.repeats, kept_peaks=not args.without_kept_peaks)
+        count = populate(folder, args.nodes, args.repeats)
         size = sum(f.stat().st_size for f in folder.rglob("*.json")) / 2**20
         print(
             f"{count} result files ({size:.0f} MiB) on {args.nodes} nodes written in "

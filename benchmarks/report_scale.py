@@ -23,7 +23,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from milarun.machine import monitor_peak  # noqa: E402
 from milarun.report import build as report  # noqa: E402
 from milarun.report import summary  # noqa: E402
 from milarun.report.render import html  # noqa: E402
@@ -35,9 +34,7 @@ GPUS = 8
 TARGET_FILES, TARGET_SECONDS = 10_000, 5.0
 
 
-def monitors(rng: random.Random, gpu: int, kept_peaks: bool = True) -> dict:
-    """60 s of 1 Hz GPU and CPU samples; ``kept_peaks``: their records keep their peaks, as
-    machine.monitors writes them (else as a file written before it did)."""
+def monitors(rng: random.Random, gpu: int) -> dict:
     gpu_samples = [
         {
             "t": float(t),
@@ -61,12 +58,10 @@ def monitors(rng: random.Random, gpu: int, kept_peaks: bool = True) -> dict:
         }
         for t in range(60)
     ]
-    gpu = {"interval": 1.0, "samples": gpu_samples}
-    cpu = {"interval": 1.0, "samples": cpu_samples}
-    if kept_peaks:  # as machine.monitors writes them
-        gpu[monitor_peak.GPU_PEAK] = monitor_peak.gpu_peak(gpu_samples)
-        cpu[monitor_peak.CPU_PEAK] = monitor_peak.cpu_peak(cpu_samples)
-    return {"gpu_monitor": gpu, "cpu_monitor": cpu}
+    return {
+        "gpu_monitor": {"interval": 1.0, "samples": gpu_samples},
+        "cpu_monitor": {"interval": 1.0, "samples": cpu_samples},
+    }
 
 
 def populate(folder: Path, repeats: int, seed: int = 0) -> int:

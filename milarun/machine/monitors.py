@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from milarun.machine import devices, monitor_peak
+from milarun.machine import devices
 
 
 class Monitor:
@@ -22,10 +22,8 @@ class Monitor:
         probe: Callable[[], dict[str, Any]],
         interval: float = 1.0,
         unavailable: str | None = None,
-        peak: tuple[str, Callable[[list[dict[str, Any]]], float | None]] | None = None,
     ):
         self.probe = probe
-        self.peak = peak  # (its key in the record, its reading of the samples)
         self.interval = interval
         self.unavailable = unavailable
         self.samples: list[dict[str, Any]] = []
@@ -61,9 +59,6 @@ class Monitor:
         if self._thread is not None:
             self._thread.join(timeout=5)
         record: dict[str, Any] = {"interval": self.interval, "samples": self.samples}
-        found = self.peak[1](self.samples) if self.peak else None
-        if self.peak and found is not None:  # a report of many results reads it, not the samples
-            record[self.peak[0]] = found
         if not self.samples:
             record["note"] = "no samples: " + (
                 self.unavailable or "; ".join(self.errors) or "run ended before a sample"
@@ -133,7 +128,7 @@ def gpu_monitor(nvml: Any = None, ids: list[str] | None = None, interval: float 
             out[gid] = reading
         return {"gpus": out, "time": now}
 
-    return Monitor(probe, interval, peak=(monitor_peak.GPU_PEAK, monitor_peak.gpu_peak))
+    return Monitor(probe, interval)
 
 
 def _nvml_read(read: Callable[[], Any]) -> Any:
@@ -217,4 +212,4 @@ def cpu_monitor(interval: float = 1.0) -> Monitor:
             "load1": os.getloadavg()[0],
         }
 
-    return Monitor(probe, interval, peak=(monitor_peak.CPU_PEAK, monitor_peak.cpu_peak))
+    return Monitor(probe, interval)

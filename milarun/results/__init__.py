@@ -7,7 +7,6 @@ A result is one JSON object per test instance. File name:
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import json
 import math
 import os
@@ -18,7 +17,6 @@ from typing import Any
 from milarun.errors import InputError, ResultError, WriteError
 
 # Reading a user's JSON file, bounded and checked: results/jsonfile.py.
-from milarun.results import jsonfile
 from milarun.results.jsonfile import MAX_DEPTH as MAX_DEPTH
 from milarun.results.jsonfile import MAX_FILE_BYTES as MAX_FILE_BYTES
 from milarun.results.jsonfile import read_json as read_json
@@ -232,29 +230,11 @@ def write_result(
     return write_atomic(path, result)
 
 
-@functools.cache
-def _skimmer() -> Any:
-    from milarun.results import skim  # msgspec: only where reports read results
-
-    return functools.partial(skim.decode, result=skim.decoder(RECORD_KEYS + (WRITTEN_BY,)))
-
-
-def skim_decode(raw: bytes) -> dict[str, Any] | None:
-    """results.skim.decode of a result's bytes."""
-    found: dict[str, Any] | None = _skimmer()(raw)
-    return found
-
-
-def load_result(path: Path, skim: bool = False) -> dict[str, Any]:
-    """Load one result file; raises ResultError with the reason if it is not one.
-    ``skim``: without the monitor samples where their records keep the peak (results.skim:
-    for reports, which read nothing else of them)."""
-    raw = jsonfile.read_bounded(path, ResultError)
-    data = skim_decode(raw) if skim else None
-    if data is None:
-        # The depth of a whole result is not checked here: walking every rate and monitor
-        # sample would double the time of a 10k-file report; result_problem checks the rest.
-        data = jsonfile.parse(raw, path, ResultError, check_depth=False)
+def load_result(path: Path) -> dict[str, Any]:
+    """Load one result file; raises ResultError with the reason if it is not one."""
+    # The depth of a whole result is not checked here: walking every rate and monitor
+    # sample would double the time of a 10k-file report; result_problem checks the rest.
+    data = read_json(path, ResultError, check_depth=False)
     if not isinstance(data, dict) or "name" not in data or "success" not in data:
         raise ResultError(f"{path}: not a milarun result (no 'name'/'success' keys)")
     problem = _text_problem(data)

@@ -38,7 +38,7 @@ def read_one(path: Path, seal: bool) -> Found:
     """One file: its checked result (sealed with ``seal``, see read.seal), or the reason it
     was skipped."""
     try:
-        data = results.load_result(path, skim=seal)
+        data = results.load_result(path)
     except errors.ResultError as err:
         return None, str(err).split(": ", 1)[-1]
     reason = invalid_result(data)

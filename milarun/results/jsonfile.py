@@ -42,13 +42,6 @@ def read_json(
     not a regular file, larger than ``limit``, not UTF-8, not JSON, nested too deep
     (``check_depth=False``: only beyond what the parser allows, e.g. for results, whose
     readers check the depth of the fields they pass on: see result_problem)."""
-    return parse(read_bounded(path, error, limit), path, error, check_depth)
-
-
-def read_bounded(
-    path: Path, error: type[InputError] = InputError, limit: int = MAX_FILE_BYTES
-) -> bytes:
-    """The bytes of ``path``, a regular file of at most ``limit`` bytes; else ``error``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
     except OSError as err:
@@ -72,13 +65,6 @@ def read_bounded(
             raise error(f"{path}: cannot read ({err.strerror})") from None
     if len(raw) > limit:
         raise error(f"{path}: larger than {limit // 2**20} MiB")
-    return raw
-
-
-def parse(
-    raw: bytes, path: Path, error: type[InputError] = InputError, check_depth: bool = True
-) -> Any:
-    """The JSON in ``raw`` (read from ``path``, named in the errors; see read_json)."""
     deep = f"{path}: JSON nested deeper than {MAX_DEPTH} levels"
     try:
         data = orjson.loads(raw)  # ~4x faster than json on rate series; reports read 10k files

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from milarun import results
-from milarun.machine import monitor_peak as monitor_peak_
 from milarun.results import steady
 
 T = TypeVar("T")
@@ -245,21 +244,32 @@ _SEALED = ("sealed",)
 _MEMO = ("memo",)
 
 
+def _peak(best: float, value: Any) -> float:
+    # type() rather than isinstance: a bool is no number, and this runs per sample
+    if type(value) in (int, float) and best < value < math.inf:  # NaN compares False
+        return float(value)
+    return best
+
+
 def monitor_peak(data: Mapping[str, Any]) -> float | None:
-    """The peak memory (MiB) the monitors saw: the GPU monitor's largest used memory, else
-    the CPU monitor's largest RSS; each the peak its record keeps (machine.monitors writes
-    it), else read from its samples (a file written before it did, or edited)."""
-    for key, kept, scan in (
-        ("gpu_monitor", monitor_peak_.GPU_PEAK, monitor_peak_.gpu_peak),
-        ("cpu_monitor", monitor_peak_.CPU_PEAK, monitor_peak_.cpu_peak),
-    ):
-        record = data.get(key)
-        found = monitor_peak_.kept_peak(record, kept)
-        if found is None and type(record) is dict:
-            found = scan(record.get("samples") or ())
-        if found is not None:
-            return found
-    return None
+    """The peak memory (MiB) in a result's monitor samples: the GPU monitor's largest used
+    memory, else the CPU monitor's largest RSS. Samples are typed here, where they are read
+    (results.result_problem checks only that they are lists); plain loops over JSON's dicts
+    and lists, as this reads every sample of every result of a report."""
+    best = -math.inf
+    gpu = data.get("gpu_monitor")
+    for sample in gpu.get("samples") or () if type(gpu) is dict else ():
+        gpus = sample.get("gpus") if type(sample) is dict else None
+        for one in gpus.values() if type(gpus) is dict else ():
+            memory = one.get("memory") if type(one) is dict else None
+            if type(memory) is list and memory:
+                best = _peak(best, memory[0])
+    if best == -math.inf:
+        cpu = data.get("cpu_monitor")
+        for sample in cpu.get("samples") or () if type(cpu) is dict else ():
+            if type(sample) is dict:
+                best = _peak(best, sample.get("rss_mb"))
+    return None if best == -math.inf else best
 
 
 def seal(data: dict[Any, Any]) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from milarun import results
 from milarun.report import summary
 from milarun.results import bulk, read
 from resultfactory import result, write
@@ -104,67 +103,3 @@ def test_a_worker_that_dies_leaves_its_files_to_this_process(tmp_path, monkeypat
     found = summary.load_dir(folder)
     assert [str(p) for p in found.paths] == [str(p) for p in here.paths]
     assert len(found.results) == 40 and len(found.skipped) == 3
-
-
-def kept(data: dict, gpu: object = None, cpu: object = None) -> dict:
-    """``data`` whose monitor records keep these peaks (as machine.monitors writes them)."""
-    data = json.loads(json.dumps(data))
-    data["gpu_monitor"]["peak_memory_mib"] = gpu
-    data["cpu_monitor"]["peak_rss_mib"] = cpu
-    return data
-
-
-def test_a_kept_peak_is_read_without_the_samples(tmp_path):
-    # a peak unlike its samples': the report read the record's, not the samples
-    write(tmp_path, kept(monitored("0.0", [100.0, 200.0], [900.0]), gpu=5000.0, cpu=950.0))
-    (path,) = tmp_path.glob("*.json")
-    skimmed = results.skim_decode(path.read_bytes())
-    assert skimmed is not None and skimmed["gpu_monitor"]["samples"] == []
-    (loaded,) = summary.load_dir(tmp_path).results
-    assert read.ResultView.from_dict(loaded).peak_memory == 5000.0
-    (whole,) = summary.load_dir(tmp_path, seal=False).results  # the same rule, read whole
-    assert read.monitor_peak(whole) == 5000.0 and len(whole["gpu_monitor"]["samples"]) == 2
-
-
-BASE = monitored("0.0", [100.0, 3000.5], [900.0, 950.0])
-# Files the skimming reader reads itself (True) or leaves to the whole reader (False)
-VARIANTS = {
-    "peaks kept": (kept(BASE, gpu=3000.5, cpu=950.0), True),
-    "no peak kept (an older file)": (BASE, True),
-    "a peak that is no number": (kept(BASE, gpu="big", cpu=True), True),
-    "a negative peak": (kept(BASE, gpu=-1.0, cpu=None), True),
-    "null samples": ({**BASE, "gpu_monitor": {"interval": 1.0, "samples": None}}, True),
-    "samples that are no list": ({**BASE, "gpu_monitor": {"samples": {"0": 1}}}, False),
-    "a monitor that is no object": ({**BASE, "cpu_monitor": [1, 2]}, False),
-    "an unknown monitor key": ({**BASE, "cpu_monitor": {"samples": [], "mine": 1}}, False),
-    "an unknown key, nested deep": ({**BASE, "mine": json.loads("[" * 80 + "]" * 80)}, False),
-    "an integer past 64 bits": ({**BASE, "metrics": {"loss": 2**70}}, False),
-    "an integer under -2**63": ({**BASE, "metrics": {"loss": -(2**63) - 1}}, False),
-}
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_skimmed_and_whole_readings_agree(variant, tmp_path):
-    data, skimmed = VARIANTS[variant]
-    write(tmp_path, data)
-    (path,) = tmp_path.glob("*.json")
-    assert (results.skim_decode(path.read_bytes()) is not None) is skimmed
-    found, reason = bulk.read_one(path, seal=True)
-    # the whole reader, then sealed: what reports read before results.skim
-    whole = results.load_result(path)
-    expected_reason = bulk.invalid_result(whole)
-    assert reason == expected_reason
-    if reason is None:
-        read.seal(whole)
-        strip = lambda r: {k: v for k, v in r.items() if isinstance(k, str)}  # noqa: E731
-        assert strip(found) == strip(whole)
-        assert found[read.PEAK_MEMORY] == whole[read.PEAK_MEMORY]
-
-
-def test_a_hand_edited_nan_is_read_as_before(tmp_path):
-    write(tmp_path, BASE)
-    (path,) = tmp_path.glob("*.json")
-    path.write_text(path.read_text().replace("900.0", "NaN"))  # the stdlib reads NaN
-    assert results.skim_decode(path.read_bytes()) is None
-    found, reason = bulk.read_one(path, seal=True)
-    assert reason is None and read.ResultView.from_dict(found).peak_memory == 3000.5
