@@ -8,6 +8,8 @@ shows as CPUs other than the plan's). Phases:
   the BLAS's thread count to the slice's CPUs);
 - ``cpu_memory_bandwidth``: GB/s of copying a buffer larger than the caches (bytes read +
   bytes written per second).
+Each phase also records ``others``: the share of the slice's CPUs other processes took
+meanwhile (milarun.doctor.judge reads a slower slice with it).
 """
 
 from __future__ import annotations
