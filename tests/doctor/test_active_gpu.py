@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from conftest import TESTS
 from fakes import H100, FakeNVML
-from milarun.doctor import active, record
+from milarun.doctor import active, record, sampling
 from milarun.doctor.gpu import Check
 
 FAKE_PROBE = [sys.executable, str(TESTS / "doctor" / "fake_probe.py")]
@@ -178,6 +179,14 @@ def test_the_record_reads_back_and_refuses_what_is_not_one(tmp_path: Path):
         record.read(bad)
 
 
+def sampled(detail: str) -> bool:
+    """A real probe's figure: the quick level's 8 samples, or down to MIN_SAMPLES where the
+    machine slowed the samples past 3x their planned time (sampling.sample_seconds' bound:
+    a run is bounded by time, never by a count)."""
+    found = re.search(r"\(95% CI, (\d+) samples\)", detail)
+    return found is not None and sampling.MIN_SAMPLES <= int(found[1]) <= 8
+
+
 def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
     """The real probes (torch) in place of the fake, told to use the CPU at small sizes, under
     the fake NVML of two GPUs: what they write is what the verdicts read. The GPU-only formats
@@ -200,7 +209,7 @@ def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
     found = active.run("quick", "0,1", setup, lambda line: None, checks.append)
     lines = by_name(checks)
     assert "cuda:0 probe" not in lines  # it finished
-    assert "(95% CI, 8 samples)" in lines["cuda:0 gemm bf16"].detail
+    assert sampled(lines["cuda:0 gemm bf16"].detail)
     assert (
         lines["cuda:0 gemm fp8"].status == "INFO"
         and "tensor-core" in lines["cuda:0 gemm fp8"].detail
@@ -211,7 +220,8 @@ def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
         "0 word(s) read back wrong over 8 MiB"
     )
     assert "5 pattern passes" in memory.detail
-    assert len(found["measurements"]["cuda:0"]["memory_bandwidth"]["samples"]) == 8
+    copies = found["measurements"]["cuda:0"]["memory_bandwidth"]["samples"]
+    assert sampling.MIN_SAMPLES <= len(copies) <= 8
     nccl = lines["node nccl"]
     assert nccl.status == "PASS" and "all-reduce bus bandwidth over 2 GPUs, 1 MiB" in nccl.detail
-    assert "(95% CI, 8 samples)" in nccl.detail
+    assert sampled(nccl.detail)
