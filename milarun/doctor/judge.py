@@ -346,9 +346,10 @@ def cpu_checks(units: list[Probed]) -> list[Check]:
         if failed:
             checks.append(failed)
         for phase, title in zip(CPU_PHASES, ("gemm fp32", "memory copy"), strict=True):
+            siblings = _samples(units, phase)
             checks += [
-                _others(c, p, phase, units)
-                for c in _one(p, phase, title, _samples(units, phase), "slice")
+                _others(c, p, phase, units, siblings)
+                for c in _one(p, phase, title, siblings, "slice")
             ]
         got = ((p.data or {}).get("isolation") or {}).get("cpus")
         if got is not None and p.planned_cpus is not None and sorted(got) != sorted(p.planned_cpus):
@@ -373,15 +374,17 @@ def _others_share(p: Probed, phase: str) -> float | None:
     return float(found) if isinstance(found, int | float) and 0 <= found <= 1 else None
 
 
-def _others(check: Check, p: Probed, phase: str, units: list[Probed]) -> Check:
+def _others(
+    check: Check, p: Probed, phase: str, units: list[Probed], siblings: dict[str, list[float]]
+) -> Check:
     """A slice judged slower than its siblings, read with what other processes took of the
     slices' CPUs meanwhile (active_cpu.with_others). Notably more of its own than of its
     siblings': the verdict stands (a rogue process on a student's slice is what the sibling
     test is for) and the fix names it. Much of every slice's: the slices were measured on a
     busy machine, where the one slowed most is chance, not hardware: a FAIL becomes a WARN
     that says to measure again on an idle machine. Neither: a slower socket or a misplaced
-    group, as the check said."""
-    judged = v.sibling(p.label, _samples(units, phase))
+    group, as the check said. ``siblings``: the samples the check was judged on."""
+    judged = v.sibling(p.label, siblings)
     mine = _others_share(p, phase)
     theirs = [s for u in units if u is not p and (s := _others_share(u, phase)) is not None]
     if judged is None or judged.status == v.PASS or mine is None or not theirs:
