@@ -19,21 +19,18 @@ from milarun.spin import spin
 def own_rate(durations: list[float], batch: int, span: tuple[float, float]) -> float | None:
     """examples/s of the steps inside the steady window, from the steps' own durations.
 
-    ``span`` is the window's in-block time [start, stop) (``RateLog.steady_span()``), laid on
-    the cumulative time of the steps; a step counts for the part of it inside the window, as
-    the harness spreads a block over the slices it covers (DESIGN section 5). By the steps'
-    midpoints instead, one step preempted at an edge (50 ms in a 2 s window) moved the figure
-    by over 1% on a busy machine: the rule differed, not the rates.
+    ``span`` is the window's in-block time [start, stop) (``RateLog.steady_span()``); a
+    step belongs to it when its midpoint, on the cumulative time of the steps, falls inside.
     """
     start, stop = span
-    elapsed, examples, inside = 0.0, 0.0, 0.0
+    elapsed, steps, total = 0.0, 0, 0.0
     for duration in durations:
-        low, high = max(elapsed, start), min(elapsed + duration, stop)
-        if high > low:
-            examples += batch * (high - low) / duration
-            inside += high - low
+        middle = elapsed + duration / 2
         elapsed += duration
-    return examples / inside if inside > 0 else None
+        if start <= middle < stop:
+            steps += 1
+            total += duration
+    return batch * steps / total if steps and total > 0 else None
 
 
 def main(exp: Experiment, argv: list[str]) -> None:
