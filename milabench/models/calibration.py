@@ -2,14 +2,18 @@
 
 Each step spins on the clock for ``--step-time`` seconds and counts ``--batch-size``
 examples: on an idle CPU the true rate is batch_size / step_time examples/s. On a busy one a
-step lasts longer (the spin is preempted), so the test also times its own steps, with its own
-clock readings, and checks the harness's steady rate against the rate of the same steps
-(``own_rate``; ``rate_error`` is the difference), which holds whatever the load.
+step lasts longer (the spin is preempted), so the test also times its own steps with its own
+clock readings and checks the harness's steady rate against them, which holds whatever the
+load. A harness block holds the spin and part of the harness's own bookkeeping, so the
+harness's rate must lie between two rates of the same steps: ``own_rate`` (the spins alone,
+an upper bound) and ``own_step_rate`` (each whole ``with`` statement, a lower bound).
+``rate_error`` is the harness's difference from ``own_rate``.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 from milabench import helpers
 from milarun.experiment import Experiment
@@ -19,18 +23,22 @@ from milarun.spin import spin
 def own_rate(durations: list[float], batch: int, span: tuple[float, float]) -> float | None:
     """examples/s of the steps inside the steady window, from the steps' own durations.
 
-    ``span`` is the window's in-block time [start, stop) (``RateLog.steady_span()``); a
-    step belongs to it when its midpoint, on the cumulative time of the steps, falls inside.
+    ``durations`` are the steps after warm-up and ``span`` the window's [start, stop) on
+    their cumulative time (the harness's in-block time less its warm-up). A step counts for
+    the part of it inside the window, as the harness spreads a block over its slices: a
+    step preempted for 100 ms at an edge is then not all in or all out.
     """
     start, stop = span
-    elapsed, steps, total = 0.0, 0, 0.0
+    elapsed, examples, total = 0.0, 0.0, 0.0
     for duration in durations:
-        middle = elapsed + duration / 2
+        inside = min(elapsed + duration, stop) - max(elapsed, start)
         elapsed += duration
-        if start <= middle < stop:
-            steps += 1
-            total += duration
-    return batch * steps / total if steps and total > 0 else None
+        if inside > 0 and duration > 0:
+            examples += batch * inside / duration
+            total += inside
+        if elapsed >= stop:
+            break
+    return examples / total if total > 0 else None
 
 
 def main(exp: Experiment, argv: list[str]) -> None:
@@ -44,14 +52,25 @@ def main(exp: Experiment, argv: list[str]) -> None:
     exp.metric("true_rate", true_rate)
 
     log = exp.rate_log("train")
-    durations: list[float] = []
+    clock = time.perf_counter
+    spins: list[float] = []
+    steps: list[float] = []
     while not log.done:
+        begin = clock()
         with log.block(args.batch_size):
-            durations.append(spin(args.step_time))
+            spins.append(spin(args.step_time))
+        steps.append(clock() - begin)
     log.finish()
     measured = log.steady_rate()
-    independent = own_rate(durations, args.batch_size, log.steady_span())
-    if measured is not None and independent is not None:  # too short: the harness says so
-        exp.metric("own_rate", independent)
-        exp.metric("rate_error", measured / independent - 1.0)
+    # The window on the time after warm-up: the warm-up block's bookkeeping (the first
+    # clock readings, the monitors' start) is not on the steps' own axis.
+    warmup = min(log.blocks, log.warmup_blocks)
+    start, stop = log.steady_span()
+    span = (start - log.warmup_time, stop - log.warmup_time)
+    upper = own_rate(spins[warmup:], args.batch_size, span)
+    lower = own_rate(steps[warmup:], args.batch_size, span)
+    if measured is not None and upper is not None and lower is not None:
+        exp.metric("own_rate", upper)
+        exp.metric("own_step_rate", lower)
+        exp.metric("rate_error", measured / upper - 1.0)
         exp.metric("nominal_error", measured / true_rate - 1.0)

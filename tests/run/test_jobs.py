@@ -107,17 +107,23 @@ def test_scaling_rank0_writes_one_result_with_every_rank(quick_run):
     assert [r["cuda_devices"] for r in result["ranks"]] == [None, None]  # CPU ranks
 
 
-def test_calibration_rate_is_within_one_percent_of_the_steps_own_timing(quick_run):
-    """The harness's steady rate against the rate of the same steps timed by the test
-    itself: a busy machine slows both alike, a wrong slice or count shows."""
+def test_calibration_rate_lies_between_the_steps_own_timings(quick_run):
+    """The harness's steady rate against the same steps timed by the test itself: a busy
+    machine slows both alike, a wrong slice or count shows. A harness block holds the spin
+    and part of the harness's bookkeeping, so its rate lies between the spins' rate and the
+    whole steps' rate (0.2-0.8% apart on a loaded 2-core VM), 1% either side."""
     _, out = quick_run
     cal = [r for r in load_all(out).values() if r["name"] == "quick.calibration"]
     assert len(cal) == 2
     for result in cal:
-        own = result["metrics"]["own_rate"]
+        metrics = result["metrics"]
         measured = steady.rate(result["timings"]["train"]["rates"])
-        assert abs(measured / own - 1) < 0.01, (measured, own)
-        assert result["metrics"]["rate_error"] == pytest.approx(measured / own - 1)
+        assert metrics["own_step_rate"] <= metrics["own_rate"]
+        assert 0.99 * metrics["own_step_rate"] <= measured <= 1.01 * metrics["own_rate"], (
+            measured,
+            metrics,
+        )
+        assert metrics["rate_error"] == pytest.approx(measured / metrics["own_rate"] - 1)
 
 
 def test_rerun_reproduces_the_call_and_records_rerun_of(quick_run, tmp_path):
