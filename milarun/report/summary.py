@@ -232,7 +232,7 @@ def _walk(root: Path, loaded: Loaded, seal: bool) -> None:
         Path(dirpath) / filename
         for dirpath, _dirs, files in os.walk(root)
         for filename in sorted(files)
-        if filename.endswith(".json") and not filename.startswith((".", results.DOCTOR_RECORD))
+        if bulk.is_result_file(filename)
     ]
     for path, (data, reason) in bulk.read_many(paths, seal):
         if data is None:

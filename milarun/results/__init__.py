@@ -234,7 +234,12 @@ def load_result(path: Path) -> dict[str, Any]:
     """Load one result file; raises ResultError with the reason if it is not one."""
     # The depth of a whole result is not checked here: walking every rate and monitor
     # sample would double the time of a 10k-file report; result_problem checks the rest.
-    data = read_json(path, ResultError, check_depth=False)
+    return as_result(read_json(path, ResultError, check_depth=False), path)
+
+
+def as_result(data: Any, path: Path) -> dict[str, Any]:
+    """Parsed JSON as a result (its labels checked, its long texts trimmed); raises
+    ResultError naming ``path`` when it is not one."""
     if not isinstance(data, dict) or "name" not in data or "success" not in data:
         raise ResultError(f"{path}: not a milarun result (no 'name'/'success' keys)")
     problem = _text_problem(data)
@@ -274,14 +279,18 @@ def _text_problem(data: dict[str, Any]) -> str | None:
 
 
 def _trim_text(data: dict[str, Any]) -> None:
-    """Keep the error's tail and the failure message's head: what any report shows."""
+    """Keep the error's tail and the failure message's head: what any report shows. The
+    trimmed texts, their notes included, fit the bounds, so trimming again (a digest's
+    entry is checked as its file was) changes nothing."""
     error, failure = data.get("error"), data.get("failure")
     if isinstance(error, str) and len(error) > MAX_ERROR:
-        data["error"] = f"[{len(error) - MAX_ERROR} characters cut]\n{error[-MAX_ERROR:]}"
+        kept = MAX_ERROR - 40  # room for the note
+        data["error"] = f"[{len(error) - kept} characters cut]\n{error[-kept:]}"
     if isinstance(failure, dict) and isinstance(failure.get("message"), str):
         message = failure["message"]
         if len(message) > MAX_MESSAGE:
-            failure["message"] = f"{message[:MAX_MESSAGE]} [{len(message) - MAX_MESSAGE} cut]"
+            kept = MAX_MESSAGE - 40
+            failure["message"] = f"{message[:kept]} [{len(message) - kept} cut]"
 
 
 def is_number(value: Any) -> bool:
@@ -348,9 +357,11 @@ def result_problem(data: dict[str, Any]) -> str | None:
     for key, (kind, ok) in _FIELD_TYPES.items():
         if not ok(data.get(key)):
             return f"'{key}' is not {kind}"
-    for key, value in data.items():
-        if key not in _BULKY_FIELDS and too_deep(value, MAX_DEPTH - 1):
-            return f"'{key}' is nested deeper than {MAX_DEPTH} levels"
+    fields = {key: value for key, value in data.items() if key not in _BULKY_FIELDS}
+    if too_deep(fields, MAX_DEPTH):  # one walk; then which field, for the message
+        for key, value in fields.items():
+            if too_deep(value, MAX_DEPTH - 1):
+                return f"'{key}' is nested deeper than {MAX_DEPTH} levels"
     for timer, record in (data.get("timings") or {}).items():
         for series in ("rates", "slice_ends"):
             values = record.get(series)

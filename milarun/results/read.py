@@ -272,16 +272,24 @@ def monitor_peak(data: Mapping[str, Any]) -> float | None:
     return None if best == -math.inf else best
 
 
-def seal(data: dict[Any, Any]) -> None:
-    """A result read from a file and checked, made ready for reports that read it many
-    times: the monitor samples read for what reports use of them (the peak memory) and
-    dropped, as they are most of a result's size (100,000 results: 8.3 GiB read whole);
-    the result is not changed after, so that its view may remember what it read."""
-    data[PEAK_MEMORY] = monitor_peak(data)
+def drop_samples(data: dict[Any, Any]) -> float | None:
+    """Drop a result's monitor samples (most of its size: 100,000 results were 8.3 GiB read
+    whole) and return what reports use of them, the peak memory."""
+    peak = monitor_peak(data)
     for key in ("gpu_monitor", "cpu_monitor"):
         monitor = data.get(key)
         if isinstance(monitor, dict) and monitor.get("samples"):
             data[key] = {**monitor, "samples": []}
+    return peak
+
+
+def seal(data: dict[Any, Any], peak: float | None = None, *, digested: bool = False) -> None:
+    """A result read from a file and checked, made ready for reports that read it many
+    times: its samples dropped (drop_samples), their peak kept (``digested``: ``peak``, the
+    one a folder's digest kept of them); the result is not changed after, so that its
+    view may remember what it read."""
+    found = drop_samples(data)
+    data[PEAK_MEMORY] = peak if digested else found
     data[_SEALED] = True
     # Its rate and node, read now: where bulk.read_many reads in worker processes, this is
     # done there, in parallel (the series are dropped, as the result holds them already).
