@@ -8,6 +8,7 @@ CSV, HTML) lives in milarun.report.render.text and milarun.report.render.html.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,9 +113,20 @@ class Report:
     failed_runs: tuple[FailedRun, ...] = ()
     isolation: tuple[IsolationRow, ...] = ()
     systems: tuple[dict[str, str], ...] = ()
-    series: dict[str, tuple[Series, ...]] = field(default_factory=dict)
     source: str | None = None
     skipped: list[Skipped] = field(default_factory=list)
+    # Made when first read (charts, JSON): the text report has no use for 100,000 series.
+    series_source: Callable[[], dict[str, tuple[Series, ...]]] | None = field(
+        default=None, repr=False
+    )
+    _series: dict[str, tuple[Series, ...]] | None = field(default=None, repr=False)
+
+    @property
+    def series(self) -> dict[str, tuple[Series, ...]]:
+        """Each test's rate series, in file order."""
+        if self._series is None:
+            self._series = self.series_source() if self.series_source else {}
+        return self._series
 
     @property
     def passed(self) -> bool:
@@ -171,10 +183,13 @@ def build_report(
     )
 
     # The tests' bootstrap intervals (numpy, which releases the GIL: 3.6 s of 100,000 runs)
-    # computed on a thread while the runs section is read from the results here.
+    # computed on a thread while the runs and nodes sections are read from the results.
+    # The tests' weights as the table will show them (its "weight" column).
+    table_weights = {t: float(weight_map.get(t, 0.0)) for t in tests} if weights and tests else None
     with ThreadPoolExecutor(1) as pool:
         intervals = pool.submit(_intervals, ours)
         details = runs_section(loaded)
+        nodes = report_nodes.section(table_weights, loaded, test=compare_nodes)
         table = _table(
             tests, ours, base, weight_map if weights else None, penalize_variance, like, intervals
         )
@@ -211,11 +226,11 @@ def build_report(
         column = report_energy.COLUMN
         report.table[column] = energy.table[column].reindex(report.table.index)
     report.failed_runs, report.isolation = details.failed, details.isolation
-    report.systems, report.series = details.systems, details.series
+    report.systems, report.series_source = details.systems, details.series
     report.about = details.about
     if loaded is not None:
         report.source, report.skipped = str(loaded.root), list(loaded.skipped)
-    report.nodes = report_nodes.section(report.test_weights, loaded, test=compare_nodes)
+    report.nodes = nodes
     report.warnings += report.nodes.warnings() if report.nodes else []
     return report
 

@@ -5,8 +5,9 @@ HTML) shows these values."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,8 +65,8 @@ class RunsSection:
     failed: tuple[FailedRun, ...] = ()
     isolation: tuple[IsolationRow, ...] = ()
     systems: tuple[dict[str, str], ...] = ()
-    # test -> its runs' series, in file order
-    series: dict[str, tuple[Series, ...]] = field(default_factory=dict)
+    # test -> its runs' series, in file order, made when called
+    series: Callable[[], dict[str, tuple[Series, ...]]] = dict
     about: About = field(default_factory=About)
 
 
@@ -193,6 +194,6 @@ def runs_section(loaded: Loaded | None) -> RunsSection:
         tuple(failed_runs(loaded, many_nodes)),
         tuple(isolation_rows(loaded.results, many_nodes)),
         tuple(systems(loaded.results)),
-        test_series(loaded.results, many_nodes),
+        functools.partial(test_series, loaded.results, many_nodes),
         about(loaded.results, many_nodes),
     )

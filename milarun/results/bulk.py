@@ -99,12 +99,16 @@ def write_digest(folder: Path) -> Path | None:
     return digest.write(folder, entries)
 
 
+def _read_here(paths: list[Path], seal: bool) -> list[Found]:
+    """read_one of each path, through its folder's digest for a report (seal: the history
+    hashes each file's own content)."""
+    indexes = {folder: digest.load(folder) for folder in {p.parent for p in paths}} if seal else {}
+    return [read_one(p, seal, indexes.get(p.parent)) for p in paths]
+
+
 def _read_chunk(paths: list[Path], seal: bool) -> list[Found]:
-    indexes: dict[Path, digest.Digest | None] = {}
-    if seal:  # a report's reading (the history hashes each file's own content)
-        for folder in {p.parent for p in paths}:
-            indexes[folder] = digest.load(folder)
-    found = [read_one(p, seal, indexes.get(p.parent)) for p in paths]
+    """A worker's task: _read_here, its results' system records shared."""
+    found = _read_here(paths, seal)
     # One object per distinct system record of the chunk (a node's results share theirs):
     # pickled once, and shared once read back (100,000 copies were a sixth of the memory).
     shared: dict[bytes, Any] = {}
@@ -121,7 +125,7 @@ def read_many(paths: list[Path], seal: bool) -> Iterator[tuple[Path, Found]]:
     chunks = _chunks(paths, seal)
     if len(paths) < PARALLEL_FROM or workers < 2:
         for chunk in chunks:
-            yield from zip(chunk, _read_chunk(chunk, seal))
+            yield from zip(chunk, _read_here(chunk, seal))
         return
     done = 0
     try:
@@ -136,7 +140,7 @@ def read_many(paths: list[Path], seal: bool) -> Iterator[tuple[Path, Found]]:
     except (BrokenProcessPool, OSError):
         # a worker killed (out of memory?) or none could start: the rest read here
         for chunk in chunks[done:]:
-            yield from zip(chunk, _read_chunk(chunk, seal))
+            yield from zip(chunk, _read_here(chunk, seal))
 
 
 def _chunks(paths: list[Path], seal: bool) -> list[list[Path]]:

@@ -91,8 +91,9 @@ def load(folder: Path) -> Digest | None:
     return Digest(entries)
 
 
-def entry(info: os.stat_result, result: dict[str, Any] | None, peak: float | None,
-          skipped: str | None) -> dict[str, Any]:
+def entry(
+    info: os.stat_result, result: dict[str, Any] | None, peak: float | None, skipped: str | None
+) -> dict[str, Any]:
     """One file's entry: its stat, and its result (samples dropped) with their peak, or why
     it is no result."""
     recorded: dict[str, Any] = {"size": info.st_size, "mtime_ns": info.st_mtime_ns}
