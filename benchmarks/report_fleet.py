@@ -4,8 +4,10 @@ Writes NODES node folders (``nodes/<node>/``, as `slurm gather` lays them out) o
 tests x R repeats of realistic results (120-slice rate series, 60 s of 1 Hz GPU and CPU
 monitor samples each, the environment and the system record), then runs the real commands
 in their own process and reports wall time and peak memory (the RSS of the command and its
-workers together):
-`milarun report FOLDER --compare-gpus` (text) and `milarun report FOLDER --html PAGE`.
+workers together): `milarun report FOLDER --compare-gpus` (text) on the files alone, then
+each node folder's digest written as the node's `slurm gather` (or its `milarun jobs`)
+writes it at the end of its task (milarun.results.digest), then the text report and
+`milarun report FOLDER --html PAGE` on the folder as a fleet run leaves it.
 Targets (issue 27): the text report in <= 20 s and <= 2 GB; the page stays usable.
 
     uv run python benchmarks/report_fleet.py [--nodes 100] [--repeats 5]
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from report_scale import monitors  # noqa: E402
 
+from milarun.results import bulk  # noqa: E402
 from resultfactory import rate_series, result, write  # noqa: E402
 
 TESTS, GPUS = 25, 8
@@ -104,6 +108,20 @@ def main() -> None:
         print(
             f"{count} result files ({size:.0f} MiB) on {args.nodes} nodes written in "
             f"{time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
+        wall, gib, done = timed("report", str(folder), "--compare-gpus")
+        assert done.returncode == 0, done.stderr[-2000:]
+        print(f"`milarun report --compare-gpus`, the files alone: {wall:.1f} s, {gib:.2f} GiB")
+        t0 = time.perf_counter()
+        each = []
+        for node in sorted((folder / "nodes").iterdir()):
+            start = time.perf_counter()
+            assert bulk.write_digest(node) is not None, node
+            each.append(time.perf_counter() - start)
+        print(
+            f"digests written ({len(each)} nodes, each on its own node in a fleet run): "
+            f"{statistics.median(each):.2f} s a node ({time.perf_counter() - t0:.0f} s here)",
             flush=True,
         )
         wall, gib, done = timed("report", str(folder), "--compare-gpus")

@@ -96,7 +96,7 @@ def write_digest(folder: Path) -> Path | None:
         peak = read.drop_samples(data)
         if digest.keyable(data):
             entries.append((path.name, digest.entry(before, data, peak, None)))
-    return digest.write(folder, entries)
+    return digest.write(folder, entries) if entries else None
 
 
 def _read_here(paths: list[Path], seal: bool) -> list[Found]:

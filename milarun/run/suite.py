@@ -16,7 +16,7 @@ from milarun.machine import devices, isolation, slurmenv, watchdog
 from milarun.machine.gpuids import resolve_gpus
 from milarun.measure import call
 from milarun.report import summary
-from milarun.results import manifest
+from milarun.results import bulk, manifest
 from milarun.run import arguments, launch, plan, profile
 
 log = logging.getLogger("milarun")
@@ -170,6 +170,8 @@ def _run_held(
             ),
             exit_code=1 if failed else 0,
         )
+    if slurmenv.on_node():  # a node's folder of a fleet run: its digest, for the report
+        bulk.write_digest(request.outdir)
     return _report(prof.name, expected, done, request.outdir)
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from milarun.errors import GatherError
 from milarun.machine import watchdog
+from milarun.results import bulk, digest
 
 LOGS = "logs"  # `jobs` writes <out>/logs/<name>.J<id>.log, one per instance, appended
 JOURNAL = ".milarun-gather.json"  # in the source: the logs already appended to the target
@@ -41,11 +42,15 @@ def gather(source: Path, target: Path, remove: bool = True) -> Gathered:
         raise GatherError(f"{source}: no local results to gather (not a folder)")
     if target.resolve().is_relative_to(source.resolve()):
         raise GatherError(f"{target} is inside {source}: gather into another folder")
-    # the folder's lock is its run's, not a result; logs go on where a run left them
+    # the folder's lock is its run's, not a result; logs go on where a run left them; the
+    # digest is the target's own, written once its files are all there
     files = [
         p
         for p in sorted(source.rglob("*"))
-        if p.is_file() and not p.is_symlink() and p.name not in (watchdog.LOCK_NAME, JOURNAL)
+        if p.is_file()
+        and not p.is_symlink()
+        and p.name not in (watchdog.LOCK_NAME, JOURNAL)
+        and not p.name.startswith(digest.NAME)
     ]
     logs = [p for p in files if p.parent == source / LOGS]
     others = [p for p in files if p not in logs]
@@ -89,6 +94,9 @@ def gather(source: Path, target: Path, remove: bool = True) -> Gathered:
             )
         total += path.stat().st_size
     total += sum(p.stat().st_size for p in done)
+    # A report of the fleet reads this node's results from it (milarun.results.digest):
+    # made here, on the node's own CPUs, as the files were just read for the comparison.
+    bulk.write_digest(target)
     if remove:
         shutil.rmtree(source)
     return Gathered(len(files), total, source, target)
