@@ -228,13 +228,11 @@ def load_dir(root: Path, seal: bool = True) -> Loaded:
 
 
 def _walk(root: Path, loaded: Loaded, seal: bool) -> None:
-    paths = [
-        Path(dirpath) / filename
+    folders = [
+        (Path(dirpath), sorted(name for name in files if bulk.is_result_file(name)))
         for dirpath, _dirs, files in os.walk(root)
-        for filename in sorted(files)
-        if bulk.is_result_file(filename)
     ]
-    for path, (data, reason) in bulk.read_many(paths, seal):
+    for path, (data, reason) in bulk.read_folders(folders, seal):
         if data is None:
             loaded.skipped.append(Skipped(str(path), str(reason)))
             continue

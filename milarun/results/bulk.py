@@ -99,16 +99,20 @@ def write_digest(folder: Path) -> Path | None:
     return digest.write(folder, entries) if entries else None
 
 
-def _read_here(paths: list[Path], seal: bool) -> list[Found]:
-    """read_one of each path, through its folder's digest for a report (seal: the history
-    hashes each file's own content)."""
-    indexes = {folder: digest.load(folder) for folder in {p.parent for p in paths}} if seal else {}
-    return [read_one(p, seal, indexes.get(p.parent)) for p in paths]
+Task = tuple[Path, list[str]]  # a folder and names of files in it: a worker's task
 
 
-def _read_chunk(paths: list[Path], seal: bool) -> list[Found]:
+def _read_here(task: Task, seal: bool) -> list[Found]:
+    """read_one of each file of a task, through its folder's digest for a report (seal:
+    the history hashes each file's own content)."""
+    folder, names = task
+    index = digest.load(folder) if seal else None
+    return [read_one(folder / name, seal, index) for name in names]
+
+
+def _read_chunk(task: Task, seal: bool) -> list[Found]:
     """A worker's task: _read_here, its results' system records shared."""
-    found = _read_here(paths, seal)
+    found = _read_here(task, seal)
     # One object per distinct system record of the chunk (a node's results share theirs):
     # pickled once, and shared once read back (100,000 copies were a sixth of the memory).
     shared: dict[bytes, Any] = {}
@@ -119,13 +123,13 @@ def _read_chunk(paths: list[Path], seal: bool) -> list[Found]:
     return found
 
 
-def read_many(paths: list[Path], seal: bool) -> Iterator[tuple[Path, Found]]:
-    """Each path with what read_one found, in the order given."""
+def read_folders(folders: list[Task], seal: bool) -> Iterator[tuple[Path, Found]]:
+    """Each file of each folder with what read_one found, in the order given."""
     workers = min(len(os.sched_getaffinity(0)), MAX_WORKERS)
-    chunks = _chunks(paths, seal)
-    if len(paths) < PARALLEL_FROM or workers < 2:
-        for chunk in chunks:
-            yield from zip(chunk, _read_here(chunk, seal))
+    tasks = _tasks(folders, seal)
+    if sum(len(names) for _, names in folders) < PARALLEL_FROM or workers < 2:
+        for task in tasks:
+            yield from _named(task, _read_here(task, seal))
         return
     done = 0
     try:
@@ -134,32 +138,27 @@ def read_many(paths: list[Path], seal: bool) -> Iterator[tuple[Path, Found]]:
         # in workers, as in the loader (plain data, no cycles)
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(workers, mp_context=context, initializer=gc.disable) as pool:
-            for chunk, found in zip(chunks, pool.map(_read_chunk, chunks, itertools.repeat(seal))):
-                yield from zip(chunk, found)
+            for task, found in zip(tasks, pool.map(_read_chunk, tasks, itertools.repeat(seal))):
+                yield from _named(task, found)
                 done += 1
     except (BrokenProcessPool, OSError):
         # a worker killed (out of memory?) or none could start: the rest read here
-        for chunk in chunks[done:]:
-            yield from zip(chunk, _read_here(chunk, seal))
+        for task in tasks[done:]:
+            yield from _named(task, _read_here(task, seal))
 
 
-def _chunks(paths: list[Path], seal: bool) -> list[list[Path]]:
-    """The paths in order, in tasks of up to CHUNK; the files of a folder with a digest
-    make one task of their own, so that its digest is parsed once."""
-    chunks: list[list[Path]] = []
-    digested: dict[Path, bool] = {}
-    for path in paths:
-        folder = path.parent
-        if folder not in digested:
-            digested[folder] = seal and (folder / digest.NAME).is_file()
-        last = chunks[-1] if chunks else []
-        previous = last[-1].parent if last else None
-        if previous is not None and (digested[folder] or digested[previous]):
-            joins = previous == folder
-        else:
-            joins = 0 < len(last) < CHUNK
-        if joins:
-            last.append(path)
-        else:
-            chunks.append([path])
-    return chunks
+def _named(task: Task, found: list[Found]) -> Iterator[tuple[Path, Found]]:
+    folder, names = task
+    return zip((folder / name for name in names), found)
+
+
+def _tasks(folders: list[Task], seal: bool) -> list[Task]:
+    """Each folder's files in tasks of up to CHUNK; those of a folder with a digest in one
+    task, so that its digest is parsed once."""
+    tasks: list[Task] = []
+    for folder, names in folders:
+        if not names:
+            continue
+        size = len(names) if seal and (folder / digest.NAME).is_file() else CHUNK
+        tasks += [(folder, names[i : i + size]) for i in range(0, len(names), size)]
+    return tasks

@@ -86,10 +86,11 @@ def test_workers_read_what_this_process_reads_in_the_same_order(tmp_path, monkey
     assert summary.summarize(shared.results) == summary.summarize(here.results)
 
 
-def _dies_on_the_second_chunk(paths: list[Path], seal: bool) -> list[bulk.Found]:
-    if any(p.name.startswith("t.a.J8.") for p in paths):
+def _dies_on_the_second_chunk(task: bulk.Task, seal: bool) -> list[bulk.Found]:
+    folder, names = task
+    if any(name.startswith("t.a.J8.") for name in names):
         os._exit(9)  # as a worker the kernel killed for memory
-    return [bulk.read_one(p, seal) for p in paths]
+    return [bulk.read_one(folder / name, seal) for name in names]
 
 
 def test_a_worker_that_dies_leaves_its_files_to_this_process(tmp_path, monkeypatch):

@@ -216,10 +216,10 @@ def test_workers_read_digested_folders_as_this_process_does(tmp_path, monkeypatc
     here = summary.load_dir(tmp_path)
     monkeypatch.setattr(bulk, "PARALLEL_FROM", 4)
     monkeypatch.setattr(bulk, "CHUNK", 5)
-    paths = sorted(p for p in tmp_path.rglob("*.json"))
-    chunks = bulk._chunks(paths, seal=True)
-    assert [len(c) for c in chunks] == [14, 5, 5, 4, 13]  # a digested folder: one task
-    assert [p for c in chunks for p in c] == paths
+    folders = [(f, sorted(p.name for p in f.glob("*.json"))) for f in sorted(tmp_path.iterdir())]
+    tasks = bulk._tasks(folders, seal=True)
+    assert [len(names) for _, names in tasks] == [14, 5, 5, 4, 13]  # digested: one task
+    assert [f / n for f, names in tasks for n in names] == [f / n for f, ns in folders for n in ns]
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: the files are read in this process")
     shared = summary.load_dir(tmp_path)
