@@ -140,9 +140,12 @@ def _slices(view: read.ResultView) -> tuple[float, ...]:
     return tuple(float(r) for r in window if r is not None and math.isfinite(r))
 
 
-def _runs(loaded: Iterable[dict[str, Any]]) -> list[_Run]:
+def _runs(loaded: Iterable[dict[str, Any]], nodes: dict[str, list[_Run]]) -> list[_Run]:
+    """The single-device runs; ``nodes`` gets every result's node, in order (a node whose
+    runs were all distributed still has its row)."""
     out = []
     for view in read.views(loaded):
+        nodes.setdefault(view.node, [])
         if view.distributed:
             continue
         rate = view.rate()
@@ -252,12 +255,12 @@ def compare_nodes(
     loaded: list[dict[str, Any]], weights: dict[str, float] | None = None, *, test: bool = False
 ) -> NodeReport:
     """The per-node section of these results; ``test``: run the significance test and flag."""
-    runs = _runs(loaded)
+    by_node: dict[str, list[_Run]] = {}
+    runs = _runs(loaded, by_node)
     weights = {t: w for t, w in (weights or {}).items() if w > 0}
     if not any(r.test in weights for r in runs):  # no weights, or none for these tests
         weights = {r.test: 1.0 for r in runs}
     total = sum(weights.values())
-    by_node: dict[str, list[_Run]] = {v.node: [] for v in read.views(loaded)}
     for run in runs:
         by_node[run.node].append(run)
     names = sorted(by_node, key=natural_key)

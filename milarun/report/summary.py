@@ -207,10 +207,12 @@ def _worst_contention(found: list[Any]) -> dict[str, Any] | None:
     }
 
 
-def load_dir(root: Path, seal: bool = True) -> Loaded:
+def load_dir(root: Path, seal: bool = True, digests: bool = True) -> Loaded:
     """Every result below ``root``; unreadable, partial or foreign JSON is skipped.
     ``seal``: each result sealed for reports (read.seal: its monitor samples dropped, its
-    view kept); False keeps each as its file holds it (the history hashes the content)."""
+    view kept); False keeps each as its file holds it (the history hashes the content).
+    ``digests``: a sealed folder read through its digest (milarun.results.digest); False
+    reads every file (a tender's verification trusts nothing but the files)."""
     root = Path(root)
     loaded = Loaded(root=root)
     # The cyclic GC would rescan every result already loaded, again and again, while
@@ -219,7 +221,7 @@ def load_dir(root: Path, seal: bool = True) -> Loaded:
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        _walk(root, loaded, seal)
+        _walk(root, loaded, seal, digests)
     finally:
         gc.freeze()
         if gc_was_on:
@@ -227,12 +229,12 @@ def load_dir(root: Path, seal: bool = True) -> Loaded:
     return loaded
 
 
-def _walk(root: Path, loaded: Loaded, seal: bool) -> None:
+def _walk(root: Path, loaded: Loaded, seal: bool, digests: bool) -> None:
     folders = [
         (Path(dirpath), sorted(name for name in files if bulk.is_result_file(name)))
         for dirpath, _dirs, files in os.walk(root)
     ]
-    for path, (data, reason) in bulk.read_folders(folders, seal):
+    for path, (data, reason) in bulk.read_folders(folders, seal, digests):
         if data is None:
             loaded.skipped.append(Skipped(str(path), str(reason)))
             continue

@@ -102,17 +102,17 @@ def write_digest(folder: Path) -> Path | None:
 Task = tuple[Path, list[str]]  # a folder and names of files in it: a worker's task
 
 
-def _read_here(task: Task, seal: bool) -> list[Found]:
-    """read_one of each file of a task, through its folder's digest for a report (seal:
-    the history hashes each file's own content)."""
+def _read_here(task: Task, seal: bool, digests: bool = True) -> list[Found]:
+    """read_one of each file of a task, through its folder's digest for a report that takes
+    them (``digests``; never unsealed: the history hashes each file's own content)."""
     folder, names = task
-    index = digest.load(folder) if seal else None
+    index = digest.load(folder) if seal and digests else None
     return [read_one(folder / name, seal, index) for name in names]
 
 
-def _read_chunk(task: Task, seal: bool) -> list[Found]:
+def _read_chunk(task: Task, seal: bool, digests: bool = True) -> list[Found]:
     """A worker's task: _read_here, its results' system records shared."""
-    found = _read_here(task, seal)
+    found = _read_here(task, seal, digests)
     # One object per distinct system record of the chunk (a node's results share theirs):
     # pickled once, and shared once read back (100,000 copies were a sixth of the memory).
     shared: dict[bytes, Any] = {}
@@ -123,13 +123,15 @@ def _read_chunk(task: Task, seal: bool) -> list[Found]:
     return found
 
 
-def read_folders(folders: list[Task], seal: bool) -> Iterator[tuple[Path, Found]]:
+def read_folders(
+    folders: list[Task], seal: bool, digests: bool = True
+) -> Iterator[tuple[Path, Found]]:
     """Each file of each folder with what read_one found, in the order given."""
     workers = min(len(os.sched_getaffinity(0)), MAX_WORKERS)
-    tasks = _tasks(folders, seal)
+    tasks = _tasks(folders, seal and digests)
     if sum(len(names) for _, names in folders) < PARALLEL_FROM or workers < 2:
         for task in tasks:
-            yield from _named(task, _read_here(task, seal))
+            yield from _named(task, _read_here(task, seal, digests))
         return
     done = 0
     try:
@@ -138,13 +140,16 @@ def read_folders(folders: list[Task], seal: bool) -> Iterator[tuple[Path, Found]
         # in workers, as in the loader (plain data, no cycles)
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(workers, mp_context=context, initializer=gc.disable) as pool:
-            for task, found in zip(tasks, pool.map(_read_chunk, tasks, itertools.repeat(seal))):
+            found_each = pool.map(
+                _read_chunk, tasks, itertools.repeat(seal), itertools.repeat(digests)
+            )
+            for task, found in zip(tasks, found_each):
                 yield from _named(task, found)
                 done += 1
     except (BrokenProcessPool, OSError):
         # a worker killed (out of memory?) or none could start: the rest read here
         for task in tasks[done:]:
-            yield from _named(task, _read_here(task, seal))
+            yield from _named(task, _read_here(task, seal, digests))
 
 
 def _named(task: Task, found: list[Found]) -> Iterator[tuple[Path, Found]]:

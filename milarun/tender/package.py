@@ -28,14 +28,15 @@ from milarun import results
 from milarun.errors import InputError, TenderError
 from milarun.machine import provenance, sysinfo
 from milarun.report import weights as report_weights
-from milarun.results import manifest
+from milarun.results import digest, manifest
 from milarun.run import profile as run_profile
 from milarun.tender import archive, rules
 
 RUN = "run"
 BID, REPRO, PROFILE, WEIGHTS = "bid.json", "reproducibility.json", "profile.json", "weights.json"
 TENDER, DECLARED = "tender.json", "declared.json"
-SKIPPED_NAMES = (".milarun.lock",)
+# the lock is a run's; a digest is no measurement (the buyer's verify reads every file)
+SKIPPED_NAMES = (".milarun.lock", digest.NAME)
 
 
 @dataclass

@@ -86,7 +86,7 @@ def test_workers_read_what_this_process_reads_in_the_same_order(tmp_path, monkey
     assert summary.summarize(shared.results) == summary.summarize(here.results)
 
 
-def _dies_on_the_second_chunk(task: bulk.Task, seal: bool) -> list[bulk.Found]:
+def _dies_on_the_second_chunk(task: bulk.Task, seal: bool, digests: bool) -> list[bulk.Found]:
     folder, names = task
     if any(name.startswith("t.a.J8.") for name in names):
         os._exit(9)  # as a worker the kernel killed for memory

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
 
+import bidkit
 from conftest import milarun
 from milarun import results
 from milarun.report import summary
 from milarun.results import bulk, digest, read
 from milarun.slurm import gather
+from milarun.tender import package
 from resultfactory import result, write
 
 OLD = 1_700_000_000  # seconds: an mtime well before any digest (not racy)
@@ -228,3 +231,24 @@ def test_workers_read_digested_folders_as_this_process_does(tmp_path, monkeypatc
         (s.path, s.reason) for s in here.skipped
     ]
     assert len(here.results) == 40 and len(here.skipped) == 1
+
+
+def test_a_tender_neither_packs_nor_reads_a_digest(tmp_path):
+    """A buyer's verification re-derives every figure from the result files: a digest (a
+    vendor could write any figure in one) is left out of a package and never read there."""
+    folder = bidkit.synthetic_run(tmp_path / "run", {"quick.polynome": 40_000.0})
+    settled(folder)
+    bulk.write_digest(folder)
+    body = json.loads((folder / digest.NAME).read_text())
+    for entry in body["entries"].values():
+        if "result" in entry:
+            entry["result"]["timings"]["train"]["rates"] = [9e9] * 40
+    (folder / digest.NAME).write_text(json.dumps(body))
+    assert summary.load_dir(folder).results[0]["timings"]["train"]["rates"][0] == 9e9
+    files = summary.load_dir(folder, digests=False).results
+    assert all(r["timings"]["train"]["rates"][0] < 1e6 for r in files)
+    tender = bidkit.tender(tmp_path / "tender.json", ["polynome"], require_cgroups=False)
+    out = package.make_package(folder, tmp_path / "bid.tar.gz", tender, None).out
+    with tarfile.open(out) as tar:
+        names = tar.getnames()
+    assert not [n for n in names if digest.NAME in n] and any(n.endswith(".json") for n in names)
