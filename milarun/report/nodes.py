@@ -133,13 +133,6 @@ def device_order(label: str) -> tuple[Any, ...]:
     return (natural_key(node), *found)
 
 
-def _slices(view: read.ResultView) -> tuple[float, ...]:
-    series = view.series()
-    window = series.steady_slices if series else []
-    # rates are numbers or null (results.result_problem); isfinite drops NaN and inf
-    return tuple(float(r) for r in window if r is not None and math.isfinite(r))
-
-
 def _runs(loaded: Iterable[dict[str, Any]], nodes: dict[str, list[_Run]]) -> list[_Run]:
     """The single-device runs; ``nodes`` gets every result's node, in order (a node whose
     runs were all distributed still has its row)."""
@@ -149,9 +142,8 @@ def _runs(loaded: Iterable[dict[str, Any]], nodes: dict[str, list[_Run]]) -> lis
         if view.distributed:
             continue
         rate = view.rate()
-        out.append(
-            _Run(view.node, view.device, view.name, rate, _slices(view) if rate is not None else ())
-        )
+        window = view.steady_window() if rate is not None else ()
+        out.append(_Run(view.node, view.device, view.name, rate, window))
     return out
 
 

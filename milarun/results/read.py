@@ -31,6 +31,12 @@ def rank_timers(timings: Mapping[str, T], timer: str = "train") -> list[T]:
     return [value for _, value in ranks]
 
 
+def slice_width(record: Mapping[str, Any]) -> float:
+    """A rate record's slice duration (0.5 s where it holds none that is usable)."""
+    width = record.get("slice", 0.5)
+    return float(width) if results.is_finite(width) and width > 0 else 0.5
+
+
 @dataclass(frozen=True)
 class RateSeries:
     """A ``timings`` entry of type "rate": examples/s per slice of in-block time."""
@@ -44,10 +50,9 @@ class RateSeries:
         """The series of a timings entry; None for anything that is not one."""
         if not isinstance(record, Mapping):
             return None
-        width = record.get("slice", 0.5)
         return cls(
             tuple(record.get("rates") or ()),
-            float(width) if results.is_finite(width) and width > 0 else 0.5,
+            slice_width(record),
             tuple(record.get("slice_ends") or ()),
         )
 
@@ -127,6 +132,16 @@ class ResultView:
         """Every rate series of ``timer``: one per rank, else the single one (charts)."""
         found = self.rank_series(timer) or [self.series(timer)]
         return [s for s in found if s is not None]
+
+    def steady_window(self, timer: str = "train") -> tuple[float, ...]:
+        """The finite slices of the single-process series' steady window (empty: none),
+        read from the record (no copy of its whole series: a fleet report reads 100,000)."""
+        record = self.timings.get(timer)
+        if not isinstance(record, Mapping):
+            return ()
+        window = steady.window(record.get("rates") or (), slice_width(record))
+        # rates are numbers or null (results.result_problem); isfinite drops NaN and inf
+        return tuple(float(r) for r in window if r is not None and math.isfinite(r))
 
     def rank_rates(self, timer: str = "train") -> list[float | None] | None:
         """Each rank's steady rate of a distributed result; None for a single process."""
