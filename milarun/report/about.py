@@ -47,6 +47,7 @@ def about(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> About:
     devices: set[str] = set()
     suites: set[str] = set()
     gpus: set[str] = set()
+    read_systems: set[int] = set()  # results read together share one system record
     for result in results:
         view = read.ResultView.from_dict(result)
         end = _number(result.get("finished_at"))
@@ -58,7 +59,12 @@ def about(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> About:
         if isinstance(result.get("suite"), str) and result["suite"]:
             suites.add(result["suite"])
         system = result.get("system")
-        if isinstance(system, Mapping) and not view.device.startswith("cpu"):
+        if (
+            isinstance(system, Mapping)
+            and id(system) not in read_systems
+            and not view.device.startswith("cpu")
+        ):
+            read_systems.add(id(system))
             gpus.update(name for name, _ in _gpu_models(system.get("gpus")))
     return About(
         min(starts) if starts else None,
