@@ -10,7 +10,7 @@ writes it at the end of its task (milarun.results.digest), then the text report 
 `milarun report FOLDER --html PAGE` on the folder as a fleet run leaves it.
 Targets (issue 27): the text report in <= 20 s and <= 2 GB; the page stays usable.
 
-    uv run python benchmarks/report_fleet.py [--nodes 100] [--repeats 5]
+    uv run python benchmarks/report_fleet.py [--nodes 100] [--repeats 5] [--runs 3]
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3, help="timed reports with digests")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="milarun-fleet-") as tmp:
         folder = Path(tmp) / "fleet"
@@ -124,10 +125,16 @@ def main() -> None:
             f"{statistics.median(each):.2f} s a node ({time.perf_counter() - t0:.0f} s here)",
             flush=True,
         )
-        wall, gib, done = timed("report", str(folder), "--compare-gpus")
-        assert done.returncode == 0, done.stderr[-2000:]
+        # A VM's speed drifts by a fifth from one minute to the next: the median of --runs.
+        figures = [timed("report", str(folder), "--compare-gpus") for _ in range(args.runs)]
+        assert all(done.returncode == 0 for *_, done in figures), figures[0][2].stderr[-2000:]
+        walls = sorted(wall for wall, *_ in figures)
+        wall, gib = statistics.median(walls), max(gib for _, gib, _ in figures)
         verdict = "PASS" if wall <= TARGET_SECONDS and gib <= TARGET_GIB else "FAIL"
-        print(f"`milarun report --compare-gpus`: {wall:.1f} s, peak RSS {gib:.2f} GiB: {verdict}")
+        print(
+            f"`milarun report --compare-gpus`: {wall:.1f} s (median of {len(walls)}: "
+            f"{', '.join(f'{w:.1f}' for w in walls)}), peak RSS {gib:.2f} GiB: {verdict}"
+        )
         page = Path(tmp) / "fleet.html"
         wall, gib, done = timed("report", str(folder), "--html", str(page))
         assert done.returncode == 0, done.stderr[-2000:]
