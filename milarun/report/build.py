@@ -182,10 +182,10 @@ def build_report(
         else {}
     )
 
+    # The tests' weights as the table will show them (its "weight" column), for the nodes.
+    table_weights = {t: float(weight_map.get(t, 0.0)) for t in tests} if weights and tests else None
     # The tests' bootstrap intervals (numpy, which releases the GIL: 3.6 s of 100,000 runs)
     # computed on a thread while the runs and nodes sections are read from the results.
-    # The tests' weights as the table will show them (its "weight" column).
-    table_weights = {t: float(weight_map.get(t, 0.0)) for t in tests} if weights and tests else None
     with ThreadPoolExecutor(1) as pool:
         intervals = pool.submit(_intervals, ours)
         details = runs_section(loaded)

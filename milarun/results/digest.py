@@ -107,19 +107,13 @@ def entry(
 def keyable(result: Any) -> bool:
     """True when the result's JSON reads back the same: no NaN or infinity (a hand-edited
     file's, which the digest's encoder would write as null), none past the depth bound."""
-    stack, depth = [result], 0
-    while stack:
-        depth += 1
+    for depth, containers in enumerate(jsonfile.levels(result), 1):
         if depth > jsonfile.MAX_DEPTH:
             return False
-        inner: list[Any] = []
-        for value in stack:
+        for value in containers:
             for item in value.values() if isinstance(value, dict) else value:
                 if type(item) is float and not math.isfinite(item):
                     return False
-                if isinstance(item, (dict, list)):
-                    inner.append(item)
-        stack = inner
     return True
 
 
@@ -134,7 +128,7 @@ def write(folder: Path, entries: Iterable[tuple[str, dict[str, Any]]]) -> Path |
     body = {"format": FORMAT, "version": VERSION, "written_ns": time.time_ns()}
     body["entries"] = dict(entries)
     try:
-        raw = orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+        raw = orjson.dumps(body)
     except (TypeError, orjson.JSONEncodeError):
         return None
     target = folder / NAME

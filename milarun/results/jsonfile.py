@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,15 +91,18 @@ def _parse_int(text: str) -> int | float:
     return int(text) if len(text) <= 19 else float(text)
 
 
-def too_deep(data: Any, limit: int) -> bool:
-    level, containers = 0, [data] if isinstance(data, (dict, list)) else []
+def levels(data: Any) -> Iterator[list[Any]]:
+    """The containers (objects, arrays) of a JSON value, one level at a time from the top,
+    without recursion (a value may nest as deep as the parser allows)."""
+    containers = [data] if isinstance(data, (dict, list)) else []
     while containers:
-        level += 1
-        if level > limit:
-            return True
+        yield containers
         inner: list[Any] = []
         for item in containers:
             values = item.values() if isinstance(item, dict) else item
             inner += [v for v in values if isinstance(v, (dict, list))]
         containers = inner
-    return False
+
+
+def too_deep(data: Any, limit: int) -> bool:
+    return any(depth > limit for depth, _ in enumerate(levels(data), 1))

@@ -307,7 +307,7 @@ def seal(data: dict[Any, Any], peak: float | None = None, *, digested: bool = Fa
     found = drop_samples(data)
     data[PEAK_MEMORY] = peak if digested else found
     data[_SEALED] = True
-    # Its rate and node, read now: where bulk.read_many reads in worker processes, this is
+    # Its rate and node, read now: where bulk.read_folders reads in worker processes, this is
     # done there, in parallel (the series are dropped, as the result holds them already).
     view = ResultView.from_dict(data)
     rate, node = view.rate(), view.node
