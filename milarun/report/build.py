@@ -184,10 +184,17 @@ def build_report(
 
     # The tests' weights as the table will show them (its "weight" column), for the nodes.
     table_weights = {t: float(weight_map.get(t, 0.0)) for t in tests} if weights and tests else None
-    # The tests' bootstrap intervals (numpy, which releases the GIL: 3.6 s of 100,000 runs)
-    # computed on a thread while the runs and nodes sections are read from the results.
-    with ThreadPoolExecutor(1) as pool:
+    # The bootstraps (numpy, which releases the GIL: 5 s of a fleet run's 100,000 runs)
+    # computed on threads while the runs and nodes sections are read from the results.
+    scored = _scored(ours, weighted, summary, penalize_variance) if weights else {}
+    score_runs = _run_sets(ours, list(scored)) if scored else None
+    with ThreadPoolExecutor(2) as pool:
         intervals = pool.submit(_intervals, ours)
+        score_boot = (
+            pool.submit(stats.score_interval, score_runs, weight_map, penalize_variance)
+            if score_runs
+            else None
+        )
         details = runs_section(loaded)
         nodes = report_nodes.section(table_weights, loaded, test=compare_nodes)
         table = _table(
@@ -208,6 +215,9 @@ def build_report(
             report.failure_kinds[kind] = report.failure_kinds.get(kind, 0) + count
     if weights:
         _score(report, ours, base, weight_map, weighted, summary)
+        found = score_boot.result() if score_boot is not None else None
+        if found:
+            report.score_ci = found[1]
     if price is not None:
         report.price = price
         if report.score:
@@ -300,9 +310,8 @@ def _score(
     report.unweighted = sorted(
         t for t in summary if t not in weights and not summary[t].get("variant_of")
     )
-    adjusted = {t: ours[t].adjusted(pv) for t in weighted if t in summary}
-    scored = {t: v for t, v in adjusted.items() if v > 0}
-    report.unscored = sorted(t for t in adjusted if t not in scored)
+    scored = _scored(ours, weighted, summary, pv)
+    report.unscored = sorted(t for t in weighted if t in summary and t not in scored)
     report.scored = sorted(scored)
     total = sum(weights[t] for t in weighted)
     report.coverage = sum(weights[t] for t in scored) / total if total else None
@@ -319,14 +328,17 @@ def _score(
         report.warnings.append("failed every run (not scored): " + ", ".join(report.unscored))
     if not scored:
         return
-    report.score = stats.weighted_geomean(scored, weights)
-    runs = {t: ours[t].runs() for t in scored}
-    if all(r is not None for r in runs.values()):
-        found = stats.score_interval(runs, weights, pv)  # type: ignore[arg-type]
-        if found:
-            report.score_ci = found[1]
+    report.score = stats.weighted_geomean(scored, weights)  # its interval: build_report's
     if base:
         _compare_score(report, ours, base, weights, scored)
+
+
+def _scored(
+    ours: dict[str, Perf], weighted: list[str], summary: dict[str, Any], pv: bool
+) -> dict[str, float]:
+    """The weighted tests with results that score: their perf_adj, when above 0."""
+    adjusted = {t: ours[t].adjusted(pv) for t in weighted if t in summary}
+    return {t: v for t, v in adjusted.items() if v > 0}
 
 
 def _run_sets(perfs: dict[str, Perf], tests: list[str]) -> dict[str, stats.RunSet] | None:

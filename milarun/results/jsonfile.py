@@ -21,6 +21,9 @@ MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 64  # a result nests ~6 levels; code that walks a value recursively must not fail
 
 
+_CONTAINERS = frozenset({dict, list})
+
+
 def canonical(value: Any) -> bytes:
     """A value's identity as bytes: its JSON, keys sorted, what is no JSON as its str
     (orjson, fast enough to key every result of a fleet run; json for what orjson refuses,
@@ -93,14 +96,16 @@ def _parse_int(text: str) -> int | float:
 
 def levels(data: Any) -> Iterator[list[Any]]:
     """The containers (objects, arrays) of a JSON value, one level at a time from the top,
-    without recursion (a value may nest as deep as the parser allows)."""
-    containers = [data] if isinstance(data, (dict, list)) else []
+    without recursion (a value may nest as deep as the parser allows). Parsed JSON holds
+    plain dicts and lists: type() tests them at half the cost of isinstance (a report checks
+    100,000 results)."""
+    containers = [data] if type(data) in _CONTAINERS else []
     while containers:
         yield containers
         inner: list[Any] = []
         for item in containers:
-            values = item.values() if isinstance(item, dict) else item
-            inner += [v for v in values if isinstance(v, (dict, list))]
+            values = item.values() if type(item) is dict else item
+            inner += [v for v in values if type(v) in _CONTAINERS]
         containers = inner
 
 
