@@ -1,7 +1,8 @@
 """`milarun report` on one fleet run of 100 nodes: about 100,000 result files.
 
-Writes NODES node folders (``nodes/<node>/``, as `slurm gather` lays them out) of 8 GPUs x 25
-tests x R repeats of realistic results (120-slice rate series, 60 s of 1 Hz GPU and CPU
+Writes NODES node folders (``nodes/<node>/``, as `slurm gather` lays them out) of 8 GPUs x the
+standard suite's 25 weighted tests (so that the report is scored, as a real one is; each a
+single-process result, scaling.k too) x R repeats of realistic results (120-slice rate series, 60 s of 1 Hz GPU and CPU
 monitor samples each, the environment and the system record), then runs the real commands
 in their own process and reports wall time and peak memory (the RSS of the command and its
 workers together): `milarun report FOLDER --compare-gpus` (text) on the files alone, then
@@ -34,10 +35,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from report_scale import monitors  # noqa: E402
 
+from milarun.report import weights  # noqa: E402
 from milarun.results import bulk  # noqa: E402
 from resultfactory import rate_series, result, write  # noqa: E402
 
-TESTS, GPUS = 25, 8
+TESTS = list(weights.load_weights("standard")[1])  # the score's bootstrap is a real report's
+GPUS = 8
 TARGET_SECONDS, TARGET_GIB = 20.0, 2.0
 
 
@@ -47,12 +50,12 @@ def populate(folder: Path, nodes: int, repeats: int, seed: int = 0) -> int:
     for n in range(nodes):
         node = f"gpu{n:03d}"
         where = folder / "nodes" / node
-        for t in range(TESTS):
+        for t, test in enumerate(TESTS):
             base = 50.0 * (t + 1)
             for r in range(repeats):
                 for g in range(GPUS):
                     data = result(
-                        f"standard.test{t:02d}",
+                        test,
                         f"{r}.{g}",
                         None,
                         device=f"cuda:{g}",
@@ -128,6 +131,7 @@ def main() -> None:
         # A VM's speed drifts by a fifth from one minute to the next: the median of --runs.
         figures = [timed("report", str(folder), "--compare-gpus") for _ in range(args.runs)]
         assert all(done.returncode == 0 for *_, done in figures), figures[0][2].stderr[-2000:]
+        assert "coverage 100%" in figures[0][2].stdout, "the report should score every test"
         walls = sorted(wall for wall, *_ in figures)
         wall, gib = statistics.median(walls), max(gib for _, gib, _ in figures)
         verdict = "PASS" if wall <= TARGET_SECONDS and gib <= TARGET_GIB else "FAIL"

@@ -60,8 +60,17 @@ def _resamples(runs: RunSet, rng: np.random.Generator, size: int) -> Iterator[np
         yield values[rng.integers(0, len(values), size=(rows, len(values)), dtype=kind)]
 
 
-def _adjusted(sample: np.ndarray, penalize_variance: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Per resample: the mean of the successful runs and perf_adj (0 when all failed)."""
+def _adjusted(
+    sample: np.ndarray, penalize_variance: bool, complete: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per resample: the mean of the successful runs and perf_adj (0 when all failed);
+    ``complete``: no failed run among them (no NaN: the same figures, without the masks)."""
+    if complete:
+        mean = sample.sum(axis=1) / sample.shape[1]
+        if not penalize_variance:
+            return mean, mean
+        var = ((sample - mean[:, None]) ** 2).sum(axis=1) / sample.shape[1]
+        return mean, mean - np.minimum(np.sqrt(var), mean)
     ok = ~np.isnan(sample)
     count = ok.sum(axis=1)
     safe = np.where(ok, sample, 0.0)
@@ -109,8 +118,10 @@ def score_interval(
     for name in names:
         # A test with a single run cannot be resampled: it is held at its value.
         size = resamples if tests[name].n >= 2 else 1
+        runs = tests[name]
+        complete = runs.failures == 0 and bool(np.isfinite(runs.rates).all())
         adj = np.concatenate(
-            [_adjusted(s, penalize_variance)[1] for s in _resamples(tests[name], rng, size)]
+            [_adjusted(s, penalize_variance, complete)[1] for s in _resamples(runs, rng, size)]
         )
         with np.errstate(divide="ignore"):
             log_score += weights[name] * np.log(np.maximum(adj, 0.0))

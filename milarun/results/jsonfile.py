@@ -21,7 +21,7 @@ MAX_FILE_BYTES = 64 * 2**20
 MAX_DEPTH = 64  # a result nests ~6 levels; code that walks a value recursively must not fail
 
 
-_CONTAINERS = frozenset({dict, list})
+CONTAINERS = frozenset({dict, list})
 
 
 def canonical(value: Any) -> bytes:
@@ -99,13 +99,13 @@ def levels(data: Any) -> Iterator[list[Any]]:
     without recursion (a value may nest as deep as the parser allows). Parsed JSON holds
     plain dicts and lists: type() tests them at half the cost of isinstance (a report checks
     100,000 results)."""
-    containers = [data] if type(data) in _CONTAINERS else []
+    containers = [data] if type(data) in CONTAINERS else []
     while containers:
         yield containers
         inner: list[Any] = []
         for item in containers:
             values = item.values() if type(item) is dict else item
-            inner += [v for v in values if type(v) in _CONTAINERS]
+            inner += [v for v in values if type(v) in CONTAINERS]
         containers = inner
 
 
