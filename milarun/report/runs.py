@@ -77,7 +77,7 @@ def failed_runs(loaded: Loaded, many_nodes: bool) -> list[FailedRun]:
         if view.rate() is not None:
             continue
         failure = result.get("failure")
-        failure = failure if isinstance(failure, Mapping) else {}
+        failure = failure if read.is_mapping(failure) else {}
         error = str(result.get("error") or failure.get("message") or "")
         rows.append(
             FailedRun(
@@ -117,9 +117,9 @@ def _group(groups: Mapping[str, Any], controller: str) -> str:
 def _setting(result: Mapping[str, Any]) -> tuple[str, ...]:
     """(CPUs, memory limit, cpuset, memory cgroup, torch threads) of one run."""
     iso = result.get("isolation")
-    iso = iso if isinstance(iso, Mapping) else {}
+    iso = iso if read.is_mapping(iso) else {}
     groups = iso.get("cgroups")
-    groups = groups if isinstance(groups, Mapping) else {}
+    groups = groups if read.is_mapping(groups) else {}
     limit = iso.get("memory_limit")
     threads = iso.get("torch_threads")
     return (

@@ -39,20 +39,20 @@ def setup(result: Mapping[str, Any]) -> dict[str, Any]:
     and (where recorded) the data it read, its TF32 settings, whether its reads bypassed the
     page cache (nocache) and the milarun version."""
     call = result.get("call")
-    call = call if isinstance(call, Mapping) else {}
+    call = call if read.is_mapping(call) else {}
     found: dict[str, Any] = {
         "function": str(call.get("function")),
         "arguments": tuple(sorted(_flags(call.get("argv")).items())),
     }
     data = result.get("dataset")
-    if isinstance(data, Mapping):
+    if read.is_mapping(data):
         found["data"] = (data.get("name"), data.get("size"), data.get("synthetic"))
     efficiency = result.get("efficiency")
-    settings = efficiency.get("settings") if isinstance(efficiency, Mapping) else None
-    if isinstance(settings, Mapping):
+    settings = efficiency.get("settings") if read.is_mapping(efficiency) else None
+    if read.is_mapping(settings):
         found["tf32"] = tuple(settings.get(k) for k in TF32)
     isolation = result.get("isolation")
-    nocache = isolation.get("nocache") if isinstance(isolation, Mapping) else None
+    nocache = isolation.get("nocache") if read.is_mapping(isolation) else None
     if isinstance(nocache, bool):
         found["nocache"] = nocache
     version = result.get("milarun_version")
