@@ -8,6 +8,7 @@ CSV, HTML) lives in milarun.report.render.text and milarun.report.render.html.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from milarun.report import comparability, stats, tables, units
+from milarun.report import comparability, perf, stats, tables, units
 from milarun.report import energy as report_energy
 from milarun.report import nodes as report_nodes
 from milarun.report.about import About
@@ -24,45 +25,7 @@ from milarun.report.runs import FailedRun, IsolationRow, Series, runs_section
 from milarun.report.summary import Loaded, Skipped
 
 FAILURE_RATE_LIMIT = 0.01
-
-
-@dataclass
-class Perf:
-    """A test's numbers as the report uses them (ours or the baseline's)."""
-
-    n: int
-    fail: int
-    perf: float
-    std: float
-    rates: list[float] | None
-
-    @classmethod
-    def of(cls, entry: dict[str, Any] | None) -> Perf:
-        if not entry:
-            return cls(0, 0, math.nan, math.nan, None)
-        n, fail = int(entry.get("n") or 0), int(entry.get("failures") or 0)
-        train = entry.get("train") or {}
-        perf, std = tables.number(train.get("mean")), tables.number(train.get("std"))
-        if not perf > 0:  # zero, negative or missing perf: every run counts as failed
-            return cls(n, n, math.nan, math.nan, [])
-        rates = entry.get("rates")
-        return cls(
-            n,
-            fail,
-            perf,
-            std if math.isfinite(std) else 0.0,
-            [float(r) for r in rates] if isinstance(rates, list) else None,
-        )
-
-    def adjusted(self, penalize_variance: bool) -> float:
-        """perf_adj = (1 - fail/n) * (perf - penalty), penalty = min(std, perf)."""
-        if self.n == 0 or not math.isfinite(self.perf):
-            return math.nan
-        penalty = min(self.std, self.perf) if penalize_variance else 0.0
-        return (1 - self.fail / self.n) * (self.perf - penalty)
-
-    def runs(self) -> stats.RunSet | None:
-        return stats.RunSet(self.rates, self.fail) if self.rates is not None else None
+BOOTSTRAP_SWITCH = 0.0002  # seconds: sys.setswitchinterval while the bootstraps run
 
 
 @dataclass
@@ -167,8 +130,8 @@ def build_report(
     tests = sorted(
         set(summary) | set(weighted) | {t for t in baseline if t in summary or t in weight_map}
     )
-    ours = {t: Perf.of(summary.get(t)) for t in tests}
-    base = {t: Perf.of(baseline.get(t)) for t in tests} if compare else {}
+    ours = {t: perf.Perf.of(summary.get(t)) for t in tests}
+    base = {t: perf.Perf.of(baseline.get(t)) for t in tests} if compare else {}
     # Legacy figures against legacy figures are like with like; milarun against legacy is not.
     legacy = comparability.is_legacy(baseline) and not comparability.is_legacy(summary)
     like = (
@@ -186,20 +149,33 @@ def build_report(
     table_weights = {t: float(weight_map.get(t, 0.0)) for t in tests} if weights and tests else None
     # The bootstraps (numpy, which releases the GIL: 5 s of a fleet run's 100,000 runs)
     # computed on threads while the runs and nodes sections are read from the results.
-    scored = _scored(ours, weighted, summary, penalize_variance) if weights else {}
-    score_runs = _run_sets(ours, list(scored)) if scored else None
-    with ThreadPoolExecutor(2) as pool:
-        intervals = pool.submit(_intervals, ours)
-        score_boot = (
-            pool.submit(stats.score_interval, score_runs, weight_map, penalize_variance)
-            if score_runs
-            else None
-        )
-        details = runs_section(loaded)
-        nodes = report_nodes.section(table_weights, loaded, test=compare_nodes)
-        table = _table(
-            tests, ours, base, weight_map if weights else None, penalize_variance, like, intervals
-        )
+    scored = perf.scored(ours, weighted, summary, penalize_variance) if weights else {}
+    score_runs = perf.run_sets(ours, list(scored)) if scored else None
+    switch = sys.getswitchinterval()
+    # Each numpy step of a bootstrap thread waits for the GIL the sections hold: handed on
+    # every 0.2 ms rather than 5, a fleet report's threads wait seconds less.
+    sys.setswitchinterval(BOOTSTRAP_SWITCH)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            intervals = pool.submit(perf.intervals, ours)
+            score_boot = (
+                pool.submit(stats.score_interval, score_runs, weight_map, penalize_variance)
+                if score_runs
+                else None
+            )
+            details = runs_section(loaded)
+            nodes = report_nodes.section(table_weights, loaded, test=compare_nodes)
+            table = _table(
+                tests,
+                ours,
+                base,
+                weight_map if weights else None,
+                penalize_variance,
+                like,
+                intervals,
+            )
+    finally:
+        sys.setswitchinterval(switch)
     report = Report(
         title=title or "Benchmark results",
         table=table,
@@ -247,8 +223,8 @@ def build_report(
 
 def _table(
     tests: list[str],
-    ours: dict[str, Perf],
-    base: dict[str, Perf],
+    ours: dict[str, perf.Perf],
+    base: dict[str, perf.Perf],
     weights: dict[str, float] | None,
     penalize_variance: bool,
     like: dict[str, tuple[str, str | None]],
@@ -290,15 +266,10 @@ def _table(
     return pd.DataFrame(rows).set_index("test")
 
 
-def _intervals(ours: dict[str, Perf]) -> dict[str, tuple[float, float] | None]:
-    """Each test's 95% bootstrap interval of its mean rate."""
-    return {t: stats.mean_interval(p.rates) if p.rates else None for t, p in ours.items()}
-
-
 def _score(
     report: Report,
-    ours: dict[str, Perf],
-    base: dict[str, Perf],
+    ours: dict[str, perf.Perf],
+    base: dict[str, perf.Perf],
     weights: dict[str, float],
     weighted: list[str],
     summary: dict[str, dict[str, Any]],
@@ -310,7 +281,7 @@ def _score(
     report.unweighted = sorted(
         t for t in summary if t not in weights and not summary[t].get("variant_of")
     )
-    scored = _scored(ours, weighted, summary, pv)
+    scored = perf.scored(ours, weighted, summary, pv)
     report.unscored = sorted(t for t in weighted if t in summary and t not in scored)
     report.scored = sorted(scored)
     total = sum(weights[t] for t in weighted)
@@ -333,29 +304,10 @@ def _score(
         _compare_score(report, ours, base, weights, scored)
 
 
-def _scored(
-    ours: dict[str, Perf], weighted: list[str], summary: dict[str, Any], pv: bool
-) -> dict[str, float]:
-    """The weighted tests with results that score: their perf_adj, when above 0."""
-    adjusted = {t: ours[t].adjusted(pv) for t in weighted if t in summary}
-    return {t: v for t, v in adjusted.items() if v > 0}
-
-
-def _run_sets(perfs: dict[str, Perf], tests: list[str]) -> dict[str, stats.RunSet] | None:
-    """Each test's runs; None when a test keeps no per-run rates (a legacy summary)."""
-    found = {}
-    for test in tests:
-        runs = perfs[test].runs()
-        if runs is None:
-            return None
-        found[test] = runs
-    return found
-
-
 def _compare_score(
     report: Report,
-    ours: dict[str, Perf],
-    base: dict[str, Perf],
+    ours: dict[str, perf.Perf],
+    base: dict[str, perf.Perf],
     weights: dict[str, float],
     scored: dict[str, float],
 ) -> None:
@@ -382,14 +334,14 @@ def _compare_score(
     mine = stats.weighted_geomean({t: scored[t] for t in common}, weights)
     report.score_base = stats.weighted_geomean({t: base_adj[t] for t in common}, weights)
     report.ratio = mine / report.score_base
-    our_runs = _run_sets(ours, common)
+    our_runs = perf.run_sets(ours, common)
     if our_runs is None:
         return
     ours_boot = stats.score_interval(our_runs, weights, pv)
     if ours_boot is None:
         return
     base_boot = None
-    base_runs = _run_sets(base, common)
+    base_runs = perf.run_sets(base, common)
     if base_runs is not None:
         found = stats.score_interval(base_runs, weights, pv, seed=stats.SEED + 1)
         base_boot = found[0] if found else None
