@@ -7,10 +7,10 @@ CSV, HTML) lives in milarun.report.render.text and milarun.report.render.html.
 
 from __future__ import annotations
 
+import contextlib
 import math
-import sys
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,6 @@ from milarun.report.runs import FailedRun, IsolationRow, Series, runs_section
 from milarun.report.summary import Loaded, Skipped
 
 FAILURE_RATE_LIMIT = 0.01
-BOOTSTRAP_SWITCH = 0.0002  # seconds: sys.setswitchinterval while the bootstraps run
 
 
 @dataclass
@@ -119,11 +118,15 @@ def build_report(
     power_cost: float | None = None,
     loaded: Loaded | None = None,
     compare_nodes: bool = False,
+    pool: Executor | None = None,
+    early: perf.EarlyIntervals | None = None,
 ) -> Report:
     """The report of a summary, optionally weighted, against a baseline, with a price and
     a power cost ($/kWh). ``loaded``: the result files it was made from, for what only they
     say (failed runs, isolation, systems, rate series, nodes); ``compare_nodes``: the node
-    section with its significance flags even on one node."""
+    section with its significance flags even on one node. ``pool``: the bootstrap threads
+    to use (perf.bootstrap_threads; else its own), ``early``: the tests' intervals started
+    on them as the summary was made."""
     weight_map = weights[1] if weights else {}
     baseline = compare[1] if compare else {}
     weighted = [t for t, w in weight_map.items() if w > 0]
@@ -147,35 +150,21 @@ def build_report(
 
     # The tests' weights as the table will show them (its "weight" column), for the nodes.
     table_weights = {t: float(weight_map.get(t, 0.0)) for t in tests} if weights and tests else None
-    # The bootstraps (numpy, which releases the GIL: 5 s of a fleet run's 100,000 runs)
-    # computed on threads while the runs and nodes sections are read from the results.
+    # The bootstraps computed on threads while the runs and nodes sections are read.
     scored = perf.scored(ours, weighted, summary, penalize_variance) if weights else {}
     score_runs = perf.run_sets(ours, list(scored)) if scored else None
-    switch = sys.getswitchinterval()
-    # Each numpy step of a bootstrap thread waits for the GIL the sections hold: handed on
-    # every 0.2 ms rather than 5, a fleet report's threads wait seconds less.
-    sys.setswitchinterval(BOOTSTRAP_SWITCH)
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            intervals = pool.submit(perf.intervals, ours)
-            score_boot = (
-                pool.submit(stats.score_interval, score_runs, weight_map, penalize_variance)
-                if score_runs
-                else None
-            )
-            details = runs_section(loaded)
-            nodes = report_nodes.section(table_weights, loaded, test=compare_nodes)
-            table = _table(
-                tests,
-                ours,
-                base,
-                weight_map if weights else None,
-                penalize_variance,
-                like,
-                intervals,
-            )
-    finally:
-        sys.setswitchinterval(switch)
+    with contextlib.nullcontext(pool) if pool else perf.bootstrap_threads() as threads:
+        intervals = perf.intervals(ours, summary, threads, early)
+        score_boot = (
+            threads.submit(stats.score_interval, score_runs, weight_map, penalize_variance)
+            if score_runs
+            else None
+        )
+        details = runs_section(loaded)
+        nodes = report_nodes.section(table_weights, loaded, test=compare_nodes)
+        table = _table(
+            tests, ours, base, weight_map if weights else None, penalize_variance, like, intervals
+        )
     report = Report(
         title=title or "Benchmark results",
         table=table,
@@ -228,7 +217,7 @@ def _table(
     weights: dict[str, float] | None,
     penalize_variance: bool,
     like: dict[str, tuple[str, str | None]],
-    intervals: Future[dict[str, tuple[float, float] | None]],
+    intervals: dict[str, Future[perf.Interval] | None],
 ) -> pd.DataFrame:
     rows = []
     for test in tests:
@@ -237,7 +226,8 @@ def _table(
         if weights is not None:
             row["weight"] = weights.get(test, 0.0)
         row.update(n=mine.n, fail=mine.fail, perf=mine.perf)
-        interval = intervals.result()[test]
+        started = intervals[test]
+        interval = started.result() if started is not None else None
         row["ci_low"], row["ci_high"] = interval or (math.nan, math.nan)
         row["std%"] = 100 * mine.std / mine.perf if mine.perf > 0 else math.nan
         row["perf_adj"] = mine.adjusted(penalize_variance)

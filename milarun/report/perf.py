@@ -3,7 +3,11 @@ failures, mean rate and spread, perf_adj, and the run sets its bootstraps resamp
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +25,7 @@ class Perf:
     rates: list[float] | None
 
     @classmethod
-    def of(cls, entry: dict[str, Any] | None) -> Perf:
+    def of(cls, entry: Mapping[str, Any] | None) -> Perf:
         if not entry:
             return cls(0, 0, math.nan, math.nan, None)
         n, fail = int(entry.get("n") or 0), int(entry.get("failures") or 0)
@@ -49,11 +53,6 @@ class Perf:
         return stats.RunSet(self.rates, self.fail) if self.rates is not None else None
 
 
-def intervals(ours: dict[str, Perf]) -> dict[str, tuple[float, float] | None]:
-    """Each test's 95% bootstrap interval of its mean rate."""
-    return {t: stats.mean_interval(p.rates) if p.rates else None for t, p in ours.items()}
-
-
 def scored(
     ours: dict[str, Perf], weighted: list[str], summary: dict[str, Any], pv: bool
 ) -> dict[str, float]:
@@ -70,4 +69,63 @@ def run_sets(perfs: dict[str, Perf], tests: list[str]) -> dict[str, stats.RunSet
         if runs is None:
             return None
         found[test] = runs
+    return found
+
+
+Interval = tuple[float, float] | None
+SWITCH = 0.0002  # seconds: sys.setswitchinterval while the bootstrap threads run
+
+
+@contextlib.contextmanager
+def bootstrap_threads() -> Iterator[Executor]:
+    """Two threads for the bootstraps (numpy, which releases the GIL: 5 s of a fleet run's
+    100,000 runs) while the report is read from the results on the main one. Each numpy
+    step of a bootstrap waits for the GIL the main thread holds: handed on every 0.2 ms
+    rather than 5 meanwhile, a fleet report's threads waited seconds less."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            yield pool
+    finally:
+        sys.setswitchinterval(switch)
+
+
+class EarlyIntervals:
+    """Each test's 95% bootstrap interval of its mean rate, started on the bootstrap
+    threads as the summary makes the test's entry (``start``), so that they run while the
+    other tests are summarised; the report takes those of the same entries."""
+
+    def __init__(self, pool: Executor) -> None:
+        self._pool = pool
+        self._started: dict[str, tuple[Any, Future[Interval]]] = {}
+
+    def start(self, test: str, entry: Mapping[str, Any]) -> None:
+        rates = Perf.of(entry).rates
+        if rates and len(rates) >= 2:  # below, no interval (stats.mean_interval)
+            future = self._pool.submit(stats.mean_interval, rates)
+            self._started[test] = (entry.get("rates"), future)
+
+    def of(self, test: str, entry: Mapping[str, Any] | None) -> Future[Interval] | None:
+        """The interval started for this very entry (its rates the same list), else None."""
+        started = self._started.get(test)
+        if started is None or entry is None or started[0] is not entry.get("rates"):
+            return None
+        return started[1]
+
+
+def intervals(
+    ours: dict[str, Perf],
+    summary: Mapping[str, Any],
+    pool: Executor,
+    early: EarlyIntervals | None = None,
+) -> dict[str, Future[Interval] | None]:
+    """Each test's 95% bootstrap interval of its mean rate (None: fewer than 2 runs), those
+    ``early`` started taken as they are, the others started on ``pool``."""
+    found: dict[str, Future[Interval] | None] = {}
+    for test, mine in ours.items():
+        started = early.of(test, summary.get(test)) if early is not None and mine.rates else None
+        found[test] = started or (
+            pool.submit(stats.mean_interval, mine.rates) if mine.rates else None
+        )
     return found

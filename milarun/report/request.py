@@ -4,12 +4,17 @@ HTML page, turned into the rendered report and the CI gate's verdict."""
 from __future__ import annotations
 
 import math
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from milarun import errors
 from milarun.report import summary
 from milarun.results import manifest
+
+if TYPE_CHECKING:
+    from milarun.report.perf import EarlyIntervals
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,14 @@ class ReportOutcome:
 
 def make_report(request: ReportRequest) -> ReportOutcome:
     """Check the request, load both sides, build and render the report (and its page)."""
+    from milarun.report import perf
+
+    # the bootstrap threads: each test's interval starts as its summary entry is made
+    with perf.bootstrap_threads() as pool:
+        return _make_report(request, pool, perf.EarlyIntervals(pool))
+
+
+def _make_report(request: ReportRequest, pool: Executor, early: EarlyIntervals) -> ReportOutcome:
     from milarun.report import build as report  # pandas: only here
     from milarun.report import weights as report_weights
     from milarun.report.render import text as render
@@ -62,7 +75,7 @@ def make_report(request: ReportRequest) -> ReportOutcome:
 
         html.check_html_path(request.html)  # before any work: never overwrite a foreign file
     try:
-        src = summary.load_source(request.source)
+        src = summary.load_source(request.source, early.start)
     except errors.EmptyResults:
         cuts = manifest.cut_short(request.source) if Path(request.source).is_dir() else []
         if not cuts:
@@ -113,6 +126,8 @@ def make_report(request: ReportRequest) -> ReportOutcome:
             power_cost=request.power_cost,
             loaded=src.loaded,
             compare_nodes=request.compare_nodes,
+            pool=pool,
+            early=early,
         )
     if src.loaded is not None:  # a results folder: a run cut short says what it never did
         rep.warnings += [

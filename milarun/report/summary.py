@@ -15,7 +15,7 @@ import gc
 import math
 import os
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,13 +60,16 @@ def stats(values: list[float]) -> dict[str, Any]:
     }
 
 
-def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def summarize(
+    loaded: list[dict[str, Any]], made: Callable[[str, dict[str, Any]], None] | None = None
+) -> dict[str, dict[str, Any]]:
     """Group results by test name; a test whose runs all failed keeps null stats.
 
     ``pergpu`` keys are the devices (``cpu:0``, ``0``), or ``<node>/<device>`` when the
     results span more than one node (two nodes' ``cpu:0`` are two devices). Runs of one
     test made with other settings are a test of their own (milarun.report.variants), with
-    ``variant_of`` and ``differs``."""
+    ``variant_of`` and ``differs``. ``made``: called with each test's entry once made (the
+    report starts its bootstrap then)."""
     by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in loaded:
         by_name[str(result["name"])].append(result)
@@ -78,6 +81,8 @@ def summarize(loaded: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             out[key] = _entry(runs, many_nodes, gemm_peaks)
             if differs:
                 out[key].update(variant_of=name, differs=differs)
+            if made is not None:
+                made(key, out[key])
     return out
 
 
@@ -283,8 +288,8 @@ def baseline_path(spec: str) -> Path:
     )
 
 
-def load_source(path: Path) -> Source:
-    """A results folder (summarised here) or a summary JSON file."""
+def load_source(path: Path, made: Callable[[str, dict[str, Any]], None] | None = None) -> Source:
+    """A results folder (summarised here: ``made`` as summarize's) or a summary JSON file."""
     path = Path(path)
     if path.is_dir():
         loaded = load_dir(path)
@@ -300,7 +305,7 @@ def load_source(path: Path) -> Source:
                 f"`milarun jobs PROFILE -o {path}` first"
             )
         with gc_paused():  # millions of short-lived objects, no cycles: see build_report
-            found = summarize(loaded.results)
+            found = summarize(loaded.results, made)
         return Source(path, found, loaded)
     if not path.exists():
         raise SummaryError(f"{path}: no such file or folder")

@@ -1,14 +1,17 @@
 """The bootstrap draws its resamples a block of rows at a time: the figures must be those of
-every resample drawn at once (the report's intervals, a tender's re-derived ones)."""
+every resample drawn at once (the report's intervals, a tender's re-derived ones); and the
+intervals a report starts early are those it would compute."""
 
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from milarun.report import stats
+from milarun.report import build, perf, stats, summary
 
 
 def _at_once(values: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
@@ -50,3 +53,35 @@ def test_score_interval_is_that_of_every_resample_drawn_at_once(penalize):
     low, high = np.percentile(expected, [2.5, 97.5])
     assert found[1] == (float(low), float(high))
     assert all(math.isfinite(v) for v in found[1])
+
+
+def _folder(tmp_path):
+    from resultfactory import rate_series, result, write
+
+    rng = random.Random(1)
+    for t, base in (("suite.alpha", 100.0), ("suite.beta", 10.0), ("suite.gamma", 1.0)):
+        for i in range(6):
+            rates = rate_series(base * rng.uniform(0.9, 1.1), noise=0.05, rng=rng)
+            write(tmp_path, result(t, f"0.{i}", None, device=f"cuda:{i % 2}", rates=rates))
+    write(tmp_path, result("suite.delta", "0.0", 5.0))  # one run: no interval
+    return tmp_path
+
+
+def test_intervals_started_as_the_summary_is_made_are_those_of_the_report(tmp_path):
+    """make_report starts each test's bootstrap as summarize makes its entry: the table's
+    intervals are those build_report computes on its own, and an entry that is not the
+    one started (a summary changed since) gets its own."""
+    loaded = summary.load_dir(_folder(tmp_path))
+    alone = build.build_report(summary.summarize(loaded.results), loaded=loaded)
+    with perf.bootstrap_threads() as pool:
+        early = perf.EarlyIntervals(pool)
+        made = summary.summarize(loaded.results, early.start)
+        assert early.of("suite.alpha", made["suite.alpha"]) is not None
+        assert early.of("suite.delta", made["suite.delta"]) is None  # fewer than 2 runs
+        changed = {**made["suite.beta"], "rates": list(made["suite.beta"]["rates"])}
+        assert early.of("suite.beta", changed) is None
+        report = build.build_report(made, loaded=loaded, pool=pool, early=early)
+    columns = ["ci_low", "ci_high"]
+    pd.testing.assert_frame_equal(report.table[columns], alone.table[columns])
+    assert report.table.loc["suite.alpha", "ci_low"] < report.table.loc["suite.alpha", "perf"]
+    assert math.isnan(report.table.loc["suite.delta", "ci_low"])
