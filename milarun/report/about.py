@@ -153,16 +153,19 @@ def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
     """Each distinct system record in words; records alike but for the host name are one,
     naming its hosts (a fleet of identical nodes is one block). Every block has the same
     first label: "host", or "hosts" when one names several."""
-    groups: dict[bytes, tuple[Mapping[str, Any], list[str]]] = {}
+    groups: dict[bytes, tuple[Mapping[str, Any], dict[str, None]]] = {}
+    # A folder's loader shares one object per distinct record (results.bulk): each keyed
+    # once (the record held here, so that its id stays its own)
+    keys: dict[int, tuple[bytes, Mapping[str, Any], Mapping[str, Any]]] = {}
     for result in results:
         record = result.get("system")
-        record = record if isinstance(record, Mapping) else {}
-        rest = {k: v for k, v in record.items() if k != "hostname"}
-        key = jsonfile.canonical(rest)
+        record = record if read.is_mapping(record) else {}
+        if id(record) not in keys:
+            kept = {k: v for k, v in record.items() if k != "hostname"}
+            keys[id(record)] = (jsonfile.canonical(kept), kept, record)
+        key, rest, _ = keys[id(record)]
         host = str(record.get("hostname") or read.ResultView.from_dict(result).node)
-        _, hosts = groups.setdefault(key, (rest, []))
-        if host not in hosts:
-            hosts.append(host)
+        groups.setdefault(key, (rest, {}))[1][host] = None  # the hosts in order, once each
     label = "host" if all(len(h) == 1 for _, h in groups.values()) else "hosts"
     return [
         system_text(record, sorted(hosts, key=natural_key), label)

@@ -114,9 +114,8 @@ def _group(groups: Mapping[str, Any], controller: str) -> str:
     return str(groups[""]) if "" in groups else "-"
 
 
-def _setting(result: Mapping[str, Any]) -> tuple[str, ...]:
-    """(CPUs, memory limit, cpuset, memory cgroup, torch threads) of one run."""
-    iso = result.get("isolation")
+def _setting(iso: Any) -> tuple[str, ...]:
+    """(CPUs, memory limit, cpuset, memory cgroup, torch threads) of one run's isolation."""
     iso = iso if read.is_mapping(iso) else {}
     groups = iso.get("cgroups")
     groups = groups if read.is_mapping(groups) else {}
@@ -150,9 +149,14 @@ def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> li
     """The isolation each instance got: one row per device (``node/device`` across nodes),
     each setting merged over its runs (``_merged``), with its run count."""
     runs: dict[str, list[tuple[tuple[str, ...], str]]] = defaultdict(list)
+    # a folder's loader shares alike records (results.bulk): each read once, held here
+    settings: dict[int, tuple[tuple[str, ...], Any]] = {}
     for result in results:
         view = read.ResultView.from_dict(result)
-        runs[view.device_label(many_nodes)].append((_setting(result), view.name))
+        iso = result.get("isolation")
+        if id(iso) not in settings:
+            settings[id(iso)] = (_setting(iso), iso)
+        runs[view.device_label(many_nodes)].append((settings[id(iso)][0], view.name))
     rows = []
     for device in sorted(runs, key=natural_key):
         items = runs[device]

@@ -22,6 +22,7 @@ from milarun.results import digest, jsonfile, read
 PARALLEL_FROM = 2_000  # below this, starting the workers costs more than they save
 CHUNK = 500  # files a worker reads per task
 MAX_WORKERS = 8
+SHARED = ("system", "isolation")  # records most results of a node have alike
 
 Found = tuple[dict[str, Any] | None, str | None]  # the result, else why it was skipped
 
@@ -113,13 +114,15 @@ def _read_here(task: Task, seal: bool, digests: bool = True) -> list[Found]:
 def _read_chunk(task: Task, seal: bool, digests: bool = True) -> list[Found]:
     """A worker's task: _read_here, its results' system records shared."""
     found = _read_here(task, seal, digests)
-    # One object per distinct system record of the chunk (a node's results share theirs):
-    # pickled once, and shared once read back (100,000 copies were a sixth of the memory).
+    # One object per distinct system (and isolation) record of the chunk (a node's results
+    # share theirs): pickled once, and shared once read back (100,000 copies of the systems
+    # were a sixth of the memory); a report's sections read each distinct one once.
     shared: dict[bytes, Any] = {}
     for data, _ in found:
-        system = data.get("system") if data is not None else None
-        if data is not None and isinstance(system, dict):
-            data["system"] = shared.setdefault(jsonfile.canonical(system), system)
+        for key in SHARED:
+            record = data.get(key) if data is not None else None
+            if data is not None and isinstance(record, dict):
+                data[key] = shared.setdefault(jsonfile.canonical(record), record)
     return found
 
 
