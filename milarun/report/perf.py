@@ -84,10 +84,14 @@ def bootstrap_threads() -> Iterator[Executor]:
     rather than 5 meanwhile, a fleet report's threads waited seconds less."""
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH)
+    pool = ThreadPoolExecutor(2)
     try:
-        with ThreadPoolExecutor(2) as pool:
-            yield pool
+        yield pool
+    except BaseException:
+        pool.shutdown(cancel_futures=True)  # a bad input's error says so at once
+        raise
     finally:
+        pool.shutdown()
         sys.setswitchinterval(switch)
 
 
