@@ -2,13 +2,13 @@
 
 Writes NODES node folders (``nodes/<node>/``, as `slurm gather` lays them out) of 8 GPUs x the
 standard suite's 25 weighted tests (so that the report is scored, as a real one is; each a
-single-process result, scaling.k too) x R repeats of realistic results (120-slice rate series, 60 s of 1 Hz GPU and CPU
-monitor samples each, the environment and the system record), then runs the real commands
-in their own process and reports wall time and peak memory (the RSS of the command and its
-workers together): `milarun report FOLDER --compare-gpus` (text) on the files alone, then
-each node folder's digest written as the node's `slurm gather` (or its `milarun jobs`)
-writes it at the end of its task (milarun.results.digest), then the text report and
-`milarun report FOLDER --html PAGE` on the folder as a fleet run leaves it.
+single-process result, scaling.k too) x R repeats of realistic results (120-slice rate series,
+60 s of 1 Hz GPU and CPU monitor samples each, the environment and the system record), then
+runs the real commands in their own process and reports wall time and peak memory (the RSS of
+the command and its workers together): `milarun report FOLDER --compare-gpus` (text) on the
+files alone, then each node folder's digest written as the node's `slurm gather` (or its
+`milarun jobs`) writes it at the end of its task (milarun.results.digest), then the text report
+and `milarun report FOLDER --html PAGE` on the folder as a fleet run leaves it.
 Targets (issue 27): the text report in <= 20 s and <= 2 GB; the page stays usable.
 
     uv run python benchmarks/report_fleet.py [--nodes 100] [--repeats 5] [--runs 3]
