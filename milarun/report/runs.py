@@ -160,9 +160,13 @@ def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> li
     rows = []
     for device in sorted(runs, key=natural_key):
         items = runs[device]
-        cpus, limit, cpuset, memory, threads = (
-            _merged([(s[k], test) for s, test in items]) for k in range(5)
-        )
+        first = items[0][0]
+        if all(s is first for s, _ in items):  # one setting (shared above): most instances
+            cpus, limit, cpuset, memory, threads = first
+        else:
+            cpus, limit, cpuset, memory, threads = (
+                _merged([(s[k], test) for s, test in items]) for k in range(5)
+            )
         rows.append(IsolationRow(device, cpus, limit, cpuset, memory, threads, len(items)))
     return rows
 

@@ -97,8 +97,12 @@ def _entry(
     kinds: Counter[str] = Counter()
     good: list[dict[str, Any]] = []
     totals: list[float] = []  # distributed runs: all ranks together
+    spans: list[int] = []  # a distributed test: how many nodes its ranks ran on
     for run in runs:
         view = read.ResultView.from_dict(run)
+        spanned = view.rank_nodes
+        if spanned:
+            spans.append(spanned)
         rate = view.rate()
         if rate is None:
             kinds[view.failure_kind] += 1
@@ -131,8 +135,7 @@ def _entry(
     entry.update(conditions(good))
     if totals:  # scaling.k: train is the mean per rank, throughput all k ranks
         entry["throughput"] = stats(totals)
-    spans = [n for n in (read.ResultView.from_dict(r).rank_nodes for r in runs) if n]
-    if spans:  # a distributed test: on how many nodes its ranks ran
+    if spans:
         entry["nodes"] = max(spans)
     found = units.natural(good)
     if found:  # the test counts in a legacy unit: the natural one per counted example

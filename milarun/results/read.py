@@ -9,7 +9,7 @@ lives in one place.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard, TypeVar
 
@@ -43,6 +43,13 @@ def slice_width(record: Mapping[str, Any]) -> float:
     return float(width) if results.is_finite(width) and width > 0 else 0.5
 
 
+def measured_rate(rates: Sequence[float], slice_duration: float) -> float | None:
+    """The steady rate of a series; None when too short, or when NaN, zero, negative or
+    absurd: such a rate is no measurement and the run counts as failed."""
+    rate = steady.rate(rates, slice_duration)
+    return rate if rate is not None and 0 < rate <= results.MAX_RATE else None
+
+
 @dataclass(frozen=True)
 class RateSeries:
     """A ``timings`` entry of type "rate": examples/s per slice of in-block time."""
@@ -69,10 +76,8 @@ class RateSeries:
 
     @property
     def steady_rate(self) -> float | None:
-        """The steady rate; None when too short, or when NaN, zero, negative or absurd: such
-        a rate is no measurement and the run counts as failed."""
-        rate = steady.rate(self.rates, self.slice)
-        return rate if rate is not None and 0 < rate <= results.MAX_RATE else None
+        """The steady rate (measured_rate)."""
+        return measured_rate(self.rates, self.slice)
 
 
 # not frozen: its __init__ was twice the cost, and a fleet report makes a million views
@@ -170,8 +175,11 @@ class ResultView:
         if ranks is not None:
             measured = [r for r in ranks if r is not None]
             return math.fsum(measured) / len(measured) if len(measured) == len(ranks) else None
-        series = self.series(timer)
-        return series.steady_rate if series else None
+        # read from the record, no copy of its series: every result's rate is read once
+        record = self.timings.get(timer)
+        if not is_mapping(record):
+            return None
+        return measured_rate(record.get("rates") or (), slice_width(record))
 
     @property
     def has_nan_metric(self) -> bool:
