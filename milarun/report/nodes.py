@@ -133,16 +133,19 @@ def device_order(label: str) -> tuple[Any, ...]:
     return (natural_key(node), *found)
 
 
-def _runs(loaded: Iterable[dict[str, Any]], nodes: dict[str, list[_Run]]) -> list[_Run]:
-    """The single-device runs; ``nodes`` gets every result's node, in order (a node whose
-    runs were all distributed still has its row)."""
+def _runs(
+    loaded: Iterable[dict[str, Any]], nodes: dict[str, list[_Run]], slices: bool
+) -> list[_Run]:
+    """The single-device runs, with their steady slices where ``slices`` (the significance
+    tests' samples); ``nodes`` gets every result's node, in order (a node whose runs were
+    all distributed still has its row)."""
     out = []
     for view in read.views(loaded):
         nodes.setdefault(view.node, [])
         if view.distributed:
             continue
         rate = view.rate()
-        window = view.steady_window() if rate is not None else ()
+        window = view.steady_window() if rate is not None and slices else ()
         out.append(_Run(view.node, view.device, view.name, rate, window))
     return out
 
@@ -248,7 +251,7 @@ def compare_nodes(
 ) -> NodeReport:
     """The per-node section of these results; ``test``: run the significance test and flag."""
     by_node: dict[str, list[_Run]] = {}
-    runs = _runs(loaded, by_node)
+    runs = _runs(loaded, by_node, slices=test)
     weights = {t: w for t, w in (weights or {}).items() if w > 0}
     if not any(r.test in weights for r in runs):  # no weights, or none for these tests
         weights = {r.test: 1.0 for r in runs}
