@@ -47,7 +47,7 @@ def about(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> About:
     devices: set[str] = set()
     suites: set[str] = set()
     gpus: set[str] = set()
-    read_systems: set[int] = set()  # results read together share one system record
+    models = read.PerRecord(lambda system: {name for name, _ in _gpu_models(system.get("gpus"))})
     for result in results:
         view = read.ResultView.from_dict(result)
         end = _number(result.get("finished_at"))
@@ -59,13 +59,8 @@ def about(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> About:
         if isinstance(result.get("suite"), str) and result["suite"]:
             suites.add(result["suite"])
         system = result.get("system")
-        if (
-            isinstance(system, Mapping)
-            and id(system) not in read_systems
-            and not view.device.startswith("cpu")
-        ):
-            read_systems.add(id(system))
-            gpus.update(name for name, _ in _gpu_models(system.get("gpus")))
+        if read.is_mapping(system) and not view.device.startswith("cpu"):
+            gpus |= models(system)
     return About(
         min(starts) if starts else None,
         max(ends) if ends else None,
@@ -149,21 +144,23 @@ def system_text(record: Mapping[str, Any], hosts: list[str], label: str = "host"
     return out
 
 
+def _without_host(record: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]]:
+    """A system record but for its host name, and its identity (records alike but for the
+    host name are one system)."""
+    kept = {k: v for k, v in record.items() if k != "hostname"}
+    return jsonfile.canonical(kept), kept
+
+
 def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
     """Each distinct system record in words; records alike but for the host name are one,
     naming its hosts (a fleet of identical nodes is one block). Every block has the same
     first label: "host", or "hosts" when one names several."""
     groups: dict[bytes, tuple[Mapping[str, Any], dict[str, None]]] = {}
-    # A folder's loader shares one object per distinct record (results.bulk): each keyed
-    # once (the record held here, so that its id stays its own)
-    keys: dict[int, tuple[bytes, Mapping[str, Any], Mapping[str, Any]]] = {}
+    keyed = read.PerRecord(_without_host)
     for result in results:
         record = result.get("system")
         record = record if read.is_mapping(record) else {}
-        if id(record) not in keys:
-            kept = {k: v for k, v in record.items() if k != "hostname"}
-            keys[id(record)] = (jsonfile.canonical(kept), kept, record)
-        key, rest, _ = keys[id(record)]
+        key, rest = keyed(record)
         host = str(record.get("hostname") or read.ResultView.from_dict(result).node)
         groups.setdefault(key, (rest, {}))[1][host] = None  # the hosts in order, once each
     label = "host" if all(len(h) == 1 for _, h in groups.values()) else "hosts"

@@ -179,7 +179,7 @@ def build_report(
         for kind, count in (entry.get("failure_kinds") or {}).items():
             report.failure_kinds[kind] = report.failure_kinds.get(kind, 0) + count
     if weights:
-        _score(report, ours, base, weight_map, weighted, summary)
+        _score(report, ours, base, weight_map, weighted, summary, scored)
         found = score_boot.result() if score_boot is not None else None
         if found:
             report.score_ci = found[1]
@@ -263,15 +263,14 @@ def _score(
     weights: dict[str, float],
     weighted: list[str],
     summary: dict[str, dict[str, Any]],
+    scored: dict[str, float],
 ) -> None:
-    pv = report.penalize_variance
     report.weighted_tests = len(weighted)
     report.missing = sorted(t for t in weighted if t not in summary)
     # a test's runs with other settings (report.variants) are said apart, not listed here
     report.unweighted = sorted(
         t for t in summary if t not in weights and not summary[t].get("variant_of")
     )
-    scored = perf.scored(ours, weighted, summary, pv)
     report.unscored = sorted(t for t in weighted if t in summary and t not in scored)
     report.scored = sorted(scored)
     total = sum(weights[t] for t in weighted)

@@ -149,19 +149,15 @@ def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> li
     """The isolation each instance got: one row per device (``node/device`` across nodes),
     each setting merged over its runs (``_merged``), with its run count."""
     runs: dict[str, list[tuple[tuple[str, ...], str]]] = defaultdict(list)
-    # a folder's loader shares alike records (results.bulk): each read once, held here
-    settings: dict[int, tuple[tuple[str, ...], Any]] = {}
+    setting = read.PerRecord(_setting)
     for result in results:
         view = read.ResultView.from_dict(result)
-        iso = result.get("isolation")
-        if id(iso) not in settings:
-            settings[id(iso)] = (_setting(iso), iso)
-        runs[view.device_label(many_nodes)].append((settings[id(iso)][0], view.name))
+        runs[view.device_label(many_nodes)].append((setting(result.get("isolation")), view.name))
     rows = []
     for device in sorted(runs, key=natural_key):
         items = runs[device]
         first = items[0][0]
-        if all(s is first for s, _ in items):  # one setting (shared above): most instances
+        if all(s is first for s, _ in items):  # one setting (one PerRecord read): most
             cpus, limit, cpuset, memory, threads = first
         else:
             cpus, limit, cpuset, memory, threads = (
