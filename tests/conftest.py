@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -116,6 +118,17 @@ def quick_run(tmp_path_factory):
         str(QUICK_RUN_SLICES),
     )
     return done, out
+
+
+@pytest.fixture
+def cpu_hogs_alone():
+    """Held by a test that pins CPU hogs to cores or compares cores' speeds: one such test
+    at a time over the xdist workers, whatever their groups (a hog of another worker's test
+    on a core was measured as this one's: the doctor's sibling check and the history's
+    regression both failed so in CI, each beside the other's hogs)."""
+    with open(Path(tempfile.gettempdir()) / "milarun-tests-cpu-hogs.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 # -- markers (registered in pyproject.toml) --------------------------------------------------

@@ -21,7 +21,7 @@ from milarun.machine import isolation
 
 HOG = "while True: pass"
 # One worker, in a row: the hog of one test would slow the other's slice.
-pytestmark = pytest.mark.xdist_group(name="cpu_slices")
+pytestmark = [pytest.mark.xdist_group(name="cpu_slices"), pytest.mark.usefixtures("cpu_hogs_alone")]
 
 
 def _hog_on(cpu: int) -> None:

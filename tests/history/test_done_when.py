@@ -26,7 +26,11 @@ import pytest
 from conftest import ROOT, cli_env, milarun
 from databases import db_url, postgres_server  # noqa: F401 (fixtures)
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(name="postgres")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.xdist_group(name="postgres"),
+    pytest.mark.usefixtures("cpu_hogs_alone"),  # its hogs and its speeds: no other test's
+]
 
 TESTS = ("quick.calibration", "quick.polynome")
 SLOWED = "quick.polynome"

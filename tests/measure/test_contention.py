@@ -64,6 +64,7 @@ def test_no_verdict_without_two_samples_in_the_window():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("cpu_hogs_alone")  # its hog would slow another test's core
 def test_a_run_beside_a_hog_on_its_cpu_is_flagged_busy(tmp_path):
     cpu = min(os.sched_getaffinity(0))
     hog = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
