@@ -72,10 +72,11 @@ class RunsSection:
 
 def failed_runs(loaded: Loaded, many_nodes: bool) -> list[FailedRun]:
     rows = []
-    for result, path in zip(loaded.results, loaded.paths):
+    for index, result in enumerate(loaded.results):
         view = read.ResultView.from_dict(result)
         if view.rate() is not None:
             continue
+        path = loaded.paths[index]
         failure = result.get("failure")
         failure = failure if read.is_mapping(failure) else {}
         error = str(result.get("error") or failure.get("message") or "")

@@ -128,13 +128,14 @@ def _read_chunk(task: Task, seal: bool, digests: bool = True) -> list[Found]:
 
 def read_folders(
     folders: list[Task], seal: bool, digests: bool = True
-) -> Iterator[tuple[Path, Found]]:
-    """Each file of each folder with what read_one found, in the order given."""
+) -> Iterator[tuple[Path, list[str], list[Found]]]:
+    """The files of each folder, a task at a time in the order given: the folder, the
+    names of the task's files and what read_one found of each."""
     workers = min(len(os.sched_getaffinity(0)), MAX_WORKERS)
     tasks = _tasks(folders, seal and digests)
     if sum(len(names) for _, names in folders) < PARALLEL_FROM or workers < 2:
         for task in tasks:
-            yield from _named(task, _read_here(task, seal, digests))
+            yield (*task, _read_here(task, seal, digests))
         return
     done = 0
     try:
@@ -147,17 +148,12 @@ def read_folders(
                 _read_chunk, tasks, itertools.repeat(seal), itertools.repeat(digests)
             )
             for task, found in zip(tasks, found_each):
-                yield from _named(task, found)
+                yield (*task, found)
                 done += 1
     except (BrokenProcessPool, OSError):
         # a worker killed (out of memory?) or none could start: the rest read here
         for task in tasks[done:]:
-            yield from _named(task, _read_here(task, seal, digests))
-
-
-def _named(task: Task, found: list[Found]) -> Iterator[tuple[Path, Found]]:
-    folder, names = task
-    return zip((folder / name for name in names), found)
+            yield (*task, _read_here(task, seal, digests))
 
 
 def _tasks(folders: list[Task], seal: bool) -> list[Task]:

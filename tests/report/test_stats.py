@@ -18,14 +18,19 @@ def _at_once(values: np.ndarray, rng: np.random.Generator, size: int) -> np.ndar
     return values[rng.integers(0, len(values), size=(size, len(values)))]
 
 
+@pytest.mark.parametrize("kept", [True, False])  # the draws kept for the next test, or not
 @pytest.mark.parametrize("runs", [2, 7, 1001])
 @pytest.mark.parametrize("resamples", [1, stats.ROWS - 1, 3 * stats.ROWS + 5])
-def test_mean_interval_is_that_of_every_resample_drawn_at_once(runs, resamples):
-    rates = np.random.default_rng(runs).uniform(90, 110, runs)
-    sample = _at_once(rates, np.random.default_rng(stats.SEED), resamples)
-    expected = np.percentile(sample.mean(axis=1), [2.5, 97.5])
-    found = stats.mean_interval(list(rates), resamples=resamples)
-    assert found == (float(expected[0]), float(expected[1]))
+def test_mean_interval_is_that_of_every_resample_drawn_at_once(runs, resamples, kept, monkeypatch):
+    if not kept:
+        monkeypatch.setattr(stats, "KEPT_DRAWS", 0)
+    # two tests of as many runs in a row: the second's interval is its own
+    for seed in (runs, runs + 1):
+        rates = np.random.default_rng(seed).uniform(90, 110, runs)
+        sample = _at_once(rates, np.random.default_rng(stats.SEED), resamples)
+        expected = np.percentile(sample.mean(axis=1), [2.5, 97.5])
+        found = stats.mean_interval(list(rates), resamples=resamples)
+        assert found == (float(expected[0]), float(expected[1]))
 
 
 @pytest.mark.parametrize("penalize", [False, True])

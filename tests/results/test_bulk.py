@@ -104,3 +104,14 @@ def test_a_worker_that_dies_leaves_its_files_to_this_process(tmp_path, monkeypat
     found = summary.load_dir(folder)
     assert [str(p) for p in found.paths] == [str(p) for p in here.paths]
     assert len(found.results) == 40 and len(found.skipped) == 3
+
+
+def test_each_result_is_given_its_own_file(tmp_path):
+    # paths are made as asked for (summary.FilePaths): each the file its result was read from
+    loaded = summary.load_dir(folder_of_many(tmp_path))
+    assert len(loaded.paths) == len(loaded.results) == 40
+    for path, data in zip(loaded.paths, loaded.results, strict=True):
+        assert isinstance(path, Path) and path.is_file()
+        assert json.loads(path.read_text())["job_id"] == data["job_id"]
+    assert loaded.paths[-2:] == [loaded.paths[38], loaded.paths[39]]
+    assert not {s.path for s in loaded.skipped} & {str(p) for p in loaded.paths}
