@@ -50,15 +50,19 @@ def _interval(samples: np.ndarray) -> tuple[float, float]:
 ROWS = 1024
 
 
+def _draws(rng: np.random.Generator, rows: int, n: int) -> np.ndarray:
+    """``rows`` resamples' indices into n runs."""
+    # int32 indices: the same numbers as int64 below 2**32 from half the random bits
+    kind = np.int32 if n < 2**31 else np.int64
+    return rng.integers(0, n, size=(rows, n), dtype=kind)
+
+
 def _resamples(runs: RunSet, rng: np.random.Generator, size: int) -> Iterator[np.ndarray]:
     """``size`` bootstrap resamples of the runs, ROWS at a time: rows of n values, NaN for
     a failed run."""
     values = np.concatenate([np.asarray(runs.rates, dtype=float), np.full(runs.failures, np.nan)])
-    # int32 indices: the same numbers as int64 below 2**32 from half the random bits
-    kind = np.int32 if len(values) < 2**31 else np.int64
     for start in range(0, size, ROWS):
-        rows = min(ROWS, size - start)
-        yield values[rng.integers(0, len(values), size=(rows, len(values)), dtype=kind)]
+        yield values[_draws(rng, min(ROWS, size - start), len(values))]
 
 
 def _adjusted(
@@ -95,9 +99,7 @@ def _mean_draws(n: int, resamples: int, seed: int) -> np.ndarray:
     """mean_interval's resample indices for n runs, read-only. Each test's generator starts
     at the seed, so every test of n runs draws the same: a fleet report's 25 tests of
     4,000 runs drew the same 16 M numbers 25 times, half of each test's time."""
-    rng = np.random.default_rng(seed)
-    kind = np.int32 if n < 2**31 else np.int64  # as _resamples
-    draws = rng.integers(0, n, size=(resamples, n), dtype=kind)
+    draws = _draws(np.random.default_rng(seed), resamples, n)
     draws.flags.writeable = False
     return draws
 
