@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import json
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -125,7 +126,15 @@ def cpu_hogs_alone():
     """Held by a test that pins CPU hogs to cores or compares cores' speeds: one such test
     at a time over the xdist workers, whatever their groups (a hog of another worker's test
     on a core was measured as this one's: the doctor's sibling check and the history's
-    regression both failed so in CI, each beside the other's hogs)."""
+    regression both failed so in CI, each beside the other's hogs). A fixture of a wider
+    scope is set up before it: such a fixture takes ``cpu_hogs_lock`` itself."""
+    with cpu_hogs_lock():
+        yield
+
+
+@contextlib.contextmanager
+def cpu_hogs_lock() -> Iterator[None]:
+    """The lock behind ``cpu_hogs_alone``, for a module's or session's fixture."""
     with open(Path(tempfile.gettempdir()) / "milarun-tests-cpu-hogs.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
