@@ -131,7 +131,7 @@ def slices_measured(out: Path, round_: int) -> int:
     """How many slices SLOWED's instance of ``round_`` has measured, by its latest progress
     line (0 before its first)."""
     log = out / "logs" / f"{SLOWED}.J{round_}.0.log"
-    lines = log.read_text().splitlines() if log.exists() else []
+    lines = log.read_text().split("\n")[:-1] if log.exists() else []  # whole lines only
     shown = [line for line in lines if line.startswith(PROGRESS_TAG)]
     return json.loads(shown[-1].removeprefix(PROGRESS_TAG))["slices"] if shown else 0
 
