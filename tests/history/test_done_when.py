@@ -49,7 +49,8 @@ WINDOW_MEASURED = MIN_SLICES - 1
 # points a baseline needs, the third run's two rounds the two consecutive points of a
 # Regression. A threshold well above a shared machine's run-to-run noise (other processes
 # can take half of a test's core for a round); the hogs take four fifths of the slowed
-# test's core (where no other process competes for it).
+# test's core while it starts (where no other process competes for it) and over nine
+# tenths of it over its steady window (HEAVY_NICE, whatever else competes).
 THRESHOLD = "0.5"
 VERDICT = re.compile(r"  (Regression|Suspicious|Improvement|No change|Insufficient data)(  \(|$)")
 
