@@ -55,21 +55,39 @@ def _env(parent: str | None) -> dict[str, str]:
     return {isolation.PARENT_ENV: parent} if parent else {}
 
 
+def _unexplained(found: dict) -> list[dict]:
+    """The slices' checks that neither pass nor say why not. A busy machine (CI: other
+    tests' processes on these two CPUs) can slow one slice enough for the sibling test to
+    WARN or FAIL, which is the check working: the doctor must then have measured the others
+    on that slice and say so."""
+    return [
+        check
+        for check in found["checks"]
+        if check["name"].startswith("cpu:")
+        and check["status"] not in ("PASS", "INFO")
+        and not ("siblings" in check["detail"] and "other processes took" in check["detail"])
+    ]
+
+
 def test_two_cpu_slices_are_measured_and_pass(slices, tmp_path):
-    out = tmp_path / "doctor.json"
-    done = milarun(
-        "doctor", "--active", "quick", "--devices", "cpu:2", "--json", out, env=_env(slices)
-    )
-    found = record.read(out)
-    # PASS on a quiet machine. A busy one (CI: other tests' processes on these two CPUs) can
-    # slow one slice enough for the sibling test to WARN or FAIL, which is the check working:
-    # then the doctor must have measured the others on that slice and say so
+    # PASS on a quiet machine. On this shared VM a slice's memory copy also drifts by a
+    # tenth within seconds with nothing else running (0.86-1.17x its sibling in three runs
+    # here), and its eight samples are not independent: in CI a significant 0.94x WARN came
+    # with no more of its CPUs taken by other processes than of its sibling's. As the
+    # doctor's advice for a slice flagged on a busy machine says: measure again; a slice
+    # that is really slower is flagged twice.
+    flagged: list[dict] = []
+    for attempt in ("first", "again"):
+        out = tmp_path / f"doctor-{attempt}.json"
+        done = milarun(
+            "doctor", "--active", "quick", "--devices", "cpu:2", "--json", out, env=_env(slices)
+        )
+        found = record.read(out)
+        flagged += _unexplained(found)
+        if not _unexplained(found):
+            break
+    assert not _unexplained(found), flagged
     judged = [c for c in found["checks"] if c["name"].startswith("cpu:")]
-    for check in judged:
-        if check["status"] in ("WARN", "FAIL") and "siblings" in check["detail"]:
-            assert "other processes took" in check["detail"], check
-        else:
-            assert check["status"] in ("PASS", "INFO"), check
     assert done.returncode == (1 if found["verdict"] == "FAIL" else 0), done.stdout + done.stderr
     assert found["level"] == "quick" and len(judged) >= 4
     for label in ("cpu:0", "cpu:1"):
