@@ -83,10 +83,11 @@ def test_two_cpu_slices_are_measured_and_pass(slices, tmp_path):
             "doctor", "--active", "quick", "--devices", "cpu:2", "--json", out, env=_env(slices)
         )
         found = record.read(out)
-        flagged += _unexplained(found)
-        if not _unexplained(found):
+        unexplained = _unexplained(found)
+        flagged += unexplained
+        if not unexplained:
             break
-    assert not _unexplained(found), flagged
+    assert not unexplained, flagged
     judged = [c for c in found["checks"] if c["name"].startswith("cpu:")]
     assert done.returncode == (1 if found["verdict"] == "FAIL" else 0), done.stdout + done.stderr
     assert found["level"] == "quick" and len(judged) >= 4

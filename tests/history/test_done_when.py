@@ -151,9 +151,9 @@ def slowed_run(out: Path, data: Path, core: int, db: Path) -> subprocess.Complet
     state, switched = "off", []
     try:
         while run.poll() is None:
-            done = count(out, SLOWED) if out.exists() else 0
             now = "off"
-            if out.exists() and count(out, TESTS[0]) > done:
+            done = count(out, SLOWED) if out.exists() else None
+            if done is not None and count(out, TESTS[0]) > done:
                 now = "heavy" if 0 < slices_measured(out, done) < WINDOW_MEASURED else "on"
             if now != state:
                 weigh(burners, HEAVY_NICE if now == "heavy" else 0)
@@ -180,27 +180,21 @@ def three_runs(tmp_path_factory):
     data = top / "data"
     folders = [top / f"run{i}" for i in (1, 2, 3)]
     cores = sorted(os.sched_getaffinity(0))
-    with cpu_hogs_lock():  # the test's own cpu_hogs_alone comes after this fixture
-        return _three_runs(folders, data, cores, top)
-
-
-def _three_runs(
-    folders: list[Path], data: Path, cores: list[int], top: Path
-) -> tuple[list[Path], str, str]:
     core = cores[-1]  # the slowed test's
-    # the two first runs at the same time, each on a core of its own where there are two
-    # (the suite's longest setup, on one core, was three runs in a row)
-    first_two = [
-        pinned(jobs_args(folder, data, repeat=1), cores[-1 - i % len(cores)])
-        for i, folder in enumerate(folders[:2])
-    ]
-    for run in first_two:
-        done = finished(run)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    first = next(folders[0].glob(f"{SLOWED}.J0.0.*.json"))
-    assert json.loads(first.read_text())["isolation"]["cpus"] == [core]
-    third_started = dt.datetime.now(dt.timezone.utc).replace(microsecond=0, tzinfo=None)
-    done = slowed_run(folders[2], data, core, top / "jobs.sqlite")
+    with cpu_hogs_lock():  # the test's own cpu_hogs_alone comes after this fixture
+        # the two first runs at the same time, each on a core of its own where there are
+        # two (the suite's longest setup, on one core, was three runs in a row)
+        first_two = [
+            pinned(jobs_args(folder, data, repeat=1), cores[-1 - i % len(cores)])
+            for i, folder in enumerate(folders[:2])
+        ]
+        for run in first_two:
+            done = finished(run)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        first = next(folders[0].glob(f"{SLOWED}.J0.0.*.json"))
+        assert json.loads(first.read_text())["isolation"]["cpus"] == [core]
+        third_started = dt.datetime.now(dt.timezone.utc).replace(microsecond=0, tzinfo=None)
+        done = slowed_run(folders[2], data, core, top / "jobs.sqlite")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # jobs --db: the run ingested at its end
     assert "4 result(s) added, 0 already there" in done.stdout, done.stdout[-2000:]
