@@ -13,7 +13,7 @@ import os
 import posixpath
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -290,6 +290,7 @@ class Placement:
     v2_procs: list[Path]  # cgroup.procs files the child joins itself (v2)
     groups: dict[str, str]  # controller -> path
     spec: str  # human-readable
+    procs: list[Path] = field(default_factory=list)  # every group's: what a fork joins
 
 
 def parse_spec(spec: str, device_id: str) -> tuple[tuple[str, ...], str]:
@@ -307,6 +308,7 @@ def placement(spec: str, device_id: str, hier: dict[str, Hierarchy]) -> Placemen
     _require(hier, controllers)
     prefix: list[str] = []
     procs: list[Path] = []
+    every: list[Path] = []
     groups = {}
     for ctl in controllers:
         h = hier[ctl]
@@ -317,6 +319,7 @@ def placement(spec: str, device_id: str, hier: dict[str, Hierarchy]) -> Placemen
                 f"--devices ...` as root (scripts/cgroup_setup.sh) or pass --no-cgexec"
             )
         groups[ctl] = path
+        every.append(h.dir(path) / "cgroup.procs")
         if h.version == 1:
             prefix += ["-g", f"{ctl}:{path}"]
         else:
@@ -325,7 +328,7 @@ def placement(spec: str, device_id: str, hier: dict[str, Hierarchy]) -> Placemen
         _need_tools()
         prefix = ["cgexec", *prefix]
     text = ";".join(f"{c}:{p}" for c, p in groups.items())
-    return Placement(prefix, sorted(set(procs)), groups, text)
+    return Placement(prefix, sorted(set(procs)), groups, text, sorted(set(every)))
 
 
 def join_v2(procs: list[Path]) -> None:

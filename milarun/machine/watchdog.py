@@ -130,7 +130,9 @@ def log_limit() -> int:
 
 
 def _parent_gone(first_parent: int, supervisor: int) -> bool:
-    if os.getppid() != first_parent:  # reparented: the parent died
+    # Reparented: the parent died. To the supervisor (a subreaper) it is only the warm
+    # process this instance was forked from: the supervisor still records it.
+    if os.getppid() not in (first_parent, supervisor):
         return True
     try:
         os.kill(supervisor, 0)

@@ -14,7 +14,7 @@ from typing import Any
 from milarun import results
 from milarun.errors import UsageError
 from milarun.machine import watchdog
-from milarun.measure import diagnostics
+from milarun.measure import diagnostics, startup
 
 
 def resolve_function(spec: str) -> Callable[..., Any]:
@@ -181,6 +181,8 @@ RERUN_DROPPED_ENV = (
     diagnostics.DEADLINE_ENV,
     watchdog.SUPERVISOR_ENV,
     watchdog.RESULT_STAMP_ENV,
+    startup.LAUNCHED_AT_ENV,  # how that run started, not this one
+    startup.START_ENV,
     "MILARUN_CGROUP",
     # the Slurm job it ran in is over: the rerun's own `slurm` record says
     # where it runs now

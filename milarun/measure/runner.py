@@ -17,7 +17,7 @@ from typing import Any
 from milarun import errors, results
 from milarun.machine import devices, monitors, sysinfo, watchdog
 from milarun.machine.gpuids import instance_gpus
-from milarun.measure import confinement, contention, diagnostics, energy
+from milarun.measure import confinement, contention, diagnostics, energy, startup
 from milarun.measure.call import check_extra, resolve_function
 from milarun.measure.experiment import BadTestArguments, DoesNotFit, Experiment, RateLog
 from milarun.results import records, steady
@@ -215,7 +215,7 @@ def _test_record(
         synthetic_data=exp.synthetic_data,
         dataset=exp.dataset,
         rerun_of=rerun_of,
-        startup=diagnostics.startup(imported_at, ended.called_at, logs),
+        startup=startup.startup(imported_at, ended.called_at, logs),
         diagnostics={
             log.name: contention.with_contention(
                 energy.with_throttle(

@@ -20,6 +20,7 @@ from typing import Any
 from milarun import errors, results
 from milarun.machine import isolation, watchdog
 from milarun.machine.devices import Device
+from milarun.measure import startup
 from milarun.run import harness_record
 from milarun.run.plan import (  # noqa: F401
     GRACE_PERIOD,
@@ -35,6 +36,7 @@ from milarun.run.plan import (  # noqa: F401
 from milarun.run.prepare import run_prepare
 from milarun.run.profile import Job
 from milarun.run.progress import ProgressBoard
+from milarun.run.warm import Refused, StartFailed, WarmPool, env_prefix, run_words
 
 POLL_INTERVAL = 0.1
 # Stop every instance and record it 'interrupted' (SIGHUP: the ssh session closed).
@@ -71,8 +73,15 @@ class Supervisor:
         self.on_recorded = on_recorded  # the run manifest's entry, before the line
         self.stop_requested: str | None = None
         self.warned: set[str] = set()
-        # a test's child that leaves its process group (setsid) becomes ours, not init's
+        # a test's child that leaves its process group (setsid) becomes ours, not init's;
+        # so does a forked instance whose warm process died
         watchdog.become_subreaper()
+        self.pool = WarmPool(opts.outdir / "logs", os.getpid()) if opts.warm_start else None
+
+    def close(self) -> None:
+        """Let the warm processes go (at the end of the run)."""
+        if self.pool is not None:
+            self.pool.close()
 
     def _request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = signal.Signals(signum).name
@@ -135,7 +144,8 @@ class Supervisor:
     def _kill_escaped(self) -> None:
         """No instance runs now: any process of ours left escaped one (a setsid() child, the
         test of a prefix that forked and exited) and would run on unsupervised."""
-        killed = watchdog.kill_escaped()
+        warm = self.pool.pids() if self.pool is not None else set()
+        killed = watchdog.kill_escaped(keep=warm.__contains__)
         if killed:
             self.board.say(
                 f"killed {len(killed)} process(es) left running by the job's instances after "
@@ -190,7 +200,8 @@ class Supervisor:
         return None
 
     def _launch(self, inst: Instance, log_file: Any) -> None:
-        command = exec_prefix(inst.job, self.warned) + inst.command
+        prefix = exec_prefix(inst.job, self.warned)
+        command = prefix + inst.command
         preexec = None
         if inst.placement is not None:
             foreign = isolation.group_pids(inst.placement.groups, self.opts.hierarchies)
@@ -200,20 +211,10 @@ class Supervisor:
                     f"process(es) (pid {', '.join(map(str, foreign[:5]))}) that this run did "
                     "not start: another benchmark? stop them, or pass --no-cgexec"
                 )
-            command = inst.placement.prefix + command
-            if inst.placement.v2_procs:
-                procs = inst.placement.v2_procs
-                preexec = lambda: isolation.join_v2(procs)  # noqa: E731
             inst.oom_before = isolation.oom_kills(inst.placement.groups, self.opts.hierarchies)
         # What earlier runs into the folder appended to the log counts for them: this run
         # (the command line below, then the instance's output) may add the log cap to it.
         before = os.fstat(log_file.fileno()).st_size
-        try:
-            log_file.write(f"$ {' '.join(command)}\n".encode())
-        except OSError as err:
-            raise _NotStarted(f"cannot write its log {inst.log_path} ({err.strerror})") from None
-        # The kernel kills the instance if this process dies, however it dies.
-        preexec = watchdog.die_with_parent(os.getpid(), then=preexec, written=before)
         inst.started = time.monotonic()
         # An adaptive run (--min-slices/--ci-target) stops extending before max_duration.
         # The stamp: the instance writes exactly the file _finish reads. The pid: its
@@ -224,7 +225,20 @@ class Supervisor:
             "MILARUN_DEADLINE": f"{deadline:.3f}",
             watchdog.RESULT_STAMP_ENV: inst.stamp,
             watchdog.SUPERVISOR_ENV: str(os.getpid()),
+            startup.LAUNCHED_AT_ENV: f"{time.time():.6f}",
         }
+        cold = self._fork(inst, prefix, env, log_file, before)
+        if cold is None:
+            return
+        env[startup.START_ENV] = f"cold: {cold}" if self.pool is not None else "cold"
+        if inst.placement is not None:
+            command = inst.placement.prefix + command
+            if inst.placement.v2_procs:
+                procs = inst.placement.v2_procs
+                preexec = lambda: isolation.join_v2(procs)  # noqa: E731
+        self._log_line(inst, log_file, f"$ {' '.join(command)}")
+        # The kernel kills the instance if this process dies, however it dies.
+        preexec = watchdog.die_with_parent(os.getpid(), then=preexec, written=before)
         inst.process = subprocess.Popen(
             command,
             env=env,
@@ -234,6 +248,44 @@ class Supervisor:
             start_new_session=True,
             preexec_fn=preexec,
         )
+
+    @staticmethod
+    def _log_line(inst: Instance, log_file: Any, line: str) -> None:
+        try:
+            log_file.write(f"{line}\n".encode())
+        except OSError as err:
+            raise _NotStarted(f"cannot write its log {inst.log_path} ({err.strerror})") from None
+
+    def _fork(
+        self, inst: Instance, prefix: list[str], env: dict[str, str], log_file: Any, before: int
+    ) -> str | None:
+        """Start the instance forked from a warm process; None once it runs, else why it
+        starts cold."""
+        if self.pool is None:
+            return "warm start off"
+        words, variables = run_words(inst.command), env_prefix(prefix)
+        if words is None:
+            return "its command is not one process of milarun run (torchrun forks its ranks)"
+        if variables is None:
+            return f"its exec_prefix {prefix[0]} must exec the test"
+        self._log_line(inst, log_file, f"$ (warm start) {' '.join(prefix + inst.command)}")
+        try:
+            inst.process, _ = self.pool.fork(
+                words,
+                inst.job.experiment.partition(":")[0],
+                {**env, **variables},
+                inst.log_path,
+                watchdog.log_limit() + before,
+                inst.placement.procs if inst.placement is not None else [],
+                inst.job.max_duration,
+                lambda: self.stop_requested is not None,
+            )
+        except Refused as err:
+            self._log_line(inst, log_file, f"milarun: a cold start: {err.reason}")
+            return err.reason
+        except StartFailed as err:
+            raise _NotStarted(f"its forked process could not be set up: {err}") from None
+        return None
 
     def _not_started(self, inst: Instance, reason: str) -> None:
         """Record an instance that could not start as failed, with the reason."""
@@ -371,6 +423,7 @@ def run_jobs(
                     finally:
                         done += [i for i in instances if i.result]
     finally:
+        supervisor.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return done

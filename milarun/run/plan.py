@@ -20,6 +20,7 @@ from milarun.machine import devices as devmod
 from milarun.machine import isolation
 from milarun.machine.devices import Device
 from milarun.run.profile import Job
+from milarun.run.warm import ForkedProcess
 
 GRACE_PERIOD = 10.0
 log = logging.getLogger("milarun.run.launch")
@@ -33,7 +34,7 @@ class Instance:
     command: list[str]
     env: dict[str, str]
     log_path: Path
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen | ForkedProcess | None = None
     started: float = 0.0
     wall_started: float = 0.0
     placement: isolation.Placement | None = None
@@ -62,7 +63,7 @@ class Instance:
         return f"{self.name} J{self.job_id} {','.join(d.label for d in self.devices)}"
 
     @property
-    def started_process(self) -> subprocess.Popen:
+    def started_process(self) -> subprocess.Popen | ForkedProcess:
         """The process of an instance that has started (the supervisor's view of it)."""
         if self.process is None:
             raise RuntimeError(f"{self.tag} has not started")
@@ -79,6 +80,9 @@ class LaunchOptions:
     out: TextIO = sys.stdout
     hierarchies: dict[str, isolation.Hierarchy] = field(default_factory=dict)
     verbose: bool = False  # stream every instance's output
+    # fork instances from a warm process that imported torch once (run/warm.py), else
+    # start each as a new interpreter
+    warm_start: bool = True
     progress_interval: float = 10.0
     unisolated_warned: set[str] = field(default_factory=set)
     prepare_warned: set[str] = field(default_factory=set)

@@ -35,6 +35,7 @@ class SuiteRequest:
     devices: str | None = None  # "0,1,3" or "cpu:N"; None: every GPU, else one CPU slice
     use_cgexec: bool = True
     verbose: bool = False
+    warm_start: bool = True  # fork instances from a warm process (run/warm.py)
     progress_interval: float = 10.0
     user_args: list[str] = field(default_factory=list)
     rendezvous: launch.Rendezvous | None = None  # this node's part of a multi-node run
@@ -113,6 +114,7 @@ def _run_held(
         use_cgexec=request.use_cgexec,
         hierarchies=isolation.find_hierarchies() if request.use_cgexec else {},
         verbose=request.verbose,
+        warm_start=request.warm_start,
         progress_interval=request.progress_interval,
         rendezvous=request.rendezvous,
         user_args_by_job=request.user_args_by_job,
