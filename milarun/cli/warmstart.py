@@ -131,6 +131,7 @@ def _set_up_child(request: dict[str, Any], closing: list[int]) -> None:
         torch.set_num_threads(
             int(wanted) if wanted.isdigit() and int(wanted) > 0 else len(os.sched_getaffinity(0))
         )
+        torch.seed()  # a fresh process seeds its default generator at random: so does a fork
     numpy = sys.modules.get("numpy")
     if numpy is not None:  # random reseeds itself after fork; numpy's global generator not
         numpy.random.seed()

@@ -17,6 +17,7 @@ from milarun import errors
 from milarun.machine import cgroupfs, isolation
 from milarun.machine.isolation import Hierarchy
 from milarun.measure import confinement
+from students import ISO_JOB, needs_v1, student_groups  # noqa: F401 (the fixture 'students')
 
 
 # -- planning -------------------------------------------------------------------------------
@@ -250,42 +251,6 @@ def test_hybrid_host_uses_the_hierarchy_that_owns_each_controller(tmp_path):
 
 
 # -- real cgroup v1 groups on this machine --------------------------------------------------------
-def _v1_ready() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create cgroups"
-    if not shutil.which("cgcreate"):
-        return "cgroup-tools (cgcreate/cgexec) not installed"
-    hier = isolation.find_hierarchies()
-    if any(h.version != 1 for h in hier.values()) or set(hier) != {"cpuset", "memory"}:
-        return "needs cgroup v1 cpuset and memory hierarchies"
-    if len(os.sched_getaffinity(0)) < 2:
-        return "needs 2 CPUs"
-    return None
-
-
-needs_v1 = pytest.mark.skipif(_v1_ready() is not None, reason=_v1_ready() or "")
-
-
-@pytest.fixture
-def students(monkeypatch):
-    """Two real student groups under a test-only parent, removed afterwards."""
-    parent = f"milarun-test-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv(isolation.PARENT_ENV, parent)
-    done = milarun("cgroups", "setup", "--devices", "cpu:2", env={isolation.PARENT_ENV: parent})
-    assert done.returncode == 0, done.stderr
-    hier = isolation.find_hierarchies()
-    yield parent, hier
-    done = milarun("cgroups", "teardown", "--devices", "cpu:2", env={isolation.PARENT_ENV: parent})
-    assert done.returncode == 0, done.stderr
-    for h in hier.values():
-        assert not h.dir(h.path(parent)).exists()
-
-
-ISO_JOB = {
-    "partition_scheme": {"type": "per-gpu", "cgroup": "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"}
-}
-
-
 @pytest.mark.root("creates cgroups")
 @needs_v1
 def test_instances_run_inside_their_slices(students, tmp_path):
