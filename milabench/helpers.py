@@ -181,6 +181,15 @@ def endless(loader: Any) -> Any:
         yield from loader
 
 
+def built_on(device: Any) -> Any:
+    """The context to create a model in: its parameters made and initialised on the device
+    it trains on (same layers, initialisation distributions and seed; not on the CPU, then
+    copied, which made a GPU wait for the CPU's initialisation of every weight)."""
+    import torch
+
+    return torch.device(device)
+
+
 def to_device(obj: Any, device: Any) -> Any:
     """Tensors (inside lists, tuples and dicts too) moved to ``device``."""
     if hasattr(obj, "to"):

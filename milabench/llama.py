@@ -62,7 +62,8 @@ def size(args: argparse.Namespace, params: int | None = None) -> str:
 
 
 def build(args: argparse.Namespace) -> Any:
-    """LlamaForCausalLM from its configuration, on the CPU (move it yourself)."""
+    """LlamaForCausalLM from its configuration, made on the device of the context
+    (helpers.built_on), else on the CPU."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(

@@ -202,7 +202,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
         args.num_processes,
         args.asynchronous,
     )
-    model = AtariCNN(envs.single_action_space.n).to(device)
+    with helpers.built_on(device):
+        model = AtariCNN(envs.single_action_space.n).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, eps=args.eps)
     agent = ppo.PPO(
         envs,

@@ -74,7 +74,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
             max_position_embeddings=max(512, args.seq_len),
             attn_implementation="sdpa",
         )
-        eager = BertForMaskedLM(config).to(device)
+        with helpers.built_on(device):
+            eager = BertForMaskedLM(config).to(device)
         eager.train()
         model = setup.maybe_compile(eager)
         optimizer, setup.settings["optimizer"] = llama.adamw(

@@ -63,7 +63,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
-    model = build_model(args.arch, args.num_classes).to(device)
+    with helpers.built_on(device):
+        model = build_model(args.arch, args.num_classes).to(device)
     model.train()
     optimizer = torch.optim.SGD(
         model.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay

@@ -112,8 +112,10 @@ def main(exp: Experiment, argv: list[str]) -> None:
         helpers.data_loader(dataset, args.batch_size, args.workers, seed=args.seed)
     )
 
-    net_g = generator(args.nz, args.ngf, args.image_size).to(device)
-    net_d = discriminator(args.ndf, args.image_size).to(device)
+    with helpers.built_on(device):
+        net_g = generator(args.nz, args.ngf, args.image_size).to(device)
+    with helpers.built_on(device):
+        net_d = discriminator(args.ndf, args.image_size).to(device)
     net_g.apply(init_weights)
     net_d.apply(init_weights)
     betas = (args.beta1, 0.999)

@@ -76,18 +76,19 @@ def main(exp: Experiment, argv: list[str]) -> None:
         from diffusers import DDPMScheduler, UNet2DConditionModel
 
         blocks = len(args.channels)
-        eager = UNet2DConditionModel(
-            sample_size=args.latent_size,
-            in_channels=4,
-            out_channels=4,
-            down_block_types=("CrossAttnDownBlock2D",) * (blocks - 1) + ("DownBlock2D",),
-            up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * (blocks - 1),
-            block_out_channels=args.channels,
-            layers_per_block=args.layers_per_block,
-            cross_attention_dim=args.cross_attention_dim,
-            attention_head_dim=args.heads,  # SD 1.5's config: this number is the head count
-            norm_num_groups=args.norm_groups,
-        ).to(device)
+        with helpers.built_on(device):
+            eager = UNet2DConditionModel(
+                sample_size=args.latent_size,
+                in_channels=4,
+                out_channels=4,
+                down_block_types=("CrossAttnDownBlock2D",) * (blocks - 1) + ("DownBlock2D",),
+                up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * (blocks - 1),
+                block_out_channels=args.channels,
+                layers_per_block=args.layers_per_block,
+                cross_attention_dim=args.cross_attention_dim,
+                attention_head_dim=args.heads,  # SD 1.5's config: this number is the head count
+                norm_num_groups=args.norm_groups,
+            ).to(device)
         eager.train()
         model = setup.maybe_compile(eager)
         optimizer, setup.settings["optimizer"] = llama.adamw(

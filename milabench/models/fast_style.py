@@ -154,9 +154,11 @@ def main(exp: Experiment, argv: list[str]) -> None:
         helpers.data_loader(dataset, args.batch_size, args.workers, seed=args.seed)
     )
 
-    model = transformer_net().to(device)
+    with helpers.built_on(device):
+        model = transformer_net().to(device)
     model.train()
-    vgg = VGGFeatures().to(device).eval()
+    with helpers.built_on(device):
+        vgg = VGGFeatures().to(device).eval()
     with torch.no_grad():
         style_grams = [gram(f) for f in vgg(style_image(args.style_size).to(device))]
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)

@@ -27,7 +27,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     setup = modern.Setup(exp, args, device)
 
     with modern.fits(exp, llama.size(args), device):
-        eager = llama.build(args).to(device)
+        with helpers.built_on(device):
+            eager = llama.build(args).to(device)
         eager.train()
         size = llama.size(args, modern.parameters(eager))
         exp.arguments["workload"] = size

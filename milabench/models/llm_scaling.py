@@ -66,7 +66,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     dtype = setup.precision.dtype  # before FSDP2 takes the precision over
 
     with modern.fits(exp, llama.size(args), device):
-        model = llama.build(args)
+        with helpers.built_on(device):  # each rank its full copy, then sharded
+            model = llama.build(args)
         size = llama.size(args, modern.parameters(model)) + f", {world_size} rank(s)"
         exp.arguments["workload"] = size
         if sharded:

@@ -271,7 +271,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     envs = rl.vector_env(
         functools.partial(make_env, args.env), args.num_processes, args.asynchronous
     )
-    model = FiLMActorCritic(envs.single_action_space.n).to(device)
+    with helpers.built_on(device):
+        model = FiLMActorCritic(envs.single_action_space.n).to(device)
     optimizer = torch.optim.Adam(
         model.parameters(), lr=args.lr, eps=args.eps, betas=(args.beta1, args.beta2)
     )

@@ -35,7 +35,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     true_w = torch.randn(DEGREE, 1) * 5  # on the CPU: the batches are made there
     true_b = torch.randn(1) * 5
-    model = torch.nn.Linear(DEGREE, 1).to(device)
+    with helpers.built_on(device):
+        model = torch.nn.Linear(DEGREE, 1).to(device)
 
     def step() -> float:
         x = features(torch.randn(args.batch_size, 1))

@@ -186,7 +186,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
             users, items, labels = helpers.to_device(next(batches), device)
             return users, items, labels.view(-1)  # the legacy's (batch, 1) labels
 
-    model = NeuMF(data.nb_users, data.nb_items, args.factors, layers).to(device)
+    with helpers.built_on(device):
+        model = NeuMF(data.nb_users, data.nb_items, args.factors, layers).to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
 

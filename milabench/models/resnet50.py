@@ -49,7 +49,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
         if device.type == "cuda":
             torch.backends.cudnn.benchmark = True
-        eager = torchvision.models.resnet50(weights=None, num_classes=args.num_classes)
+        with helpers.built_on(device):
+            eager = torchvision.models.resnet50(weights=None, num_classes=args.num_classes)
         eager = eager.to(device, memory_format=layout)
         eager.train()
         model = setup.maybe_compile(eager)

@@ -92,7 +92,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     # Each step counts a whole batch, the epoch's last (partial) one too, as legacy set_count
     counted = math.ceil(len(data) / args.batch_size) * args.batch_size
     exp.metric("per_example.images", len(data) / counted)
-    model = SubPixelCNN(args.upscale_factor).to(device)
+    with helpers.built_on(device):
+        model = SubPixelCNN(args.upscale_factor).to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 

@@ -57,7 +57,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     helpers.seed_everything(args.seed)
 
-    model = build_model(args.arch, args.num_classes).to(device)
+    with helpers.built_on(device):
+        model = build_model(args.arch, args.num_classes).to(device)
     model.train()
     if distributed.is_initialized():
         model = torch.nn.parallel.DistributedDataParallel(

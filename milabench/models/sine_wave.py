@@ -88,7 +88,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     ).to(device)[HELD_OUT:]
     inputs, targets = waves[:, :-1], waves[:, 1:]
     exp.metric("per_example.sequences", waves.shape[0] / args.samples)
-    model = Sequence(args.hidden).to(device)
+    with helpers.built_on(device):
+        model = Sequence(args.hidden).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)  # as legacy
 
     def step() -> torch.Tensor:

@@ -143,7 +143,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input size, as the legacy run
-    model = SSD300().to(device)
+    with helpers.built_on(device):
+        model = SSD300().to(device)
     model.train()
     criterion = ssd_parts.MultiBoxLoss(boxes).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)

@@ -214,7 +214,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
             batch_sampler=order,
         )
     )
-    model = GNMT(len(data.tokenizer), args.hidden_size, args.num_layers, args.dropout)
+    with helpers.built_on(device):
+        model = GNMT(len(data.tokenizer), args.hidden_size, args.num_layers, args.dropout)
     model.to(device).train()
     criterion = nn.CrossEntropyLoss(
         ignore_index=wmt16.PAD, label_smoothing=args.smoothing, reduction="sum"

@@ -75,7 +75,8 @@ def main(exp: Experiment, argv: list[str]) -> None:
     batches = helpers.endless(
         helpers.data_loader(data, args.batch_size, args.workers, seed=args.seed, legacy_epochs=True)
     )
-    model = VAE().to(device)
+    with helpers.built_on(device):
+        model = VAE().to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 

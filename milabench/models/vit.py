@@ -56,13 +56,14 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     with modern.fits(exp, size, device):
         try:
-            eager = timm.create_model(
-                args.model,
-                pretrained=False,
-                img_size=args.image_size,
-                num_classes=args.num_classes,
-                **overrides,
-            )
+            with helpers.built_on(device):
+                eager = timm.create_model(
+                    args.model,
+                    pretrained=False,
+                    img_size=args.image_size,
+                    num_classes=args.num_classes,
+                    **overrides,
+                )
         except (AssertionError, ValueError, TypeError) as err:
             raise BadTestArguments(f"bad test argument: {args.model} {overrides}: {err}") from err
         eager = eager.to(device)

@@ -141,9 +141,10 @@ def main(exp: Experiment, argv: list[str]) -> None:
     train_data = train_data.to(device)
     ntokens = len(corpus.dictionary)
 
-    model = RNNModel(
-        args.model, ntokens, args.emsize, args.nhid, args.nlayers, args.dropout, args.tied
-    ).to(device)
+    with helpers.built_on(device):
+        model = RNNModel(
+            args.model, ntokens, args.emsize, args.nhid, args.nlayers, args.dropout, args.tied
+        ).to(device)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)  # p -= lr * grad
     state = {"row": 0, "hidden": model.init_hidden(args.batch_size)}

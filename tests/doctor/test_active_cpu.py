@@ -14,10 +14,10 @@ from functools import partial
 import pytest
 
 from conftest import milarun
-from machine.test_isolation import _v1_ready, students  # noqa: F401 (a fixture)
 from milarun.doctor import active, judge, record
 from milarun.doctor.gpu import Check
 from milarun.machine import isolation
+from students import _v1_ready, student_groups  # noqa: F401 (the fixture "students")
 
 HOG = "while True: pass"
 # One worker, in a row: the hog of one test would slow the other's slice.
