@@ -8,7 +8,8 @@ lost (an instance that ran but left no result). Prints one line per scenario and
     sudo uv run python benchmarks/faults.py disk log   # only the scenarios named so
 
 The second part (issue 24: readers, the log cap, a disk filling mid-suite, names, a zero
-rate) is in faults_part2.py; the helpers both use are in faultkit.py.
+rate) is in faults_part2.py, the third in faults_part3.py, warm starts (issue 36) in
+faults_part4.py; the helpers they share are in faultkit.py.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from faultkit import (
 )
 from faults_part2 import SCENARIOS as PART2
 from faults_part3 import SCENARIOS as PART3
+from faults_part4 import SCENARIOS as PART4
 
 from fullfs import fill_up, full_tmpfs  # shared with the tests (faultkit puts tests/ on the path)
 from milarun.results import manifest
@@ -298,7 +300,7 @@ def main() -> None:
     words = [w.lower() for w in sys.argv[1:]]
     chosen = {
         name: scenario
-        for name, scenario in {**SCENARIOS, **PART2, **PART3}.items()
+        for name, scenario in {**SCENARIOS, **PART2, **PART3, **PART4}.items()
         if not words or any(w in name.lower() for w in words)
     }
     tried = survived = lost = wrong = left = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from milabench import helpers
@@ -126,12 +127,34 @@ class Setup:
         return make
 
     def maybe_compile(self, model: Any) -> Any:
-        """``torch.compile(model)`` with --compile, else the model itself."""
+        """``torch.compile(model)`` with --compile, else the model itself. The compiler's
+        caches (inductor's graphs, Triton's kernels) live in the data folder, so a run
+        compiles once per machine, not once per /tmp (a fresh one on every GPU lease)."""
         if not self.compile:
             return model
         import torch
 
+        caches = Path(self.exp.dataroot) / "cache"
+        for variable, name in (
+            ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),
+            ("TRITON_CACHE_DIR", "triton"),
+        ):
+            if variable not in os.environ:
+                try:
+                    (caches / name).mkdir(parents=True, exist_ok=True)
+                except OSError:  # a read-only data folder: the compiler's default
+                    continue
+                os.environ[variable] = str(caches / name)
+        self.settings["compile_cache"] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         return torch.compile(model)
+
+    def _cache_use(self) -> dict[str, Any]:
+        """What the compile found in its caches: graphs reused (hits) or compiled (misses);
+        a warm cache compiled nothing."""
+        from torch._dynamo.utils import counters
+
+        found = {k: counters["inductor"][f"fxgraph_cache_{k}"] for k in ("hit", "miss", "bypass")}
+        return {**found, "warm": found["hit"] > 0 and found["miss"] == 0}
 
     def record_attention(self, how: str, **shape: Any) -> None:
         """The attention implementation the model uses (``how``) and, for SDPA, the kernel
@@ -158,6 +181,7 @@ class Setup:
                     step()
                 self.exp.sync()
             self.settings["compile_seconds"] = round(timer.duration, 3)
+            self.settings["compile_cache_use"] = self._cache_use()
         return helpers.train(
             self.exp,
             step,

@@ -1,7 +1,8 @@
 """The warm process: imports torch and milarun once, then forks each benchmark instance.
 
-``python -m milarun.cli.warmstart REQUESTS REPLIES`` reads one JSON request a line on
-the fd REQUESTS and answers on the fd REPLIES (``milarun.run.warm`` is the other end):
+``python -m milarun.cli.warmstart REQUESTS REPLIES [LOGS]`` reads one JSON request a line
+on the fd REQUESTS and answers on the fd REPLIES (``milarun.run.warm`` is the other end;
+LOGS, the run's logs folder, only names the run in the command line its forks share):
 
 - ``{"op": "fork", "module", "argv", "env", "cwd", "log", "log_limit", "procs"}``: import
   the test's module here (once), then fork. The child becomes what ``python -m milarun

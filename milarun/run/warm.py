@@ -204,12 +204,16 @@ class WarmPool:
     def _spawn(self, env: dict[str, str], stop: Callable[[], bool]) -> WarmProcess:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        log_path = self.logs / f"warm.{os.getpid()}.{len(self.every) + 1}.log"
+        # in a folder of their own: <logs>/*.log are the instances' own, one each
+        log_path = self.logs / "warm" / f"{os.getpid()}.{len(self.every) + 1}.log"
         try:
-            self.logs.mkdir(parents=True, exist_ok=True)
+            log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(log_path, "ab", buffering=0) as out:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "milarun.cli.warmstart", str(req_r), str(rep_w)],
+                    # the logs folder last: its forks, whose command line is its own, are
+                    # found by their run's folder as a cold instance is
+                    [sys.executable, "-m", "milarun.cli.warmstart", str(req_r), str(rep_w),
+                     str(self.logs)],  # fmt: skip
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=out,

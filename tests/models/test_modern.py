@@ -207,6 +207,11 @@ def check_compiled(result: dict) -> None:
     FLOPs counted on the eager twin."""
     settings = result["efficiency"]["settings"]
     assert settings["compile"] is True and settings["compile_seconds"] > 0
+    # the compiler's cache in the data folder, and what the compile found there
+    assert settings["compile_cache"].endswith("cache/torchinductor")
+    use = settings["compile_cache_use"]
+    assert use["hit"] + use["miss"] + use["bypass"] > 0
+    assert use["warm"] is (use["hit"] > 0 and use["miss"] == 0)
     compiled = result["timings"]["compile"]
     assert compiled["duration"] == pytest.approx(settings["compile_seconds"], abs=1e-3)
     # the compile steps are not in the rate log: its first block is an ordinary step

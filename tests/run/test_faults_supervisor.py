@@ -390,7 +390,7 @@ def test_a_disk_that_fills_during_a_run_records_every_instance(tmp_path):
     with full_tmpfs(tmp_path / "disk", size="2m", fill=False) as disk:
         proc = start_jobs(prof, disk / "out")
         stdout, stderr = proc.communicate(timeout=300)
-        logs = sorted(p.name for p in (disk / "out" / "logs").iterdir())
+        logs = sorted(p.name for p in (disk / "out" / "logs").glob("*.log"))
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stdout + stderr, stderr
     for job in ("p.b", "p.c"):

@@ -130,7 +130,7 @@ def test_crashes_a_dead_warm_process_and_a_tainting_import_lose_no_run(tmp_path)
     assert start["last"] == {**start["last"], "start": "forked", "start_note": None}
     assert "died of SIGSEGV" in done.stdout
     # the warm processes are gone with the run, and each said what it did in its log
-    assert sorted(p.name.split(".")[0] for p in (out / "logs").glob("warm.*.log")) == ["warm"] * 3
+    assert len(list((out / "logs" / "warm").glob("*.log"))) == 3
     assert not [
         p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])
     ]
