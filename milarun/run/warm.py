@@ -212,8 +212,14 @@ class WarmPool:
                 process = subprocess.Popen(
                     # the logs folder last: its forks, whose command line is its own, are
                     # found by their run's folder as a cold instance is
-                    [sys.executable, "-m", "milarun.cli.warmstart", str(req_r), str(rep_w),
-                     str(self.logs)],  # fmt: skip
+                    [
+                        sys.executable,
+                        "-m",
+                        "milarun.cli.warmstart",
+                        str(req_r),
+                        str(rep_w),
+                        str(self.logs),
+                    ],  # fmt: skip
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=out,
