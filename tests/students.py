@@ -26,7 +26,10 @@ def _v1_ready() -> str | None:
     return None
 
 
-needs_v1 = pytest.mark.skipif(_v1_ready() is not None, reason=_v1_ready() or "")
+def needs_v1(test):
+    """Real student groups: skipped where this machine cannot make them, and slow (real
+    instances in them, seconds each)."""
+    return pytest.mark.slow(pytest.mark.skipif(_v1_ready() is not None, reason=_v1_ready() or "")(test))
 
 
 @pytest.fixture(name="students")

@@ -21,7 +21,11 @@ from students import _v1_ready, student_groups  # noqa: F401 (the fixture "stude
 
 HOG = "while True: pass"
 # One worker, in a row: the hog of one test would slow the other's slice.
-pytestmark = [pytest.mark.xdist_group(name="cpu_slices"), pytest.mark.usefixtures("cpu_hogs_alone")]
+pytestmark = [
+    pytest.mark.xdist_group(name="cpu_slices"),
+    pytest.mark.usefixtures("cpu_hogs_alone"),
+    pytest.mark.slow,  # real probes on both slices, seconds each
+]
 
 
 def _hog_on(cpu: int) -> None:

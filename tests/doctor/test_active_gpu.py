@@ -187,6 +187,7 @@ def sampled(detail: str) -> bool:
     return found is not None and sampling.MIN_SAMPLES <= int(found[1]) <= 8
 
 
+@pytest.mark.slow
 def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
     """The real probes (torch) in place of the fake, told to use the CPU at small sizes, under
     the fake NVML of two GPUs: what they write is what the verdicts read. The GPU-only formats

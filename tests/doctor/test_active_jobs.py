@@ -12,6 +12,9 @@ from conftest import milarun, one_line_error
 from milarun import errors
 from milarun.doctor import active, before_jobs, record
 
+# real `jobs` runs, seconds each: out of the fast tier (-m "not slow")
+pytestmark = pytest.mark.slow
+
 CALIBRATION = {
     "cal": {
         "experiment": "milabench.models.calibration:main",

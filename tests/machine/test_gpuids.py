@@ -237,6 +237,7 @@ def test_launch_environ_drops_rank_variables(gpu_env):
     assert env["NCCL_DEBUG"] == "INFO" and env["MILARUN_DEVICE"] == "cpu:0"
 
 
+@pytest.mark.slow
 def test_instances_never_see_the_operators_rank_variables(tmp_path, monkeypatch):
     """A real ``milarun jobs`` from a shell with a leftover WORLD_SIZE=4 RANK=3, on a machine
     that also shows a GPU device file NVML cannot see: ``--devices cpu:1`` runs all the same,

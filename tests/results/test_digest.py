@@ -190,6 +190,7 @@ def test_gather_writes_the_digest_of_the_target_and_never_copies_one(tmp_path):
     assert summary.load_dir(tmp_path / "shared").results
 
 
+@pytest.mark.slow
 def test_jobs_on_a_slurm_node_writes_its_folders_digest(tmp_path):
     """A fleet's node without --local-dir writes into <out>/nodes/<node> itself: its
     `milarun jobs` writes the digest at the end (an earlier run's result is in it; the

@@ -21,6 +21,9 @@ from fullfs import full_tmpfs
 from milarun import results
 from milarun.results import manifest
 
+# real `jobs` runs, seconds each: out of the fast tier (-m "not slow")
+pytestmark = pytest.mark.slow
+
 SLEEPY = {"experiment": "faulty:sleepy", "max_duration": 120}
 
 

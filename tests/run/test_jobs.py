@@ -192,6 +192,7 @@ def test_bad_measurements_are_failures(tmp_path, function, kind):
     assert json.loads(path.read_text())["failure"]["kind"] == kind
 
 
+@pytest.mark.slow
 def test_a_zero_rate_is_a_failure_in_the_record_and_the_report(tmp_path):
     """A test that counts no example measured nothing: `run` says FAIL and exits 1 (it
     printed a traceback), the record says so, and the report counts what the record says."""
@@ -298,6 +299,7 @@ def test_gpu_instance_without_a_gpu_fails_instead_of_using_the_cpu(tmp_path):
     assert "torch sees no GPU" in result["failure"]["message"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_every_instance_and_records_them(tmp_path):
     import signal
     import subprocess

@@ -14,7 +14,7 @@ from conftest import milarun
 from milarun.tender import verify
 
 # one worker runs the module, so its shared bid is made once
-pytestmark = pytest.mark.xdist_group(name="tender_real_bid")
+pytestmark = [pytest.mark.xdist_group(name="tender_real_bid"), pytest.mark.slow]  # a real run
 
 
 @pytest.fixture(scope="module")
