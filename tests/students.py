@@ -29,7 +29,8 @@ def _v1_ready() -> str | None:
 def needs_v1(test):
     """Real student groups: skipped where this machine cannot make them, and slow (real
     instances in them, seconds each)."""
-    return pytest.mark.slow(pytest.mark.skipif(_v1_ready() is not None, reason=_v1_ready() or "")(test))
+    why = _v1_ready()
+    return pytest.mark.slow(pytest.mark.skipif(why is not None, reason=why or "")(test))
 
 
 @pytest.fixture(name="students")
