@@ -42,8 +42,13 @@ class TenderCommands:
         max_failure_rate: Option & float = default(0.01)
         # Steady-window slices of every run at least this
         min_steady_slices: Option & int = default(10)
-        # Throttled steady slices / all steady slices at most this (GPU runs)
+        # Steady slices slowed by a thermal, hardware or power-brake slowdown / all steady
+        # slices at most this (GPU runs; a GPU at its power limit is not throttled)
         max_throttled: Option & float = default(0.05)
+        # A floor, off by default: every GPU run's median SM clock (MHz) at least this
+        min_sm_clock: Option & float = default(None)
+        # A floor, off by default: steady slices at the GPU's power limit at most this share
+        max_power_limit: Option & float = default(None)
         # Acceptance: a declared figure passes when P(true < margin x declared) < risk
         margin: Option & float = default(0.95)
         # Acceptance: the buyer's risk of accepting a figure that is not met
@@ -66,6 +71,8 @@ class TenderCommands:
             max_failure_rate=max_failure_rate,
             min_steady_slices=min_steady_slices,
             max_throttled_share=max_throttled,
+            min_sm_clock_mhz=min_sm_clock,
+            max_power_limit_share=max_power_limit,
             margin=margin,
             risk=risk,
         )

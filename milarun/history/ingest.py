@@ -29,6 +29,7 @@ from milarun.history import store
 from milarun.history.models import Gpu, Machine, Node, Result, Run
 from milarun.report import summary, variants
 from milarun.results import manifest, read
+from milarun.results import throttle as gpu_throttle
 
 RETRIES = 5  # a PostgreSQL race on a new row: the transaction is retried this often
 CHUNK = 500  # content hashes per IN (...) query
@@ -80,6 +81,15 @@ def _gpu(data: Mapping[str, Any]) -> tuple[str | None, str | None]:
     )
 
 
+def _flags(train: Mapping[str, Any]) -> list[str] | None:
+    """The steady window's flags; ``throttle`` only for a fault (a result made before the
+    power limit was told from a fault flagged both)."""
+    found = gpu_throttle.read(train.get("throttle"))
+    at_limit_only = found is not None and not found.fault_slices
+    flags = [str(f) for f in train.get("flags") or [] if not (f == "throttle" and at_limit_only)]
+    return flags or None
+
+
 def _text(value: Any, limit: int) -> str | None:
     return value[:limit] if isinstance(value, str) else None
 
@@ -126,7 +136,7 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         if rate is None
         else None,
         driver=_text(system.get("driver"), 64),
-        flags=[str(f) for f in train.get("flags") or []] or None,
+        flags=_flags(train),
         throttle=train.get("throttle") if isinstance(train.get("throttle"), Mapping) else None,
         energy=dict(energy) if isinstance(energy, Mapping) and energy.get("joules") else None,
         diagnostics=dict(train) or None,

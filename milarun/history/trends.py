@@ -40,6 +40,7 @@ from sqlalchemy.orm import Session
 from milarun.errors import UsageError
 from milarun.history.models import Gpu, Machine, Node, Result, Run
 from milarun.report import stats
+from milarun.results import throttle as gpu_throttle
 
 REGRESSION = "Regression"
 IMPROVEMENT = "Improvement"
@@ -301,11 +302,9 @@ def _notes(point: Point, before: Point | None) -> list[str]:
     flags = sorted({f for i in point.instances for f in i.flags or () if f in ALERT_FLAGS})
     if flags:
         notes.append("steady window: " + ", ".join(flags))
-    throttled = [
-        i.throttle
-        for i in point.instances
-        if isinstance(i.throttle, dict) and (i.throttle.get("slices") or 0) > 0
-    ]
+    # a fault (thermal, hardware, power brake): a run at its power limit is not throttled
+    found = [gpu_throttle.read(i.throttle) for i in point.instances]
+    throttled = [t for t in found if t is not None and t.fault_slices]
     if throttled:
         notes.append(f"throttled in {len(throttled)} instance(s)")
     return notes

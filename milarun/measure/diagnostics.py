@@ -24,6 +24,7 @@ FEW_SLICES_SECONDS = 5.0
 BAND_MIN = 0.02  # the steady band is at least +/- 2% around the steady rate
 DEADLINE_ENV = "MILARUN_DEADLINE"  # epoch seconds: the adaptive extension stops before it
 DEFAULT_EXTENSION_LIMIT = 600.0  # seconds of extension when no deadline is known
+DRIFT_EXTENSION_LIMIT = 60.0  # seconds a drifting window may extend a run (within its deadline)
 # Two-sided 95% Student t quantiles for n - 1 = 1..29 degrees of freedom (then ~normal).
 _T95 = (
     12.706,
@@ -88,6 +89,8 @@ class RunLengthRecord:
     ci_target: float | None
     deadline: float | None
     stopped_by: str | None  # "target", "deadline", or None when the rule never said stop
+    # slices the run went on for because its full window drifted (a ramp), 0 when it did not
+    drift_extension: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +98,7 @@ class RunLengthRecord:
             "ci_target": self.ci_target,
             "deadline": self.deadline,
             "stopped_by": self.stopped_by,
+            "drift_extension": self.drift_extension,
         }
 
 
@@ -185,6 +189,10 @@ class RunLength:
     deadline: float | None = None
     reached_at: float | None = None
     stopped_by: str | None = None
+    drifted_at: int | None = None  # slices measured when a full window first drifted
+    drift_extension: int = 0
+    _judged_at: int = -1
+    _drifted: bool = False
 
     @classmethod
     def from_args(cls, min_slices: int | None, ci_target: float | None) -> RunLength:
@@ -215,11 +223,36 @@ class RunLength:
             width = ci_halfwidth(window)
             if width is None or width > self.ci_target:
                 return False
+        if self._drifting(rates, slice_duration):
+            return False
         self.stopped_by = "target"
         return True
 
+    def _drifting(self, rates: Sequence[float], slice_duration: float) -> bool:
+        """A full window that drifts beyond DRIFT_LIMIT holds a ramp (clocks settling, a
+        cache warming): the run goes on, its window moving past the ramp, for up to
+        DRIFT_EXTENSION_LIMIT seconds; the record says how many slices it added."""
+        if len(rates) == self._judged_at:  # asked after every block: judged once a slice
+            return self._drifted
+        self._judged_at = len(rates)
+        self._drifted = self._judge_drift(rates, slice_duration)
+        return self._drifted
+
+    def _judge_drift(self, rates: Sequence[float], slice_duration: float) -> bool:
+        found = steady_state(list(rates), slice_duration)
+        if found.drift is None or "drift" not in found.flags:
+            if self.drifted_at is not None:
+                self.drift_extension = len(rates) - self.drifted_at
+            return False
+        if self.drifted_at is None:
+            self.drifted_at = len(rates)
+        self.drift_extension = len(rates) - self.drifted_at
+        return self.drift_extension * slice_duration < DRIFT_EXTENSION_LIMIT
+
     def record(self) -> RunLengthRecord:
-        return RunLengthRecord(self.min_slices, self.ci_target, self.deadline, self.stopped_by)
+        return RunLengthRecord(
+            self.min_slices, self.ci_target, self.deadline, self.stopped_by, self.drift_extension
+        )
 
 
 def log_record(log: Any) -> Diagnostics:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from milarun import results
-from milarun.results import read, steady
+from milarun.results import read, steady, throttle
 
 # NVML's clock-event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*)
 # that mean power or heat slowed the GPU; idle (1), application clocks (2), sync boost (16)
@@ -72,20 +72,23 @@ class Energy:
 @dataclass(frozen=True)
 class Throttle:
     """Steady-window slices that overlap a throttled GPU sample: a diagnostics' ``throttle``.
-    ``gpus``: every GPU judged, label -> slices and slices per reason name."""
+    ``slices``: those with any reason; ``fault_slices``: with a fault (results.throttle:
+    a power limit is none); ``gpus``: every GPU judged, label -> the same counts, slices per
+    reason name and the median SM clock (MHz) of its samples in the window."""
 
     slices: int
     window_slices: int
     gpus: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    fault_slices: int = 0
+    power_limit_slices: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "slices": self.slices,
+            "fault_slices": self.fault_slices,
+            "power_limit_slices": self.power_limit_slices,
             "window_slices": self.window_slices,
-            "gpus": {
-                g: {"slices": v["slices"], "reasons": dict(v["reasons"])}
-                for g, v in self.gpus.items()
-            },
+            "gpus": {g: dict(v) for g, v in self.gpus.items()},
         }
 
 
@@ -234,6 +237,8 @@ def throttle_record(
     if window is None:
         return None
     flagged: set[int] = set()
+    faulty: set[int] = set()
+    limited: set[int] = set()
     gpus = {}
     for gid in _gpus(samples):
         series = [(t, int(m)) for t, m in _series(samples, gid, "clock_events")]
@@ -249,14 +254,24 @@ def throttle_record(
                         for name in names:
                             by_reason[name].add(i)
         hit = set().union(*by_reason.values())
-        flagged |= hit
+        fault = set().union(*(s for n, s in by_reason.items() if n in throttle.FAULTS))
+        power = by_reason.get(throttle.POWER_LIMIT, set())
+        flagged, faulty, limited = flagged | hit, faulty | fault, limited | power
+        clocks = sorted(
+            c
+            for t, c in _series(samples, gid, "sm_clock")
+            if window.spans[0][0] <= t <= window.spans[-1][1]
+        )
         gpus[gpu_label(gid, labels)] = {
             "slices": len(hit),
+            "fault_slices": len(fault),
+            "power_limit_slices": len(power),
             "reasons": {n: len(s) for n, s in sorted(by_reason.items())},
+            "sm_clock_mhz": clocks[len(clocks) // 2] if clocks else None,
         }
     if not gpus:
         return None
-    return Throttle(len(flagged), len(window.spans), gpus)
+    return Throttle(len(flagged), len(window.spans), gpus, len(faulty), len(limited))
 
 
 def with_throttle(
@@ -265,10 +280,11 @@ def with_throttle(
     monitor: Mapping[str, Any] | None,
     labels: Mapping[str, str] | None = None,
 ) -> Any:
-    """A diagnostics.Diagnostics with its ``throttle`` entry, flagged when any slice was."""
-    throttle = throttle_record(record, monitor, labels)
-    flags = diag.flags + (("throttle",) if throttle and throttle.slices else ())
-    return replace(diag, throttle=throttle, flags=flags)
+    """A diagnostics.Diagnostics with its ``throttle`` entry, flagged when a fault slowed a
+    slice (running at the power limit is the GPU's operating point: recorded, not flagged)."""
+    found = throttle_record(record, monitor, labels)
+    flags = diag.flags + (("throttle",) if found and found.fault_slices else ())
+    return replace(diag, throttle=found, flags=flags)
 
 
 # -- summary (the baseline format's ``energy`` and ``throttle`` per test) ------------------

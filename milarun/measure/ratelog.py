@@ -212,6 +212,8 @@ class RateLog:
             self.last_slice = self._slice_time
             self._slice_time = 0.0
             self._slice_count = 0.0
+        if self.on_slice is not None:  # the window is over: say so, whatever comes after
+            self.on_slice(self)
 
     def record(self) -> RateRecord:
         duration = (

@@ -74,6 +74,7 @@ class LegacyData(NamedTuple):
     unit: str
     size: int | None
     generated: bool = False
+    synthetic: str | None = None  # what a synthetic set is made of, where it matters
 
 
 MNIST = LegacyData("mnist", "MNIST", "images", 60_000)
@@ -83,7 +84,13 @@ BSDS500 = LegacyData("bsds500", "BSDS500", "images", 200)
 FAKE_IMAGENET = LegacyData("fake_imagenet", "fake ImageNet", "images", 100_000, generated=True)
 COCO = LegacyData("coco", "COCO 2017", "images", 118_287)
 WIKI2 = LegacyData("wiki2", "WikiText-2", "tokens", 2_088_628)
-WMT16 = LegacyData("wmt16", "WMT16 en-de", "sentence pairs", None)
+WMT16 = LegacyData(
+    "wmt16",
+    "WMT16 en-de",
+    "sentence pairs",
+    None,
+    synthetic="an invented language of about 19-20 tokens a side before BPE",
+)
 ML20M = LegacyData("ml20m", "MovieLens-20M", "users", 138_493)
 # Legacy test name -> the data it read (milabench.datasets.READ_BY says the same by module).
 LEGACY_DATA: dict[str, LegacyData] = {
@@ -145,7 +152,8 @@ def data_note(name: str, dataset: Mapping[str, Any] | None) -> str | None:
         if not dataset.get("synthetic"):
             return None
         real = f"the real {legacy.size:,}" if legacy.size else "the real data"
-        return f"synthetic {legacy.label}{amount} (legacy: {real})"
+        made = f", {legacy.synthetic}" if legacy.synthetic else ""
+        return f"synthetic {legacy.label}{amount}{made} (legacy: {real})"
     if not (size and legacy.size and size >= legacy.size):  # a generated set: its size
         if not amount:
             return f"{legacy.label} of unknown size (legacy: {legacy.size:,})"

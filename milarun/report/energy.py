@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from milarun import results
 from milarun.report import stats
+from milarun.results import throttle as gpu_throttle
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,13 +24,7 @@ COLUMN = "perf_per_watt"  # examples/s per W = examples/J, in the per-test table
 JOULES_PER_KWH = 3.6e6
 PER = 1e6  # the energy cost is given per million examples
 COLUMNS = ("runs", "watts", "joules_per_example", "perf_per_watt", "cost_per_million", "method")
-REASON_TEXT = {
-    "SwPowerCap": "power cap",
-    "HwSlowdown": "hardware slowdown",
-    "SwThermalSlowdown": "thermal slowdown",
-    "HwThermalSlowdown": "hardware thermal slowdown",
-    "HwPowerBrakeSlowdown": "power brake",
-}
+REASON_TEXT = gpu_throttle.REASON_TEXT
 
 
 def energy_table(summary: dict[str, dict[str, Any]], power_cost: float | None) -> pd.DataFrame:
@@ -107,6 +102,8 @@ def throttle_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
         for gpu, found in sorted((entry.get("throttle") or {}).items()):
             window = found["window_slices"]
             for name, slices in found["reasons"].items():
+                if name == gpu_throttle.POWER_LIMIT:
+                    continue  # the operating point, shown beside the FLOP/s, not a warning
                 what = REASON_TEXT.get(name, name)
                 out.append(f"{test}: {gpu} {what} ({name}) in {slices} of {window} steady slices")
     return out

@@ -25,6 +25,7 @@ from milarun.errors import EmptyResults, SummaryError
 from milarun.report import energy, measured_peak, units, variants
 from milarun.report.summary_file import load_summary_file
 from milarun.results import bulk, read
+from milarun.results import throttle as gpu_throttle
 
 
 @dataclass
@@ -203,13 +204,29 @@ def quality(runs: list[dict[str, Any]], peaks: measured_peak.Peaks | None = None
     starts = [r.get("startup") or {} for r in runs]
     effs = [r.get("efficiency") or {} for r in runs]
     drifts = [d["drift"] for d in diags if results.is_finite(d.get("drift"))]
-    flagged: Counter[str] = Counter(f for d in diags for f in d.get("flags") or [])
+    throttles = [gpu_throttle.read(d.get("throttle")) for d in diags]
+    flagged: Counter[str] = Counter(
+        f
+        for d, t in zip(diags, throttles)
+        for f in d.get("flags") or []
+        # a record made before the power limit was told from a fault flagged it too
+        if not (f == "throttle" and t is not None and not t.fault_slices)
+    )
+    judged = [t for t in throttles if t is not None and t.window_slices]
+    clocks = sorted(t.sm_clock_mhz for t in judged if t.sm_clock_mhz is not None)
     return {
         "slices": _mean_of([d.get("slices") for d in diags]),
         "cv": _mean_of([d.get("cv") for d in diags]),
         "drift": max(drifts, key=abs) if drifts else None,  # the worst run
         "warmup": _mean_of([d.get("warmup") for d in diags]),
         "flagged": dict(sorted(flagged.items())),
+        # the GPU's operating point: steady slices at its power limit, its median SM clock
+        "power_limit": (
+            sum(t.power_limit_slices for t in judged) / sum(t.window_slices for t in judged)
+            if judged
+            else None
+        ),
+        "sm_clock": clocks[len(clocks) // 2] if clocks else None,
         "busy": _worst_contention([d.get("contention") for d in diags]),
         "startup": {
             k: _mean_of([st.get(k) for st in starts])

@@ -40,6 +40,8 @@ def quality_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
             "achieved_flops": q.get("achieved_flops"),
             "percent_of_peak": q.get("percent_of_peak"),
             "percent_of_measured_peak": q.get("percent_of_measured_peak"),
+            "power_limit": q.get("power_limit"),
+            "sm_clock": q.get("sm_clock"),
             "flags": ",".join(f"{k}:{v}" for k, v in (q.get("flagged") or {}).items()),
         }
     if not rows:

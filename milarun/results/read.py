@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeGuard, TypeVar
 
 from milarun import results
 from milarun.results import steady
+from milarun.results import throttle as gpu_throttle
 
 T = TypeVar("T")
 
@@ -304,8 +305,10 @@ def monitor_peak(data: Mapping[str, Any]) -> float | None:
 
 def drop_samples(data: dict[Any, Any]) -> float | None:
     """Drop a result's monitor samples (most of its size: 100,000 results were 8.3 GiB read
-    whole) and return what reports use of them, the peak memory."""
+    whole) and return what reports use of them, the peak memory (and, for a throttle
+    record made before it kept them, the GPUs' median SM clocks: added to it)."""
     peak = monitor_peak(data)
+    gpu_throttle.add_sm_clocks(data, RateSeries.from_dict((data.get("timings") or {}).get("train")))
     for key in ("gpu_monitor", "cpu_monitor"):
         monitor = data.get(key)
         if isinstance(monitor, dict) and monitor.get("samples"):

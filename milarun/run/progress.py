@@ -68,9 +68,19 @@ def _state(inst: Any, latest: dict[str, Any], waits: list[float]) -> str:
         return "stopping"  # past max_duration, or Ctrl-C
     if not latest:
         return "starting"
+    if latest.get("finished"):
+        return "after its window"  # measured; the test goes on (a sweep, a FLOP count)
     if not latest.get("rate"):
         return "warmup"  # no slice measured yet
     return "finishing" if waits and max(waits) <= 0 else "measuring"
+
+
+def _amount(value: Any) -> str:
+    """A count as a person reads it: whole ones with separators, others (a count in a unit
+    such as gemm's TFLOP) to a tenth."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
 
 
 def parse_progress(text: str) -> dict[str, Any] | None:
@@ -92,6 +102,7 @@ def parse_progress(text: str) -> dict[str, Any] | None:
             and value >= 0
         )
         clean[key] = value if ok else None
+    clean["finished"] = data.get("finished") is True
     return clean
 
 
@@ -199,7 +210,7 @@ class ProgressBoard:
         shown.eta = f"{max(0.0, *waits):.0f}s" if waits else ""
         shown.rate = f"{rate:,.1f} ex/s" if rate else "-"
         shown.slices = f"{slices}/{wanted}" if slices is not None and wanted else ""
-        shown.count = f"{count}/{total}" if total else f"{count}"
+        shown.count = f"{_amount(count)}/{_amount(total)}" if total else _amount(count)
         return shown
 
     def line(self, inst: Any, now: float) -> str:
@@ -208,6 +219,10 @@ class ProgressBoard:
         if not shown.count:  # no progress line yet
             return f"  ...    {inst.tag}  starting ({shown.elapsed})"
         slices = f"  {shown.slices} slices" if shown.slices else ""
+        if shown.state == "after its window":
+            return (
+                f"  ...    {inst.tag}  window measured{slices}, the test goes on  ({shown.elapsed})"
+            )
         eta = f"  ETA {shown.eta}" if shown.eta else ""
         return f"  ...    {inst.tag}  {shown.rate}{slices}  {shown.count}{eta}  ({shown.elapsed})"
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milarun import results
 from milarun.report.summary import Loaded
 from milarun.results import manifest, read
+from milarun.results import throttle as gpu_throttle
 from milarun.tender import archive, rules
 from milarun.tender.consistency import result_problem
 from milarun.tender.package import PROFILE, WEIGHTS
@@ -255,21 +255,43 @@ def steady(bid: Bid) -> Check:
 
 
 def throttle(bid: Bid) -> Check:
-    slices = window = 0
+    """Steady slices a fault slowed (thermal, hardware slowdown, power brake) against the
+    tender's limit; slices at the power limit are the GPU's operating point, said beside."""
+    window = faults = limited = 0
+    clocks: list[tuple[float, str]] = []
     for v in bid.views:
         if v.rate() is None:
             continue
-        record = ((v.data.get("diagnostics") or {}).get("train") or {}).get("throttle")
-        if isinstance(record, dict) and all(
-            results.is_finite(record.get(k)) for k in ("slices", "window_slices")
-        ):
-            slices += int(record["slices"])
-            window += int(record["window_slices"])
+        found = gpu_throttle.read(
+            ((v.data.get("diagnostics") or {}).get("train") or {}).get("throttle")
+        )
+        if found is not None:
+            window += found.window_slices
+            faults += found.fault_slices
+            limited += found.power_limit_slices
+            if found.sm_clock_mhz is not None:
+                clocks.append((found.sm_clock_mhz, f"{v.name} J{v.data.get('job_id')}"))
     if not window:
         return Check("throttle", True, "no GPU throttle record (CPU runs): nothing throttled")
-    share, limit = slices / window, bid.tender.number("max_throttled_share")
-    text = f"{slices} of {window} steady slices throttled ({share:.1%}, limit {limit:.1%})"
-    return Check("throttle", share <= limit, text)
+    share, limit = faults / window, bid.tender.number("max_throttled_share")
+    text = (
+        f"{faults} of {window} steady slices slowed by a thermal, hardware or power-brake "
+        f"slowdown ({share:.1%}, limit {limit:.1%}); at the power limit in {limited} "
+        f"({limited / window:.1%}: the operating point, not a fault)"
+    )
+    ok = share <= limit
+    # the buyer's floors, off unless the tender sets them
+    most = bid.tender.floor("max_power_limit_share")
+    if most is not None and limited / window > most:
+        ok, text = False, f"{text}; more than the tender's {most:.1%} at the power limit"
+    least = bid.tender.floor("min_sm_clock_mhz")
+    slow = sorted(c for c in clocks if c[0] < least) if least is not None else []
+    if slow:
+        ok = False
+        text += f"; median SM clock under the tender's {least:,.0f} MHz: " + ", ".join(
+            f"{name} {mhz:,.0f}" for mhz, name in slow[:3]
+        )
+    return Check("throttle", ok, text)
 
 
 def consistency(bid: Bid) -> Check:

@@ -27,6 +27,7 @@ KIND = "milarun-tender"
 FORMAT = 1
 DEFAULT_MIN_STEADY_SLICES = 10
 DEFAULT_MAX_THROTTLED = 0.05
+MAX_SM_CLOCK_MHZ = 10_000
 MAX_REPEAT = 10_000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -40,7 +41,12 @@ ABOUT = {
     "allow_overrides": "whether a run may carry arguments other than the profile's (`--`)",
     "max_failure_rate": "failed runs / all runs at most this",
     "min_steady_slices": "slices in each run's steady window at least this",
-    "max_throttled_share": "GPU-throttled steady slices / all steady slices at most this",
+    "max_throttled_share": "steady slices a thermal, hardware or power-brake slowdown slowed / "
+    "all steady slices at most this (a GPU at its power limit is at its operating point)",
+    "min_sm_clock_mhz": "every GPU run's median SM clock over its steady window at least this "
+    "(null: no floor)",
+    "max_power_limit_share": "steady slices at the GPU's power limit / all steady slices at "
+    "most this (null: no limit)",
     "acceptance": "declared figures: ACCEPT when P(true < margin x declared) < risk "
     "(bootstrap over runs), REJECT when P(true >= margin x declared) < risk",
 }
@@ -100,6 +106,11 @@ class Tender:
     def number(self, key: str) -> float:
         return float(self.data[key])
 
+    def floor(self, key: str) -> float | None:
+        """An optional rule's number (a tender written before it had none)."""
+        value = self.data.get(key)
+        return None if value is None else float(value)
+
     @property
     def repeat(self) -> int:
         return int(self.data["repeat"])
@@ -133,11 +144,19 @@ def make_tender(
     max_failure_rate: float = build.FAILURE_RATE_LIMIT,
     min_steady_slices: int = DEFAULT_MIN_STEADY_SLICES,
     max_throttled_share: float = DEFAULT_MAX_THROTTLED,
+    min_sm_clock_mhz: float | None = None,
+    max_power_limit_share: float | None = None,
     margin: float = 0.95,
     risk: float = 0.05,
 ) -> dict[str, Any]:
     """The tender's JSON object; TenderError naming the option for a value out of range."""
     _check_numbers(repeat, max_failure_rate, min_steady_slices, max_throttled_share, margin, risk)
+    for option, value, high in (
+        ("--min-sm-clock", min_sm_clock_mhz, MAX_SM_CLOCK_MHZ),
+        ("--max-power-limit", max_power_limit_share, 1),
+    ):
+        if value is not None and not (math.isfinite(value) and 0 <= value <= high):
+            raise TenderError(f"{option} {value}: must be a number from 0 to {high:g}")
     prof = run_profile.load_profile(profile)
     selected = prof.select(names or [], tags or [])
     if weights is None and not (report_weights.WEIGHTS_DIR / f"{prof.name}.json").is_file():
@@ -174,6 +193,8 @@ def make_tender(
         "max_failure_rate": max_failure_rate,
         "min_steady_slices": min_steady_slices,
         "max_throttled_share": max_throttled_share,
+        "min_sm_clock_mhz": min_sm_clock_mhz,
+        "max_power_limit_share": max_power_limit_share,
         "acceptance": {"margin": margin, "risk": risk},
         "about": ABOUT,
     }
@@ -273,6 +294,13 @@ def tender_problem(data: Any) -> str | None:
         ("acceptance.margin", acceptance.get("margin"), 1e-9, 10),
         ("acceptance.risk", acceptance.get("risk"), 1e-9, 0.4999),
     ]
+    floors: list[tuple[str, float]] = [
+        ("min_sm_clock_mhz", MAX_SM_CLOCK_MHZ),
+        ("max_power_limit_share", 1.0),
+    ]
+    for name, most in floors:
+        if data.get(name) is not None:  # a floor the buyer set; absent or null: none
+            numbers.append((name, data[name], 0, most))
     for key, value, low, high in numbers:
         if not _is_number(value, low, high):
             return f"'{key}' {str(value)[:40]} is not a number from {low:g} to {high:g}"

@@ -146,3 +146,21 @@ def fills_disk(exp, argv):
                 f.flush()
     except OSError:
         pass
+
+
+def ramp(exp, argv):
+    """A step time that falls by 15% after 4 s of steps (clocks settling, a cache warming):
+    the run must extend past the ramp before it reports. The time of the fall is metric
+    ``ramp_at`` (epoch seconds)."""
+    import argparse
+
+    exp.parse_args(argparse.ArgumentParser(), ["--min-slices", "22", *argv])
+    log = exp.rate_log()
+    start = None
+    while not log.done:
+        now = time.time()
+        start = start or now
+        with log.block(1):
+            time.sleep(0.010 if now - start < 4.0 else 0.0085)
+    log.finish()
+    exp.metric("ramp_at", start + 4.0)

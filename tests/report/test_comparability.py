@@ -175,7 +175,12 @@ def test_fake_imagenet_tests_are_alike_only_on_the_legacy_sized_set(tmp_path):
         ("reso", ("bsds500", 200), "synthetic BSDS500 of 200 images (legacy: the real 200)"),
         ("ssd", ("coco", 2_500), "synthetic COCO 2017 of 2,500 images (legacy: the real 118,287)"),
         ("wlm", ("wiki2", 9_000), "synthetic WikiText-2 of 9,000 tokens (legacy: the real "),
-        ("translator", ("wmt16", 10), "synthetic WMT16 en-de of 10 sentence pairs (legacy: the"),
+        (
+            "translator",
+            ("wmt16", 10),
+            "synthetic WMT16 en-de of 10 sentence pairs, an invented language of about 19-20 "
+            "tokens a side before BPE (legacy: the",
+        ),
         ("recom", ("ml20m", 500), "synthetic MovieLens-20M of 500 users (legacy: the real 138,"),
     ],
 )

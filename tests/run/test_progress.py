@@ -32,11 +32,30 @@ def test_board_reads_progress_and_streams_output(tmp_path):
     assert "[quick.t J0.1] hello" in text
     assert PROGRESS_TAG not in text  # progress lines are parsed, not echoed
     line = board.line(inst, now=30.0)
-    assert "100.0 ex/s" in line and "500/2000" in line and "ETA 15s" in line
+    assert "100.0 ex/s" in line and "500/2,000" in line and "ETA 15s" in line
     with open(log, "a") as f:
         f.write("ial line\n")
     board.update([inst])
     assert "[quick.t J0.1] partial line" in out.getvalue()  # split writes are joined
+
+
+def test_a_count_in_a_unit_and_a_test_past_its_window_read_as_such(tmp_path):
+    """gemm counts TFLOPs (6755.399441055731 was printed raw) and sweeps its precisions and
+    shapes after its window (the board said 20/22 slices for 21 s)."""
+    log = tmp_path / "t.log"
+    inst = SimpleNamespace(log_path=log, name="m.gemm", job_id="0", started=0.0, tag="m.gemm J0")
+    board = ProgressBoard(io.StringIO(), interval=0.0, verbose=False)
+    progress = {"count": 6755.399441055731, "rate": 669.8, "slices": 20, "min_slices": 22}
+    log.write_text(f"{PROGRESS_TAG} {json.dumps(progress)}\n")
+    board.read([inst])
+    line = board.line(inst, now=10.0)
+    assert "6,755.4" in line and "20/22 slices" in line
+    with open(log, "a") as f:
+        f.write(f"{PROGRESS_TAG} {json.dumps({**progress, 'slices': 23, 'finished': True})}\n")
+    board.read([inst])
+    line = board.line(inst, now=31.0)
+    assert "window measured  23/22 slices, the test goes on  (31s)" in line
+    assert board.progress(inst, 31.0).state == "after its window"
 
 
 def test_a_runaway_log_is_read_from_its_end_within_bounded_memory(tmp_path):
@@ -80,7 +99,7 @@ def test_eta_follows_the_slices_when_no_count_is_asked(tmp_path):
     log.write_text(f"{PROGRESS_TAG} {json.dumps(progress)}\n")
     board2 = ProgressBoard(io.StringIO(), interval=0.0)
     board2.update([inst])
-    assert "500/2000" in board2.line(inst, now=10.0) and "ETA 15s" in board2.line(inst, now=10.0)
+    assert "500/2,000" in board2.line(inst, now=10.0) and "ETA 15s" in board2.line(inst, now=10.0)
 
 
 def _instance(tmp_path, job_id="0.0", label="cpu:0", **fields):

@@ -39,10 +39,18 @@ def text_section(report: Report) -> list[str]:
         }
         if report.power_cost is not None:
             cells["$ per 1M examples"] = fmt.num(r["cost_per_million"], ",.4f")
+        # why a GPU reaches what it reaches: its clock, and how often it ran at its limit
+        q = report.quality.loc[test] if test in report.quality.index else {}
+        cells["SM MHz"] = fmt.num(q.get("sm_clock"), ",.0f")
+        cells["at limit"] = fmt.num(100 * q.get("power_limit", math.nan), ".0f") + "%"
         cells["method"] = r["method"]
         rows[fmt.short(str(test))] = cells
     title = "Energy over the steady window (mean of runs; perf/W = examples/s per W = examples/J)"
-    return fmt.section(title) + [fmt.frame(rows)]
+    note = [
+        "SM MHz: median SM clock over the steady window; at limit: its steady slices at the",
+        "GPU's power limit (the operating point of a GPU under load, not a fault)",
+    ]
+    return fmt.section(title) + [fmt.frame(rows), *note]
 
 
 def add_records(data: dict[str, Any], report: Report) -> None:

@@ -1,0 +1,132 @@
+"""What a result's ``throttle`` record means: the one classification of NVML's clock-event
+reasons that the report, the tender, the history and the doctor share.
+
+A GPU under load that runs at its power limit (``SwPowerCap``) is at its operating point:
+an H100 or H200 in bf16 runs there by design. That is reported (the share of steady slices
+at the limit, beside the median SM clock), never a fault. Thermal slowdowns (hardware or
+software), the hardware slowdown and the power brake are faults: they slow a GPU below what
+it should reach.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from milarun import results
+from milarun.results import steady
+
+POWER_LIMIT = "SwPowerCap"
+FAULTS = frozenset({"HwSlowdown", "SwThermalSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown"})
+REASON_TEXT = {
+    POWER_LIMIT: "at its power limit",
+    "HwSlowdown": "hardware slowdown",
+    "SwThermalSlowdown": "thermal slowdown",
+    "HwThermalSlowdown": "hardware thermal slowdown",
+    "HwPowerBrakeSlowdown": "power brake",
+}
+
+
+def _count(value: Any) -> int:
+    return int(value) if results.is_finite(value) and value >= 0 else 0
+
+
+@dataclass(frozen=True)
+class ThrottleView:
+    """A throttle record read: steady slices in all, those slowed by a fault, those at the
+    power limit, the faults by name (slices), and the median SM clock (MHz) over the
+    window where the record has it (records made before it was kept: None)."""
+
+    window_slices: int
+    fault_slices: int
+    power_limit_slices: int
+    faults: Mapping[str, int]
+    sm_clock_mhz: float | None = None
+
+    @property
+    def power_limit_share(self) -> float | None:
+        return self.power_limit_slices / self.window_slices if self.window_slices else None
+
+
+def _gpu_faults(gpu: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
+    """(fault slices, power-limit slices, faults by name) of one GPU's entry. A record made
+    before faults were counted apart has per-reason counts only: where power limit and
+    faults both occur, the faults' union lies between their largest count and their sum
+    (capped by the GPU's slices); the sum is taken, so a fault is never understated."""
+    given = gpu.get("reasons")
+    reasons: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    faults = {n: _count(c) for n, c in reasons.items() if n in FAULTS and _count(c)}
+    power = _count(reasons.get(POWER_LIMIT))
+    if "fault_slices" in gpu:
+        return _count(gpu.get("fault_slices")), power, faults
+    if not faults:
+        return 0, power, faults
+    hit = _count(gpu.get("slices"))
+    return (hit if not power else min(hit, sum(faults.values()))), power, faults
+
+
+def read(record: Any) -> ThrottleView | None:
+    """A diagnostics' ``throttle`` record (any version), None where there is none."""
+    if not isinstance(record, Mapping) or not isinstance(record.get("gpus"), Mapping):
+        return None
+    window = _count(record.get("window_slices"))
+    fault = power = 0
+    by_name: dict[str, int] = {}
+    clocks = []
+    for gpu in record["gpus"].values():
+        if not isinstance(gpu, Mapping):
+            continue
+        f, p, named = _gpu_faults(gpu)
+        fault, power = fault + f, max(power, p)
+        for name, n in named.items():
+            by_name[name] = by_name.get(name, 0) + n
+        if results.is_finite(gpu.get("sm_clock_mhz")):
+            clocks.append(float(gpu["sm_clock_mhz"]))
+    clock = sorted(clocks)[len(clocks) // 2] if clocks else None
+    return ThrottleView(window, min(fault, window), min(power, window), by_name, clock)
+
+
+def add_sm_clocks(data: dict[str, Any], series: Any) -> None:
+    """The upgrade of a throttle record made before it kept each GPU's median SM clock over
+    the steady window: read from the result's GPU monitor samples, while it has them
+    (``series``: its train rate series, read.RateSeries)."""
+    train = ((data.get("diagnostics") or {}).get("train") or {}) if isinstance(data, dict) else {}
+    record = train.get("throttle") if isinstance(train, dict) else None
+    if not isinstance(record, dict) or not isinstance(record.get("gpus"), dict):
+        return
+    missing = [
+        g for g, v in record["gpus"].items() if isinstance(v, dict) and "sm_clock_mhz" not in v
+    ]
+    monitor = data.get("gpu_monitor")
+    samples = monitor.get("samples") if isinstance(monitor, dict) else None
+    window = steady.wall_clock_window(series) if series is not None else None
+    if not missing or not isinstance(samples, list) or window is None:
+        return
+    start, end = window.spans[0][0], window.spans[-1][1]
+    # the monitor keys a GPU by its CUDA_VISIBLE_DEVICES entry (a UUID under `jobs`)
+    labels = {
+        str(g.get("uuid") or g.get("id")): f"cuda:{g.get('id')}"
+        for g in data.get("gpu_identity") or []
+        if isinstance(g, dict)
+    }
+    clocks: dict[str, list[float]] = {}
+    for sample in samples:
+        gpus = sample.get("gpus") if isinstance(sample, dict) else None
+        when: Any = sample.get("time") if isinstance(sample, dict) else None  # JSON
+        if not isinstance(gpus, dict) or not results.is_finite(when) or not start <= when <= end:
+            continue
+        for gid, reading in gpus.items():
+            clock: Any = reading.get("sm_clock") if isinstance(reading, dict) else None
+            if results.is_finite(clock):
+                label = labels.get(gid) or (
+                    f"cuda:{gid}" if f"cuda:{gid}" in record["gpus"] else gid
+                )
+                clocks.setdefault(label, []).append(float(clock))
+    only = next(iter(clocks.values())) if len(clocks) == 1 and len(record["gpus"]) == 1 else None
+    for gpu in missing:
+        found = sorted(clocks.get(gpu) or only or [])
+        record["gpus"][gpu] = {
+            **record["gpus"][gpu],
+            "sm_clock_mhz": found[len(found) // 2] if found else None,
+        }
