@@ -170,6 +170,8 @@ def data_loader(
         generator=generator,
         pin_memory=torch.cuda.is_available(),
         persistent_workers=workers > 0 and not legacy_epochs,
+        # the workers fork, as the 2020 tests' did (Python 3.14 makes forkserver the default)
+        multiprocessing_context="fork" if workers > 0 else None,
         **batching,
     )
 

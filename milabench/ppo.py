@@ -241,7 +241,8 @@ class PPO:
         for t in range(store.obs.shape[0]):
             memory = None if self.memory is None else self.memory * self.mask[:, None]
             logits, value, self.memory = self.model(self.obs, memory)
-            dist = Categorical(logits=logits)
+            # unvalidated, as torch 1.5 (2020): validation syncs the host twice a step
+            dist = Categorical(logits=logits, validate_args=False)
             action = dist.sample()
             store.obs[t], store.masks[t] = self.obs, self.mask
             if memory is not None:
@@ -291,7 +292,7 @@ class PPO:
             order = starts[torch.randperm(starts.shape[0], device=self.device)]
             for batch in order.split(starts.shape[0] // cfg.minibatches):
                 parts = self._losses(batch, data, masks, memories)
-                self.optimizer.zero_grad(set_to_none=True)
+                self.optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
                 parts["loss"].backward()
                 nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
                 self.optimizer.step()
@@ -344,7 +345,7 @@ def ppo_losses(
 ) -> dict[str, torch.Tensor]:
     """Clipped surrogate (to minimise), clipped value loss (``value_factor`` x the larger
     squared error) and the policy's mean entropy."""
-    dist = Categorical(logits=logits)
+    dist = Categorical(logits=logits, validate_args=False)
     ratio = torch.exp(dist.log_prob(actions) - old_log_probs)
     surrogate = torch.min(ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages)
     clipped_value = old_values + (value - old_values).clamp(-clip, clip)

@@ -124,7 +124,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         log_probs, rewards, dones, finished = play(env, policy, args.episode_length)
         episode_returns.extend(finished)
         loss = rl.reinforce_loss(log_probs, rewards, dones, args.gamma)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         loss.backward()
         optimizer.step()
         return loss.detach()

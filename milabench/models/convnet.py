@@ -77,7 +77,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         with precision.autocast():
             loss = F.cross_entropy(logits(model(images)), labels)
         loss.item()  # as legacy it.log(loss=loss.item()): a host sync per step
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         precision.backward(loss, optimizer)
         return loss.detach()
 

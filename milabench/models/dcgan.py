@@ -129,7 +129,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
     def step() -> float:
         real = helpers.to_device(next(batches), device)[0]
         # D: maximise log D(x) + log(1 - D(G(z))), the two terms backpropagated in turn
-        net_d.zero_grad(set_to_none=True)
+        net_d.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         output = net_d(real).view(-1)
         err_real = bce(output, real_label)
         err_real.backward()
@@ -142,7 +142,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         output.mean().item()  # D(G(z)) before D's update
         opt_d.step()
         # G: maximise log D(G(z)), with the just-updated D
-        net_g.zero_grad(set_to_none=True)
+        net_g.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         output = net_d(fake).view(-1)
         err_g = bce(output, real_label)
         err_g.backward()

@@ -166,7 +166,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     def step() -> torch.Tensor:
         x = next(batches)[0].to(device, non_blocking=True)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         y = model(x)
         feats_y = vgg(y)
         with torch.no_grad():

@@ -195,7 +195,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         users, items, labels = load()
         loss = F.binary_cross_entropy_with_logits(model(users, items), labels)
         value = loss.item()  # the legacy loop's per-step read (a sync)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         loss.backward()
         optimizer.step()
         return value

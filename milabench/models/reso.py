@@ -99,7 +99,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     def step() -> torch.Tensor:
         source, target = helpers.to_device(next(batches), device)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         loss = F.mse_loss(model(source), target)
         loss.item()  # as legacy it.log(loss=loss.item()): a host sync per step
         loss.backward()

@@ -76,7 +76,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     def step() -> torch.Tensor:
         loss = F.cross_entropy(logits(model(images)), labels)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         loss.backward()
         optimizer.step()
         return loss.detach()

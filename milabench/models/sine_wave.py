@@ -94,7 +94,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
 
     def step() -> torch.Tensor:
         loss = F.mse_loss(model(inputs), targets)
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         loss.backward()
         loss.item()  # as legacy it.log(loss=loss.item()): a host sync per step
         optimizer.step()

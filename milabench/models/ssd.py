@@ -157,7 +157,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         ploc, plabel = model(images)
         loss = criterion(ploc, plabel, gloc.transpose(1, 2), glabel)
         loss.item()  # as legacy it.log(loss=loss.item()): a host sync per step
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         loss.backward()
         optimizer.step()
         return loss.detach()

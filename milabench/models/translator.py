@@ -229,7 +229,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         logits = model(src, lengths, tgt[:-1])
         loss = criterion(logits.flatten(0, 1), tgt[1:].flatten())
         total = loss.item()  # the legacy loop's per-step read (a sync)
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         (loss / src.shape[1]).backward()  # per sentence, as the legacy trainer
         nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()

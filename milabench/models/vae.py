@@ -86,7 +86,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         images, _ = helpers.to_device(next(batches), device)
         x = images.view(-1, PIXELS)
         held[0] = x.shape[0]
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         recon, mu, logvar = model(x)
         loss = vae_loss(recon, x, mu, logvar)
         loss.backward()

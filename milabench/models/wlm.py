@@ -157,7 +157,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         inputs = train_data[row : row + length]
         targets = train_data[row + 1 : row + 1 + length].reshape(-1)
         state["row"] = row + length
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=False)  # in place, as torch 1.5 (2020)
         with precision.autocast():
             logits, hidden = model(inputs, detach(state["hidden"]))
             loss = F.cross_entropy(logits, targets)

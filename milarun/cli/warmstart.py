@@ -126,12 +126,16 @@ def _set_up_child(request: dict[str, Any], closing: list[int]) -> None:
     os.environ.update(request["env"])
     torch = sys.modules.get("torch")
     if torch is not None:
-        # OpenMP read the thread count when torch loaded here, before the cgroup: give the
-        # child the count a cold process would have read (its variable, else its CPUs).
+        # OpenMP read its thread count when torch loaded here: the supervisor starts a warm
+        # process with the count a cold start would read (its variable, else its group's
+        # CPUs). Set only where they differ: setting it, even to the same count, slowed
+        # LSTM steps by 10-15% (benchmarks/README.md).
         wanted = os.environ.get("OMP_NUM_THREADS", "")
-        torch.set_num_threads(
+        count = (
             int(wanted) if wanted.isdigit() and int(wanted) > 0 else len(os.sched_getaffinity(0))
         )
+        if torch.get_num_threads() != count:
+            torch.set_num_threads(count)
         torch.seed()  # a fresh process seeds its default generator at random: so does a fork
     numpy = sys.modules.get("numpy")
     if numpy is not None:  # random reseeds itself after fork; numpy's global generator not

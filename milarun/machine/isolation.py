@@ -331,6 +331,18 @@ def placement(spec: str, device_id: str, hier: dict[str, Hierarchy]) -> Placemen
     return Placement(prefix, sorted(set(procs)), groups, text, sorted(set(every)))
 
 
+def group_cpus(place: Placement, hier: dict[str, Hierarchy]) -> list[int]:
+    """The CPUs of an instance's cpuset group ([] where it has none or they are unread)."""
+    path = place.groups.get("cpuset")
+    if path is None or "cpuset" not in hier:
+        return []
+    h = hier["cpuset"]
+    text = read_file(h.dir(path) / "cpuset.cpus") or read_file(
+        h.dir(path) / "cpuset.cpus.effective"
+    )
+    return parse_cpu_list((text or "").strip())
+
+
 def join_v2(procs: list[Path]) -> None:
     """In the child before exec: move this process into its v2 groups."""
     for path in procs:

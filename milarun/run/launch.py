@@ -277,6 +277,9 @@ class Supervisor:
                 inst.log_path,
                 watchdog.log_limit() + before,
                 inst.placement.procs if inst.placement is not None else [],
+                isolation.group_cpus(inst.placement, self.opts.hierarchies)
+                if inst.placement is not None
+                else [],
                 inst.job.max_duration,
                 lambda: self.stop_requested is not None,
             )

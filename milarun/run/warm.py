@@ -201,7 +201,7 @@ class WarmPool:
     def pids(self) -> set[int]:
         return {w.process.pid for w in self.every if w.process.returncode is None}
 
-    def _spawn(self, env: dict[str, str], stop: Callable[[], bool]) -> WarmProcess:
+    def _spawn(self, env: dict[str, str], cpus: list[int], stop: Callable[[], bool]) -> WarmProcess:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         # in a folder of their own: <logs>/*.log are the instances' own, one each
@@ -226,7 +226,10 @@ class WarmPool:
                     stderr=subprocess.STDOUT,
                     pass_fds=(req_r, rep_w),
                     start_new_session=True,  # Ctrl-C reaches the supervisor, not this
-                    preexec_fn=watchdog.die_with_parent(self.supervisor),
+                    preexec_fn=watchdog.die_with_parent(
+                        self.supervisor,
+                        then=lambda: os.sched_setaffinity(0, cpus) if cpus else None,
+                    ),
                 )
         except (OSError, subprocess.SubprocessError) as err:
             for fd in (req_r, req_w, rep_r, rep_w):
@@ -251,12 +254,19 @@ class WarmPool:
         log_path: Path,
         log_limit: int,
         procs: list[Path],
+        cpus: list[int],
         timeout: float,
         stop: Callable[[], bool],
     ) -> tuple[ForkedProcess, str]:
-        """Fork an instance (``milarun WORDS`` in ``env``); returns it and how it started
-        ("forked" or "forked by a fresh warm process: why"). Refused: start it cold."""
+        """Fork an instance (``milarun WORDS`` in ``env``, joining the cgroups whose
+        ``procs`` files are given, whose cpuset has ``cpus``); returns it and how it
+        started. Refused: start it cold."""
         key = tuple(sorted((k, v) for k, v in env.items() if k not in PER_INSTANCE_ENV))
+        if cpus and "OMP_NUM_THREADS" not in env:
+            # OpenMP counts the CPUs it may use when torch loads: a warm process with as
+            # many as the instance's group, so that no thread count is set after the fork
+            # (torch.set_num_threads, even to the count it has, slowed LSTMs by 10-15%)
+            key += (("cpus in the group", str(len(cpus))),)
         warm = self.current.get(key)
         note = "forked"
         if warm is not None and (warm.retired or not warm.alive()):
@@ -265,7 +275,7 @@ class WarmPool:
             warm.close()
             warm = None
         if warm is None:
-            warm = self._spawn(env, stop)
+            warm = self._spawn(env, cpus if "OMP_NUM_THREADS" not in env else [], stop)
             self.current[key] = warm
         request = {
             "op": "fork",

@@ -275,6 +275,30 @@ def test_cart_samples_without_validating_the_distribution(monkeypatch):
     assert checked == []
 
 
+def test_ppo_samples_and_scores_without_validating_the_distribution(monkeypatch):
+    """minigrid and atari as the 2020 code ran them (torch 1.5): no argument or sample
+    checks, each of which syncs the host with the device."""
+    from torch.distributions import Distribution, constraints
+
+    checked = []
+    monkeypatch.setattr(Distribution, "_validate_args", True)  # torch's default
+    monkeypatch.setattr(
+        Distribution, "_validate_sample", lambda self, value: checked.append("sample")
+    )
+    monkeypatch.setattr(
+        type(constraints.real_vector), "check", lambda self, value: checked.append("arg") or True
+    )
+    logits, value = torch.randn(4, 3), torch.randn(4)
+    actions = torch.tensor([0, 1, 2, 1])
+    parts = ppo.ppo_losses(
+        logits, value, actions, torch.zeros(4), torch.zeros(4), torch.ones(4), torch.ones(4), 0.2
+    )
+    assert torch.isfinite(parts["entropy"]) and checked == []
+    agent = minigrid_agent(seed=0)
+    agent.collect()
+    assert checked == []
+
+
 # -- PPO on real environments, in this process ------------------------------------------------
 def minigrid_agent(seed: int) -> ppo.PPO:
     """Two environments stepped in this process (quicker to start than worker processes)."""
