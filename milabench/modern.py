@@ -133,13 +133,19 @@ class Setup:
         if not self.compile:
             return model
         import torch
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
         caches = Path(self.exp.dataroot) / "cache"
+        # torch writes its default into the variable once it has read it: that one is ours
+        chosen = {
+            "TORCHINDUCTOR_CACHE_DIR": (None, default_cache_dir()),
+            "TRITON_CACHE_DIR": (None,),
+        }
         for variable, name in (
             ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),
             ("TRITON_CACHE_DIR", "triton"),
         ):
-            if variable not in os.environ:
+            if os.environ.get(variable) in chosen[variable]:
                 try:
                     (caches / name).mkdir(parents=True, exist_ok=True)
                 except OSError:  # a read-only data folder: the compiler's default

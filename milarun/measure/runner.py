@@ -93,7 +93,8 @@ def progress_printer(
 
     def report(log: Any) -> None:
         now = time.monotonic()
-        if now - last[0] < min_interval and not log.finished:
+        finished = getattr(log, "finished", False)
+        if now - last[0] < min_interval and not finished:
             return
         last[0] = now
         rule = log.length_rule
@@ -105,12 +106,12 @@ def progress_printer(
             "min_slices": rule.min_slices if rule else None,
             "rate": log.rates[-1] if log.rates else None,
             "in_block": log.in_block,
-            "finished": log.finished,  # its window is measured; the test may go on after it
+            "finished": finished,  # its window is measured; the test may go on after it
         }
         if supervised:
             print(f"{PROGRESS_TAG} {json.dumps(info)}", flush=True)
             return
-        if log.finished:
+        if finished:
             print(f"  {log.name}: measured, {len(log.rates)} slices", file=sys.stderr, flush=True)
             return
         rate = f"{info['rate']:,.2f} examples/s" if info["rate"] is not None else "starting"

@@ -98,7 +98,11 @@ def test_what_changed_rides_along():
             80.0,
             driver="560.2",
             flags=["busy", "few-slices"],
-            throttle={"slices": 3, "window_slices": 18, "gpus": {}},
+            throttle={
+                "slices": 3,
+                "window_slices": 18,
+                "gpus": {"cuda:0": {"slices": 3, "reasons": {"SwThermalSlowdown": 3}}},
+            },
         )
     )
     series = trends.build_points(found, "test")["quick.a @ lab"]

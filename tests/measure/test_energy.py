@@ -287,9 +287,14 @@ def test_throttled_samples_flag_exactly_the_overlapping_slices():
         "gpus": {
             "cuda:0": {
                 "slices": 5,
+                "fault_slices": 1,  # the hardware and thermal slowdowns, in one slice
+                "power_limit_slices": 4,  # the operating point, not a fault
                 "reasons": {"HwSlowdown": 1, "SwPowerCap": 4, "SwThermalSlowdown": 1},
+                "sm_clock_mhz": None,  # these samples read no clock
             }
         },
+        "fault_slices": 1,
+        "power_limit_slices": 4,
     }
     diag = energy.with_throttle(
         steady_state([100.0] * 20), record(ends), {"interval": 1.0, "samples": got}
@@ -345,15 +350,19 @@ def test_run_on_a_fake_gpu_records_energy_and_throttling(tmp_path, monkeypatch):
     assert rec["joules_per_example"] == pytest.approx(1 / rec["examples_per_joule"])
     diag = result["diagnostics"]["train"]
     window = diag["window_slices"]
-    assert "throttle" in diag["flags"] and window >= 3
+    # at its power limit: its operating point, recorded, not flagged as throttling
+    assert "throttle" not in diag["flags"] and window >= 3
     assert diag["throttle"]["slices"] == diag["throttle"]["window_slices"] == window
+    assert diag["throttle"]["power_limit_slices"] == window
+    assert diag["throttle"]["fault_slices"] == 0
     assert diag["throttle"]["gpus"]["cuda:0"]["reasons"] == {"SwPowerCap": window}
+    assert diag["throttle"]["gpus"]["cuda:0"]["sm_clock_mhz"] == 1410
 
 
 # -- reports -------------------------------------------------------------------------------
 def gpu_result(name, job_id, rate, device, joules_per_example=None, throttled=0, **kw):
     """A GPU result with energy (perf/W = 1 / joules_per_example) and, when ``throttled``,
-    that many power-capped slices of 18."""
+    that many slices of 18 in a thermal slowdown."""
     energy_rec = (
         {
             "joules": 9 * rate * joules_per_example,
@@ -379,7 +388,7 @@ def gpu_result(name, job_id, rate, device, joules_per_example=None, throttled=0,
             "gpus": {
                 device: {
                     "slices": throttled,
-                    "reasons": {"SwPowerCap": throttled} if throttled else {},
+                    "reasons": {"SwThermalSlowdown": throttled} if throttled else {},
                 }
             },
         },
@@ -417,7 +426,9 @@ def test_summary_keeps_energy_and_throttling(energy_results):
         "examples_per_joule": pytest.approx(3.0),
         "method": "counter",
     }
-    assert convnet["throttle"] == {"cuda:0": {"window_slices": 18, "reasons": {"SwPowerCap": 6}}}
+    assert convnet["throttle"] == {
+        "cuda:0": {"window_slices": 18, "reasons": {"SwThermalSlowdown": 6}}
+    }
     assert convnet["quality"]["flagged"] == {"throttle": 1}
     assert "energy" not in json.loads(done.stdout)["gpu.cpuonly"]
 
@@ -441,7 +452,10 @@ def test_report_shows_perf_per_watt_score_and_cost(energy_results, tmp_path):
     assert data["energy"]["gpu.convnet"]["cost_per_million"] == pytest.approx(
         0.375e6 / 3.6e6 * 0.15
     )
-    assert "gpu.convnet: cuda:0 power cap (SwPowerCap) in 6 of 18 steady slices" in data["warnings"]
+    assert (
+        "gpu.convnet: cuda:0 thermal slowdown (SwThermalSlowdown) in 6 of 18 steady slices"
+        in data["warnings"]
+    )
 
     text = milarun("report", *args, "--html", tmp_path / "r.html")
     assert text.returncode == 0, text.stderr
@@ -452,10 +466,12 @@ def test_report_shows_perf_per_watt_score_and_cost(energy_results, tmp_path):
     assert "Power cost ($/kWh):" in out and "$ per 1M examples" in out
     assert "Energy over the steady window" in out and "0.0156" in out  # $ per 1M, convnet
     assert "throttle:1" in out  # the quality table's flags
-    assert "- gpu.convnet: cuda:0 power cap (SwPowerCap) in 6 of 18 steady slices" in out
+    assert (
+        "- gpu.convnet: cuda:0 thermal slowdown (SwThermalSlowdown) in 6 of 18 steady slices" in out
+    )
     page = (tmp_path / "r.html").read_text()
     assert '<table id="energy">' in page and "Perf/W score" in page
-    assert "power cap (SwPowerCap)" in page
+    assert "thermal slowdown (SwThermalSlowdown)" in page
 
 
 def test_cpu_results_get_nothing_new(tmp_path):
