@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -126,3 +128,13 @@ def stragglers(marker: str, grace: float = 5.0) -> int:
         except psutil.Error:
             pass
     return len(alive)
+
+
+def wait_for(check: Callable[[], bool], seconds: float = 240) -> bool:
+    """Whether ``check()`` came true within ``seconds`` (asked every 50 ms)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False

@@ -14,7 +14,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-from faultkit import ENV, Outcome, clean, leftovers, milarun, one_line, plant, profile, start
+from faultkit import (
+    ENV,
+    Outcome,
+    clean,
+    leftovers,
+    milarun,
+    one_line,
+    plant,
+    profile,
+    start,
+    wait_for,
+)
 
 from fullfs import full_tmpfs
 from milarun.results import manifest
@@ -23,15 +34,6 @@ from resultfactory import result, write
 
 SLEEPY = {"experiment": "faulty:sleepy", "max_duration": 120}
 STEPS = {"experiment": "faulty:steps"}
-
-
-def _wait_for(check: Callable[[], bool], seconds: float = 240) -> bool:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if check():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def _kill_and_clear(proc: subprocess.Popen, marker: str) -> list[psutil.Process]:
@@ -49,7 +51,7 @@ def killed_in_first_job(tmp: Path) -> Outcome:
     and lost (each instance) and exits 1, instead of "no results found"."""
     out = tmp / "out"
     proc = start("jobs", profile(tmp, wait=SLEEPY), "--devices", "cpu:2", "-o", out)
-    _wait_for(lambda: len(psutil.Process(proc.pid).children(recursive=True)) >= 2)
+    wait_for(lambda: len(psutil.Process(proc.pid).children(recursive=True)) >= 2)
     time.sleep(3)
     left = _kill_and_clear(proc, str(out))
     shown = milarun("report", out)
@@ -65,7 +67,7 @@ def killed_in_a_later_repeat(tmp: Path) -> Outcome:
     prof = profile(tmp, fast=STEPS, wait=SLEEPY)
     proc = start("jobs", prof, "--devices", "cpu:2", "--repeat", "2", "-o", out,
                  "--", "--min-slices", "4")  # fmt: skip
-    _wait_for(lambda: len(list(out.glob("p.fast.*.json"))) >= 2)
+    wait_for(lambda: len(list(out.glob("p.fast.*.json"))) >= 2)
     time.sleep(4)
     left = _kill_and_clear(proc, str(out))
     lost = "p.wait (J0.0, J0.1, J1.0, J1.1), p.fast (J1.0, J1.1)"
@@ -85,7 +87,7 @@ def prepare_stopped(tmp: Path, sig: int) -> Outcome:
     a caught signal ends the run as interrupted, exit 128 + signal."""
     out = tmp / "out"
     proc = start("jobs", _prepare_profile(tmp), "--devices", "cpu:2", "-o", out)
-    _wait_for(lambda: (tmp / "prepare.pid").exists())
+    wait_for(lambda: (tmp / "prepare.pid").exists())
     time.sleep(0.5)
     sleeper = int((tmp / "prepare.pid").read_text())
     os.kill(proc.pid, sig)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-from faultkit import Outcome, clean, leftovers, milarun, profile, results_in, start
+from faultkit import Outcome, clean, leftovers, milarun, profile, results_in, start, wait_for
 
 STEPS = {"experiment": "faulty:steps", "arguments": {"--min-slices": 12}}
 STATE = {"experiment": "warmth:state", "arguments": {"--min-slices": 4}}
@@ -26,15 +26,6 @@ def _warm(marker: str) -> list[psutil.Process]:
     found.sort(key=lambda p: p.create_time())
     forks = {c.pid for p in found for c in p.children()}
     return [p for p in found if p.pid not in forks]
-
-
-def _wait_for(check: Callable[[], bool], seconds: float = 120) -> bool:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _by_name(out: Path) -> dict[str, dict]:
@@ -70,13 +61,15 @@ def _run(tmp: Path, jobs: dict, devices: str, act: Callable[[Path], str]) -> tup
 
 def warm_killed_between(tmp: Path) -> Outcome:
     def act(out: Path) -> str:
-        _wait_for(lambda: any(out.glob("p.first.*.json")))
+        wait_for(lambda: any(out.glob("p.first.*.json")))
         warm = _warm(str(out))
         for p in warm:
             p.kill()
         return f"killed {len(warm)} warm process(es) after the first instance"
 
-    found, said, ok = _run(tmp, {"first": STATE, "second": STATE}, "cpu:1", act)
+    # the second job's prepare holds the gap between the instances open: the kill lands in it
+    later = {**STATE, "prepare": ["sleep 3"]}
+    found, said, ok = _run(tmp, {"first": STATE, "second": later}, "cpu:1", act)
     second = found.get("second J0.0", {})
     fresh = "died" in ((second.get("startup") or {}).get("start_note") or "")
     ok = ok and len(found) == 2 and all(r["success"] for r in found.values()) and fresh
@@ -85,7 +78,7 @@ def warm_killed_between(tmp: Path) -> Outcome:
 
 def warm_killed_during(tmp: Path) -> Outcome:
     def act(out: Path) -> str:
-        _wait_for(lambda: any(p.children() for p in _warm(str(out))))
+        wait_for(lambda: any(p.children() for p in _warm(str(out))))
         time.sleep(2)  # the forked instances are measuring
         warm = _warm(str(out))
         for p in warm:
@@ -100,7 +93,7 @@ def warm_killed_during(tmp: Path) -> Outcome:
 
 def _instance_killed(tmp: Path, sig: int) -> Outcome:
     def act(out: Path) -> str:
-        _wait_for(lambda: any(p.children() for p in _warm(str(out))))
+        wait_for(lambda: any(p.children() for p in _warm(str(out))))
         time.sleep(2)
         forks = [c for p in _warm(str(out)) for c in p.children()]
         if forks:
