@@ -29,9 +29,10 @@ import select
 import signal
 import sys
 import threading
-import time
 import traceback
 from typing import Any
+
+from milarun.machine import isolation
 
 # The modules every instance needs: the command line (it parses `milarun run`), the runner
 # and, through them, torch. Importing the CLI first keeps its registry scan short (cli.main).
@@ -92,13 +93,6 @@ def _changed(before: dict[str, Any], after: dict[str, Any]) -> str | None:
     return ", ".join(f"{k} {before.get(k)!r} -> {after[k]!r}" for k in keys) or None
 
 
-def _join_cgroups(procs: list[str]) -> None:
-    """Move this process into its student groups, as cgexec would, before anything else."""
-    for path in procs:
-        with open(path, "w") as f:
-            f.write(str(os.getpid()))
-
-
 def _set_up_child(request: dict[str, Any], closing: list[int]) -> None:
     """Make this forked child what a cold ``milarun run`` would be, up to its first line."""
     os.setsid()
@@ -113,7 +107,7 @@ def _set_up_child(request: dict[str, Any], closing: list[int]) -> None:
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    _join_cgroups(request.get("procs") or [])
+    isolation.join_groups(request.get("procs") or [])  # as cgexec, before anything else
     log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -204,13 +198,11 @@ class WarmProcess:
     def handle(self, request: dict[str, Any]) -> bool:
         """Answer one fork request; False when this process retires after it."""
         module = request["module"]
-        started = time.time()
         try:
             importlib.import_module(module)
         except BaseException as err:  # the cold start will meet the same error, and say it
             _send(self.replies, {"op": "refused", "reason": f"import {module}: {err}"[:500]})
             return True
-        imported = time.time() - started
         state = fingerprint()
         unsafe = _unsafe(state)
         if unsafe:
@@ -218,7 +210,6 @@ class WarmProcess:
             return False
         changed = _changed(self.baseline, state)
         answer = self.fork(request)
-        answer["import_s"] = round(imported, 3)
         if changed:
             answer["retire"] = f"importing {module} changed {changed}"
         _send(self.replies, answer)
@@ -265,12 +256,11 @@ def main(argv: list[str]) -> int:
     requests, replies = int(argv[0]), int(argv[1])
     # torch.cuda.is_available() in an import asks NVML, which starts no CUDA context here
     os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
-    started = time.time()
     for name in BASE_MODULES:
         importlib.import_module(name)
     warm = WarmProcess(requests, replies)
     unsafe = _unsafe(warm.baseline)
-    _send(replies, {"op": "ready", "import_s": round(time.time() - started, 3), "unsafe": unsafe})
+    _send(replies, {"op": "ready", "unsafe": unsafe})
     if unsafe is None:
         warm.serve()
     return 0

@@ -189,7 +189,7 @@ def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setu
         prefix: list[str] = []
         try:
             place = isolation.placement(CGROUP_SPEC, dev.id, hier)
-            preexec = partial(isolation.join_v2, place.v2_procs)
+            preexec = partial(isolation.join_groups, place.v2_procs)
             prefix, probed.placement = place.prefix, place.spec
         except errors.IsolationError:  # no student group: pinned to the plan's CPUs
             preexec = partial(os.sched_setaffinity, 0, set(student.cpus))

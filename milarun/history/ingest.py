@@ -81,15 +81,6 @@ def _gpu(data: Mapping[str, Any]) -> tuple[str | None, str | None]:
     )
 
 
-def _flags(train: Mapping[str, Any]) -> list[str] | None:
-    """The steady window's flags; ``throttle`` only for a fault (a result made before the
-    power limit was told from a fault flagged both)."""
-    found = gpu_throttle.read(train.get("throttle"))
-    at_limit_only = found is not None and not found.fault_slices
-    flags = [str(f) for f in train.get("flags") or [] if not (f == "throttle" and at_limit_only)]
-    return flags or None
-
-
 def _text(value: Any, limit: int) -> str | None:
     return value[:limit] if isinstance(value, str) else None
 
@@ -136,7 +127,7 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         if rate is None
         else None,
         driver=_text(system.get("driver"), 64),
-        flags=_flags(train),
+        flags=gpu_throttle.flags(train) or None,
         throttle=train.get("throttle") if isinstance(train.get("throttle"), Mapping) else None,
         energy=dict(energy) if isinstance(energy, Mapping) and energy.get("joules") else None,
         diagnostics=dict(train) or None,

@@ -343,8 +343,9 @@ def group_cpus(place: Placement, hier: dict[str, Hierarchy]) -> list[int]:
     return parse_cpu_list((text or "").strip())
 
 
-def join_v2(procs: list[Path]) -> None:
-    """In the child before exec: move this process into its v2 groups."""
+def join_groups(procs: list[Path] | list[str]) -> None:
+    """Move this process into the groups of these cgroup.procs files (v1 or v2), as cgexec
+    does: in a cold start's child before exec (v2), in a forked instance (both)."""
     for path in procs:
         with open(path, "w") as f:
             f.write(str(os.getpid()))

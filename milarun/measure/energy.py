@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -257,17 +258,17 @@ def throttle_record(
         fault = set().union(*(s for n, s in by_reason.items() if n in throttle.FAULTS))
         power = by_reason.get(throttle.POWER_LIMIT, set())
         flagged, faulty, limited = flagged | hit, faulty | fault, limited | power
-        clocks = sorted(
+        clocks = [
             c
             for t, c in _series(samples, gid, "sm_clock")
             if window.spans[0][0] <= t <= window.spans[-1][1]
-        )
+        ]
         gpus[gpu_label(gid, labels)] = {
             "slices": len(hit),
             "fault_slices": len(fault),
             "power_limit_slices": len(power),
             "reasons": {n: len(s) for n, s in sorted(by_reason.items())},
-            "sm_clock_mhz": clocks[len(clocks) // 2] if clocks else None,
+            "sm_clock_mhz": statistics.median_high(clocks) if clocks else None,
         }
     if not gpus:
         return None

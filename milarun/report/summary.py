@@ -14,6 +14,7 @@ import contextlib
 import gc
 import math
 import os
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -204,16 +205,10 @@ def quality(runs: list[dict[str, Any]], peaks: measured_peak.Peaks | None = None
     starts = [r.get("startup") or {} for r in runs]
     effs = [r.get("efficiency") or {} for r in runs]
     drifts = [d["drift"] for d in diags if results.is_finite(d.get("drift"))]
+    flagged: Counter[str] = Counter(f for d in diags for f in gpu_throttle.flags(d))
     throttles = [gpu_throttle.read(d.get("throttle")) for d in diags]
-    flagged: Counter[str] = Counter(
-        f
-        for d, t in zip(diags, throttles)
-        for f in d.get("flags") or []
-        # a record made before the power limit was told from a fault flagged it too
-        if not (f == "throttle" and t is not None and not t.fault_slices)
-    )
     judged = [t for t in throttles if t is not None and t.window_slices]
-    clocks = sorted(t.sm_clock_mhz for t in judged if t.sm_clock_mhz is not None)
+    clocks = [t.sm_clock_mhz for t in judged if t.sm_clock_mhz is not None]
     return {
         "slices": _mean_of([d.get("slices") for d in diags]),
         "cv": _mean_of([d.get("cv") for d in diags]),
@@ -226,7 +221,7 @@ def quality(runs: list[dict[str, Any]], peaks: measured_peak.Peaks | None = None
             if judged
             else None
         ),
-        "sm_clock": clocks[len(clocks) // 2] if clocks else None,
+        "sm_clock": statistics.median_high(clocks) if clocks else None,
         "busy": _worst_contention([d.get("contention") for d in diags]),
         "startup": {
             k: _mean_of([st.get(k) for st in starts])

@@ -308,7 +308,9 @@ def drop_samples(data: dict[Any, Any]) -> float | None:
     whole) and return what reports use of them, the peak memory (and, for a throttle
     record made before it kept them, the GPUs' median SM clocks: added to it)."""
     peak = monitor_peak(data)
-    gpu_throttle.add_sm_clocks(data, RateSeries.from_dict((data.get("timings") or {}).get("train")))
+    gpu_throttle.add_sm_clocks(
+        data, lambda: RateSeries.from_dict((data.get("timings") or {}).get("train"))
+    )
     for key in ("gpu_monitor", "cpu_monitor"):
         monitor = data.get(key)
         if isinstance(monitor, dict) and monitor.get("samples"):

@@ -10,7 +10,8 @@ it should reach.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import statistics
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,35 +36,30 @@ def _count(value: Any) -> int:
 @dataclass(frozen=True)
 class ThrottleView:
     """A throttle record read: steady slices in all, those slowed by a fault, those at the
-    power limit, the faults by name (slices), and the median SM clock (MHz) over the
-    window where the record has it (records made before it was kept: None)."""
+    power limit, and the median SM clock (MHz) over the window where the record has it
+    (records made before it was kept, and not upgraded from their samples: None)."""
 
     window_slices: int
     fault_slices: int
     power_limit_slices: int
-    faults: Mapping[str, int]
     sm_clock_mhz: float | None = None
 
-    @property
-    def power_limit_share(self) -> float | None:
-        return self.power_limit_slices / self.window_slices if self.window_slices else None
 
-
-def _gpu_faults(gpu: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
-    """(fault slices, power-limit slices, faults by name) of one GPU's entry. A record made
+def _gpu_faults(gpu: Mapping[str, Any]) -> tuple[int, int]:
+    """(fault slices, power-limit slices) of one GPU's entry. A record made
     before faults were counted apart has per-reason counts only: where power limit and
     faults both occur, the faults' union lies between their largest count and their sum
     (capped by the GPU's slices); the sum is taken, so a fault is never understated."""
     given = gpu.get("reasons")
     reasons: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-    faults = {n: _count(c) for n, c in reasons.items() if n in FAULTS and _count(c)}
+    faults = [_count(c) for n, c in reasons.items() if n in FAULTS]
     power = _count(reasons.get(POWER_LIMIT))
     if "fault_slices" in gpu:
-        return _count(gpu.get("fault_slices")), power, faults
-    if not faults:
-        return 0, power, faults
+        return _count(gpu.get("fault_slices")), power
+    if not any(faults):
+        return 0, power
     hit = _count(gpu.get("slices"))
-    return (hit if not power else min(hit, sum(faults.values()))), power, faults
+    return (hit if not power else min(hit, sum(faults))), power
 
 
 def read(record: Any) -> ThrottleView | None:
@@ -72,25 +68,30 @@ def read(record: Any) -> ThrottleView | None:
         return None
     window = _count(record.get("window_slices"))
     fault = power = 0
-    by_name: dict[str, int] = {}
     clocks = []
     for gpu in record["gpus"].values():
         if not isinstance(gpu, Mapping):
             continue
-        f, p, named = _gpu_faults(gpu)
+        f, p = _gpu_faults(gpu)
         fault, power = fault + f, max(power, p)
-        for name, n in named.items():
-            by_name[name] = by_name.get(name, 0) + n
         if results.is_finite(gpu.get("sm_clock_mhz")):
             clocks.append(float(gpu["sm_clock_mhz"]))
-    clock = sorted(clocks)[len(clocks) // 2] if clocks else None
-    return ThrottleView(window, min(fault, window), min(power, window), by_name, clock)
+    clock = statistics.median_high(clocks) if clocks else None
+    return ThrottleView(window, min(fault, window), min(power, window), clock)
 
 
-def add_sm_clocks(data: dict[str, Any], series: Any) -> None:
+def flags(train: Mapping[str, Any]) -> list[str]:
+    """A diagnostics' flags, ``throttle`` only for a fault (a result made before the power
+    limit was told from a fault flagged both)."""
+    found = read(train.get("throttle"))
+    at_limit_only = found is not None and not found.fault_slices
+    return [str(f) for f in train.get("flags") or [] if not (f == "throttle" and at_limit_only)]
+
+
+def add_sm_clocks(data: dict[str, Any], series_of: Callable[[], Any]) -> None:
     """The upgrade of a throttle record made before it kept each GPU's median SM clock over
     the steady window: read from the result's GPU monitor samples, while it has them
-    (``series``: its train rate series, read.RateSeries)."""
+    (``series_of()``: its train rate series, read.RateSeries, made only where needed)."""
     train = ((data.get("diagnostics") or {}).get("train") or {}) if isinstance(data, dict) else {}
     record = train.get("throttle") if isinstance(train, dict) else None
     if not isinstance(record, dict) or not isinstance(record.get("gpus"), dict):
@@ -100,8 +101,11 @@ def add_sm_clocks(data: dict[str, Any], series: Any) -> None:
     ]
     monitor = data.get("gpu_monitor")
     samples = monitor.get("samples") if isinstance(monitor, dict) else None
+    if not missing or not isinstance(samples, list):
+        return
+    series = series_of()
     window = steady.wall_clock_window(series) if series is not None else None
-    if not missing or not isinstance(samples, list) or window is None:
+    if window is None:
         return
     start, end = window.spans[0][0], window.spans[-1][1]
     # the monitor keys a GPU by its CUDA_VISIBLE_DEVICES entry (a UUID under `jobs`)
@@ -125,8 +129,8 @@ def add_sm_clocks(data: dict[str, Any], series: Any) -> None:
                 clocks.setdefault(label, []).append(float(clock))
     only = next(iter(clocks.values())) if len(clocks) == 1 and len(record["gpus"]) == 1 else None
     for gpu in missing:
-        found = sorted(clocks.get(gpu) or only or [])
+        found = clocks.get(gpu) or only
         record["gpus"][gpu] = {
             **record["gpus"][gpu],
-            "sm_clock_mhz": found[len(found) // 2] if found else None,
+            "sm_clock_mhz": statistics.median_high(found) if found else None,
         }

@@ -235,7 +235,7 @@ class Supervisor:
             command = inst.placement.prefix + command
             if inst.placement.v2_procs:
                 procs = inst.placement.v2_procs
-                preexec = lambda: isolation.join_v2(procs)  # noqa: E731
+                preexec = lambda: isolation.join_groups(procs)  # noqa: E731
         self._log_line(inst, log_file, f"$ {' '.join(command)}")
         # The kernel kills the instance if this process dies, however it dies.
         preexec = watchdog.die_with_parent(os.getpid(), then=preexec, written=before)
