@@ -216,12 +216,13 @@ def write_profile(path, **jobs):
 def test_crashes_and_timeouts_get_harness_fail_records(tmp_path):
     prof = write_profile(
         tmp_path / "faults.json",
-        crash={"experiment": "faulty:sigill"},
+        # The crash ends itself at once: a loaded machine's start-up must not time it out.
+        crash={"experiment": "faulty:sigill", "max_duration": 120},
         slow={"experiment": "faulty:sleepy"},
         stuck={"experiment": "faulty:hang"},
     )
     out = tmp_path / "out"
-    done = milarun("jobs", prof, "--devices", "cpu:1", "-o", out, timeout=120)
+    done = milarun("jobs", prof, "--devices", "cpu:1", "-o", out, timeout=240)
     assert done.returncode == 1
     found = {r["name"]: r for r in load_all(out).values()}
     assert found["faults.crash"]["failure"]["kind"] == "crash"
