@@ -28,7 +28,7 @@ from milarun.errors import DatabaseError, EmptyResults, InputError
 from milarun.history import store
 from milarun.history.models import Gpu, Machine, Node, Result, Run
 from milarun.report import summary, variants
-from milarun.results import manifest, read
+from milarun.results import manifest, read, upgrade
 from milarun.results import throttle as gpu_throttle
 
 RETRIES = 5  # a PostgreSQL race on a new row: the transaction is retried this often
@@ -69,12 +69,12 @@ class Row:
     diagnostics: dict[str, Any] | None
 
 
-def _gpu(data: Mapping[str, Any]) -> tuple[str | None, str | None]:
+def _gpu(view: read.ResultView) -> tuple[str | None, str | None]:
     """(UUID, PCI bus id) of a single-GPU result; (None, None) for CPU or several GPUs."""
-    found = data.get("gpu_identity")
-    if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], Mapping):
+    found = view.gpu_identity
+    if len(found) != 1:
         return None, None
-    uuid, bus = found[0].get("uuid"), found[0].get("pci_bus_id")
+    uuid, bus = found[0].uuid, found[0].pci_bus_id
     return (
         uuid[:255] if isinstance(uuid, str) and uuid else None,
         bus[:64] if isinstance(bus, str) else None,
@@ -96,17 +96,13 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         else None
     )
     setup = {k: v for k, v in variants.setup(data).items() if k != "milarun"}
-    failure = data.get("failure") if isinstance(data.get("failure"), Mapping) else None
-    train = (data.get("diagnostics") or {}).get("train")
-    train = train if isinstance(train, Mapping) else {}
-    energy, system = data.get("energy"), data.get("system") or {}
-    finished = data.get("finished_at")
-    repeat = data.get("repeat")
-    uuid, bus = _gpu(data)
+    failure, energy, train = view.failure, view.energy, view.diagnostics()
+    finished, repeat = view.finished_at, view.repeat
+    uuid, bus = _gpu(view)
     return Row(
-        content_hash=digest(data),
+        content_hash=digest(upgrade.as_written(data)),
         test=view.name,
-        job_id=str(data.get("job_id")),
+        job_id=view.job_id,
         repeat=repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else 0,
         device=view.device,
         node=view.node,
@@ -123,14 +119,14 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         steady_sum=math.fsum(steady) if steady else None,
         steady_squares=math.fsum(v * v for v in steady) if steady else None,
         failure_kind=None if rate is not None else view.failure_kind[:64],
-        failure_message=_text((failure or {}).get("message") or data.get("error"), 4096)
+        failure_message=_text((failure.message if failure else None) or view.error, 4096)
         if rate is None
         else None,
-        driver=_text(system.get("driver"), 64),
+        driver=_text(view.system.get("driver"), 64),
         flags=gpu_throttle.flags(train) or None,
-        throttle=train.get("throttle") if isinstance(train.get("throttle"), Mapping) else None,
-        energy=dict(energy) if isinstance(energy, Mapping) and energy.get("joules") else None,
-        diagnostics=dict(train) or None,
+        throttle=dict(train.throttle or {}) or None,
+        energy=dict(energy.record) if energy is not None and energy.joules else None,
+        diagnostics=dict(train.record) or None,
     )
 
 
@@ -198,7 +194,7 @@ def read_run(path: Path, machine: str | None = None) -> RunInput:
         raise EmptyResults(f"{path}: no milarun results found; nothing to ingest")
     now = time.time()
     rows = [row_of(d, _stamp_time(p) or now) for d, p in zip(found, paths, strict=True)]
-    system = found[0].get("system")
+    system = read.ResultView.from_dict(found[0]).system
     return RunInput(
         source=str(path.resolve()),
         machine=machine or default_machine(rows),

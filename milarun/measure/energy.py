@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from milarun import results
-from milarun.results import read, steady, throttle
+from milarun.results import series, steady, throttle
 
 # NVML's clock-event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*)
 # that mean power or heat slowed the GPU; idle (1), application clocks (2), sync boost (16)
@@ -174,7 +174,7 @@ def energy_record(
     if not gpus:
         return Energy(reason=(monitor or {}).get("note") or "no GPU monitor samples")
     names = tuple(gpu_label(gid, labels) for gid in gpus)
-    ranks = read.rank_timers(timings)
+    ranks = series.rank_timers(timings)
     logs = ranks or [timings.get("train")]
     if len(ranks) > len(gpus):
         return Energy(

@@ -65,7 +65,7 @@ def _check_measurement(exp: Experiment) -> Failure | None:
     if not logs:
         return Failure("too-short", "the test logged no rates (no experiment.rate_log())")
     for log in logs:
-        # The rule the reports read a rate by (results.read.RateSeries.steady_rate): a run
+        # The rule the reports read a rate by (results.series.RateSeries.steady_rate): a run
         # that counted no example measured nothing, and must not be saved a success.
         rate = steady.rate(log.rates, log.slice_duration)
         if rate is None or not 0 < rate <= results.MAX_RATE:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from milarun.results import jsonfile, read
+from milarun.results import jsonfile, parts, read
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def about(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> About:
         if isinstance(result.get("suite"), str) and result["suite"]:
             suites.add(result["suite"])
         system = result.get("system")
-        if read.is_mapping(system) and not view.device.startswith("cpu"):
+        if parts.is_mapping(system) and not view.device.startswith("cpu"):
             gpus |= models(system)
     return About(
         min(starts) if starts else None,
@@ -159,7 +159,7 @@ def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
     keyed = read.PerRecord(_without_host)
     for result in results:
         record = result.get("system")
-        record = record if read.is_mapping(record) else {}
+        record = record if parts.is_mapping(record) else {}
         key, rest = keyed(record)
         host = str(record.get("hostname") or read.ResultView.from_dict(result).node)
         groups.setdefault(key, (rest, {}))[1][host] = None  # the hosts in order, once each

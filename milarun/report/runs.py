@@ -14,7 +14,7 @@ from typing import Any
 from milarun.machine import isolation
 from milarun.report.about import About, about, natural_key, systems
 from milarun.report.summary import Loaded
-from milarun.results import read, steady
+from milarun.results import parts, read, steady
 
 ERROR_TAIL_LINES = 30  # the end of a failed run's log kept in the report
 
@@ -78,7 +78,7 @@ def failed_runs(loaded: Loaded, many_nodes: bool) -> list[FailedRun]:
             continue
         path = loaded.paths[index]
         failure = result.get("failure")
-        failure = failure if read.is_mapping(failure) else {}
+        failure = failure if parts.is_mapping(failure) else {}
         error = str(result.get("error") or failure.get("message") or "")
         rows.append(
             FailedRun(
@@ -117,9 +117,9 @@ def _group(groups: Mapping[str, Any], controller: str) -> str:
 
 def _setting(iso: Any) -> tuple[str, ...]:
     """(CPUs, memory limit, cpuset, memory cgroup, torch threads) of one run's isolation."""
-    iso = iso if read.is_mapping(iso) else {}
+    iso = iso if parts.is_mapping(iso) else {}
     groups = iso.get("cgroups")
-    groups = groups if read.is_mapping(groups) else {}
+    groups = groups if parts.is_mapping(groups) else {}
     limit = iso.get("memory_limit")
     threads = iso.get("torch_threads")
     return (

@@ -27,6 +27,7 @@ from milarun.report import energy, measured_peak, units, variants
 from milarun.report.summary_file import load_summary_file
 from milarun.results import bulk, read
 from milarun.results import throttle as gpu_throttle
+from milarun.results.parts import ContentionRead
 
 
 @dataclass
@@ -174,17 +175,18 @@ def conditions(runs: list[dict[str, Any]]) -> dict[str, Any]:
     run; ``nocache``, whether every run's reads bypassed the page cache, as under the
     legacy profiles' ``nocache``."""
     found: dict[str, Any] = {}
-    datasets = [r["dataset"] for r in runs if isinstance(r.get("dataset"), dict)]
+    views = read.views(runs)
+    datasets = [d for v in views if (d := v.dataset) is not None]
     if datasets:
-        found["dataset"] = min(datasets, key=lambda d: d.get("size") or 0)
-    settings = [(r.get("efficiency") or {}).get("settings") for r in runs]
-    tf32 = [s for s in settings if isinstance(s, dict) and s.get("tf32_capable") is True]
+        found["dataset"] = min(datasets, key=lambda d: d.size or 0).record
+    settings = [e.settings for v in views if (e := v.efficiency) is not None]
+    tf32 = [s for s in settings if s is not None and s.tf32_capable is True]
     if tf32:
         found["tf32"] = {
-            "matmul": any(s.get("tf32_matmul") is True for s in tf32),
-            "cudnn": any(s.get("tf32_cudnn") is True for s in tf32),
+            "matmul": any(s.tf32_matmul is True for s in tf32),
+            "cudnn": any(s.tf32_cudnn is True for s in tf32),
         }
-    caches = [(r.get("isolation") or {}).get("nocache") for r in runs]
+    caches = [i.nocache for v in views if (i := v.isolation) is not None]
     known = [c for c in caches if isinstance(c, bool)]
     if known:
         found["nocache"] = all(known)
@@ -201,19 +203,20 @@ def quality(runs: list[dict[str, Any]], peaks: measured_peak.Peaks | None = None
     """How trustworthy the runs' rates are (issue: steady-state diagnostics), and their
     start-up cost and efficiency, averaged over the successful runs (``peaks``: a gemm
     run's measured peaks, for ``percent_of_measured_peak``)."""
-    diags = [(r.get("diagnostics") or {}).get("train") or {} for r in runs]
-    starts = [r.get("startup") or {} for r in runs]
-    effs = [r.get("efficiency") or {} for r in runs]
-    drifts = [d["drift"] for d in diags if results.is_finite(d.get("drift"))]
+    views = read.views(runs)
+    diags = [v.diagnostics() for v in views]
+    starts = [v.startup for v in views]
+    effs = [e for v in views if (e := v.efficiency) is not None]
+    drifts = [d.drift for d in diags if results.is_finite(d.drift)]
     flagged: Counter[str] = Counter(f for d in diags for f in gpu_throttle.flags(d))
-    throttles = [gpu_throttle.read(d.get("throttle")) for d in diags]
+    throttles = [gpu_throttle.read(d.throttle) for d in diags]
     judged = [t for t in throttles if t is not None and t.window_slices]
     clocks = [t.sm_clock_mhz for t in judged if t.sm_clock_mhz is not None]
     return {
-        "slices": _mean_of([d.get("slices") for d in diags]),
-        "cv": _mean_of([d.get("cv") for d in diags]),
+        "slices": _mean_of([d.slices for d in diags]),
+        "cv": _mean_of([d.cv for d in diags]),
         "drift": max(drifts, key=abs) if drifts else None,  # the worst run
-        "warmup": _mean_of([d.get("warmup") for d in diags]),
+        "warmup": _mean_of([d.warmup for d in diags]),
         "flagged": dict(sorted(flagged.items())),
         # the GPU's operating point: steady slices at its power limit, its median SM clock
         "power_limit": (
@@ -222,37 +225,39 @@ def quality(runs: list[dict[str, Any]], peaks: measured_peak.Peaks | None = None
             else None
         ),
         "sm_clock": statistics.median_high(clocks) if clocks else None,
-        "busy": _worst_contention([d.get("contention") for d in diags]),
+        "busy": _worst_contention([ContentionRead.from_dict(d.contention) for d in diags]),
         "startup": {
-            k: _mean_of([st.get(k) for st in starts])
-            for k in ("import", "setup", "first_step", "to_first_slice")
+            "import": _mean_of([st.imports for st in starts]),
+            "setup": _mean_of([st.setup for st in starts]),
+            "first_step": _mean_of([st.first_step for st in starts]),
+            "to_first_slice": _mean_of([st.to_first_slice for st in starts]),
         },
-        "flops_per_example": _mean_of([e.get("flops_per_example") for e in effs]),
-        "achieved_flops": _mean_of([e.get("achieved_flops") for e in effs]),
-        "percent_of_peak": _mean_of([e.get("percent_of_peak") for e in effs]),
+        "flops_per_example": _mean_of([e.flops_per_example for e in effs]),
+        "achieved_flops": _mean_of([e.achieved_flops for e in effs]),
+        "percent_of_peak": _mean_of([e.percent_of_peak for e in effs]),
         "percent_of_measured_peak": _mean_of(
             [measured_peak.percent_of_measured(r, peaks or {}) for r in runs]
         ),
     }
 
 
-def _worst_contention(found: list[Any]) -> dict[str, Any] | None:
+def _worst_contention(found: list[ContentionRead | None]) -> dict[str, Any] | None:
     """The run whose CPUs other processes took most of (milarun.measure.contention)."""
-    shares = [c for c in found if isinstance(c, dict) and results.is_finite(c.get("others"))]
+    shares = [c for c in found if c is not None]
     if not shares:
         return None
-    worst = max(shares, key=lambda c: c["others"])
-    load = worst.get("load")
+    worst = max(shares, key=lambda c: c.others)
+    load = worst.load
     return {
-        "others": float(worst["others"]),
-        "cpus": worst.get("cpus") if isinstance(worst.get("cpus"), int) else None,
+        "others": worst.others,
+        "cpus": worst.cpus,
         "load": float(load) if load is not None and results.is_finite(load) else None,
     }
 
 
 def load_dir(root: Path, seal: bool = True, digests: bool = True) -> Loaded:
     """Every result below ``root``; unreadable, partial or foreign JSON is skipped.
-    ``seal``: each result sealed for reports (read.seal: its monitor samples dropped, its
+    ``seal``: each result sealed for reports (sealing.seal: its monitor samples dropped, its
     view kept); False keeps each as its file holds it (the history hashes the content).
     ``digests``: a sealed folder read through its digest (milarun.results.digest); False
     reads every file (a tender's verification trusts nothing but the files)."""

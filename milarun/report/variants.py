@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from milarun import results
-from milarun.results import read
+from milarun.results import parts, read
 
 TF32 = ("tf32_matmul", "tf32_cudnn")
 
@@ -39,20 +39,20 @@ def setup(result: Mapping[str, Any]) -> dict[str, Any]:
     and (where recorded) the data it read, its TF32 settings, whether its reads bypassed the
     page cache (nocache) and the milarun version."""
     call = result.get("call")
-    call = call if read.is_mapping(call) else {}
+    call = call if parts.is_mapping(call) else {}
     found: dict[str, Any] = {
         "function": str(call.get("function")),
         "arguments": tuple(sorted(_flags(call.get("argv")).items())),
     }
     data = result.get("dataset")
-    if read.is_mapping(data):
+    if parts.is_mapping(data):
         found["data"] = (data.get("name"), data.get("size"), data.get("synthetic"))
     efficiency = result.get("efficiency")
-    settings = efficiency.get("settings") if read.is_mapping(efficiency) else None
-    if read.is_mapping(settings):
+    settings = efficiency.get("settings") if parts.is_mapping(efficiency) else None
+    if parts.is_mapping(settings):
         found["tf32"] = tuple(settings.get(k) for k in TF32)
     isolation = result.get("isolation")
-    nocache = isolation.get("nocache") if read.is_mapping(isolation) else None
+    nocache = isolation.get("nocache") if parts.is_mapping(isolation) else None
     if isinstance(nocache, bool):
         found["nocache"] = nocache
     version = result.get("milarun_version")

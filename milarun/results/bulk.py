@@ -16,8 +16,11 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from milarun import errors, results
-from milarun.results import digest, jsonfile, read
+from milarun import errors
+from milarun.results import digest, jsonfile, sealing
+from milarun.results.files import as_result, load_result
+from milarun.results.schema import DOCTOR_RECORD, result_problem
+from milarun.results.upgrade import json_fields
 
 PARALLEL_FROM = 2_000  # below this, starting the workers costs more than they save
 CHUNK = 500  # files a worker reads per task
@@ -29,7 +32,7 @@ Found = tuple[dict[str, Any] | None, str | None]  # the result, else why it was 
 
 def invalid_result(data: dict[str, Any]) -> str | None:
     """Why a loaded result cannot be used, or None."""
-    problem = results.result_problem(data)
+    problem = result_problem(data)
     if problem:
         return problem
     if data["success"] and not isinstance(data.get("timings"), dict):
@@ -39,21 +42,17 @@ def invalid_result(data: dict[str, Any]) -> str | None:
 
 def is_result_file(name: str) -> bool:
     """A file name a results folder's reader takes (not a hidden file, not a doctor record)."""
-    return name.endswith(".json") and not name.startswith((".", results.DOCTOR_RECORD))
+    return name.endswith(".json") and not name.startswith((".", DOCTOR_RECORD))
 
 
 def read_one(path: Path, seal: bool, index: digest.Digest | None = None) -> Found:
-    """One file: its checked result (sealed with ``seal``, see read.seal), or the reason it
+    """One file: its checked result (sealed with ``seal``, see sealing.seal), or the reason it
     was skipped; from its entry in ``index`` (its folder's digest) while that holds."""
     taken = index.take(path) if index is not None else None
     if taken is not None and taken.skipped is not None:
         return None, taken.skipped
     try:
-        data = (
-            results.as_result(taken.result, path)
-            if taken is not None
-            else results.load_result(path)
-        )
+        data = as_result(taken.result, path) if taken is not None else load_result(path)
     except errors.ResultError as err:
         return None, str(err).split(": ", 1)[-1]
     reason = invalid_result(data)
@@ -61,9 +60,9 @@ def read_one(path: Path, seal: bool, index: digest.Digest | None = None) -> Foun
         return None, reason
     if seal:
         if taken is not None:
-            read.seal(data, taken.peak, digested=True)
+            sealing.seal(data, taken.peak, digested=True)
         else:
-            read.seal(data)
+            sealing.seal(data)
     return data, None
 
 
@@ -94,9 +93,9 @@ def write_digest(folder: Path) -> Path | None:
         if data is None:
             entries.append((path.name, digest.entry(before, None, None, reason)))
             continue
-        peak = read.drop_samples(data)
+        peak = sealing.drop_samples(data)
         if digest.keyable(data):
-            entries.append((path.name, digest.entry(before, data, peak, None)))
+            entries.append((path.name, digest.entry(before, json_fields(data), peak, None)))
     return digest.write(folder, entries) if entries else None
 
 

@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from milarun import errors, results
+from milarun import errors
 from milarun.machine import provenance, slurmenv, sysinfo, watchdog
+from milarun.results.files import write_atomic, write_text_atomic
+from milarun.results.jsonfile import read_json
+from milarun.results.names import safe_name, utc_stamp
 
 # Neither *.json nor visible: no reader of results (ours or a user's glob) takes it for one.
 PREFIX, SUFFIX = ".milarun-run.", ".manifest"
@@ -64,8 +67,8 @@ class RunManifest:
             "instances": [list(pair) for pair in instances or ()],
             "ended": [],
         }
-        path = Path(outdir) / f"{PREFIX}{results.utc_stamp(started)}{SUFFIX}"
-        results.write_atomic(path, data)
+        path = Path(outdir) / f"{PREFIX}{utc_stamp(started)}{SUFFIX}"
+        write_atomic(path, data)
         return cls(path, data)
 
     def keep(self, kind: str, text: str) -> None:
@@ -74,7 +77,7 @@ class RunManifest:
         run). A failed write is a warning: the run matters more."""
         path = self.path.with_name(self.path.name.removesuffix(SUFFIX) + f".{kind}")
         try:
-            results.write_text_atomic(path, text)
+            write_text_atomic(path, text)
         except (errors.WriteError, FileExistsError) as err:
             log.warning("%s not kept in the run folder: %s", kind, err)
 
@@ -103,7 +106,7 @@ class RunManifest:
         # Once started, the results matter more than the manifest: a failed update is a
         # warning, never the end of the run.
         try:
-            results.write_atomic(self.path, self.data, replace=True)
+            write_atomic(self.path, self.data, replace=True)
         except errors.WriteError as err:
             if not self._warned:
                 log.warning("run manifest not updated: %s", err)
@@ -170,7 +173,7 @@ def _problem(data: Any) -> str | None:
         return f"'planned' is not a list of at most {MAX_PLANNED} test names"
     for test in planned:
         try:
-            results.safe_name(test, "'planned' test")
+            safe_name(test, "'planned' test")
         except errors.InputError as err:
             return str(err)
     if not isinstance(ended, list) or not all(
@@ -181,7 +184,7 @@ def _problem(data: Any) -> str | None:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    data = results.read_json(path, errors.InputError)
+    data = read_json(path, errors.InputError)
     problem = _problem(data)
     if problem:
         raise errors.InputError(f"{path}: {problem}")

@@ -9,76 +9,31 @@ lives in one place.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeGuard, TypeVar
+from typing import Any, Generic, TypeVar
 
-from milarun import results
 from milarun.results import steady
-from milarun.results import throttle as gpu_throttle
+from milarun.results.parts import (
+    CallRead,
+    DatasetRead,
+    DiagnosticsRead,
+    EfficiencyRead,
+    EnergyRead,
+    FailureRead,
+    GpuIdentityRead,
+    IsolationRead,
+    SlurmRead,
+    StartupRead,
+    as_map,
+    is_mapping,
+    monitor_peak,
+    text,
+)
+from milarun.results.schema import is_finite
+from milarun.results.series import RateSeries, measured_rate, rank_timers, slice_width
 
 T = TypeVar("T")
-
-
-def is_mapping(value: Any) -> TypeGuard[Mapping[Any, Any]]:
-    """is_mapping(value), a parsed result's plain dict first: the ABC's check is
-    several times the cost, and a fleet report makes millions."""
-    return type(value) is dict or isinstance(value, Mapping)
-
-
-def rank_timers(timings: Mapping[str, T], timer: str = "train") -> list[T]:
-    """A distributed run's ``<timer>_<rank>`` entries in rank order (empty for a
-    single-process run); the entries may be dicts read from a file or records in memory."""
-    prefix = f"{timer}_"
-    ranks = sorted(
-        (int(key[len(prefix) :]), value)
-        for key, value in timings.items()
-        if key.startswith(prefix) and key[len(prefix) :].isdigit()
-    )
-    return [value for _, value in ranks]
-
-
-def slice_width(record: Mapping[str, Any]) -> float:
-    """A rate record's slice duration (0.5 s where it holds none that is usable)."""
-    width = record.get("slice", 0.5)
-    return float(width) if results.is_finite(width) and width > 0 else 0.5
-
-
-def measured_rate(rates: Sequence[float], slice_duration: float) -> float | None:
-    """The steady rate of a series; None when too short, or when NaN, zero, negative or
-    absurd: such a rate is no measurement and the run counts as failed."""
-    rate = steady.rate(rates, slice_duration)
-    return rate if rate is not None and 0 < rate <= results.MAX_RATE else None
-
-
-@dataclass(frozen=True)
-class RateSeries:
-    """A ``timings`` entry of type "rate": examples/s per slice of in-block time."""
-
-    rates: tuple[float, ...]
-    slice: float = 0.5
-    slice_ends: tuple[float, ...] = ()
-
-    @classmethod
-    def from_dict(cls, record: Any) -> RateSeries | None:
-        """The series of a timings entry; None for anything that is not one."""
-        if not is_mapping(record):
-            return None
-        return cls(
-            tuple(record.get("rates") or ()),
-            slice_width(record),
-            tuple(record.get("slice_ends") or ()),
-        )
-
-    @property
-    def steady_slices(self) -> list[float]:
-        """The slices of the steady window (results.steady)."""
-        return steady.window(self.rates, self.slice)
-
-    @property
-    def steady_rate(self) -> float | None:
-        """The steady rate (measured_rate)."""
-        return measured_rate(self.rates, self.slice)
 
 
 # not frozen: its __init__ was twice the cost, and a fleet report makes a million views
@@ -97,11 +52,11 @@ class ResultView:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ResultView:
         held: Mapping[Any, Any] = data  # a sealed result's own keys are not strings
-        memo = held.get(_MEMO)
+        memo = held.get(MEMO)
         if not isinstance(memo, dict):
             memo = {}
-            if _SEALED in held and isinstance(held, dict):
-                held[_MEMO] = memo  # the memo, not the view: no cycle through the result
+            if SEALED in held and isinstance(held, dict):
+                held[MEMO] = memo  # the memo, not the view: no cycle through the result
         return cls(data, memo)
 
     def _remember(self, key: Any, compute: Callable[[], T]) -> T:
@@ -123,6 +78,116 @@ class ResultView:
     def timings(self) -> Mapping[str, Any]:
         timings = self.data.get("timings")
         return timings if is_mapping(timings) else {}
+
+    # -- the result's own fields, typed (results.parts reads its nested records) ----------
+    @property
+    def named(self) -> bool:
+        """Whether it holds a test name (a foreign or hand-edited file may not)."""
+        return isinstance(self.data.get("name"), str)
+
+    @property
+    def job_id(self) -> str:
+        return str(self.data.get("job_id"))
+
+    @property
+    def success(self) -> bool:
+        return self.data.get("success") is True
+
+    @property
+    def error(self) -> str | None:
+        return text(self.data.get("error"))
+
+    @property
+    def hostname(self) -> str | None:
+        return text(self.data.get("hostname"))
+
+    @property
+    def milarun_version(self) -> str:
+        return str(self.data.get("milarun_version"))
+
+    @property
+    def finished_at(self) -> Any:
+        return self.data.get("finished_at")
+
+    @property
+    def suite(self) -> str | None:
+        """The suite `milarun jobs` ran it in (None outside one)."""
+        return text(self.data.get("suite")) or None
+
+    @property
+    def repeat(self) -> Any:
+        return self.data.get("repeat")
+
+    @property
+    def rerun_of(self) -> Any:
+        return self.data.get("rerun_of")
+
+    @property
+    def synthetic_data(self) -> bool:
+        return self.data.get("synthetic_data") is True
+
+    @property
+    def devices(self) -> list[Any]:
+        devices = self.data.get("devices")
+        return devices if isinstance(devices, list) else []
+
+    @property
+    def metrics(self) -> Mapping[str, Any]:
+        return as_map(self.data.get("metrics"))
+
+    @property
+    def system(self) -> Mapping[str, Any]:
+        """The machine's inventory (machine.sysinfo.system_record); one object shared by a
+        folder's results that agree (results.bulk), so that PerRecord reads it once."""
+        return as_map(self.data.get("system"))
+
+    @property
+    def isolation_record(self) -> Mapping[str, Any] | None:
+        """The isolation record as written (shared as ``system`` is), for PerRecord."""
+        found = self.data.get("isolation")
+        return found if is_mapping(found) else None
+
+    @property
+    def failure(self) -> FailureRead | None:
+        return FailureRead.from_dict(self.data.get("failure"))
+
+    @property
+    def call(self) -> CallRead | None:
+        return CallRead.from_dict(self.data.get("call"))
+
+    @property
+    def dataset(self) -> DatasetRead | None:
+        return DatasetRead.from_dict(self.data.get("dataset"))
+
+    @property
+    def efficiency(self) -> EfficiencyRead | None:
+        return EfficiencyRead.from_dict(self.data.get("efficiency"))
+
+    @property
+    def isolation(self) -> IsolationRead | None:
+        return IsolationRead.from_dict(self.data.get("isolation"))
+
+    @property
+    def startup(self) -> StartupRead:
+        return StartupRead.from_dict(self.data.get("startup"))
+
+    @property
+    def energy(self) -> EnergyRead | None:
+        return EnergyRead.from_dict(self.data.get("energy"))
+
+    @property
+    def slurm(self) -> SlurmRead | None:
+        return SlurmRead.from_dict(self.data.get("slurm"))
+
+    @property
+    def gpu_identity(self) -> list[GpuIdentityRead]:
+        found = self.data.get("gpu_identity")
+        read = [GpuIdentityRead.from_dict(g) for g in found] if isinstance(found, list) else []
+        return [g for g in read if g is not None]
+
+    def diagnostics(self, timer: str = "train") -> DiagnosticsRead:
+        """The steady window's quality record of ``timer`` (empty where there is none)."""
+        return DiagnosticsRead.from_dict(as_map(self.data.get("diagnostics")).get(timer))
 
     def series(self, timer: str = "train") -> RateSeries | None:
         """The single-process rate series of ``timer`` (None when there is none)."""
@@ -264,74 +329,15 @@ class ResultView:
         held: Mapping[Any, Any] = self.data
         if PEAK_MEMORY in held:
             kept = held[PEAK_MEMORY]
-            return float(kept) if results.is_finite(kept) else None
+            return float(kept) if is_finite(kept) else None
         return monitor_peak(self.data)
 
 
 # Keys no JSON file can hold (a file's keys are strings), so that no result file can plant
 # them: the peak seal() kept, the mark of a sealed result, and what its views read.
 PEAK_MEMORY = ("monitors", "peak_memory")
-_SEALED = ("sealed",)
-_MEMO = ("memo",)
-
-
-def _peak(best: float, value: Any) -> float:
-    # type() rather than isinstance: a bool is no number, and this runs per sample
-    if type(value) in (int, float) and best < value < math.inf:  # NaN compares False
-        return float(value)
-    return best
-
-
-def monitor_peak(data: Mapping[str, Any]) -> float | None:
-    """The peak memory (MiB) in a result's monitor samples: the GPU monitor's largest used
-    memory, else the CPU monitor's largest RSS. Samples are typed here, where they are read
-    (results.result_problem checks only that they are lists); plain loops over JSON's dicts
-    and lists, as this reads every sample of every result of a report."""
-    best = -math.inf
-    gpu = data.get("gpu_monitor")
-    for sample in gpu.get("samples") or () if type(gpu) is dict else ():
-        gpus = sample.get("gpus") if type(sample) is dict else None
-        for one in gpus.values() if type(gpus) is dict else ():
-            memory = one.get("memory") if type(one) is dict else None
-            if type(memory) is list and memory:
-                best = _peak(best, memory[0])
-    if best == -math.inf:
-        cpu = data.get("cpu_monitor")
-        for sample in cpu.get("samples") or () if type(cpu) is dict else ():
-            if type(sample) is dict:
-                best = _peak(best, sample.get("rss_mb"))
-    return None if best == -math.inf else best
-
-
-def drop_samples(data: dict[Any, Any]) -> float | None:
-    """Drop a result's monitor samples (most of its size: 100,000 results were 8.3 GiB read
-    whole) and return what reports use of them, the peak memory (and, for a throttle
-    record made before it kept them, the GPUs' median SM clocks: added to it)."""
-    peak = monitor_peak(data)
-    gpu_throttle.add_sm_clocks(
-        data, lambda: RateSeries.from_dict((data.get("timings") or {}).get("train"))
-    )
-    for key in ("gpu_monitor", "cpu_monitor"):
-        monitor = data.get(key)
-        if isinstance(monitor, dict) and monitor.get("samples"):
-            data[key] = {**monitor, "samples": []}
-    return peak
-
-
-def seal(data: dict[Any, Any], peak: float | None = None, *, digested: bool = False) -> None:
-    """A result read from a file and checked, made ready for reports that read it many
-    times: its samples dropped (drop_samples), their peak kept (``digested``: ``peak``, the
-    one a folder's digest kept of them); the result is not changed after, so that its
-    view may remember what it read."""
-    found = drop_samples(data)
-    data[PEAK_MEMORY] = peak if digested else found
-    data[_SEALED] = True
-    # Its rate and node, read now: where bulk.read_folders reads in worker processes, this is
-    # done there, in parallel (the series are dropped, as the result holds them already).
-    view = ResultView.from_dict(data)
-    rate, node = view.rate(), view.node
-    view._memo.clear()
-    view._memo.update({("rate", "train"): rate, "node": node})
+SEALED = ("sealed",)
+MEMO = ("memo",)
 
 
 def views(loaded: Iterable[Mapping[str, Any]]) -> list[ResultView]:

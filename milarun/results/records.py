@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from milarun.machine import slurmenv, sysinfo
-from milarun.results import LAUNCH_KEYS, OWN_KEYS, RECORD_KEYS, WRITTEN_BY
+from milarun.results.schema import FORMAT_VERSION, LAUNCH_KEYS, OWN_KEYS, RECORD_KEYS, WRITTEN_BY
 
 # Environment variables worth recording (and restoring on rerun); never the whole
 # environment, which may hold secrets.
@@ -243,6 +243,7 @@ class ResultRecord:
             "node": self.node,
             "slurm": dict(self.slurm) if self.slurm else None,
             "ranks": [dict(r) for r in self.ranks] or None,
+            "format_version": FORMAT_VERSION,
             "signal": self.signal,
             "log": self.log,
             "finished_at": self.finished_at,

@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from milarun import results
 from milarun.results import steady
+from milarun.results.parts import DiagnosticsRead
+from milarun.results.schema import is_finite
 
 POWER_LIMIT = "SwPowerCap"
 FAULTS = frozenset({"HwSlowdown", "SwThermalSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown"})
@@ -30,7 +31,7 @@ REASON_TEXT = {
 
 
 def _count(value: Any) -> int:
-    return int(value) if results.is_finite(value) and value >= 0 else 0
+    return int(value) if is_finite(value) and value >= 0 else 0
 
 
 @dataclass(frozen=True)
@@ -74,24 +75,24 @@ def read(record: Any) -> ThrottleView | None:
             continue
         f, p = _gpu_faults(gpu)
         fault, power = fault + f, max(power, p)
-        if results.is_finite(gpu.get("sm_clock_mhz")):
+        if is_finite(gpu.get("sm_clock_mhz")):
             clocks.append(float(gpu["sm_clock_mhz"]))
     clock = statistics.median_high(clocks) if clocks else None
     return ThrottleView(window, min(fault, window), min(power, window), clock)
 
 
-def flags(train: Mapping[str, Any]) -> list[str]:
+def flags(train: DiagnosticsRead) -> list[str]:
     """A diagnostics' flags, ``throttle`` only for a fault (a result made before the power
     limit was told from a fault flagged both)."""
-    found = read(train.get("throttle"))
+    found = read(train.throttle)
     at_limit_only = found is not None and not found.fault_slices
-    return [str(f) for f in train.get("flags") or [] if not (f == "throttle" and at_limit_only)]
+    return [str(f) for f in train.flags if not (f == "throttle" and at_limit_only)]
 
 
 def add_sm_clocks(data: dict[str, Any], series_of: Callable[[], Any]) -> None:
     """The upgrade of a throttle record made before it kept each GPU's median SM clock over
     the steady window: read from the result's GPU monitor samples, while it has them
-    (``series_of()``: its train rate series, read.RateSeries, made only where needed)."""
+    (``series_of()``: its train rate series, series.RateSeries, made only where needed)."""
     train = ((data.get("diagnostics") or {}).get("train") or {}) if isinstance(data, dict) else {}
     record = train.get("throttle") if isinstance(train, dict) else None
     if not isinstance(record, dict) or not isinstance(record.get("gpus"), dict):
@@ -118,11 +119,11 @@ def add_sm_clocks(data: dict[str, Any], series_of: Callable[[], Any]) -> None:
     for sample in samples:
         gpus = sample.get("gpus") if isinstance(sample, dict) else None
         when: Any = sample.get("time") if isinstance(sample, dict) else None  # JSON
-        if not isinstance(gpus, dict) or not results.is_finite(when) or not start <= when <= end:
+        if not isinstance(gpus, dict) or not is_finite(when) or not start <= when <= end:
             continue
         for gid, reading in gpus.items():
             clock: Any = reading.get("sm_clock") if isinstance(reading, dict) else None
-            if results.is_finite(clock):
+            if is_finite(clock):
                 label = labels.get(gid) or (
                     f"cuda:{gid}" if f"cuda:{gid}" in record["gpus"] else gid
                 )

@@ -22,7 +22,7 @@ from typing import Any
 from milarun import errors, results
 from milarun.errors import SlurmError
 from milarun.machine import slurmenv
-from milarun.results import manifest, records
+from milarun.results import manifest, read, records
 from milarun.slurm.states import KIND_OF_STATE, JobState, job_states
 from milarun.slurm.submit import SLURM_FOLDER, Submission, expand_nodelist, load_submissions
 
@@ -32,7 +32,7 @@ POLL_FIRST, POLL_MAX = 1.0, 5.0  # seconds between polls: growing while nothing 
 SETTLE_ENV, SETTLE_DEFAULT = "MILARUN_SLURM_SETTLE", 60.0
 
 
-def _job_results(folder: Path, job_ids: set[str]) -> Iterator[dict[str, Any]]:
+def _job_results(folder: Path, job_ids: set[str]) -> Iterator[read.ResultView]:
     """The results in one node folder that these Slurm jobs wrote."""
     for path in sorted(folder.glob("*.json")):
         if results.parse_filename(path.name) is None:
@@ -41,13 +41,9 @@ def _job_results(folder: Path, job_ids: set[str]) -> Iterator[dict[str, Any]]:
             data = results.load_result(path)
         except ValueError:
             continue
-        block = data.get("slurm")
-        if (
-            isinstance(block, dict)
-            and str(block.get("job_id")) in job_ids
-            and isinstance(data.get("name"), str)
-        ):
-            yield data
+        view = read.ResultView.from_dict(data)
+        if view.slurm is not None and str(view.slurm.job_id) in job_ids and view.named:
+            yield view
 
 
 def _missing_record(
@@ -112,8 +108,7 @@ def _missing(
     submission's own list of tests where no run of it started there."""
     base = outdir / slurmenv.NODES_FOLDER
     recorded = {
-        node: {(d["name"], str(d.get("job_id"))) for d in _job_results(base / node, {job_id})}
-        for node in nodes
+        node: {(v.name, v.job_id) for v in _job_results(base / node, {job_id})} for node in nodes
     }
     anywhere = set().union(*recorded.values()) if recorded else set()
     missing = {}
@@ -304,7 +299,7 @@ def failed_runs(outdir: Path, submission: Submission) -> int:
     """The failed results of this submission's jobs (older runs in the folder aside)."""
     jobs = set(submission.job_ids)
     return sum(
-        data.get("success") is not True
+        not view.success
         for folder in (outdir / slurmenv.NODES_FOLDER).glob("*")
-        for data in _job_results(folder, jobs)
+        for view in _job_results(folder, jobs)
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun.report.summary import Loaded
-from milarun.results import manifest, read
+from milarun.results import manifest, read, series
 from milarun.results import throttle as gpu_throttle
 from milarun.tender import archive, rules
 from milarun.tender.consistency import result_problem
@@ -83,7 +83,7 @@ def hashes(bid: Bid) -> Check:
 
 
 def version(bid: Bid) -> Check:
-    found = Counter(str(v.data.get("milarun_version")) for v in bid.views)
+    found = Counter(v.milarun_version for v in bid.views)
     other = {v: n for v, n in found.items() if v != bid.tender.version}
     if not other:
         return Check("version", True, f"every result ran milarun {bid.tender.version}")
@@ -156,13 +156,13 @@ def tests(bid: Bid) -> Check:
 
 def _student(view: read.ResultView) -> str | None:
     """Why an instance was not confined to its own student group, or None."""
-    iso = view.data.get("isolation") or {}
-    groups = iso.get("cgroups") or {}
+    iso = view.isolation
+    groups = (iso.cgroups if iso is not None else None) or {}
     want = f"student{view.device.rpartition(':')[2]}"
     for controller in ("cpuset", "memory"):
         path = groups.get(controller)
         if not isinstance(path, str) or path.rstrip("/").rpartition("/")[2] != want:
-            return f"{view.name} J{view.data.get('job_id')}: {controller} {str(path)[:60]!r}"
+            return f"{view.name} J{view.job_id}: {controller} {str(path)[:60]!r}"
     return None
 
 
@@ -175,9 +175,9 @@ def cgroups(bid: Bid) -> Check:
     overlaps = []
     together: dict[tuple[str, str], list[read.ResultView]] = defaultdict(list)
     for v in per_device:  # the instances of one repeat of one test ran side by side
-        together[(v.name, str(v.data.get("job_id")).split(".")[0])].append(v)
+        together[(v.name, v.job_id.split(".")[0])].append(v)
     for (name, repeat), group in together.items():
-        cpus = [set((v.data.get("isolation") or {}).get("cpus") or ()) for v in group]
+        cpus = [set((iso.cpus if (iso := v.isolation) else None) or ()) for v in group]
         if sum(map(len, cpus)) != len(set().union(*cpus)):
             overlaps.append(f"{name} repeat {repeat}: instances share CPUs")
     confined = len(per_device) - len(loose)
@@ -196,11 +196,10 @@ def arguments(bid: Bid) -> Check:
     jobs, other = bid.tender.jobs, []
     for v in bid.views:
         test = base_test(v.name, jobs)
-        call = v.data.get("call") or {}
-        argv = call.get("argv") if isinstance(call, dict) else None
-        if test and (not isinstance(argv, list) or tuple(argv) != jobs[test].argv):
-            words = " ".join(map(str, argv or []))
-            other.append(f"{v.name} J{v.data.get('job_id')}: {words[:120]}")
+        argv = v.call.argv if v.call is not None else None
+        if test and (argv is None or argv != jobs[test].argv):
+            words = " ".join(map(str, argv or ()))
+            other.append(f"{v.name} J{v.job_id}: {words[:120]}")
     if bid.tender.allow_overrides:
         return Check("arguments", True, f"overrides allowed ({len(other)} run(s) with other)")
     if other:
@@ -232,7 +231,7 @@ def complete(bid: Bid) -> Check:
     return Check("complete", True, f"{len(bid.manifests)} run(s), each complete")
 
 
-def _good_series(bid: Bid) -> list[tuple[read.ResultView, read.RateSeries]]:
+def _good_series(bid: Bid) -> list[tuple[read.ResultView, series.RateSeries]]:
     return [
         (v, s)
         for v in bid.views
@@ -247,7 +246,7 @@ def steady(bid: Bid) -> Check:
     counts = [(len(s.steady_slices), v) for v, s in _good_series(bid)]
     if not counts:
         return Check("steady", False, "no successful run")
-    short = [f"{v.name} J{v.data.get('job_id')}: {n}" for n, v in counts if n < need]
+    short = [f"{v.name} J{v.job_id}: {n}" for n, v in counts if n < need]
     fewest = min(n for n, _ in counts)
     if short:
         return Check("steady", False, f"runs with fewer than {need} steady slices: {_some(short)}")
@@ -262,15 +261,13 @@ def throttle(bid: Bid) -> Check:
     for v in bid.views:
         if v.rate() is None:
             continue
-        found = gpu_throttle.read(
-            ((v.data.get("diagnostics") or {}).get("train") or {}).get("throttle")
-        )
+        found = gpu_throttle.read(v.diagnostics().throttle)
         if found is not None:
             window += found.window_slices
             faults += found.fault_slices
             limited += found.power_limit_slices
             if found.sm_clock_mhz is not None:
-                clocks.append((found.sm_clock_mhz, f"{v.name} J{v.data.get('job_id')}"))
+                clocks.append((found.sm_clock_mhz, f"{v.name} J{v.job_id}"))
     if not window:
         return Check("throttle", True, "no GPU throttle record (CPU runs): nothing throttled")
     share, limit = faults / window, bid.tender.number("max_throttled_share")
@@ -308,7 +305,7 @@ def consistency(bid: Bid) -> Check:
 def comparability(bid: Bid) -> Check:
     variants = sorted(t for t, e in bid.summary.items() if e.get("variant_of"))
     notes = []
-    synthetic = sorted({v.name for v in bid.views if v.data.get("synthetic_data") is True})
+    synthetic = sorted({v.name for v in bid.views if v.synthetic_data})
     if synthetic:
         notes.append(f"synthetic data: {_some(synthetic)}")
     nocache = sorted(t for t, e in bid.summary.items() if e.get("nocache") is False)

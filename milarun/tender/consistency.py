@@ -65,12 +65,11 @@ def rate_problem(timer: str, record: Mapping[str, Any]) -> str | None:
 def result_problem(view: read.ResultView, path: Path) -> str | None:
     """Why one result contradicts its file name or itself, or None."""
     parsed = results.parse_filename(path.name)
-    data = view.data
     if (
         parsed is None
         or parsed["name"] != view.name
-        or parsed["job_id"] != str(data.get("job_id"))
-        or parsed["failed"] == (data.get("success") is True)
+        or parsed["job_id"] != view.job_id
+        or parsed["failed"] == view.success
     ):
         return f"{path.name}: its name says another test, job or outcome than its content"
     for timer, record in view.timings.items():

@@ -20,7 +20,7 @@ from typing import Any
 from milarun import results
 from milarun.errors import InputError
 from milarun.report import build, stats, summary
-from milarun.results import manifest
+from milarun.results import manifest, read
 from milarun.tender import acceptance, archive, checks, package, rules
 
 RULE_FAILED, REJECTED, INCONCLUSIVE = 1, 3, 4
@@ -111,10 +111,9 @@ def rederive(
     """The tender's tests' results, their summary and report (scored with the tender's
     weights), and the tests run that the tender does not name."""
     jobs = tender.jobs
-    keep = [i for i, r in enumerate(loaded.results) if checks.base_test(str(r["name"]), jobs)]
-    extra = sorted(
-        {str(r["name"]) for r in loaded.results} - {loaded.results[i]["name"] for i in keep}
-    )
+    names = [view.name for view in read.views(loaded.results)]
+    keep = [i for i, name in enumerate(names) if checks.base_test(name, jobs)]
+    extra = sorted(set(names) - {names[i] for i in keep})
     ours = summary.Loaded(
         loaded.root,
         [loaded.results[i] for i in keep],

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from milarun.report import summary
-from milarun.results import bulk, read
+from milarun.results import bulk, parts, read
 from resultfactory import result, write
 
 
@@ -40,7 +40,7 @@ def test_sealing_keeps_the_peak_and_drops_the_samples(tmp_path):
     assert summary.summarize(loaded.results)["t.a"]["peak_memory"] == 3000.5
     # the same peak as read from the samples, unsealed (the history's reading)
     whole = summary.load_dir(tmp_path, seal=False).results
-    assert sorted(read.monitor_peak(r) for r in whole) == [950.0, 3000.5]
+    assert sorted(parts.monitor_peak(r) for r in whole) == [950.0, 3000.5]
     assert all(r["cpu_monitor"]["samples"] for r in whole)
 
 

@@ -58,13 +58,13 @@ def sealed(loaded: summary.Loaded) -> list[tuple]:
 
 def files_read(monkeypatch) -> list[Path]:
     seen: list[Path] = []
-    real = results.load_result
+    real = bulk.load_result
 
     def counting(path: Path) -> dict:
         seen.append(path)
         return real(path)
 
-    monkeypatch.setattr(results, "load_result", counting)
+    monkeypatch.setattr(bulk, "load_result", counting)
     return seen
 
 
