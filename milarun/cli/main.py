@@ -47,16 +47,16 @@ GATE_FAILED = 3
 def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
     from milarun.measure import runner
     from milarun.results import read
+    from milarun.results.parts import FailureRead
 
     result, path = runner.run_test(function, argv, **kw)
-    rate = read.ResultView.from_dict(result).rate()  # None also where another rank's is none
-    fail = result["failure"] or (
-        {"kind": "no-rate", "message": "no rate"} if rate is None else None
-    )
+    view = read.ResultView.from_dict(result)
+    rate = view.rate()  # None also where another rank's is none
+    fail = view.failure or (FailureRead("no-rate", "no rate") if rate is None else None)
     if fail is None:
-        print(f"{result['name']} J{result['job_id']}: {rate:,.2f} examples/s")
+        print(f"{view.name} J{view.job_id}: {rate:,.2f} examples/s")
     else:
-        print(f"{result['name']} J{result['job_id']}: FAIL ({fail['kind']}): {fail['message']}")
+        print(f"{view.name} J{view.job_id}: FAIL ({fail.kind}): {fail.message}")
     if path is not None:
         print(f"result: {path}")
     code = runner.exit_code(result)

@@ -15,6 +15,7 @@ from milarun import results
 from milarun.errors import UsageError
 from milarun.machine import watchdog
 from milarun.measure import diagnostics, startup
+from milarun.results import read
 
 
 def resolve_function(spec: str) -> Callable[..., Any]:
@@ -119,33 +120,23 @@ def plan_rerun(
     problem = results.result_problem(original)
     if problem:
         raise UsageError(f"{result_file}: {problem}; fix the file")
-    _check_reproducible(result_file, original)
-    call = original.get("call") or {}
-    if (
-        not isinstance(call, dict)
-        or not isinstance(call.get("function"), str)
-        or not call["function"]
-    ):
+    view = read.ResultView.from_dict(original)
+    _check_reproducible(result_file, view)
+    call = view.call
+    if call is None or not call.function:
         raise UsageError(f"{result_file}: no call.function to re-run")
-    argv = call.get("argv") or []
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-        raise UsageError(f"{result_file}: call.argv is not a list of strings; fix the file")
-    name = results.safe_name(original["name"], f"{result_file}: name")
-    job_id = original.get("job_id", "0")
-    if isinstance(job_id, int) and not isinstance(job_id, bool):
-        job_id = str(job_id)
-    results.safe_name(job_id, f"{result_file}: job_id")
-    dataroot_saved = original.get("dataroot")
-    if dataroot_saved is not None and not isinstance(dataroot_saved, str):
-        raise UsageError(f"{result_file}: dataroot {dataroot_saved!r} is not a path")
-    extra = {k: original[k] for k in ("job", "suite") if original.get(k) is not None}
-    environ = _saved_environ(result_file, original.get("environ"))
+    argv = call.argv or ()
+    name = results.safe_name(view.name, f"{result_file}: name")
+    job_id = results.safe_name(view.recorded_job_id or "0", f"{result_file}: job_id")
+    dataroot_saved = view.dataroot
+    extra = {k: v for k, v in (("job", view.job), ("suite", view.suite)) if v is not None}
+    environ = _saved_environ(result_file, view.environ)
     folder = Path(result_file).resolve().parent
     outdir = Path(out) if out else folder.with_name(f"{folder.name}.rerun-{results.utc_stamp()}")
     check_outdir(outdir)
     os.environ.update(environ)
     return RunCall(
-        call["function"],
+        call.function,
         list(argv) + list(test_args),
         name,
         job_id,
@@ -156,18 +147,17 @@ def plan_rerun(
     )
 
 
-def _check_reproducible(result_file: str | Path, original: dict[str, Any]) -> None:
+def _check_reproducible(result_file: str | Path, original: read.ResultView) -> None:
     """A rerun repeats one process: refuse a record it cannot reproduce."""
-    if original.get(results.WRITTEN_BY):
+    if original.written_by:
         raise UsageError(
-            f"{result_file}: written by {original[results.WRITTEN_BY]} for a run that recorded "
+            f"{result_file}: written by {original.written_by} for a run that recorded "
             "nothing (it holds no call to repeat); run the test again with `milarun jobs`"
         )
-    world = original.get("world_size")
-    ranks = original.get("ranks")
-    if (isinstance(world, int) and world > 1) or (isinstance(ranks, list) and len(ranks) > 1):
-        size = world if isinstance(world, int) else len(ranks or ())
-        parts = str(original.get("name"))[:200].split(".")  # <suite>.<test>.<k>
+    world, ranks = original.world_size, original.ranks
+    if (world is not None and world > 1) or len(ranks) > 1:
+        size = world if world is not None else len(ranks)
+        parts = original.name[:200].split(".")  # <suite>.<test>.<k>
         test = parts[1] if len(parts) > 2 else "TEST"
         raise UsageError(
             f"{result_file}: a run of {size} ranks under torchrun (maybe over several nodes); "

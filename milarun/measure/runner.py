@@ -20,7 +20,7 @@ from milarun.machine.gpuids import instance_gpus
 from milarun.measure import confinement, contention, diagnostics, energy, startup
 from milarun.measure.call import check_extra, resolve_function
 from milarun.measure.experiment import BadTestArguments, DoesNotFit, Experiment, RateLog
-from milarun.results import records, steady
+from milarun.results import read, records, steady
 from milarun.results.records import Failure, RateRecord, TimerRecord
 
 # The prefix of the progress lines an instance prints on stdout (the supervisor's board
@@ -284,7 +284,7 @@ def run_test(
         # that failed, its log is the only place that says why.
         if record.failure is not None:
             print(
-                f"rank {os.environ.get('RANK')}: {record.failure.kind}: {result['error']}",
+                f"rank {os.environ.get('RANK')}: {record.failure.kind}: {record.error}",
                 file=sys.stderr,
             )
         return result, None
@@ -306,7 +306,7 @@ def run_test(
 
 
 def exit_code(result: dict[str, Any]) -> int:
-    kind = (result.get("failure") or {}).get("kind")
-    if kind == "interrupted":
+    view = read.ResultView.from_dict(result)
+    if view.failure is not None and view.failure.kind == "interrupted":
         return 130
-    return 0 if result["success"] else 1
+    return 0 if view.success else 1

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from milarun.results import jsonfile, parts, read
+from milarun.results import jsonfile, read
 
 
 @dataclass(frozen=True)
@@ -50,17 +50,16 @@ def about(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> About:
     models = read.PerRecord(lambda system: {name for name, _ in _gpu_models(system.get("gpus"))})
     for result in results:
         view = read.ResultView.from_dict(result)
-        end = _number(result.get("finished_at"))
+        end = _number(view.finished_at)
         if end is not None:
             ends.append(end)
             starts.append(end - (view.program_time or 0.0))
         hosts.add(view.node)
         devices.update(d for d in view.device_label(many_nodes).split(",") if d)
-        if isinstance(result.get("suite"), str) and result["suite"]:
-            suites.add(result["suite"])
-        system = result.get("system")
-        if parts.is_mapping(system) and not view.device.startswith("cpu"):
-            gpus |= models(system)
+        if view.suite is not None:
+            suites.add(view.suite)
+        if not view.device.startswith("cpu"):
+            gpus |= models(view.system)
     return About(
         min(starts) if starts else None,
         max(ends) if ends else None,
@@ -158,10 +157,10 @@ def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
     groups: dict[bytes, tuple[Mapping[str, Any], dict[str, None]]] = {}
     keyed = read.PerRecord(_without_host)
     for result in results:
-        record = result.get("system")
-        record = record if parts.is_mapping(record) else {}
+        view = read.ResultView.from_dict(result)
+        record = view.system
         key, rest = keyed(record)
-        host = str(record.get("hostname") or read.ResultView.from_dict(result).node)
+        host = str(record.get("hostname") or view.node)
         groups.setdefault(key, (rest, {}))[1][host] = None  # the hosts in order, once each
     label = "host" if all(len(h) == 1 for _, h in groups.values()) else "hosts"
     return [

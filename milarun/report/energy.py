@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from milarun import results
 from milarun.report import stats
+from milarun.results import read
 from milarun.results import throttle as gpu_throttle
 
 if TYPE_CHECKING:
@@ -121,26 +122,29 @@ def summary_entries(runs: list[dict[str, Any]]) -> dict[str, Any]:
     (per GPU: its runs' window slices, and the slices throttled per reason); each only
     where there is something to say."""
     out: dict[str, Any] = {}
+    views = read.views(runs)
     measured = [
         e
-        for r in runs
-        if isinstance(e := r.get("energy"), dict)
-        and _positive(e.get("joules_per_example"))
-        and _positive(e.get("examples_per_joule"))
+        for v in views
+        if (e := v.energy) is not None
+        and _positive(e.joules_per_example)
+        and _positive(e.examples_per_joule)
     ]
     if measured:
         out["energy"] = {
             "n": len(measured),
             **{
-                k: _mean([float(e[k]) for e in measured if results.is_finite(e.get(k))])
+                k: _mean(
+                    [float(e.record[k]) for e in measured if results.is_finite(e.record.get(k))]
+                )
                 for k in ENERGY_KEYS
             },
-            "method": ",".join(sorted({str(e.get("method")) for e in measured})),
+            "method": ",".join(sorted({str(e.method) for e in measured})),
         }
     windows: Counter[str] = Counter()
     reasons: dict[str, Counter[str]] = defaultdict(Counter)
-    for run in runs:
-        throttle = ((run.get("diagnostics") or {}).get("train") or {}).get("throttle")
+    for view in views:
+        throttle = view.diagnostics().throttle
         if not isinstance(throttle, dict) or not isinstance(throttle.get("gpus"), dict):
             continue
         for gpu, found in throttle["gpus"].items():

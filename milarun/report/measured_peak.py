@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from milarun import results
+from milarun.results import read
 
 GEMM_TEST = "gemm"
 _METRIC = re.compile(r"tflops_(fp32|tf32|fp16|bf16|fp8)(?:_\d+x\d+x\d+)?")
@@ -22,22 +23,16 @@ _METRIC = re.compile(r"tflops_(fp32|tf32|fp16|bf16|fp8)(?:_\d+x\d+x\d+)?")
 Peaks = Mapping[tuple[str, str], float]
 
 
-def _efficiency(result: Mapping[str, Any]) -> Mapping[str, Any]:
-    eff = result.get("efficiency")
-    return eff if isinstance(eff, Mapping) else {}
-
-
 def measured_peaks(loaded: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
     """(device name, precision) -> the best FLOP/s a successful ``gemm`` run measured."""
     peaks: dict[tuple[str, str], float] = {}
-    for result in loaded:
-        if str(result.get("name", "")).rsplit(".", 1)[-1] != GEMM_TEST:
+    for view in read.views(loaded):
+        if view.name.rsplit(".", 1)[-1] != GEMM_TEST:
             continue
-        device = _efficiency(result).get("device_name")
-        metrics = result.get("metrics")
-        if result.get("success") is not True or not isinstance(device, str):
+        device = view.efficiency.device_name if view.efficiency is not None else None
+        if not view.success or not isinstance(device, str):
             continue
-        for key, value in (metrics if isinstance(metrics, Mapping) else {}).items():
+        for key, value in view.metrics.items():
             found = _METRIC.fullmatch(str(key))
             if found and results.is_finite(value) and value > 0:
                 slot = (device, found[1])
@@ -48,9 +43,11 @@ def measured_peaks(loaded: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str],
 def percent_of_measured(result: Mapping[str, Any], peaks: Peaks) -> float | None:
     """A run's achieved FLOP/s as a percentage of its device's measured peak in its
     precision; None without a ``gemm`` result of that device and precision."""
-    eff = _efficiency(result)
-    achieved = eff.get("achieved_flops")
-    peak = peaks.get((str(eff.get("device_name")), str(eff.get("precision"))))
+    eff = read.ResultView.from_dict(result).efficiency
+    if eff is None:
+        return None
+    achieved = eff.achieved_flops
+    peak = peaks.get((str(eff.device_name), str(eff.precision)))
     if not peak or achieved is None or not results.is_finite(achieved):
         return None
     return 100.0 * float(achieved) / peak

@@ -325,7 +325,7 @@ def section(
     if loaded is None:
         return None
     # a rerun (of one node's result, on whatever host ran it) is no node of the fleet
-    fleet = [r for r in loaded.results if not r.get("rerun_of")]
+    fleet = [r for r in loaded.results if not read.ResultView.from_dict(r).rerun_of]
     if not fleet or not (test or read.spans_nodes(fleet)):
         return None
     found = compare_nodes(fleet, weights, test=test)

@@ -77,16 +77,15 @@ def failed_runs(loaded: Loaded, many_nodes: bool) -> list[FailedRun]:
         if view.rate() is not None:
             continue
         path = loaded.paths[index]
-        failure = result.get("failure")
-        failure = failure if parts.is_mapping(failure) else {}
-        error = str(result.get("error") or failure.get("message") or "")
+        message = view.failure.message if view.failure is not None else None
+        error = view.error or message or ""
         rows.append(
             FailedRun(
                 view.name,
-                str(result.get("job_id")),
+                view.job_id,
                 view.device_label(many_nodes),
                 view.failure_kind,
-                str(failure.get("message") or ""),
+                message or "",
                 path.name,
                 "\n".join(error.splitlines()[-ERROR_TAIL_LINES:]),
             )
@@ -153,7 +152,7 @@ def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> li
     setting = read.PerRecord(_setting)
     for result in results:
         view = read.ResultView.from_dict(result)
-        runs[view.device_label(many_nodes)].append((setting(result.get("isolation")), view.name))
+        runs[view.device_label(many_nodes)].append((setting(view.isolation_record), view.name))
     rows = []
     for device in sorted(runs, key=natural_key):
         items = runs[device]

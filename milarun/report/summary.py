@@ -96,7 +96,7 @@ def summarize(
     report starts its bootstrap then)."""
     by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for result in loaded:
-        by_name[str(result["name"])].append(result)
+        by_name[read.ResultView.from_dict(result).name].append(result)
     many_nodes = read.spans_nodes(loaded)
     gemm_peaks = measured_peak.measured_peaks(loaded)  # a gemm run's, per device, precision
     out = {}

@@ -15,6 +15,8 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from milarun.results import read
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -32,9 +34,8 @@ def natural(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     """``{unit, per_example}`` of a test's successful runs (the mean, should they differ);
     None when they record no ``per_example.*`` metric."""
     values: dict[str, list[float]] = defaultdict(list)
-    for run in runs:
-        metrics = run.get("metrics")
-        for name, value in (metrics if isinstance(metrics, dict) else {}).items():
+    for view in read.views(runs):
+        for name, value in view.metrics.items():
             number = _positive(value)
             if isinstance(name, str) and name.startswith(PREFIX) and number is not None:
                 values[name[len(PREFIX) :]].append(number)

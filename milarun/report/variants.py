@@ -14,14 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from milarun import results
-from milarun.results import parts, read
-
-TF32 = ("tf32_matmul", "tf32_cudnn")
+from milarun.results import read
 
 
 def _flags(argv: Any) -> dict[str, str]:
     """The flags of an argv as argparse takes them: the last value of a flag wins."""
-    if not isinstance(argv, list):
+    if not isinstance(argv, (list, tuple)):
         return {}
     out: dict[str, str] = {}
     flag = None
@@ -38,26 +36,25 @@ def setup(result: Mapping[str, Any]) -> dict[str, Any]:
     """What a run measured, as far as its file says: the test function and its arguments,
     and (where recorded) the data it read, its TF32 settings, whether its reads bypassed the
     page cache (nocache) and the milarun version."""
-    call = result.get("call")
-    call = call if parts.is_mapping(call) else {}
+    view = read.ResultView.from_dict(result)
+    call = view.call
     found: dict[str, Any] = {
-        "function": str(call.get("function")),
-        "arguments": tuple(sorted(_flags(call.get("argv")).items())),
+        "function": str(call.function if call is not None else None),
+        "arguments": tuple(sorted(_flags(call.argv if call is not None else None).items())),
     }
-    data = result.get("dataset")
-    if parts.is_mapping(data):
-        found["data"] = (data.get("name"), data.get("size"), data.get("synthetic"))
-    efficiency = result.get("efficiency")
-    settings = efficiency.get("settings") if parts.is_mapping(efficiency) else None
-    if parts.is_mapping(settings):
-        found["tf32"] = tuple(settings.get(k) for k in TF32)
-    isolation = result.get("isolation")
-    nocache = isolation.get("nocache") if parts.is_mapping(isolation) else None
+    data = view.dataset
+    if data is not None:
+        found["data"] = (data.name, data.size, data.synthetic)
+    efficiency = view.efficiency
+    settings = efficiency.settings if efficiency is not None else None
+    if settings is not None:
+        found["tf32"] = (settings.tf32_matmul, settings.tf32_cudnn)
+    isolation = view.isolation
+    nocache = isolation.nocache if isolation is not None else None
     if isinstance(nocache, bool):
         found["nocache"] = nocache
-    version = result.get("milarun_version")
-    if isinstance(version, str):
-        found["milarun"] = version
+    if view.milarun_version is not None:
+        found["milarun"] = view.milarun_version
     return found
 
 

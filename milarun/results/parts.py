@@ -103,19 +103,15 @@ class DatasetRead:
 class MathSettings:
     """``efficiency.settings``: the TF32 switches a test ran with."""
 
-    tf32_capable: bool | None
-    tf32_matmul: bool | None
-    tf32_cudnn: bool | None
+    tf32_capable: Any  # true/false as written (a reader tests ``is True``)
+    tf32_matmul: Any
+    tf32_cudnn: Any
 
     @classmethod
     def from_dict(cls, data: Any) -> MathSettings | None:
         if not isinstance(data, dict):
             return None
-        return cls(
-            flag(data.get("tf32_capable")),
-            flag(data.get("tf32_matmul")),
-            flag(data.get("tf32_cudnn")),
-        )
+        return cls(data.get("tf32_capable"), data.get("tf32_matmul"), data.get("tf32_cudnn"))
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from milarun.results.parts import (
     monitor_peak,
     text,
 )
-from milarun.results.schema import is_finite
+from milarun.results.schema import WRITTEN_BY, is_finite
 from milarun.results.series import RateSeries, measured_rate, rank_timers, slice_width
 
 T = TypeVar("T")
@@ -90,6 +90,12 @@ class ResultView:
         return str(self.data.get("job_id"))
 
     @property
+    def recorded_job_id(self) -> str | None:
+        """The job id as written (a number as text), None where it has none."""
+        job_id = self.data.get("job_id")
+        return None if job_id is None else str(job_id)
+
+    @property
     def success(self) -> bool:
         return self.data.get("success") is True
 
@@ -102,8 +108,8 @@ class ResultView:
         return text(self.data.get("hostname"))
 
     @property
-    def milarun_version(self) -> str:
-        return str(self.data.get("milarun_version"))
+    def milarun_version(self) -> str | None:
+        return text(self.data.get("milarun_version"))
 
     @property
     def finished_at(self) -> Any:
@@ -121,6 +127,36 @@ class ResultView:
     @property
     def rerun_of(self) -> Any:
         return self.data.get("rerun_of")
+
+    @property
+    def job(self) -> Any:
+        """The profile's job it ran as (its --extra), as written."""
+        return self.data.get("job")
+
+    @property
+    def dataroot(self) -> str | None:
+        return text(self.data.get("dataroot"))
+
+    @property
+    def environ(self) -> Any:
+        """The recorded environment, as written (a rerun checks each entry)."""
+        return self.data.get("environ")
+
+    @property
+    def world_size(self) -> int | None:
+        size = self.data.get("world_size")
+        return size if type(size) is int else None
+
+    @property
+    def ranks(self) -> list[Any]:
+        """A distributed run's ranks ({rank, node, host, device} each), as written."""
+        ranks = self.data.get("ranks")
+        return ranks if isinstance(ranks, list) else []
+
+    @property
+    def written_by(self) -> str | None:
+        """Who wrote it where its test could not (the harness), else None."""
+        return text(self.data.get(WRITTEN_BY)) or None
 
     @property
     def synthetic_data(self) -> bool:

@@ -119,6 +119,8 @@ _FIELD_TYPES: dict[str, tuple[str, Any]] = {
     "device": ("a string", _of(str)),
     "devices": ("a list", _of(list)),
     "error": ("a string", _of(str)),
+    "call": ("an object", _of(dict)),
+    "dataroot": ("a path", _of(str)),
     "metrics": ("an object", _of(dict)),
     "timings": ("an object of objects", _opt(_objects)),
     "failure": ("an object", _of(dict)),
@@ -184,6 +186,12 @@ def result_problem(data: dict[str, Any]) -> str | None:
                 return f"'timings.{timer}.{key}' is not a number >= 0"
         if record.get("slice") == 0:
             return f"'timings.{timer}.slice' is 0"
+    call = data.get("call") or {}
+    argv = call.get("argv")
+    if argv is not None and not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+        return "'call.argv' is not a list of strings"
+    if not isinstance(call.get("function"), (str, type(None))):
+        return "'call.function' is not a string"
     failure = data.get("failure") or {}
     if not isinstance(failure.get("kind"), (str, type(None))) or not isinstance(
         failure.get("message"), (str, type(None))

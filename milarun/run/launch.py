@@ -21,6 +21,7 @@ from milarun import errors, results
 from milarun.machine import isolation, watchdog
 from milarun.machine.devices import Device
 from milarun.measure import startup
+from milarun.results import read
 from milarun.run import harness_record
 from milarun.run.plan import (  # noqa: F401
     GRACE_PERIOD,
@@ -387,7 +388,8 @@ class Supervisor:
                 inst.result_path = results.write_result(self.opts.outdir, inst.result, inst.stamp)
             except errors.WriteError as err:  # the report still counts it, from memory
                 if inst.process is None:
-                    log.error("%s; %s", err, inst.result["failure"]["message"])
+                    failure = read.ResultView.from_dict(inst.result).failure
+                    log.error("%s; %s", err, failure.message if failure else None)
                 else:
                     log.error("%s; what happened is in %s", err, inst.log_path)
         if self.on_recorded is not None:

@@ -54,13 +54,13 @@ class Progress:
 
 def finished_line(inst: Any) -> str:
     """The permanent line of an ended instance: ``done ... examples/s`` or ``FAIL ...``."""
-    res = inst.result
-    if res.get("success"):
-        rate = read.ResultView.from_dict(res).rate()
+    view = read.ResultView.from_dict(inst.result)
+    if view.success:
+        rate = view.rate()
         rate_text = f"{rate:,.2f}" if rate is not None else "n/a"  # e.g. a NaN metric
         return f"done   {inst.tag}  {rate_text} examples/s"
-    fail = res.get("failure") or {}
-    return f"FAIL   {inst.tag}  {fail.get('kind')}: {fail.get('message')}"
+    fail = view.failure
+    return f"FAIL   {inst.tag}  {fail.kind if fail else None}: {fail.message if fail else None}"
 
 
 def _state(inst: Any, latest: dict[str, Any], waits: list[float]) -> str:

@@ -16,7 +16,7 @@ from milarun.machine import devices, isolation, slurmenv, watchdog
 from milarun.machine.gpuids import resolve_gpus
 from milarun.measure import call
 from milarun.report import summary
-from milarun.results import bulk, manifest
+from milarun.results import bulk, manifest, read
 from milarun.run import arguments, launch, plan, profile
 
 log = logging.getLogger("milarun")
@@ -141,7 +141,7 @@ def _run_held(
             instance.name,
             instance.job_id,
             instance.result_path,
-            bool(instance.result.get("success")),
+            read.ResultView.from_dict(instance.result).success,
         )
 
     try:
@@ -162,7 +162,7 @@ def _run_held(
     done = [i for i in done if not i.result.get("recorded_on_head")]
     rdzv = request.rendezvous
     if rdzv is not None and parts and not done:  # a node other than the head's: no results
-        failed = sum(not i.result["success"] for i in parts)
+        failed = sum(not read.ResultView.from_dict(i.result).success for i in parts)
         return SuiteOutcome(
             request.outdir,
             report_text=(

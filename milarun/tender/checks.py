@@ -83,7 +83,7 @@ def hashes(bid: Bid) -> Check:
 
 
 def version(bid: Bid) -> Check:
-    found = Counter(v.milarun_version for v in bid.views)
+    found = Counter(str(v.milarun_version) for v in bid.views)
     other = {v: n for v, n in found.items() if v != bid.tender.version}
     if not other:
         return Check("version", True, f"every result ran milarun {bid.tender.version}")

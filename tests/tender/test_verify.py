@@ -165,13 +165,14 @@ def test_hostile_values_in_the_packed_files_fail_rules_never_the_verifier(bid, t
         (folder / "bid.json").write_text(json.dumps({"notes": "not a list"}))
 
         def garble(d):
-            d["call"] = ["--x"]
+            d["call"] = {"argv": ["--x"]}  # no function, another argv
             d["diagnostics"] = {"train": {"throttle": {"slices": "many", "window_slices": 3}}}
             d["timings"]["train"].update(count="lots")
 
         bidkit.edit_results(folder, garble, first_only=False)
         # a result the reader cannot use is left out (a run missing), never a traceback
         bidkit.edit_results(folder, lambda d: d["timings"]["train"].update(slice_ends=7))
+        bidkit.edit_results(folder, lambda d: d.update(call=["--x"]))
 
     found = verify.verify(bidkit.edited(out, tmp_path, forge), tender)
     assert {"arguments", "consistency", "tests"} <= set(failed(found))
