@@ -171,3 +171,33 @@ def test_an_older_database_is_migrated_with_its_results(db_url):  # noqa: F811
         found = session.scalars(select(Result)).one()
         assert (found.steady_n, found.steady_sum, found.steady_squares) == (3, 6.0, 14.0)
     engine.dispose()
+
+
+def test_a_folder_of_the_previous_format_ingests_as_its_files_hold_it(tmp_path):
+    """The H100 run (format 1): each row hashed on the file as written (so a database that
+    ingested it before the format had a version holds the same rows), its throttle record
+    upgraded with the GPU's SM clock."""
+    import json
+
+    from conftest import DATA
+    from milarun.results import bulk
+
+    folder = DATA / "gpu-runs" / "h100-2026-11-28" / "modern"
+    files = sorted(p for p in folder.glob("*.json") if bulk.is_result_file(p.name))
+    assert files and all("format_version" not in json.loads(p.read_text()) for p in files)
+    run = ingest.read_run(folder)
+    assert sorted(r.content_hash for r in run.rows) == sorted(
+        ingest.digest(json.loads(p.read_text())) for p in files
+    )
+    throttled = [r for r in run.rows if r.throttle]
+    assert throttled and all(
+        gpu.get("sm_clock_mhz") for r in throttled for gpu in r.throttle["gpus"].values()
+    )
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    engine = store.open_db(url)
+    try:
+        first = ingest.ingest(engine, run)
+        again = ingest.ingest(engine, ingest.read_run(folder))
+    finally:
+        engine.dispose()
+    assert (first.added, again.added, again.known) == (len(files), 0, len(files))
