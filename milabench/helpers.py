@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from typing import Any
@@ -218,11 +219,38 @@ def use_dataset(exp: Experiment, folder: Any) -> None:
 PRECISIONS = ("fp32", "fp16", "bf16", "auto")
 
 
+# oneDNN's ISA caps (ONEDNN_MAX_CPU_ISA) under which it still runs bf16 (or fp16) in the
+# CPU's own instructions; below them it converts to fp32 and back (emulated: many times
+# slower). Names of oneDNN 3.x, old and new spellings.
+_BF16_CAPS = frozenset(
+    {"AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX", "AVX10_1_512_AMX"}
+)
+_FP16_CAPS = frozenset({"AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX_FP16"})
+_NO_CAP = frozenset({"", "ALL", "DEFAULT"})
+
+
+def cpu_native(name: str) -> bool:
+    """Whether this CPU runs ``name`` (bf16 or fp16) natively: its instructions
+    (avx512_bf16 or AMX for bf16, AMX-FP16 for fp16) and oneDNN's cap allowing them.
+    ``torch.ops.mkldnn._is_mkldnn_bf16_supported()`` is no answer: it says yes on every
+    AVX-512 CPU, where bf16 is emulated."""
+    import torch
+
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").upper()
+    if name == "bf16":
+        has = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+        return has and (cap in _NO_CAP | _BF16_CAPS | _FP16_CAPS)
+    if name == "fp16":
+        return torch.cpu._is_amx_fp16_supported() and cap in _NO_CAP | _FP16_CAPS
+    return name == "fp32"
+
+
 class Precision:
     """torch.autocast + GradScaler for one device and precision.
 
-    ``auto`` is fp16 on CUDA and, on a CPU, bf16 where oneDNN says the CPU does bf16
-    natively, else fp16. Training steps call :meth:`backward` so the scaler is applied.
+    ``auto`` is fp16 on CUDA; on a CPU the half precision it runs natively (bf16, else
+    fp16: cpu_native), else fp32, as emulated half precision is slower than fp32.
+    Training steps call :meth:`backward` so the scaler is applied.
     """
 
     def __init__(self, device: Any, name: str = "fp32"):
@@ -234,7 +262,7 @@ class Precision:
             if device.type == "cuda":
                 name = "fp16"
             else:
-                name = "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp16"
+                name = next(n for n in ("bf16", "fp16", "fp32") if cpu_native(n))
         self.name = name
         self.device_type = device.type
         self.dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(name)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from milabench import datasets
+from milabench import datasets, helpers
 from milabench.datasets import fake_imagenet
 from milabench.models import convnet, dcgan, fast_style, loader
 from milarun.measure.experiment import Experiment
@@ -219,6 +219,11 @@ def test_convnet_fp16(dataroot, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not helpers.cpu_native("bf16"),
+    reason="this CPU has no native bf16 (avx512_bf16 or AMX): bf16 is emulated here, and "
+    "--precision auto runs fp32 (tests/models/test_precision.py)",
+)
 def test_convnet_bf16(dataroot, tmp_path):
     # oneDNN's newest bf16 kernels crash (SIGILL) on some virtual CPUs; this pins the ISA.
     # bf16 convolutions are slow on a CPU without AMX (3.4 s a step of 8 at 32 px): 2 at 16 px.
