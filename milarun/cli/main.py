@@ -118,11 +118,18 @@ class Commands:
         # Start every instance as a new interpreter (default: forked from a warm process
         # that imported torch and milarun once; each result says how it started)
         cold_start: Option & bool = default(False)
+        # Run more CPU slices than this machine has CPUs (or memory at 1 GiB a slice): they
+        # share them, and each rate is lower
+        oversubscribe: Option & bool = default(False)
 
         from milarun.run import launch, suite
 
         if (nnodes is None) != (master is None):
             raise errors.UsageError("--nnodes and --master go together (a multi-node run)")
+        if devices_spec is not None:  # refused before the doctor or anything starts
+            from milarun.machine.devices import parse_device_spec
+
+            suite.check_cpu_slices(parse_device_spec(devices_spec), oversubscribe)
         if doctor:
             from milarun.cli.doctor import before_jobs
 
@@ -140,6 +147,7 @@ class Commands:
                 use_cgexec=not no_cgexec,
                 verbose=verbose,
                 warm_start=not cold_start,
+                oversubscribe=oversubscribe,
                 user_args=test_args,
                 rendezvous=(
                     launch.Rendezvous.parse(nnodes, master, node_rank)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from milarun import errors, results
 from milarun.machine import devices, isolation, slurmenv, watchdog
 from milarun.machine.gpuids import resolve_gpus
@@ -40,6 +42,7 @@ class SuiteRequest:
     user_args: list[str] = field(default_factory=list)
     rendezvous: launch.Rendezvous | None = None  # this node's part of a multi-node run
     user_args_by_job: dict[str, list[str]] = field(default_factory=dict)  # run.arguments
+    oversubscribe: bool = False  # run CPU slices beyond this machine's CPUs or memory
 
 
 @dataclass(frozen=True)
@@ -77,14 +80,7 @@ def run_suite(
         if request.devices is not None
         else devices.discover_devices()
     )
-    cpus = len(os.sched_getaffinity(0))
-    if devs[0].kind == devices.CPU_KIND and len(devs) > cpus:
-        log.warning(
-            "--devices cpu:%d asks for more slices than the %d CPU(s) this process "
-            "may use: the slices will share CPUs and each rate will be lower",
-            len(devs),
-            cpus,
-        )
+    check_cpu_slices(devs, request.oversubscribe)
     # Every job's arguments parse, before anything is written or run.
     args_by_job = arguments.check_arguments(selected, request.user_args, shipped=prof.shipped)
     request = dataclasses.replace(request, user_args_by_job=args_by_job)
@@ -96,6 +92,39 @@ def run_suite(
             return _run_held(request, prof, selected, devs, say, on_end)
     except watchdog.OutdirBusy as err:
         raise errors.UsageError(str(err)) from None
+
+
+# What one CPU slice's instance needs at least: torch and a small model's training.
+SLICE_MEMORY = 2**30
+
+
+def check_cpu_slices(devs: list[devices.Device], oversubscribe: bool) -> None:
+    """Refuse more CPU slices than the CPUs this process may use, or than its memory holds
+    at SLICE_MEMORY each: they would share CPUs (every rate lower, not the machine's) or
+    meet the OOM killer. ``oversubscribe``: warn, and run them."""
+    slices = len(devs) if devs and devs[0].kind == devices.CPU_KIND else 0
+    if not slices:
+        return
+    cpus = len(os.sched_getaffinity(0))
+    memory = psutil.virtual_memory().total
+    problems = []
+    if slices > cpus:
+        problems.append(f"more slices than the {cpus} CPU(s) this process may use")
+    if slices * SLICE_MEMORY > memory:
+        problems.append(
+            f"{slices} GiB of memory at least, and this machine has {memory / 2**30:.1f} GiB"
+        )
+    if not problems:
+        return
+    text = f"--devices cpu:{slices} asks for {' and '.join(problems)}"
+    if not oversubscribe:
+        raise errors.UsageError(
+            f"{text}: use at most cpu:{min(cpus, memory // SLICE_MEMORY) or 1}, or pass "
+            "--oversubscribe to run them anyway"
+        )
+    log.warning(
+        "%s: the slices will share them and each rate will be lower (--oversubscribe)", text
+    )
 
 
 def _run_held(

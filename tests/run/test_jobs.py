@@ -406,3 +406,24 @@ def test_jobs_scores_only_what_could_run(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"Score: +[0-9,.]+  \(coverage 100%\)", done.stdout), done.stdout
     assert "Missing" not in done.stdout
+
+
+def test_more_cpu_slices_than_cpus_are_refused_before_anything_starts(tmp_path):
+    out = tmp_path / "out"
+    done = milarun("jobs", "quick", "--name", "polynome", "--devices", "cpu:99", "-o", out)
+    line = one_line_error(done)
+    assert done.returncode != 0 and "cpu:99" in line and "--oversubscribe" in line
+    assert not out.exists()  # no folder, no manifest, no instance
+
+
+def test_oversubscribe_runs_them_with_a_warning(caplog):
+    from milarun import errors
+    from milarun.machine.devices import parse_device_spec
+    from milarun.run import suite
+
+    many = parse_device_spec(f"cpu:{len(os.sched_getaffinity(0)) + 1}")
+    with pytest.raises(errors.UsageError):
+        suite.check_cpu_slices(many, oversubscribe=False)
+    suite.check_cpu_slices(many, oversubscribe=True)
+    assert "share them" in caplog.text and "--oversubscribe" in caplog.text
+    suite.check_cpu_slices(parse_device_spec("cpu:1"), oversubscribe=False)
