@@ -122,7 +122,7 @@ class Commands:
         # share them, and each rate is lower
         oversubscribe: Option & bool = default(False)
 
-        from milarun.run import launch, suite
+        from milarun.run import plan, suite
 
         if (nnodes is None) != (master is None):
             raise errors.UsageError("--nnodes and --master go together (a multi-node run)")
@@ -150,7 +150,7 @@ class Commands:
                 oversubscribe=oversubscribe,
                 user_args=test_args,
                 rendezvous=(
-                    launch.Rendezvous.parse(nnodes, master, node_rank)
+                    plan.Rendezvous.parse(nnodes, master, node_rank)
                     if nnodes is not None
                     else None
                 ),

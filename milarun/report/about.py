@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from milarun.results import jsonfile, read
+from milarun.results import jsonfile, parts, read
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def about(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> About:
     devices: set[str] = set()
     suites: set[str] = set()
     gpus: set[str] = set()
-    models = read.PerRecord(lambda system: {name for name, _ in _gpu_models(system.get("gpus"))})
+    models = parts.PerRecord(lambda system: {name for name, _ in _gpu_models(system.get("gpus"))})
     for result in results:
         view = read.ResultView.from_dict(result)
         end = _number(view.finished_at)
@@ -155,7 +155,7 @@ def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
     naming its hosts (a fleet of identical nodes is one block). Every block has the same
     first label: "host", or "hosts" when one names several."""
     groups: dict[bytes, tuple[Mapping[str, Any], dict[str, None]]] = {}
-    keyed = read.PerRecord(_without_host)
+    keyed = parts.PerRecord(_without_host)
     for result in results:
         view = read.ResultView.from_dict(result)
         record = view.system

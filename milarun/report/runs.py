@@ -149,7 +149,7 @@ def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> li
     """The isolation each instance got: one row per device (``node/device`` across nodes),
     each setting merged over its runs (``_merged``), with its run count."""
     runs: dict[str, list[tuple[tuple[str, ...], str]]] = defaultdict(list)
-    setting = read.PerRecord(_setting)
+    setting = parts.PerRecord(_setting)
     for result in results:
         view = read.ResultView.from_dict(result)
         runs[view.device_label(many_nodes)].append((setting(view.isolation_record), view.name))

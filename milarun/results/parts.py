@@ -13,11 +13,12 @@ open its dicts by hand.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, Generic, TypeGuard, TypeVar
 
 EMPTY: Mapping[str, Any] = {}
+T = TypeVar("T")
 
 
 def is_mapping(value: Any) -> TypeGuard[Mapping[Any, Any]]:
@@ -310,3 +311,20 @@ def monitor_peak(data: Mapping[str, Any]) -> float | None:
             if type(sample) is dict:
                 best = _peak(best, sample.get("rss_mb"))
     return None if best == -math.inf else best
+
+
+class PerRecord(Generic[T]):
+    """``read`` of a record, computed once per record object: a folder's loader shares one
+    object per distinct system and isolation record (results.bulk), so a report's section
+    reads each of 100,000 results' records a few times only. Each record is held here, so
+    that its id is its own while it is looked up."""
+
+    def __init__(self, read: Callable[[Any], T]) -> None:
+        self._read = read
+        self._found: dict[int, tuple[T, Any]] = {}
+
+    def __call__(self, record: Any) -> T:
+        found = self._found.get(id(record))
+        if found is None:
+            found = self._found[id(record)] = (self._read(record), record)
+        return found[0]

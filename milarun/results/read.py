@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from milarun.results import steady
 from milarun.results.parts import (
@@ -385,20 +385,3 @@ def spans_nodes(loaded: Iterable[Mapping[str, Any]]) -> bool:
     nodes = (ResultView.from_dict(r).node for r in loaded)
     first = next(nodes, None)
     return any(node != first for node in nodes)
-
-
-class PerRecord(Generic[T]):
-    """``read`` of a record, computed once per record object: a folder's loader shares one
-    object per distinct system and isolation record (results.bulk), so a report's section
-    reads each of 100,000 results' records a few times only. Each record is held here, so
-    that its id is its own while it is looked up."""
-
-    def __init__(self, read: Callable[[Any], T]) -> None:
-        self._read = read
-        self._found: dict[int, tuple[T, Any]] = {}
-
-    def __call__(self, record: Any) -> T:
-        found = self._found.get(id(record))
-        if found is None:
-            found = self._found[id(record)] = (self._read(record), record)
-        return found[0]

@@ -19,21 +19,10 @@ from typing import Any
 
 from milarun import errors, results
 from milarun.machine import isolation, watchdog
-from milarun.machine.devices import Device
 from milarun.measure import startup
 from milarun.results import read
 from milarun.run import harness_record
-from milarun.run.plan import (  # noqa: F401
-    GRACE_PERIOD,
-    Instance,
-    LaunchOptions,
-    Rendezvous,
-    check_jobs,
-    exec_prefix,
-    free_port,
-    plan_instances,
-    plan_progression,
-)
+from milarun.run.plan import Instance, LaunchOptions, exec_prefix
 from milarun.run.prepare import run_prepare
 from milarun.run.profile import Job
 from milarun.run.progress import ProgressBoard
@@ -84,7 +73,7 @@ class Supervisor:
         if self.pool is not None:
             self.pool.close()
 
-    def _request_stop(self, signum: int, frame: Any) -> None:
+    def request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = signal.Signals(signum).name
 
     def run_group(self, instances: list[Instance]) -> None:
@@ -94,7 +83,7 @@ class Supervisor:
         the supervisor itself (stdout closed by ``| head``, a bug), which is then raised
         again: no instance outlives this call unsupervised or unrecorded.
         """
-        previous = {s: signal.signal(s, self._request_stop) for s in STOP_SIGNALS}
+        previous = {s: signal.signal(s, self.request_stop) for s in STOP_SIGNALS}
         try:
             self._supervise(instances)
         except BaseException as err:
@@ -131,7 +120,7 @@ class Supervisor:
     def prepare(self, job: Job) -> list[dict[str, Any]]:
         """The job's prepare commands under the stop signals: one stops them as it stops
         instances (JobsInterrupted), never the supervisor by its default action."""
-        previous = {s: signal.signal(s, self._request_stop) for s in STOP_SIGNALS}
+        previous = {s: signal.signal(s, self.request_stop) for s in STOP_SIGNALS}
         try:
             outcomes = run_prepare(job, self.opts, stop=lambda: self.stop_requested)
         finally:
@@ -395,40 +384,3 @@ class Supervisor:
         if self.on_recorded is not None:
             self.on_recorded(inst)
         self.on_end(inst)
-
-
-def run_jobs(
-    jobs: list[Job],
-    devices: list[Device],
-    repeat: int,
-    opts: LaunchOptions,
-    on_end: Callable[[Instance], None] | None = None,
-    on_recorded: Callable[[Instance], None] | None = None,
-) -> list[Instance]:
-    """All jobs once, then again ``repeat`` times; each job's instances run side by side.
-    Returns every ended instance (a multi-node run's part on another node than the head
-    has ``recorded_on_head`` in its result, which is not written)."""
-    check_jobs(jobs, devices, opts)
-    supervisor = Supervisor(opts, on_end, on_recorded)
-    done: list[Instance] = []
-    # between prepares and groups too: a stop signal is never the default action
-    previous = {s: signal.signal(s, supervisor._request_stop) for s in STOP_SIGNALS}
-    try:
-        for r in range(repeat):
-            for job in jobs:
-                prepared = supervisor.prepare(job)
-                rounds = (
-                    plan_progression(job, r, devices, opts, prepared)
-                    if job.partition == "gpu-progression"
-                    else [plan_instances(job, r, devices, opts, prepared)]
-                )
-                for instances in rounds:
-                    try:
-                        supervisor.run_group(instances)
-                    finally:
-                        done += [i for i in instances if i.result]
-    finally:
-        supervisor.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return done

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,7 @@ class SuiteRequest:
     warm_start: bool = True  # fork instances from a warm process (run/warm.py)
     progress_interval: float = 10.0
     user_args: list[str] = field(default_factory=list)
-    rendezvous: launch.Rendezvous | None = None  # this node's part of a multi-node run
+    rendezvous: plan.Rendezvous | None = None  # this node's part of a multi-node run
     user_args_by_job: dict[str, list[str]] = field(default_factory=dict)  # run.arguments
     oversubscribe: bool = False  # run CPU slices beyond this machine's CPUs or memory
 
@@ -59,7 +60,7 @@ class SuiteOutcome:
 def run_suite(
     request: SuiteRequest,
     say: Callable[[str], None],
-    on_end: Callable[[launch.Instance], None] | None = None,
+    on_end: Callable[[plan.Instance], None] | None = None,
 ) -> SuiteOutcome:
     """Check the request, run every selected job, and build the report of the results.
 
@@ -133,10 +134,10 @@ def _run_held(
     selected: list[profile.Job],
     devs: list[devices.Device],
     say: Callable[[str], None],
-    on_end: Callable[[launch.Instance], None] | None,
+    on_end: Callable[[plan.Instance], None] | None,
 ) -> SuiteOutcome:
     """run_suite's work once the output folder is this process's."""
-    opts = launch.LaunchOptions(
+    opts = plan.LaunchOptions(
         outdir=request.outdir,
         dataroot=request.dataroot,
         user_args=request.user_args,
@@ -165,7 +166,7 @@ def _run_held(
         f"{', '.join(d.label for d in devs)} -> {request.outdir}"
     )
 
-    def recorded(instance: launch.Instance) -> None:
+    def recorded(instance: plan.Instance) -> None:
         record.instance_ended(
             instance.name,
             instance.job_id,
@@ -174,9 +175,7 @@ def _run_held(
         )
 
     try:
-        done = launch.run_jobs(
-            selected, devs, request.repeat, opts, on_end=on_end, on_recorded=recorded
-        )
+        done = run_jobs(selected, devs, request.repeat, opts, on_end=on_end, on_recorded=recorded)
     except launch.JobsInterrupted as err:
         record.finish("interrupted", str(err))
         return SuiteOutcome(request.outdir, exit_code=err.exit_code, interrupted_by=str(err))
@@ -209,7 +208,7 @@ def _run_held(
 def expected_tests(
     selected: list[profile.Job],
     devs: list[devices.Device],
-    rendezvous: launch.Rendezvous | None = None,
+    rendezvous: plan.Rendezvous | None = None,
 ) -> set[str]:
     """The result names the selection can produce on these devices: a gpu-progression job
     makes ``<test>.1`` .. ``<test>.N`` for N devices, so scaling.2 is not missing on one;
@@ -222,7 +221,7 @@ def expected_tests(
 
 
 def _report(
-    title: str, expected: set[str], done: list[launch.Instance], outdir: Path
+    title: str, expected: set[str], done: list[plan.Instance], outdir: Path
 ) -> SuiteOutcome:
     from milarun.report import build as report  # pandas/matplotlib: only once jobs are done
     from milarun.report import weights as report_weights
@@ -247,3 +246,40 @@ def _report(
         log.warning("%s; `milarun report %s --html FILE` writes it elsewhere", err, outdir)
         page = None
     return SuiteOutcome(outdir, render.to_text(rep), page, 1 if rep.failures else 0)
+
+
+def run_jobs(
+    jobs: list[profile.Job],
+    devs: list[devices.Device],
+    repeat: int,
+    opts: plan.LaunchOptions,
+    on_end: Callable[[plan.Instance], None] | None = None,
+    on_recorded: Callable[[plan.Instance], None] | None = None,
+) -> list[plan.Instance]:
+    """All jobs once, then again ``repeat`` times; each job's instances run side by side.
+    Returns every ended instance (a multi-node run's part on another node than the head
+    has ``recorded_on_head`` in its result, which is not written)."""
+    plan.check_jobs(jobs, devs, opts)
+    supervisor = launch.Supervisor(opts, on_end, on_recorded)
+    done: list[plan.Instance] = []
+    # between prepares and groups too: a stop signal is never the default action
+    previous = {s: signal.signal(s, supervisor.request_stop) for s in launch.STOP_SIGNALS}
+    try:
+        for r in range(repeat):
+            for job in jobs:
+                prepared = supervisor.prepare(job)
+                rounds = (
+                    plan.plan_progression(job, r, devs, opts, prepared)
+                    if job.partition == "gpu-progression"
+                    else [plan.plan_instances(job, r, devs, opts, prepared)]
+                )
+                for instances in rounds:
+                    try:
+                        supervisor.run_group(instances)
+                    finally:
+                        done += [i for i in instances if i.result]
+    finally:
+        supervisor.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return done

@@ -16,7 +16,7 @@ from milarun import errors
 from milarun.cli import options
 from milarun.machine import devices, gpuids, monitors
 from milarun.machine.devices import GPU_KIND, Device, parse_device_spec
-from milarun.run import launch, profile
+from milarun.run import plan, profile
 
 MiB = 2**20
 
@@ -72,12 +72,12 @@ def gpu_env(monkeypatch):
     return monkeypatch
 
 
-def per_gpu_instances(tmp_path: Path, devs: list[Device]) -> list[launch.Instance]:
+def per_gpu_instances(tmp_path: Path, devs: list[Device]) -> list[plan.Instance]:
     job = profile.Job(
         suite="t", name="calibration", experiment="milabench.models.calibration:main", arguments={}
     )
-    opts = launch.LaunchOptions(outdir=tmp_path, dataroot=tmp_path)
-    return launch.plan_instances(job, 0, devs, opts)
+    opts = plan.LaunchOptions(outdir=tmp_path, dataroot=tmp_path)
+    return plan.plan_instances(job, 0, devs, opts)
 
 
 def test_the_fake_host_orders_differ():
@@ -152,8 +152,8 @@ def test_a_torchrun_group_lists_its_gpus_by_uuid_in_rank_order(gpu_env, tmp_path
         arguments={},
         partition="gpu-progression",
     )
-    opts = launch.LaunchOptions(outdir=tmp_path, dataroot=tmp_path)
-    last = launch.plan_progression(job, 0, devs, opts)[-1][0]
+    opts = plan.LaunchOptions(outdir=tmp_path, dataroot=tmp_path)
+    last = plan.plan_progression(job, 0, devs, opts)[-1][0]
     # rank r trains on cuda:r (LOCAL_RANK), the r-th listed GPU: the operator's r-th id
     assert cuda_opens(last.env, gpus) == [gpus[1]["uuid"], gpus[0]["uuid"]]
     assert last.env["MILARUN_DEVICE"] == "cuda:1,cuda:0"
