@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 # First: coleo's first command registers every function alive then (codefind scans the
-# whole heap); imported before coleo and the wings, the scan is 0.08 s, not 0.3 s of each
+# whole heap); imported before coleo and the wings, the heap it scans is small, in every
 # milarun process, a benchmark instance included.
 import codefind  # noqa: F401, I001
 from coleo import Option, default, run_cli
@@ -61,8 +61,8 @@ def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
         print(f"result: {path}")
     code = runner.exit_code(result)
     if os.environ.get(watchdog.SUPERVISOR_ENV):
-        # An instance of `jobs`: its result is on disk (fsynced), so leave now; the
-        # interpreter's own exit (atexit, module teardown) took 1.0-1.4 s an instance.
+        # An instance of `jobs`: its result is on disk (fsynced), so leave now, without the
+        # interpreter's own exit (atexit, module teardown), which is slow after torch.
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -150,9 +150,7 @@ class Commands:
                 oversubscribe=oversubscribe,
                 user_args=test_args,
                 rendezvous=(
-                    plan.Rendezvous.parse(nnodes, master, node_rank)
-                    if nnodes is not None
-                    else None
+                    plan.Rendezvous.parse(nnodes, master, node_rank) if nnodes is not None else None
                 ),
             ),
             say=lambda line: print(line, flush=True),

@@ -152,7 +152,7 @@ def instance_environ(devices: list[Device], cpu_count: int | None = None) -> dic
         env["OMP_NUM_THREADS"] = str(threads)
     if "OMP_WAIT_POLICY" not in os.environ:
         # Idle OpenMP threads spinning on the slice's cores starve the test's own
-        # DataLoader workers (measured: vae 30x slower on a 2-core slice with 1 worker).
+        # DataLoader workers (benchmarks/README.md, "Figures behind the code").
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     return env
 

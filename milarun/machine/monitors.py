@@ -94,8 +94,8 @@ def gpu_monitor(nvml: Any = None, ids: list[str] | None = None, interval: float 
         nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
     )
     sm_clock = getattr(nvml, "NVML_CLOCK_SM", 1)
-    # The energy counter costs 4 ms of CPU per reading on an H100 (the GIL released): read
-    # only where the result is written, not on a torchrun rank other than 0.
+    # The energy counter is the costliest NVML reading: read only where the result is
+    # written, not on a torchrun rank other than 0.
     energy = (
         None
         if os.environ.get("RANK", "0") != "0"
@@ -180,8 +180,8 @@ def cpu_monitor(interval: float = 1.0) -> Monitor:
     me = psutil.Process()
     me.cpu_percent(None)
     ours = sorted(os.sched_getaffinity(0))  # children inherit it: our tree runs only there
-    # Listing children scans all of /proc (~1.5 ms holding the GIL against the test's own
-    # thread: -0.8% rate error at 0.1 ms steps in milarun selftest): refresh it every 10 s.
+    # Listing children scans all of /proc holding the GIL against the test's own thread
+    # (a rate error `milarun selftest` sees at short steps): refresh it every 10 s.
     children: list[Any] = []
     listed = [float("-inf")]
 

@@ -45,8 +45,8 @@ def _interval(samples: np.ndarray) -> tuple[float, float]:
 
 
 # Resamples drawn this many rows at a time: the same draws in the same order as all at
-# once (the generator keeps its place between calls), at a fraction of the memory (4,000
-# resamples of 4,000 runs are 128 MB at once), which made it a third faster.
+# once (the generator keeps its place between calls), at a fraction of the memory, and
+# faster for it.
 ROWS = 1024
 
 
@@ -89,8 +89,8 @@ def _adjusted(
     return mean, adj
 
 
-# Draws kept for the next test up to this many indices (64 MB of int32: 4,000 resamples of
-# 4,000 runs), past which they are drawn ROWS at a time as the score's are.
+# Draws kept for the next test up to this many indices (int32), past which they are drawn
+# ROWS at a time as the score's are.
 KEPT_DRAWS = 2**24
 
 
@@ -192,7 +192,7 @@ def welch_verdict(
             else ("faster" if mean > base_mean else "slower")
         )
         return Verdict(None if mean == base_mean else 0.0, label)
-    from scipy import stats as sps  # imported here: scipy.stats takes ~1 s to import
+    from scipy import stats as sps  # a slow import: only where a verdict needs it
 
     result = sps.ttest_ind_from_stats(mean, s1, n, base_mean, s2, base_n, equal_var=False)
     p = float(result.pvalue)

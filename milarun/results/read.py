@@ -36,7 +36,7 @@ from milarun.results.series import RateSeries, measured_rate, rank_timers, slice
 T = TypeVar("T")
 
 
-# not frozen: its __init__ was twice the cost, and a fleet report makes a million views
+# not frozen: a frozen __init__ costs more, and a fleet report makes a million views
 @dataclass(slots=True)
 class ResultView:
     """A result as the reports read it. ``data`` is the whole result, for what has no
@@ -44,7 +44,7 @@ class ResultView:
 
     A result a folder's loader sealed (seal: read once, not changed after) keeps what its
     views read (its series, rate and node) for the next view of it: a report reads each
-    several times, and 100,000 results made that most of its time."""
+    several times, and re-reading them was most of a fleet report's time."""
 
     data: Mapping[str, Any]
     _memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -10,9 +10,8 @@ from milarun.results.read import PEAK_MEMORY, SEALED, ResultView
 
 
 def drop_samples(data: dict[Any, Any]) -> float | None:
-    """Drop a result's monitor samples (most of its size: 100,000 results were 8.3 GiB read
-    whole) and return what reports use of them, the peak memory (what else was read of
-    them, results.upgrade read at load)."""
+    """Drop a result's monitor samples (most of its size) and return what reports use of
+    them, the peak memory (what else is read of them, results.upgrade read at load)."""
     peak = monitor_peak(data)
     for key in ("gpu_monitor", "cpu_monitor"):
         monitor = data.get(key)

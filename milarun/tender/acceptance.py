@@ -55,7 +55,7 @@ class Verdict:
 
 
 def _t_quantile(runs: int, risk: float) -> float:
-    from scipy import stats as sps  # ~1 s to import: only when judging
+    from scipy import stats as sps  # a slow import: only when judging
 
     return float(sps.t.ppf(1 - risk, runs - 1))
 
