@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from milarun.doctor import record, verdicts
+from milarun.doctor.active import record, verdicts
+from milarun.doctor.check import FAIL, PASS, WARN
 
 SHEET = {
     "gemm_bf16": ("gemm", "bf16"),
@@ -55,11 +56,11 @@ def table(found: dict[str, Any]) -> list[str]:
                 f"| {label} | {name} | {figure.mean:,.4g} ± {figure.ci:.2g} {m['unit']} | "
                 f"{figure.n} | {ds} | {share} |"
             )
-    counts = {s: sum(c["status"] == s for c in found["checks"]) for s in ("PASS", "WARN", "FAIL")}
+    counts = {s: sum(c["status"] == s for c in found["checks"]) for s in (PASS, WARN, FAIL)}
     lines.append("")
     lines.append(
-        f"verdict {found['verdict']} ({counts['PASS']} PASS, {counts['WARN']} WARN, "
-        f"{counts['FAIL']} FAIL), level {found['level']}, {found['seconds']:.1f} s of checks "
+        f"verdict {found['verdict']} ({counts[PASS]} {PASS}, {counts[WARN]} {WARN}, "
+        f"{counts[FAIL]} {FAIL}), level {found['level']}, {found['seconds']:.1f} s of checks "
         f"on {found['node']}"
     )
     return lines

@@ -40,43 +40,52 @@ def doctor(test_args: list[str]) -> int:
     # [metavar: FILE]
     json_file: Option & str = default(None)
 
-    from milarun.doctor import passive
+    from milarun.doctor.check import Check
+    from milarun.doctor.passive.checks import (
+        Machine,
+        Request,
+        exit_code,
+        render,
+        run_checks,
+        summary,
+    )
 
     no_test_args("doctor", test_args)
     level = None
     if active is not False:
-        from milarun.doctor import active as measured
+        from milarun.doctor.active.run import Setup, level_of
+        from milarun.doctor.active.run import run as run_active
 
-        level = measured.level_of(active)
+        level = level_of(active)
     if json_file and Path(json_file).exists():
         raise errors.UsageError(f"--json {json_file}: file exists; choose another name")
-    request = passive.Request(
+    request = Request(
         Path(dataroot) if dataroot else default_dataroot(),
         profile=profile_spec,
         devices=devices_spec,
     )
     started, clock = time.time(), time.monotonic()
-    machine = passive.Machine.here()
+    machine = Machine.here()
     checks = []
 
-    def show(check: passive.Check) -> None:
+    def show(check: Check) -> None:
         checks.append(check)
-        print(passive.render(check), flush=True)
+        print(render(check), flush=True)
 
-    for check in passive.run_checks(request, machine):
+    for check in run_checks(request, machine):
         show(check)
     if level is not None:
-        setup = measured.Setup(nvml=machine.nvml, nvml_error=machine.nvml_error)
-        found = measured.run(level, devices_spec, setup, _say, show, tuple(checks))
+        setup = Setup(nvml=machine.nvml, nvml_error=machine.nvml_error)
+        found = run_active(level, devices_spec, setup, _say, show, tuple(checks))
     if json_file:  # the numbers' modules (numpy, scipy) only for a record
-        from milarun.doctor import record
+        from milarun.doctor.active import record
 
         if level is None:
             seconds = time.monotonic() - clock
             found = record.build("passive", devices_spec or "", checks, [], started, seconds)
         print(f"record: {record.write(Path(json_file), found)}", file=sys.stderr)
-    print(passive.summary(checks))
-    return passive.exit_code(checks)
+    print(summary(checks))
+    return exit_code(checks)
 
 
 def before_jobs(
@@ -84,13 +93,12 @@ def before_jobs(
 ) -> None:
     """`jobs --doctor LEVEL`: the active checks, printed; DoctorFailed on a FAIL. A bad
     profile is said first, not after a minute of measuring."""
-    from milarun.doctor import before_jobs, passive
+    from milarun.doctor.active import before_jobs
+    from milarun.doctor.passive.checks import render
     from milarun.run import profile
 
     profile.load_profile(profile_spec)
-    before_jobs.check(
-        level, devices_spec, out, force, _say, lambda c: print(passive.render(c), flush=True)
-    )
+    before_jobs.check(level, devices_spec, out, force, _say, lambda c: print(render(c), flush=True))
 
 
 def selftest(test_args: list[str]) -> int:

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from milarun.doctor import verdicts as v
+from milarun.doctor.active.verdicts import SIBLING_FAIL
+from milarun.doctor.check import FAIL, PASS, WARN, worst
 from milarun.report import stats
 from milarun.report.nodes import ALPHA, MARGIN, natural_key, slower_p
 
@@ -37,7 +38,7 @@ class NodeLine:
 
     @property
     def status(self) -> str:
-        return v.worst([self.verdict, self.flag])
+        return worst([self.verdict, self.flag])
 
 
 def _pooled(record: dict[str, Any]) -> dict[str, list[float]]:
@@ -73,22 +74,20 @@ def compare(records: dict[str, dict[str, Any] | None], missing: dict[str, str]) 
     for node in sorted(records, key=natural_key):
         record = records[node]
         if record is None:
-            lines.append(
-                NodeLine(node, v.FAIL, 0, 0, None, None, v.PASS, None, missing.get(node, ""))
-            )
+            lines.append(NodeLine(node, FAIL, 0, 0, None, None, PASS, None, missing.get(node, "")))
             continue
         ratio, p = _against_others(node, relative, pooled)
-        flag = v.PASS
+        flag = PASS
         if ratio is not None and p is not None and ratio < MARGIN and p < ALPHA:
-            flag = v.FAIL if ratio < v.SIBLING_FAIL else v.WARN
-        bad = [c for c in record["checks"] if c["status"] in (v.FAIL, v.WARN)]
-        bad.sort(key=lambda c: c["status"] != v.FAIL)
+            flag = FAIL if ratio < SIBLING_FAIL else WARN
+        bad = [c for c in record["checks"] if c["status"] in (FAIL, WARN)]
+        bad.sort(key=lambda c: c["status"] != FAIL)
         lines.append(
             NodeLine(
                 node,
                 record["verdict"],
-                sum(c["status"] == v.FAIL for c in record["checks"]),
-                sum(c["status"] == v.WARN for c in record["checks"]),
+                sum(c["status"] == FAIL for c in record["checks"]),
+                sum(c["status"] == WARN for c in record["checks"]),
                 ratio,
                 p,
                 flag,
@@ -133,7 +132,7 @@ def flags(lines: list[NodeLine]) -> list[str]:
     """One sentence per node significantly slower than the others, or without a record."""
     said = []
     for line in lines:
-        if line.flag != v.PASS and line.ratio is not None:
+        if line.flag != PASS and line.ratio is not None:
             said.append(
                 f"node {line.node} is significantly slower than the other nodes: "
                 f"{line.ratio:.2f}x their median (one-sided Welch tests, Fisher "

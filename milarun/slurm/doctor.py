@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors, results
-from milarun.doctor import fleet, record
+from milarun.doctor import fleet
+from milarun.doctor.active import record
+from milarun.doctor.check import FAIL
 from milarun.machine import slurmenv
 from milarun.slurm.request import NODELIST_RE, PARTITION_RE, SLURM_FOLDER, TIME_RE
 from milarun.slurm.submit import expand_nodelist, slurm_environ
@@ -43,7 +45,7 @@ class Outcome:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.returncode or any(x.status == "FAIL" for x in self.lines) else 0
+        return 1 if self.returncode or any(x.status == FAIL for x in self.lines) else 0
 
 
 def _check(request: DoctorRequest) -> None:

@@ -68,9 +68,9 @@ def open_package(path: Path, dest: Path, limits: archive.Limits = archive.DEFAUL
 
 
 def doctor_records(run: Path) -> list[str]:
-    """One line per `jobs --doctor` record of the run folder (milarun.doctor.record reads
-    it, every field checked), or the line that says there is none."""
-    from milarun.doctor import record
+    """One line per `jobs --doctor` record of the run folder (milarun.doctor.active.record
+    reads it, every field checked), or the line that says there is none."""
+    from milarun.doctor.active import record
 
     lines = []
     for path in sorted(run.rglob(f"{results.DOCTOR_RECORD}*.json"))[:100]:

@@ -489,7 +489,7 @@ def test_an_uncreatable_data_root_is_a_one_line_error(tmp_path, command):
     assert "data folder" in line and str(blocker / "data") in line and "pass -d" in line
 
 
-def test_more_cpu_slices_than_cpus_is_said(tmp_path):
+def test_more_cpu_slices_than_cpus_are_said_under_oversubscribe(tmp_path):
     slices = len(os.sched_getaffinity(0)) + 1
     (tmp_path / "file").write_text("")  # an output "folder" that is a file: stops right after
     done = milarun(
@@ -499,6 +499,7 @@ def test_more_cpu_slices_than_cpus_is_said(tmp_path):
         "calibration",
         "--devices",
         f"cpu:{slices}",
+        "--oversubscribe",
         "-o",
         tmp_path / "file",
         "-d",

@@ -1,5 +1,5 @@
-"""A probe child for a machine with no GPU: what milarun.doctor.probe would write for the
-GPU ``CUDA_VISIBLE_DEVICES`` names, from healthy H100 SXM figures and the faults given in
+"""A probe child for a machine with no GPU: what milarun.doctor.active.probe would write for
+the GPU ``CUDA_VISIBLE_DEVICES`` names, from healthy H100 SXM figures and the faults given in
 ``$FAKE_PROBE`` (JSON, by GPU UUID):
 - ``gemm`` / ``memory`` / ``link`` (both host-link directions): a factor on those figures;
 - ``crash`` + ``crash_signal``: the phase in which the child kills itself with that signal;

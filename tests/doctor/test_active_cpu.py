@@ -14,8 +14,10 @@ from functools import partial
 import pytest
 
 from conftest import milarun
-from milarun.doctor import active, judge, record
-from milarun.doctor.gpu import Check
+from milarun.doctor.active import judge, judge_cpu, record
+from milarun.doctor.active.run import Setup
+from milarun.doctor.active.run import run as run_active
+from milarun.doctor.check import Check
 from milarun.machine import isolation
 from students import _v1_ready, student_groups  # noqa: F401 (the fixture "students")
 
@@ -114,7 +116,7 @@ def test_a_slice_with_a_cpu_hog_on_its_cores_fails_the_sibling_test(slices, monk
     ]
     try:
         checks: list[Check] = []
-        found = active.run("quick", "cpu:2", active.Setup(), lambda line: None, checks.append)
+        found = run_active("quick", "cpu:2", Setup(), lambda line: None, checks.append)
     finally:
         for hog in hogs:
             hog.kill()
@@ -134,7 +136,7 @@ def test_doctor_without_active_imports_no_torch_and_no_probe(tmp_path):
 
     modules = modules_of("doctor", "--devices", "cpu:1", "--json", tmp_path / "passive.json")
     assert "torch" not in modules
-    probes = {f"milarun.doctor.{m}" for m in ("probe", "active_gpu", "active_cpu", "active_node")}
+    probes = {f"milarun.doctor.active.{m}" for m in ("probe", "gpu", "cpu", "node")}
     assert not probes & modules  # the measuring side: only in the probe children
     found = record.read(tmp_path / "passive.json")
     assert found["level"] == "passive" and found["measurements"] == {}
@@ -144,7 +146,7 @@ def test_doctor_without_active_imports_no_torch_and_no_probe(tmp_path):
 def _slice(label: str, gemm: float, others: float) -> judge.Probed:
     samples = [gemm * (1 + 0.01 * k) for k in range(-3, 4)]
     phases = {
-        phase: {"unit": "x", "samples": samples, "others": others} for phase in judge.CPU_PHASES
+        phase: {"unit": "x", "samples": samples, "others": others} for phase in judge_cpu.CPU_PHASES
     }
     return judge.Probed(label, "cpu", {"phases": phases, "done": True}, 0)
 
@@ -162,7 +164,7 @@ def test_a_slower_slice_is_read_with_what_others_took_of_the_cpus(others, status
     """The sibling test's verdict, read with others' share of each slice's CPUs: a FAIL that
     names the rogue process, a WARN (no verdict) when every slice was busy, else as judged."""
     units = [_slice("cpu:0", 100.0, others[0]), _slice("cpu:1", 60.0, others[1])]
-    checks = {c.name: c for c in judge.cpu_checks(units)}
+    checks = {c.name: c for c in judge_cpu.cpu_checks(units)}
     slow = checks["cpu:1 gemm fp32"]
     assert slow.status == status and says in slow.detail, slow
     assert checks["cpu:0 gemm fp32"].status == "PASS"

@@ -14,8 +14,10 @@ import pytest
 
 from conftest import TESTS
 from fakes import H100, FakeNVML
-from milarun.doctor import active, record, sampling
-from milarun.doctor.gpu import Check
+from milarun.doctor.active import record, sampling
+from milarun.doctor.active.run import PROBE, Setup
+from milarun.doctor.active.run import run as run_active
+from milarun.doctor.check import Check
 
 FAKE_PROBE = [sys.executable, str(TESTS / "doctor" / "fake_probe.py")]
 BUSY = {"utilization": [100, 60], "clock_sm": 1980, "throttle_reasons": 0x4}
@@ -47,12 +49,10 @@ def gpus(n: int, **changes_of: dict) -> list[dict]:
     return found
 
 
-def fake_setup(
-    nvml_gpus: list[dict], faults: dict | None = None, timeout: float = 60
-) -> active.Setup:
+def fake_setup(nvml_gpus: list[dict], faults: dict | None = None, timeout: float = 60) -> Setup:
     """Fake NVML and fake probe children; ``faults`` by GPU index, as fake_probe.py reads them."""
     faults = {nvml_gpus[int(i)]["uuid"]: f for i, f in (faults or {}).items()}
-    return active.Setup(
+    return Setup(
         nvml=LoadedNVML(nvml_gpus),
         probe=FAKE_PROBE,
         timeout=timeout,
@@ -67,7 +67,7 @@ def run(
     setup = fake_setup(nvml_gpus, faults, timeout)
     checks: list[Check] = []
     spec = ",".join(str(i) for i in range(len(nvml_gpus)))
-    found = active.run("quick", spec, setup, lambda line: None, checks.append)
+    found = run_active("quick", spec, setup, lambda line: None, checks.append)
     return checks, found
 
 
@@ -195,7 +195,7 @@ def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
     error; the node's all-reduce runs on gloo between two processes (the NCCL code path:
     spawn, rendezvous, repetitions agreed by the ranks)."""
     setup = fake_setup(gpus(2))
-    setup.probe = list(active.PROBE)
+    setup.probe = list(PROBE)
     setup.spec = {
         "device": "cpu",
         "gemm_size": 64,
@@ -207,7 +207,7 @@ def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
     }
     setup.cpu_slices = False
     checks: list[Check] = []
-    found = active.run("quick", "0,1", setup, lambda line: None, checks.append)
+    found = run_active("quick", "0,1", setup, lambda line: None, checks.append)
     lines = by_name(checks)
     assert "cuda:0 probe" not in lines  # it finished
     assert sampled(lines["cuda:0 gemm bf16"].detail)

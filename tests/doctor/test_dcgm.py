@@ -6,7 +6,7 @@ import json
 import stat
 from pathlib import Path
 
-from milarun.doctor import dcgm
+from milarun.doctor.passive import dcgm
 
 
 def _result(status: str, gpu: str = "0", warning: str | None = None) -> dict:

@@ -20,9 +20,16 @@ import pytest
 from conftest import ROOT, milarun
 from fakes import H100, FakeNVML
 from milabench import datasets as ds
-from milarun.doctor import gpu as doctor_gpu
-from milarun.doctor import passive as doctor
-from milarun.doctor.passive import FAIL, INFO, PASS, WARN, Machine, Request
+from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
+from milarun.doctor.passive.checks import (
+    Machine,
+    Request,
+    bytecode_check,
+    exit_code,
+    render,
+    run_checks,
+)
+from milarun.doctor.passive.gpu import cudnn_text
 from milarun.machine import devices, isolation
 from milarun.machine.gpuprobe import TorchGPUs
 
@@ -101,15 +108,15 @@ def host(tmp_path, monkeypatch):
     return make
 
 
-def run(machine: Machine, tmp_path: Path, **request) -> list[doctor.Check]:
-    return list(doctor.run_checks(Request(tmp_path / "data", **request), machine))
+def run(machine: Machine, tmp_path: Path, **request) -> list[Check]:
+    return list(run_checks(Request(tmp_path / "data", **request), machine))
 
 
-def named(checks: list[doctor.Check], name: str) -> doctor.Check:
+def named(checks: list[Check], name: str) -> Check:
     return next(c for c in checks if c.name == name)
 
 
-def problems(checks: list[doctor.Check]) -> list[doctor.Check]:
+def problems(checks: list[Check]) -> list[Check]:
     return [c for c in checks if c.status in (WARN, FAIL)]
 
 
@@ -167,7 +174,7 @@ def test_healthy_h100_passes_everything(host, tmp_path):
     assert named(checks, "cgroups").detail == "disjoint CPUs: student0 0"
     tag = sys.implementation.cache_tag
     assert named(checks, "bytecode").detail == f"compiled_pkg compiled for {tag}"
-    assert doctor.exit_code(checks) == 0
+    assert exit_code(checks) == 0
 
 
 def test_no_gpu_and_no_device_file_is_a_cpu_machine(host, tmp_path):
@@ -181,7 +188,7 @@ def test_no_gpu_and_no_device_file_is_a_cpu_machine(host, tmp_path):
         assert named(checks, "GPUs").detail == (
             "no GPU: this machine benchmarks CPU slices (--devices cpu:N)"
         )
-        assert doctor.exit_code(checks) == 0
+        assert exit_code(checks) == 0
 
 
 def test_nvml_failing_while_dev_has_nvidia0_fails(host, tmp_path):
@@ -218,7 +225,7 @@ def test_nvml_and_torch_disagreeing_fails(host, tmp_path, case):
     checks = run(machine, tmp_path)
     check = named(checks, "GPUs")
     assert check.status == FAIL, check
-    assert doctor.exit_code(checks) == 1
+    assert exit_code(checks) == 1
     if case == "torch sees fewer":
         assert check.detail.startswith("NVML sees 2, torch 1; torch lacks gpu1 GPU-0000")
     if case == "NVML sees fewer":
@@ -257,7 +264,7 @@ def test_torch_that_does_not_import_fails_once(host, tmp_path):
     "number, text", [(91900, "9.19.0"), (90100, "9.1.0"), (8902, "8.9.2"), (None, "none")]
 )
 def test_cudnn_version_numbers(number, text):
-    assert doctor_gpu.cudnn_text(number) == text
+    assert cudnn_text(number) == text
 
 
 # -- each GPU's health -------------------------------------------------------------------------
@@ -288,13 +295,13 @@ def test_a_fault_on_one_gpu(host, tmp_path, changes, name, status, words):
     text = f"{check.detail} {check.fix}"
     assert all(w.replace("-i 0", "-i 1") in text for w in words), text
     assert named(checks, f"gpu0 {name}").status == PASS  # the healthy one stays healthy
-    assert doctor.exit_code(checks) == (status == FAIL)
+    assert exit_code(checks) == (status == FAIL)
 
 
 def test_power_limit_lowered_and_pcie_x8_warn_but_pass(host, tmp_path):
     checks = run(host([h100(enforced_power_limit_mw=450000, pcie_width=8)]), tmp_path)
     assert {c.name for c in problems(checks)} == {"gpu0 power", "gpu0 PCIe"}
-    assert doctor.exit_code(checks) == 0
+    assert exit_code(checks) == 0
 
 
 def test_devices_selects_the_gpus_checked(host, tmp_path):
@@ -358,7 +365,7 @@ def test_quick_profile_data(host, tmp_path):
     assert {c.name for c in checks if c.status == FAIL} == {"data wiki2"}
     disk = named(checks, "disk")
     assert disk.status == PASS and "fake_imagenet 45 MB" in disk.detail
-    assert doctor.exit_code(checks) == 1
+    assert exit_code(checks) == 1
 
 
 def test_standard_data_needs_more_disk_than_is_free(host, tmp_path):
@@ -397,20 +404,20 @@ def test_a_package_without_bytecode_warns(tmp_path, monkeypatch):
     (package / "__init__.py").write_text("")
     (package / "module.py").write_text("x = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    check = doctor.bytecode_check(("uncompiled_pkg",))
+    check = bytecode_check(("uncompiled_pkg",))
     assert check.status == WARN and "uncompiled_pkg: 0 of 2 modules compiled" in check.detail
     assert "uv sync" in check.fix and "compileall" in check.fix
 
 
 # -- output ----------------------------------------------------------------------------------
 def test_lines_fit_100_columns_and_commands_stay_whole():
-    check = doctor.Check(
+    check = Check(
         "data fake_imagenet",
         FAIL,
         "word " * 40,
         "run " * 12 + "`milarun dataset fake_imagenet --synthetic -d /data`",
     )
-    text = doctor.render(check)
+    text = render(check)
     assert max(map(len, text.splitlines())) <= 100
     assert "`milarun dataset fake_imagenet --synthetic -d /data`" in text
     assert text.splitlines()[0].startswith("FAIL  data fake_imagenet word")

@@ -4,7 +4,7 @@ checks of every node, their records, and the per-node table."""
 from __future__ import annotations
 
 from conftest import milarun
-from milarun.doctor import record
+from milarun.doctor.active import record
 from slurm.test_slurm import cluster, pytestmark  # noqa: F401 (a fixture, the module's marks)
 
 

@@ -1,13 +1,13 @@
 """`milarun doctor --active quick|full`: measured checks of every device of this machine.
 
-One probe child per device (``python -m milarun.doctor.probe``, where torch is imported),
+One probe child per device (``python -m milarun.doctor.active.probe``, where torch is imported),
 all at once, as `jobs` runs its instances: each GPU with ``CUDA_VISIBLE_DEVICES`` set to it,
 each CPU slice in its student cgroup (else pinned to the slice's CPUs). While they run,
 NVML is sampled (clocks, throttle reasons, the PCIe link, XID events); its error counters are
 read before and after. On a node with two or more GPUs a node child then measures the GPU
 pairs and the NCCL all-reduce. Every child is bounded by a timeout and killed with its
 process group past it; a child that crashes, hangs or raises is a FAIL. The verdicts are
-milarun.doctor.judge's. This module imports no torch.
+milarun.doctor.active.judge's (judge_cpu's, judge_node's). This module imports no torch.
 """
 
 from __future__ import annotations
@@ -27,14 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors, results
-from milarun.doctor import active_nvml, dcgm, judge, judge_node, record, sampling
-from milarun.doctor.gpu import Check
+from milarun.doctor.active import judge, judge_cpu, judge_node, record, sampling
+from milarun.doctor.active.nvml import Sampler, counters, link, total_memory
+from milarun.doctor.check import WARN, Check
+from milarun.doctor.passive import dcgm
 from milarun.machine import devices, isolation, watchdog
 from milarun.results import jsonfile
 
 LEVELS = ("quick", "full")
 TIMEOUT = {"quick": 150.0, "full": 540.0}  # seconds a child may take (torch + CUDA start incl.)
-PROBE = [sys.executable, "-m", "milarun.doctor.probe"]
+PROBE = [sys.executable, "-m", "milarun.doctor.active.probe"]
 CGROUP_SPEC = "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"
 MAX_PROBE_FILE = 4 * 2**20
 STDERR_TAIL = 4000
@@ -115,7 +117,7 @@ def _finish(child: _Child, timed_out: bool, timeout: float) -> judge.Probed:
 
 
 def run_children(
-    children: list[_Child], timeout: float, sampler: active_nvml.Sampler | None = None
+    children: list[_Child], timeout: float, sampler: Sampler | None = None
 ) -> list[judge.Probed]:
     """Start every child (then the NVML sampler: no thread runs while they fork), wait for
     all of them, kill any past ``timeout``."""
@@ -232,9 +234,9 @@ def _gpu_children(
             None,
             None,
             name=name.decode() if isinstance(name, bytes) else str(name),
-            memory=active_nvml.total_memory(nvml, handle),
-            before=active_nvml.counters(nvml, handle),
-            link=active_nvml.link(nvml, handle),
+            memory=total_memory(nvml, handle),
+            before=counters(nvml, handle),
+            link=link(nvml, handle),
         )
         env = {
             "CUDA_VISIBLE_DEVICES": uuid,
@@ -267,7 +269,7 @@ def measure(
         if devs[0].kind == devices.CPU_KIND:
             say(f"measuring {len(devs)} CPU slice(s) ({level}, at most {timeout:.0f} s)...")
             probed += run_children(_cpu_children(tmp, devs, level, setup), timeout)
-            yield from judge.cpu_checks(probed)
+            yield from judge_cpu.cpu_checks(probed)
             return
         if setup.nvml is None:
             why = setup.nvml_error or "NVML is not usable here"
@@ -279,10 +281,10 @@ def measure(
         children = _gpu_children(tmp, gpus, level, setup)
         say(f"measuring {len(gpus)} GPU(s) ({level}, at most {timeout:.0f} s)...")
         handles = {dev.label: handle for dev, handle, _ in gpus}
-        sampler = active_nvml.Sampler(setup.nvml, handles)
+        sampler = Sampler(setup.nvml, handles)
         probed += run_children(children, timeout, sampler)
         for p, (_, handle, _) in zip(probed, gpus, strict=True):
-            p.after = active_nvml.counters(setup.nvml, handle)
+            p.after = counters(setup.nvml, handle)
             p.samples, p.xids = sampler.samples[p.label], sampler.xids[p.label]
             p.xid_error = sampler.xid_error
         yield from judge.gpu_checks(probed)
@@ -297,10 +299,10 @@ def measure(
             try:
                 slices = run_children(_cpu_children(tmp, devs, level, setup), timeout)
             except (OSError, errors.UserError) as err:  # the GPUs' findings stand
-                yield Check("cpu slices", judge.v.WARN, f"not measured: {err}")
+                yield Check("cpu slices", WARN, f"not measured: {err}")
             else:
                 probed += slices
-                yield from judge.cpu_checks(slices)
+                yield from judge_cpu.cpu_checks(slices)
         if setup.dcgmi:
             say(f"dcgmi diag -r {dcgm.RUN_LEVEL[level]}...")
         yield dcgm.diag(setup.dcgmi, level)

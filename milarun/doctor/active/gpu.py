@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from milarun.doctor.sampling import Recorder, sample_seconds
+from milarun.doctor.active.sampling import Recorder, sample_seconds
 from milarun.machine.torchdevice import precision_unavailable
 
 TERA, GIGA = 1e12, 1e9

@@ -9,7 +9,7 @@ shows as CPUs other than the plan's). Phases:
 - ``cpu_memory_bandwidth``: GB/s of copying a buffer larger than the caches (bytes read +
   bytes written per second).
 Each phase also records ``others``: the share of the slice's CPUs other processes took
-meanwhile (milarun.doctor.judge reads a slower slice with it).
+meanwhile (milarun.doctor.active.judge reads a slower slice with it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from milarun.doctor.sampling import Recorder, sample_seconds
+from milarun.doctor.active.sampling import Recorder, sample_seconds
 from milarun.machine import monitors
 from milarun.measure.confinement import isolation_record
 

@@ -9,22 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
 from milarun.machine.gpuprobe import TorchGPUs
-
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
-INFO = "INFO"  # said for the operator's information, never a problem
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of `milarun doctor` (every doctor check returns these; defined here, the
-    lower of the two doctor modules, so both use it)."""
-
-    name: str
-    status: str  # PASS, WARN, FAIL or INFO
-    detail: str
-    fix: str | None = None  # what to do, for WARN and FAIL
-
 
 MEMORY_TOLERANCE = 0.02  # torch's total excludes what the driver reserves (~0.6% on an H100)
 

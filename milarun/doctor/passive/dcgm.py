@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Iterator
 from typing import Any
 
-from milarun.doctor.gpu import FAIL, INFO, PASS, WARN, Check
+from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
 
 RUN_LEVEL = {"quick": 1, "full": 2}
 TIMEOUT = {"quick": 300, "full": 900}  # seconds; -r 2 takes about 2 minutes per node

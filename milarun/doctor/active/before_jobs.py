@@ -11,8 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from milarun import errors, results
-from milarun.doctor import active, record
-from milarun.doctor.gpu import Check
+from milarun.doctor.active import record
+from milarun.doctor.active.run import Setup, level_of, run
+from milarun.doctor.check import FAIL, Check
 from milarun.machine import devices, slurmenv
 
 
@@ -31,21 +32,21 @@ def check(
     force: bool,
     say: Callable[[str], None],
     emit: Callable[[Check], None],
-    setup: active.Setup | None = None,
+    setup: Setup | None = None,
 ) -> Path:
     """Measure the devices the run will use; write the record; DoctorFailed on a FAIL
     (unless ``force``). Returns the record's path."""
-    level = active.level_of(level)
+    level = level_of(level)
     if devices_spec is not None:
         devices.parse_device_spec(devices_spec)  # a bad spec: before anything is measured
     if setup is None:
         nvml, why = devices.load_nvml()
-        setup = active.Setup(nvml=nvml, nvml_error=why)
-    found = active.run(level, devices_spec, setup, say, emit)
+        setup = Setup(nvml=nvml, nvml_error=why)
+    found = run(level, devices_spec, setup, say, emit)
     path = record_path(outdir)
     path.parent.mkdir(parents=True, exist_ok=True)
     record.write(path, found)
-    failed = [c["name"] for c in found["checks"] if c["status"] == "FAIL"]
+    failed = [c["name"] for c in found["checks"] if c["status"] == FAIL]
     if not failed:
         say(f"doctor --active {level}: {found['verdict']} (record: {path})")
         return path

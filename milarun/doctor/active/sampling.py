@@ -1,5 +1,5 @@
-"""What the probe children share (imported by milarun.doctor.probe and the measuring modules
-it runs): the levels, the timed samples and the output file rewritten after every phase."""
+"""What the probe children share (imported by milarun.doctor.active.probe and the measuring
+modules it runs): the levels, the timed samples and the output file rewritten after every phase."""
 
 from __future__ import annotations
 

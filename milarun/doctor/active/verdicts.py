@@ -22,11 +22,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from milarun.doctor.check import FAIL, PASS, WARN
 from milarun.measure import peaks
 from milarun.report.nodes import ALPHA, MARGIN, slower_p
-
-PASS, WARN, FAIL, INFO = "PASS", "WARN", "FAIL", "INFO"
-ORDER = {INFO: 0, PASS: 1, WARN: 2, FAIL: 3}
 
 SIBLING_FAIL = 0.8  # a flagged unit under 80% of its siblings' median FAILs
 GEMM_SHARE = {WARN: 0.5, FAIL: 0.3}  # of the datasheet peak: under 50% WARN, under 30% FAIL
@@ -142,7 +140,3 @@ def pcie_gbps(gen: int | None, width: int | None) -> float | None:
     if not gen or not width or gen not in PCIE_LANE_GBPS:
         return None
     return PCIE_LANE_GBPS[gen] * width
-
-
-def worst(statuses: Sequence[str]) -> str:
-    return max(statuses, key=ORDER.__getitem__) if statuses else INFO

@@ -1,7 +1,7 @@
 """`doctor --active`'s verdicts: what the probe children measured and NVML read, as Checks.
 
 One line per measurement and device: its figure with a 95% CI, its share of the datasheet
-figure where there is one, its ratio to its siblings (milarun.doctor.verdicts), and the
+figure where there is one, its ratio to its siblings (milarun.doctor.active.verdicts), and the
 worst of those verdicts. A probe that crashed, hung or raised is a FAIL naming the phase it
 was in: a device that cannot be measured is never a pass.
 """
@@ -9,16 +9,25 @@ was in: a device that cannot be measured is never a pass.
 from __future__ import annotations
 
 import signal
-import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from milarun.doctor import active_nvml as nv
-from milarun.doctor import verdicts as v
-from milarun.doctor.gpu import Check
+from milarun.doctor.active.nvml import BAD_REASONS, REASONS, WARN_REASONS
+from milarun.doctor.active.verdicts import (
+    CLOCK_SHARE,
+    GEMM_SHARE,
+    MEMORY_SHARE,
+    PCIE_SHARE,
+    Figure,
+    gemm_peak,
+    memory_peak,
+    pcie_gbps,
+    share_status,
+    sibling,
+)
+from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check, worst
 
 GEMM_PHASES = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8")
-CPU_PHASES = ("cpu_gemm", "cpu_memory_bandwidth")
 RESET = "reset the GPU (`sudo nvidia-smi -i {i} -r`) or reboot; if it comes back, have it replaced"
 
 
@@ -37,12 +46,12 @@ class Probed:
     timeout: float = 0.0
     name: str | None = None  # NVML's name of the GPU
     memory: int | None = None  # NVML's total memory, bytes
-    before: dict[str, Any] | None = None  # active_nvml.counters
+    before: dict[str, Any] | None = None  # nvml.counters
     after: dict[str, Any] | None = None
-    samples: list[dict[str, Any]] = field(default_factory=list)  # active_nvml.sample
+    samples: list[dict[str, Any]] = field(default_factory=list)  # nvml.sample
     xids: list[int] = field(default_factory=list)
     xid_error: str | None = None  # why NVML gives no XID events here
-    link: dict[str, Any] | None = None  # active_nvml.link
+    link: dict[str, Any] | None = None  # nvml.link
     planned_cpus: list[int] | None = None  # CPU slices: the plan's CPUs
     placement: str | None = None  # CPU slices: the student groups, or "pinned"
 
@@ -76,7 +85,7 @@ def probe_check(p: Probed) -> Check | None:
     tail = _tail(p.stderr)
     return Check(
         f"{p.label} probe",
-        v.FAIL,
+        FAIL,
         detail + (f": {tail}" if tail else ""),
         "run `nvidia-smi -q` and the kernel log (`dmesg | grep -i xid`) for this device; "
         + RESET.format(i=p.label.partition(":")[2] or "N")
@@ -98,34 +107,34 @@ def metric(
     if found is None:
         return None  # never reached: probe_check says why
     if "skipped" in found:
-        return Check(name, v.INFO, f"skipped: {found['skipped']}")
+        return Check(name, INFO, f"skipped: {found['skipped']}")
     if "error" in found:
-        return Check(name, v.FAIL, f"failed: {found['error']}", "see the error; " + _fix(p))
+        return Check(name, FAIL, f"failed: {found['error']}", "see the error; " + _fix(p))
     samples = [float(x) for x in found.get("samples") or []]
     if not samples:
-        return Check(name, v.FAIL, "no sample measured", _fix(p))
+        return Check(name, FAIL, "no sample measured", _fix(p))
     unit = str(found.get("unit", ""))
-    figure = v.Figure.of(samples)
-    parts, statuses, fixes = [figure.text(unit)], [v.PASS], []
+    figure = Figure.of(samples)
+    parts, statuses, fixes = [figure.text(unit)], [PASS], []
     if figure.mean <= 0:
-        statuses.append(v.FAIL)
+        statuses.append(FAIL)
     if datasheet is not None:
         row, what, peak, thresholds = datasheet
         share = figure.mean / peak
-        status = v.share_status(share, thresholds)
+        status = share_status(share, thresholds)
         statuses.append(status)
         parts.append(f"{share:.0%} of the {row} datasheet's {peak:,.4g} {unit}{what}")
-        if status != v.PASS:
+        if status != PASS:
             fixes.append(_fix(p))
-    judged = v.sibling(p.label, siblings)
+    judged = sibling(p.label, siblings)
     if judged is not None:
         statuses.append(judged.status)
         parts.append(judged.text(kind_word))
-        if judged.status != v.PASS:
+        if judged.status != PASS:
             fixes.append(
                 f"{p.label} is slower than its siblings measured at the same time: " + _fix(p)
             )
-    status = v.worst(statuses)
+    status = worst(statuses)
     return Check(name, status, "; ".join(parts), fixes[0] if fixes else None)
 
 
@@ -141,7 +150,9 @@ def _fix(p: Probed) -> str:
     )
 
 
-def _samples(units: list[Probed], phase: str, key: str | None = None) -> dict[str, list[float]]:
+def samples_of(units: list[Probed], phase: str, key: str | None = None) -> dict[str, list[float]]:
+    """Per unit, the samples it measured of ``phase`` (of its ``key`` part: host_link's h2d
+    or d2h): what each unit is judged against its siblings on."""
     found = {}
     for p in units:
         data = p.phase(phase) or {}
@@ -162,17 +173,17 @@ def gpu_checks(units: list[Probed]) -> list[Check]:
             checks.append(failed)
         for phase in GEMM_PHASES:
             precision = phase.partition("_")[2]
-            peak = v.gemm_peak(p.name, precision)
-            sheet = (peak[0], " dense", peak[1], v.GEMM_SHARE) if peak else None
+            peak = gemm_peak(p.name, precision)
+            sheet = (peak[0], " dense", peak[1], GEMM_SHARE) if peak else None
             title = f"gemm {precision}"
-            checks += _one(p, phase, title, _samples(siblings, phase), "GPU", sheet)
-        mem = v.memory_peak(p.name, p.memory)
-        sheet = (mem[0], "", mem[1], v.MEMORY_SHARE) if mem else None
-        checks += _one(
+            checks += line_of(p, phase, title, samples_of(siblings, phase), "GPU", sheet)
+        mem = memory_peak(p.name, p.memory)
+        sheet = (mem[0], "", mem[1], MEMORY_SHARE) if mem else None
+        checks += line_of(
             p,
             "memory_bandwidth",
             "memory copy",
-            _samples(siblings, "memory_bandwidth"),
+            samples_of(siblings, "memory_bandwidth"),
             "GPU",
             sheet,
         )
@@ -182,7 +193,7 @@ def gpu_checks(units: list[Probed]) -> list[Check]:
     return checks
 
 
-def _one(
+def line_of(
     p: Probed,
     phase: str,
     title: str,
@@ -190,6 +201,7 @@ def _one(
     kind_word: str,
     sheet: tuple[str, str, float, dict[str, float]] | None = None,
 ) -> list[Check]:
+    """:func:`metric`'s line for the phase of that name, as a list (empty: no line)."""
     found = metric(p, title, p.phase(phase), siblings, kind_word, sheet)
     return [found] if found else []
 
@@ -199,7 +211,7 @@ def _host_link(p: Probed, units: list[Probed]) -> list[Check]:
     if link is None:
         return []
     if "skipped" in link or "error" in link:
-        return _one(p, "host_link", "host link", {}, "GPU")
+        return line_of(p, "host_link", "host link", {}, "GPU")
     trained = [
         (s["pcie_gen"], s["pcie_width"])
         for s in p.samples
@@ -207,27 +219,25 @@ def _host_link(p: Probed, units: list[Probed]) -> list[Check]:
     ]
     gen, width = max(trained) if trained else (None, None)
     max_gen, max_width = (p.link or {}).get("max_gen"), (p.link or {}).get("max_width")
-    top = v.pcie_gbps(max_gen, max_width)
+    top = pcie_gbps(max_gen, max_width)
     out = []
     for way, title in (("h2d", "host->device"), ("d2h", "device->host")):
         sheet = (
-            (f"PCIe gen{max_gen} x{max_width}", " per direction", top, v.PCIE_SHARE)
-            if top
-            else None
+            (f"PCIe gen{max_gen} x{max_width}", " per direction", top, PCIE_SHARE) if top else None
         )
-        found = metric(p, title, link.get(way), _samples(units, "host_link", way), "GPU", sheet)
+        found = metric(p, title, link.get(way), samples_of(units, "host_link", way), "GPU", sheet)
         if found is None:
             continue
         if gen and max_gen and max_width and (gen < max_gen or width < max_width):
             found = Check(
                 found.name,
-                v.worst([found.status, v.WARN]),
+                worst([found.status, WARN]),
                 found.detail + f"; the link trained at gen{gen} x{width} under load "
                 f"(it can do gen{max_gen} x{max_width})",
                 "reseat the GPU or its riser, check the slot's BIOS setting and "
                 "`sudo lspci -vv` (LnkSta against LnkCap)",
             )
-        elif found.status != v.PASS and found.fix == _fix(p):
+        elif found.status != PASS and found.fix == _fix(p):
             found = Check(
                 found.name,
                 found.status,
@@ -246,7 +256,7 @@ def _size(n: int) -> str:
 def _pattern(p: Probed) -> list[Check]:
     found = p.phase("pattern")
     if found is None or "error" in found or "skipped" in found:
-        return _one(p, "pattern", "memory test", {}, "GPU") if found else []
+        return line_of(p, "pattern", "memory test", {}, "GPU") if found else []
     tested, errors = int(found.get("bytes", 0)), int(found.get("errors", 0))
     share = f" ({tested / p.memory:.0%} of its memory)" if p.memory else ""
     detail = (
@@ -254,17 +264,17 @@ def _pattern(p: Probed) -> list[Check]:
         f"{found.get('passes')} pattern passes in {float(found.get('seconds', 0)):.1f} s"
     )
     if errors:
-        return [Check(f"{p.label} memory test", v.FAIL, detail, RESET.format(i=p.label[5:]))]
+        return [Check(f"{p.label} memory test", FAIL, detail, RESET.format(i=p.label[5:]))]
     if not tested:
         return [
             Check(
                 f"{p.label} memory test",
-                v.FAIL,
+                FAIL,
                 detail + ": no memory could be allocated",
                 "free the GPU (`nvidia-smi` lists its processes) and run again",
             )
         ]
-    return [Check(f"{p.label} memory test", v.PASS, detail)]
+    return [Check(f"{p.label} memory test", PASS, detail)]
 
 
 def clocks_check(p: Probed) -> Check | None:
@@ -274,31 +284,31 @@ def clocks_check(p: Probed) -> Check | None:
     if not loaded:
         if not p.samples:
             return None
-        return Check(name, v.INFO, f"no NVML sample caught the GPU busy ({len(p.samples)} taken)")
+        return Check(name, INFO, f"no NVML sample caught the GPU busy ({len(p.samples)} taken)")
     clocks = sorted(s["sm_clock"] for s in loaded if s.get("sm_clock"))
     reasons = 0
     for s in loaded:
         reasons |= s.get("reasons") or 0
-    said = [text for bit, text in nv.REASONS.items() if reasons & bit and bit != 0x1]
+    said = [text for bit, text in REASONS.items() if reasons & bit and bit != 0x1]
     top = (p.link or {}).get("max_sm_clock")
     hot = max((s.get("temperature") or 0) for s in loaded)
     power = max((s.get("power_w") or 0) for s in loaded)
     detail = f"{len(loaded)} samples under load"
-    status = v.PASS
+    status = PASS
     if clocks:
         median = clocks[len(clocks) // 2]
         detail += f": SM clock median {median} MHz" + (f" of {top} MHz max" if top else "")
-        if top and median < v.CLOCK_SHARE * top:
-            status = v.WARN
+        if top and median < CLOCK_SHARE * top:
+            status = WARN
     detail += f", up to {hot} C, {power:.0f} W; reasons: {', '.join(said) or 'none'}"
-    if reasons & nv.BAD_REASONS:
-        status = v.FAIL
-    elif reasons & nv.WARN_REASONS:
-        status = v.worst([status, v.WARN])
+    if reasons & BAD_REASONS:
+        status = FAIL
+    elif reasons & WARN_REASONS:
+        status = worst([status, WARN])
     fix = (
         "the GPU slows itself down: check its cooling (fans, airflow, inlet temperature) "
         "and power delivery (`nvidia-smi -q -d PERFORMANCE`)"
-        if status != v.PASS
+        if status != PASS
         else None
     )
     return Check(name, status, detail, fix)
@@ -332,77 +342,6 @@ def counters_check(p: Probed) -> Check | None:
         bad.append(f"XID error(s) {', '.join(map(str, sorted(set(p.xids))))} during the checks")
     detail = "; ".join(bad + warn) or (", ".join(seen) if seen else "NVML gives no error counter")
     detail += f"; {p.xid_error}" if p.xid_error else "; no XID event"
-    status = v.FAIL if bad else v.WARN if warn else v.PASS if seen else v.INFO
+    status = FAIL if bad else WARN if warn else PASS if seen else INFO
     fix = RESET.format(i=p.label.partition(":")[2]) if bad or warn else None
     return Check(f"{p.label} errors", status, detail, fix)
-
-
-def cpu_checks(units: list[Probed]) -> list[Check]:
-    """Every CPU slice's GEMM and memory bandwidth, each slice against the others, and where
-    it really ran."""
-    checks: list[Check] = []
-    for p in units:
-        failed = probe_check(p)
-        if failed:
-            checks.append(failed)
-        for phase, title in zip(CPU_PHASES, ("gemm fp32", "memory copy"), strict=True):
-            siblings = _samples(units, phase)
-            checks += [
-                _others(c, p, phase, units, siblings)
-                for c in _one(p, phase, title, siblings, "slice")
-            ]
-        got = ((p.data or {}).get("isolation") or {}).get("cpus")
-        if got is not None and p.planned_cpus is not None and sorted(got) != sorted(p.planned_cpus):
-            checks.append(
-                Check(
-                    f"{p.label} placement",
-                    v.WARN,
-                    f"ran on CPUs {got}, the plan gives it {p.planned_cpus} ({p.placement})",
-                    "a misplaced student group: `sudo uv run milarun cgroups teardown`, then "
-                    "`... cgroups setup` with the same --devices",
-                )
-            )
-    return checks
-
-
-OTHERS_MARGIN = 0.1  # a slice whose CPUs others took 10 points more of than its siblings'
-BUSY = 0.1  # others took a tenth of every slice's CPUs: the slices were not compared alone
-
-
-def _others_share(p: Probed, phase: str) -> float | None:
-    found = (p.phase(phase) or {}).get("others")
-    return float(found) if isinstance(found, int | float) and 0 <= found <= 1 else None
-
-
-def _others(
-    check: Check, p: Probed, phase: str, units: list[Probed], siblings: dict[str, list[float]]
-) -> Check:
-    """A slice judged slower than its siblings, read with what other processes took of the
-    slices' CPUs meanwhile (active_cpu.with_others). Notably more of its own than of its
-    siblings': the verdict stands (a rogue process on a student's slice is what the sibling
-    test is for) and the fix names it. Much of every slice's: the slices were measured on a
-    busy machine, where the one slowed most is chance, not hardware: a FAIL becomes a WARN
-    that says to measure again on an idle machine. Neither: a slower socket or a misplaced
-    group, as the check said. ``siblings``: the samples the check was judged on."""
-    judged = v.sibling(p.label, siblings)
-    mine = _others_share(p, phase)
-    theirs = [s for u in units if u is not p and (s := _others_share(u, phase)) is not None]
-    if judged is None or judged.status == v.PASS or mine is None or not theirs:
-        return check
-    median = statistics.median(theirs)
-    took = f"other processes took {mine:.0%} of its CPUs meanwhile (its siblings': {median:.0%})"
-    if mine - median >= OTHERS_MARGIN:
-        return replace(
-            check,
-            detail=f"{check.detail}; {took}",
-            fix="another process ran on this slice's CPUs: find it with "
-            "`ps -eo pid,psr,pcpu,comm --sort=-pcpu` and move or stop it",
-        )
-    if min(mine, *theirs) >= BUSY:
-        return replace(
-            check,
-            status=v.WARN if check.status == v.FAIL else check.status,
-            detail=f"{check.detail}; {took}: a busy machine, no verdict on this slice",
-            fix="measure again when nothing else runs on this machine (`top`)",
-        )
-    return check

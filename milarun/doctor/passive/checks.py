@@ -1,11 +1,11 @@
 """`milarun doctor`: what to fix on a machine before a run, one line per check.
 
 Checks, in order: the GPUs NVML and torch see, driver/CUDA/cuDNN/NCCL versions and each
-GPU's health (``milarun.doctor.gpu``); the student cgroups; with ``--profile``, the data its
-tests read and the disk space the missing data needs; the bytecode of the big packages.
-Each check is PASS, WARN (runs, but fix it), FAIL (fix it first) or INFO. Everything doctor
-reads comes through :class:`Machine`, so tests give fakes for NVML, torch, /dev, cgroups
-and the disk.
+GPU's health (``milarun.doctor.passive.gpu``); the student cgroups; with ``--profile``, the
+data its tests read and the disk space the missing data needs; the bytecode of the big
+packages. Each check is PASS, WARN (runs, but fix it), FAIL (fix it first) or INFO
+(milarun.doctor.check). Everything doctor reads comes through :class:`Machine`, so tests
+give fakes for NVML, torch, /dev, cgroups and the disk.
 """
 
 from __future__ import annotations
@@ -22,26 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors
-from milarun.doctor import gpu as doctor_gpu
-from milarun.doctor.data import data_checks
-from milarun.doctor.gpu import FAIL, INFO, PASS, WARN, Check
-from milarun.doctor.health import health
+from milarun.doctor.check import FAIL, INFO, PASS, STATUSES, WARN, Check
+from milarun.doctor.passive.data import data_checks
+from milarun.doctor.passive.gpu import NvmlGPU, inventory, versions
+from milarun.doctor.passive.health import health
 from milarun.machine import devices, gpuprobe, isolation
 from milarun.run import profile
 
-__all__ = [
-    "Check",
-    "Machine",
-    "Request",
-    "run_checks",
-    "render",
-    "summary",
-    "exit_code",
-    "PASS",
-    "WARN",
-    "FAIL",
-    "INFO",
-]
+__all__ = ["Machine", "Request", "run_checks", "render", "summary", "exit_code"]
 
 WIDTH = 100
 NAME_WIDTH = 18
@@ -103,11 +91,11 @@ def _checks(
     chosen: list[devices.Device] | None,
 ) -> Iterator[Check]:
     torch = machine.torch()
-    found, gpus = doctor_gpu.inventory(
+    found, gpus = inventory(
         machine.nvml, machine.nvml_error, torch, gpuprobe.device_files(machine.dev)
     )
     yield from found
-    yield doctor_gpu.versions(machine.nvml, torch, gpus)
+    yield versions(machine.nvml, torch, gpus)
     if chosen is None:  # what `jobs` would take: NVML's GPUs, else one CPU slice
         chosen = (
             devices.discover_devices(machine.nvml) if gpus else devices.parse_device_spec("cpu")
@@ -126,9 +114,7 @@ def _checks(
     yield bytecode_check(machine.packages)
 
 
-def _select(
-    gpus: list[doctor_gpu.NvmlGPU], chosen: list[devices.Device]
-) -> tuple[list[doctor_gpu.NvmlGPU], list[Check]]:
+def _select(gpus: list[NvmlGPU], chosen: list[devices.Device]) -> tuple[list[NvmlGPU], list[Check]]:
     """The GPUs whose health is checked: those --devices names, else every one."""
     if not gpus or chosen[0].kind != devices.GPU_KIND:
         return gpus, []
@@ -354,7 +340,7 @@ def render(check: Check, width: int = WIDTH) -> str:
 
 
 def summary(checks: list[Check]) -> str:
-    counts = {s: sum(c.status == s for c in checks) for s in (PASS, WARN, FAIL, INFO)}
+    counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
     verdict = "not ready: fix the FAIL lines" if counts[FAIL] else "ready"
     return f"doctor: {verdict} ({', '.join(f'{n} {s}' for s, n in counts.items())})"
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from milarun.doctor.gpu import FAIL, INFO, PASS, WARN, Check
+from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
 from milarun.run import profile
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from milarun.doctor.gpu import FAIL, INFO, PASS, WARN, Check, NvmlGPU
+from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
+from milarun.doctor.passive.gpu import NvmlGPU
 
 # pynvml's constants, by their names there (a fake NVML need not define them).
 NVML_CLOCK_SM = 1

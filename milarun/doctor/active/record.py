@@ -22,15 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors, results
-from milarun.doctor import judge
-from milarun.doctor.gpu import Check
+from milarun.doctor.active import judge
+from milarun.doctor.check import FAIL, PASS, STATUSES, WARN, Check
 from milarun.machine import slurmenv, sysinfo
 from milarun.results import jsonfile
 
 KIND = "milarun-doctor-active"
 FORMAT = 1
 FILENAME = f"{results.DOCTOR_RECORD}.json"
-STATUSES = ("PASS", "WARN", "FAIL", "INFO")
 MAX_BYTES = 16 * 2**20
 MAX_SAMPLES = 10_000
 
@@ -84,9 +83,9 @@ def build(
     seconds: float,
 ) -> dict[str, Any]:
     verdict = (
-        "FAIL"
-        if any(c.status == "FAIL" for c in checks)
-        else ("WARN" if any(c.status == "WARN" for c in checks) else "PASS")
+        FAIL
+        if any(c.status == FAIL for c in checks)
+        else (WARN if any(c.status == WARN for c in checks) else PASS)
     )
     return {
         "kind": KIND,
@@ -99,7 +98,7 @@ def build(
         "devices": devices,
         "milarun_version": sysinfo.milarun_version(),
         "verdict": verdict,
-        "exit_code": 1 if verdict == "FAIL" else 0,
+        "exit_code": 1 if verdict == FAIL else 0,
         "checks": [
             {"name": c.name, "status": c.status, "detail": c.detail, "fix": c.fix} for c in checks
         ],

@@ -1,0 +1,1 @@
+"""`milarun doctor --active`: the probe children that measure each device, and their verdicts."""

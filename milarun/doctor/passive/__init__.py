@@ -1,0 +1,1 @@
+"""`milarun doctor`'s checks that measure nothing themselves: NVML, torch, cgroups, data, DCGM."""
