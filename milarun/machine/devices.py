@@ -13,7 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from milarun.errors import DeviceSpecError, GPUDiscoveryError
@@ -58,6 +58,55 @@ def parse_device_spec(spec: str) -> list[Device]:
 
 
 # -- NVML ------------------------------------------------------------------------------
+def nvml_text(value: Any) -> str:
+    """An NVML string (bytes in older bindings) as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def bus_id(text: Any) -> str:
+    """``0000:3b:00.0`` or ``00000000:3B:00.0`` -> ``00000000:3B:00.0`` (NVML and torch
+    write the domain with 4 or 8 digits)."""
+    text = nvml_text(text).strip()
+    try:
+        domain, bus, rest = text.split(":")
+        device, function = rest.split(".")
+        return f"{int(domain, 16):08X}:{int(bus, 16):02X}:{int(device, 16):02X}.{function}"
+    except ValueError:
+        return text.upper()
+
+
+@dataclass(frozen=True)
+class NvmlGpu:
+    """A GPU as NVML lists it: the one inventory the system record, the provenance record
+    and the doctor read."""
+
+    index: int
+    name: str
+    uuid: str
+    pci_bus_id: str  # normalised: 00000000:00:06.0
+    memory: int  # bytes
+    handle: Any = field(compare=False, repr=False)
+
+
+def nvml_gpus(nvml: Any) -> list[NvmlGpu]:
+    """Every GPU NVML sees (all of them: NVML ignores CUDA_VISIBLE_DEVICES); NVML's errors
+    are the caller's to say."""
+    gpus = []
+    for i in range(nvml.nvmlDeviceGetCount()):
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        gpus.append(
+            NvmlGpu(
+                i,
+                nvml_text(nvml.nvmlDeviceGetName(h)),
+                nvml_text(nvml.nvmlDeviceGetUUID(h)),
+                bus_id(nvml.nvmlDeviceGetPciInfo(h).busId),
+                int(nvml.nvmlDeviceGetMemoryInfo(h).total),
+                h,
+            )
+        )
+    return gpus
+
+
 def load_nvml() -> tuple[Any, str | None]:
     """The initialised pynvml module, or (None, reason) when NVML is unusable here."""
     try:

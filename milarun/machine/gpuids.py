@@ -37,19 +37,15 @@ class GpuIdentity:
         return {"id": self.id, "uuid": self.uuid, "pci_bus_id": self.pci_bus_id, "note": self.note}
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _identify(nvml: Any, gid: str) -> tuple[str | None, str | None, str | None]:
     """(UUID, PCI bus id, why not) of the GPU NVML names ``gid``."""
     try:
         handle = devices.nvml_handle(nvml, gid)
-        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        uuid = devices.nvml_text(nvml.nvmlDeviceGetUUID(handle))
     except Exception as err:
         return None, None, str(err) or type(err).__name__
     try:
-        bus = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+        bus = devices.nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)
     except Exception:  # the UUID alone is enough to open the right GPU
         bus = None
     return uuid, bus, None

@@ -122,24 +122,18 @@ def gpu_firmware(nvml: Any = None) -> dict[str, Any]:
     if nvml is None:
         return {"driver": None, "gpus": [], "note": reason}
     try:
-        gpus = []
-        for i in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            gpus.append(
-                {
-                    "index": i,
-                    "name": _text(nvml.nvmlDeviceGetName(h)),
-                    "uuid": _text(nvml.nvmlDeviceGetUUID(h)),
-                    "vbios": _text(nvml.nvmlDeviceGetVbiosVersion(h)),
-                }
-            )
-        return {"driver": _text(nvml.nvmlSystemGetDriverVersion()), "gpus": gpus}
+        gpus = [
+            {
+                "index": g.index,
+                "name": g.name,
+                "uuid": g.uuid,
+                "vbios": devices.nvml_text(nvml.nvmlDeviceGetVbiosVersion(g.handle)),
+            }
+            for g in devices.nvml_gpus(nvml)
+        ]
+        return {"driver": devices.nvml_text(nvml.nvmlSystemGetDriverVersion()), "gpus": gpus}
     except Exception as err:  # any NVMLError: said, never fatal
         return {"driver": None, "gpus": [], "note": f"NVML query failed: {err}"}
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def container_image(environ: dict[str, str] | None = None) -> dict[str, str]:

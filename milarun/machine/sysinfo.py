@@ -106,20 +106,12 @@ def _gpu_info(nvml: Any = None) -> dict[str, Any]:
     if nvml is None:
         return {"driver": None, "gpus": [], "note": reason}
     try:
-        driver = nvml.nvmlSystemGetDriverVersion()
-        gpus = []
-        for i in range(nvml.nvmlDeviceGetCount()):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            name = nvml.nvmlDeviceGetName(h)
-            mem = nvml.nvmlDeviceGetMemoryInfo(h)
-            gpus.append(
-                {
-                    "index": i,
-                    "name": name if isinstance(name, str) else name.decode(),
-                    "memory_mb": mem.total / 2**20,
-                }
-            )
-        return {"driver": driver if isinstance(driver, str) else driver.decode(), "gpus": gpus}
+        driver = devices.nvml_text(nvml.nvmlSystemGetDriverVersion())
+        gpus = [
+            {"index": g.index, "name": g.name, "memory_mb": g.memory / 2**20}
+            for g in devices.nvml_gpus(nvml)
+        ]
+        return {"driver": driver, "gpus": gpus}
     except Exception as err:
         return {"driver": None, "gpus": [], "note": f"NVML query failed: {err}"}
 

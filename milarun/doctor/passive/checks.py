@@ -24,9 +24,10 @@ from typing import Any
 from milarun import errors
 from milarun.doctor.check import FAIL, INFO, PASS, STATUSES, WARN, Check
 from milarun.doctor.passive.data import data_checks
-from milarun.doctor.passive.gpu import NvmlGPU, inventory, versions
+from milarun.doctor.passive.gpu import inventory, versions
 from milarun.doctor.passive.health import health
 from milarun.machine import devices, gpuprobe, isolation
+from milarun.machine.devices import NvmlGpu
 from milarun.run import profile
 
 __all__ = ["Machine", "Request", "run_checks", "render", "summary", "exit_code"]
@@ -114,7 +115,7 @@ def _checks(
     yield bytecode_check(machine.packages)
 
 
-def _select(gpus: list[NvmlGPU], chosen: list[devices.Device]) -> tuple[list[NvmlGPU], list[Check]]:
+def _select(gpus: list[NvmlGpu], chosen: list[devices.Device]) -> tuple[list[NvmlGpu], list[Check]]:
     """The GPUs whose health is checked: those --devices names, else every one."""
     if not gpus or chosen[0].kind != devices.GPU_KIND:
         return gpus, []

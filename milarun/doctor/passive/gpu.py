@@ -6,55 +6,13 @@ names) and a :class:`~milarun.machine.gpuprobe.TorchGPUs`; nothing here imports 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
+from milarun.machine.devices import NvmlGpu, bus_id, nvml_gpus, nvml_text
 from milarun.machine.gpuprobe import TorchGPUs
 
 MEMORY_TOLERANCE = 0.02  # torch's total excludes what the driver reserves (~0.6% on an H100)
-
-
-@dataclass(frozen=True)
-class NvmlGPU:
-    index: int
-    name: str
-    uuid: str
-    pci_bus_id: str  # normalised: 00000000:00:06.0
-    memory: int  # bytes
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def bus_id(text: Any) -> str:
-    """``0000:3b:00.0`` or ``00000000:3B:00.0`` -> ``00000000:3B:00.0`` (NVML and torch
-    write the domain with 4 or 8 digits)."""
-    text = _text(text).strip()
-    try:
-        domain, bus, rest = text.split(":")
-        device, function = rest.split(".")
-        return f"{int(domain, 16):08X}:{int(bus, 16):02X}:{int(device, 16):02X}.{function}"
-    except ValueError:
-        return text.upper()
-
-
-def read_gpus(nvml: Any) -> list[NvmlGPU]:
-    """Every GPU NVML sees (all of them: NVML ignores CUDA_VISIBLE_DEVICES)."""
-    gpus = []
-    for i in range(nvml.nvmlDeviceGetCount()):
-        h = nvml.nvmlDeviceGetHandleByIndex(i)
-        gpus.append(
-            NvmlGPU(
-                i,
-                _text(nvml.nvmlDeviceGetName(h)),
-                _text(nvml.nvmlDeviceGetUUID(h)),
-                bus_id(nvml.nvmlDeviceGetPciInfo(h).busId),
-                int(nvml.nvmlDeviceGetMemoryInfo(h).total),
-            )
-        )
-    return gpus
 
 
 def _gib(n: float) -> str:
@@ -68,13 +26,13 @@ def _plural(n: int, word: str) -> str:
 # -- NVML and torch see the same GPUs ------------------------------------------------------
 def inventory(
     nvml: Any, nvml_error: str | None, torch: TorchGPUs, dev_files: list[str]
-) -> tuple[list[Check], list[NvmlGPU]]:
+) -> tuple[list[Check], list[NvmlGpu]]:
     """Checks that NVML and torch see the same GPUs, and NVML's GPUs (empty: no GPU checks
     follow, because there is no GPU or NVML cannot read them)."""
     if nvml is None:
         return [_without_nvml(nvml_error, torch, dev_files)], []
     try:
-        gpus = read_gpus(nvml)
+        gpus = nvml_gpus(nvml)
     except Exception as err:  # a GPU fallen off the bus, a driver/library mismatch
         return [
             Check(
@@ -123,7 +81,7 @@ def _without_nvml(reason: str | None, torch: TorchGPUs, dev_files: list[str]) ->
     )
 
 
-def _match(gpu: NvmlGPU, torch: TorchGPUs) -> dict[str, Any] | None:
+def _match(gpu: NvmlGpu, torch: TorchGPUs) -> dict[str, Any] | None:
     """torch's entry for an NVML GPU: by UUID, else by PCI bus id."""
     for d in torch.devices:
         if d.get("uuid") and d["uuid"].lower() == gpu.uuid.lower():
@@ -134,7 +92,7 @@ def _match(gpu: NvmlGPU, torch: TorchGPUs) -> dict[str, Any] | None:
     return None
 
 
-def _agreement(gpus: list[NvmlGPU], torch: TorchGPUs) -> Check:
+def _agreement(gpus: list[NvmlGpu], torch: TorchGPUs) -> Check:
     seen = {g.index: _match(g, torch) for g in gpus}
     missing = [g for g in gpus if seen[g.index] is None]
     matched = {d.get("index") for d in seen.values() if d is not None}
@@ -163,7 +121,7 @@ def _agreement(gpus: list[NvmlGPU], torch: TorchGPUs) -> Check:
     )
 
 
-def _per_gpu(gpus: list[NvmlGPU], torch: TorchGPUs) -> list[Check]:
+def _per_gpu(gpus: list[NvmlGpu], torch: TorchGPUs) -> list[Check]:
     """One line per GPU: what it is, and whether torch agrees on its name and memory."""
     checks = []
     for g in gpus:
@@ -196,7 +154,7 @@ def cudnn_text(value: int | None) -> str:
     return f"{major}.{rest // 100}.{rest % 100}"
 
 
-def versions(nvml: Any, torch: TorchGPUs, gpus: list[NvmlGPU]) -> Check:
+def versions(nvml: Any, torch: TorchGPUs, gpus: list[NvmlGpu]) -> Check:
     """Driver, CUDA, cuDNN and NCCL; torch's CUDA must not be newer than the driver's."""
     if torch.error:
         return Check("versions", FAIL, torch.error, "`uv sync` (torch must import here)")
@@ -206,7 +164,7 @@ def versions(nvml: Any, torch: TorchGPUs, gpus: list[NvmlGPU]) -> Check:
         runtime = f"CUDA {v['cuda']}" if v.get("cuda") else "CPU build"
         return Check("versions", INFO, f"{built} ({runtime}); no GPU driver in use")
     try:
-        driver = _text(nvml.nvmlSystemGetDriverVersion())
+        driver = nvml_text(nvml.nvmlSystemGetDriverVersion())
         supports = cuda_version(int(nvml.nvmlSystemGetCudaDriverVersion()))
     except Exception as err:
         return Check(

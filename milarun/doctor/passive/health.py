@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
-from milarun.doctor.passive.gpu import NvmlGPU
+from milarun.machine.devices import NvmlGpu
 
 # pynvml's constants, by their names there (a fake NVML need not define them).
 NVML_CLOCK_SM = 1
@@ -195,7 +195,7 @@ TOPICS = (
 )
 
 
-def health(nvml: Any, gpus: list[NvmlGPU]) -> list[Check]:
+def health(nvml: Any, gpus: list[NvmlGpu]) -> list[Check]:
     """Each GPU's persistence, MIG, ECC, pending pages, clocks, power, PCIe link, heat."""
     checks = []
     for g in gpus:
