@@ -48,14 +48,18 @@ def make_report(request: ReportRequest) -> ReportOutcome:
     """Check the request, load both sides, build and render the report (and its page)."""
     from milarun.report import perf
 
+    check(request)
     # the bootstrap threads: each test's interval starts as its summary entry is made
     with perf.bootstrap_threads() as pool:
-        return _make_report(request, pool, perf.EarlyIntervals(pool))
+        early = perf.EarlyIntervals(pool)
+        sides = load(request, early)
+        if isinstance(sides, ReportOutcome):
+            return sides
+        return build(request, sides, pool, early)
 
 
-def _make_report(request: ReportRequest, pool: Executor, early: EarlyIntervals) -> ReportOutcome:
-    from milarun.report import build as report  # pandas: only here
-    from milarun.report import weights as report_weights
+def check(request: ReportRequest) -> None:
+    """Refuse a request that cannot be made, before anything is read or written."""
     from milarun.report.render import text as render
 
     if request.format not in render.FORMATS:
@@ -74,6 +78,23 @@ def _make_report(request: ReportRequest, pool: Executor, early: EarlyIntervals) 
         from milarun.report.render import html  # matplotlib: only for the page
 
         html.check_html_path(request.html)  # before any work: never overwrite a foreign file
+
+
+@dataclass(frozen=True)
+class Sides:
+    """What a report compares: its source, the baseline, and the weights of the tests it
+    scores."""
+
+    src: summary.Source
+    base: summary.Source | None
+    weights: tuple[str, dict[str, float]] | None
+
+
+def load(request: ReportRequest, early: EarlyIntervals) -> Sides | ReportOutcome:
+    """Both sides and the weights; the outcome of a folder of runs cut short before their
+    first result (what they planned and lost)."""
+    from milarun.report import weights as report_weights
+
     try:
         src = summary.load_source(request.source, early.start)
     except errors.EmptyResults:
@@ -112,13 +133,24 @@ def _make_report(request: ReportRequest, pool: Executor, early: EarlyIntervals) 
         only = frozenset(planned | set(src.summary)) if planned else None
     if weights and only is not None:
         weights = (weights[0], {t: w for t, w in weights[1].items() if t in only})
+    return Sides(src, base, weights)
+
+
+def build(
+    request: ReportRequest, sides: Sides, pool: Executor, early: EarlyIntervals
+) -> ReportOutcome:
+    """The report of both sides, rendered, its page written and its gate judged."""
+    from milarun.report import build as report  # pandas: only here
+    from milarun.report.render import text as render
+
+    src, base = sides.src, sides.base
     # A fleet run's sections make millions of objects and no garbage cycles: the GC's
-    # rescans of them were a fifth of the time of its report after the load.
+    # rescans of them would be most of the time of its report after the load.
     with summary.gc_paused():
         rep = report.build_report(
             src.summary,
             title=request.title,
-            weights=weights,
+            weights=sides.weights,
             compare=(str(base.path), base.summary) if base else None,
             price=request.price,
             penalize_variance=request.penalize_variance,
@@ -146,6 +178,8 @@ def _make_report(request: ReportRequest, pool: Executor, early: EarlyIntervals) 
         for s in item.loaded.skipped
     ]
     if request.html:
+        from milarun.report.render import html
+
         html.write_html(request.html, html.to_html(rep))
     gate = None
     if request.fail_below is not None:
