@@ -10,20 +10,21 @@ from milarun.machine import provenance
 def test_vbios_and_uuid_per_gpu_from_nvml():
     nvml = FakeNVML(
         [
-            {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-a", "vbios": "96.00.74.00.01"},
-            {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-b", "vbios": b"96.00.74.00.02"},
+            # what the one NVML inventory reads (machine.devices.nvml_gpus), and the VBIOS
+            {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-a", "memory": 1, "vbios": "96.00"},
+            {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-b", "memory": 1, "vbios": b"96.01"},
         ]
     )
     found = provenance.gpu_firmware(nvml)
     assert found["driver"] == nvml.driver
     assert [(g["uuid"], g["vbios"]) for g in found["gpus"]] == [
-        ("GPU-a", "96.00.74.00.01"),
-        ("GPU-b", "96.00.74.00.02"),
+        ("GPU-a", "96.00"),
+        ("GPU-b", "96.01"),
     ]
 
 
 def test_a_gpu_without_a_vbios_reading_is_said_not_fatal():
-    found = provenance.gpu_firmware(FakeNVML([{"name": "x", "uuid": "GPU-a"}]))
+    found = provenance.gpu_firmware(FakeNVML([{"name": "x", "uuid": "GPU-a", "memory": 1}]))
     assert found["gpus"] == [] and "NVML query failed" in found["note"]
 
 
