@@ -153,6 +153,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     result = yield
     if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
         _group_node_ids(items)
+        # The long work first (the groups, the slow tests), the short tests behind it to
+        # fill the workers in: a long group scheduled last was the whole suite's tail.
+        items.sort(
+            key=lambda item: (
+                not (item.get_closest_marker("xdist_group") or item.get_closest_marker("slow"))
+            )
+        )
     return result
 
 
