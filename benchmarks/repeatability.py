@@ -20,6 +20,7 @@ from pathlib import Path
 from milarun.machine import sysinfo
 from milarun.report import build as report
 from milarun.report import summary
+from milarun.results.folder import load_dir
 
 
 def main() -> None:
@@ -49,7 +50,7 @@ def main() -> None:
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode not in (0, 1):
         sys.exit(f"jobs failed ({done.returncode}): {done.stderr[-2000:]}")
-    summ = summary.summarize(summary.load_dir(out / "results").results)
+    summ = summary.summarize(load_dir(out / "results").results)
     rep = report.build_report(summ)
     quality = rep.quality
     system = sysinfo.system_record()

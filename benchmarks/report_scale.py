@@ -27,6 +27,7 @@ from milarun.report import build as report  # noqa: E402
 from milarun.report import summary  # noqa: E402
 from milarun.report.render import html  # noqa: E402
 from milarun.report.render import text as render  # noqa: E402
+from milarun.results.folder import load_dir  # noqa: E402
 from resultfactory import rate_series, result, write  # noqa: E402
 
 TESTS = 20
@@ -124,7 +125,7 @@ def main() -> None:
             count = populate(folder, repeats)
             size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
             # Same folder as baseline, summarised once (a baseline is a summary file).
-            baseline = summary.summarize(summary.load_dir(folder).results)
+            baseline = summary.summarize(load_dir(folder).results)
             load, build, text = measure(folder, weights, baseline)
             total = load + build + text
             rows.append((count, total))

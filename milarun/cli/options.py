@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from milarun import errors
 
 if TYPE_CHECKING:
-    from milarun.report.summary import Skipped
+    from milarun.results.folder import Skipped
 from pathlib import Path
 
 

@@ -184,9 +184,7 @@ def rank_bids(
                 "--tender FILE` or `milarun report BID... --rank`"
             )
         return None
-    from milarun.report import ranking
-    from milarun.report.render import ranking as render
-    from milarun.tender import bids
+    from milarun.tender import bids, ranking, render
 
     if fmt not in render.FORMATS:
         raise errors.UsageError(f"--format {fmt}: use one of {', '.join(render.FORMATS)}")

@@ -5,8 +5,9 @@ For each measurement (gemm_bf16, cpu_gemm, h2d, ...), a node's samples are those
 devices. Its ratio is the geometric mean over measurements of (its mean / the median of the
 nodes' means), divided by the median of the other nodes' ratios; its p-value Fisher's
 combination of one-sided Welch tests of its samples against the other nodes' (one per
-measurement: milarun.report.nodes.slower_p). A node is flagged when both say so (ratio under
-MARGIN, p under ALPHA): FAIL under verdicts.SIBLING_FAIL of the others, else WARN. No torch.
+measurement: milarun.report.significance.slower_p). A node is flagged when both say so (ratio
+under MARGIN, p under ALPHA: significance.significantly_slower): FAIL under
+verdicts.SIBLING_FAIL of the others, else WARN. No torch.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 from milarun.doctor.active.verdicts import SIBLING_FAIL
 from milarun.doctor.check import FAIL, PASS, WARN, worst
 from milarun.report import stats
-from milarun.report.nodes import ALPHA, MARGIN, natural_key, slower_p
+from milarun.report.about import natural_key
+from milarun.report.significance import significantly_slower, slower_p
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def compare(records: dict[str, dict[str, Any] | None], missing: dict[str, str]) 
             continue
         ratio, p = _against_others(node, relative, pooled)
         flag = PASS
-        if ratio is not None and p is not None and ratio < MARGIN and p < ALPHA:
+        if ratio is not None and p is not None and significantly_slower(ratio, p):
             flag = FAIL if ratio < SIBLING_FAIL else WARN
         bad = [c for c in record["checks"] if c["status"] in (FAIL, WARN)]
         bad.sort(key=lambda c: c["status"] != FAIL)

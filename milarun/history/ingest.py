@@ -27,9 +27,10 @@ from milarun import results
 from milarun.errors import DatabaseError, EmptyResults, InputError
 from milarun.history import store
 from milarun.history.models import Gpu, Machine, Node, Result, Run
-from milarun.report import summary, variants
+from milarun.report import variants
 from milarun.results import manifest, read, upgrade
 from milarun.results import throttle as gpu_throttle
+from milarun.results.folder import Skipped, load_dir
 
 RETRIES = 5  # a PostgreSQL race on a new row: the transaction is retried this often
 CHUNK = 500  # content hashes per IN (...) query
@@ -139,7 +140,7 @@ class RunInput:
     system: dict[str, Any] | None
     manifests: list[dict[str, Any]]
     rows: list[Row]
-    skipped: list[summary.Skipped] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
 
     @property
     def started_at(self) -> float:
@@ -179,7 +180,7 @@ def read_run(path: Path, machine: str | None = None) -> RunInput:
         )
     path = Path(path)
     if path.is_dir():
-        loaded = summary.load_dir(path, seal=False)
+        loaded = load_dir(path, seal=False)
         found, paths, skipped = loaded.results, loaded.paths, loaded.skipped
         folder = path
     elif path.is_file():

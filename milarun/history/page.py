@@ -60,7 +60,7 @@ def _environment() -> jinja2.Environment:
     """The report's environment (milarun/templates, autoescaped, strict), with ours."""
     env = html.environment()
     env.filters.update(
-        sig=render.number, when=render.when, interval=render.interval, change=render.change
+        sig=render.rate_text, when=render.when, interval=render.interval, change=render.change
     )
     env.filters["verdict_class"] = CLASSES.get
     return env

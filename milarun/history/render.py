@@ -19,7 +19,7 @@ HEADER = (
 )
 
 
-def number(value: float | None, spec: str = ",.0f") -> str:
+def rate_text(value: float | None, spec: str = ",.0f") -> str:
     """A rate with its thousands (three significant digits below 100); "-" for none."""
     if value is None:
         return "-"
@@ -49,7 +49,7 @@ def p_value(point: Point) -> str:
 def point_line(point: Point) -> str:
     return (
         f"{when(point.when):<16}  {point.run_id:>5} {point.repeat:>5}  "
-        f"{number(point.rate):>12}  {interval(point):>15}  {len(point.instances):>3} "
+        f"{rate_text(point.rate):>12}  {interval(point):>15}  {len(point.instances):>3} "
         f"{point.failures:>4}  {change(point):>7} {p_value(point):>8}  "
         f"{point.verdict}" + (f"  ({'; '.join(point.notes)})" if point.notes else "")
     )
@@ -76,7 +76,7 @@ def alerts_text(found: Sequence[Point]) -> str:
     return (
         "\n".join(
             f"{p.verdict}: {p.series} run {p.run_id} round {p.repeat} "
-            f"({when(p.when)} UTC): {number(p.rate)}/s, {change(p)} vs its last "
+            f"({when(p.when)} UTC): {rate_text(p.rate)}/s, {change(p)} vs its last "
             f"{p.baseline_points} point(s)" + (f"; {'; '.join(p.notes)}" if p.notes else "")
             for p in found
         )
@@ -90,7 +90,7 @@ def _cell(report: Any, test: str, compared: bool) -> str:
         return "-"
     row = table.loc[test]
     perf, low, high = row["perf"], row["ci_low"], row["ci_high"]
-    text = f"{number(perf if math.isfinite(perf) else None)}"
+    text = f"{rate_text(perf if math.isfinite(perf) else None)}"
     if math.isfinite(low) and math.isfinite(high) and perf > 0:
         text += f" {100 * (low / perf - 1):+.1f}/{100 * (high / perf - 1):+.1f}%"
     text += f" n={int(row['n'])}" + (f" fail={int(row['fail'])}" if row["fail"] else "")

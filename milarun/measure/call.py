@@ -16,6 +16,7 @@ from milarun.errors import UsageError
 from milarun.machine import watchdog
 from milarun.measure import diagnostics, startup
 from milarun.results import read
+from milarun.results.folder import check_outdir
 
 
 def resolve_function(spec: str) -> Callable[..., Any]:
@@ -200,39 +201,3 @@ def _saved_environ(result_file: str | Path, environ: Any) -> dict[str, str]:
                 "string; quote it or remove it"
             )
     return {k: v for k, v in environ.items() if k not in RERUN_DROPPED_ENV}
-
-
-def check_dataroot(dataroot: Path) -> None:
-    """The data folder exists or can be created (a test reads its data from there)."""
-    try:
-        Path(dataroot).mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(
-            f"data folder '{dataroot}' cannot be created "
-            f"({err.strerror or err}); pass -d with a folder you can write"
-        ) from err
-
-
-WRITE_CHECK_BYTES = 256 * 1024  # about one result with its rate series and monitor samples
-
-
-def check_outdir(outdir: Path) -> None:
-    """Fail early, before running anything, when results could not be written."""
-    probe = Path(outdir) / f".milarun-write-test-{os.getpid()}"
-    try:
-        Path(outdir).mkdir(parents=True, exist_ok=True)
-        # Real bytes, flushed: an empty file is created even on a full disk.
-        with open(probe, "wb") as f:
-            f.write(b"\0" * WRITE_CHECK_BYTES)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as err:
-        raise UsageError(
-            f"output folder '{outdir}' is not writable ({err.strerror}); pass -o with a "
-            "folder you can write, with room for the results"
-        ) from err
-    finally:
-        try:
-            probe.unlink()
-        except OSError:
-            pass

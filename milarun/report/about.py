@@ -27,9 +27,11 @@ class About:
     suites: tuple[str, ...] = ()
 
 
-def natural_key(text: str) -> list[Any]:
-    """Sort key that puts cuda:2 before cuda:10 (and node2 before node10)."""
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+def natural_key(text: str) -> tuple[Any, ...]:
+    """Sort key that puts cuda:2 before cuda:10 (and node2 before node10): the digit runs
+    compare as numbers."""
+    parts = re.split(r"(\d+)", text)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
 
 
 def _number(value: Any) -> float | None:

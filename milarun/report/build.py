@@ -22,7 +22,7 @@ from milarun.report import nodes as report_nodes
 from milarun.report.about import About
 from milarun.report.nodes import NodeReport
 from milarun.report.runs import FailedRun, IsolationRow, Series, runs_section
-from milarun.report.summary import Loaded, Skipped
+from milarun.results.folder import Loaded, Skipped
 
 FAILURE_RATE_LIMIT = 0.01
 

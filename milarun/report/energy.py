@@ -127,8 +127,8 @@ def summary_entries(runs: list[dict[str, Any]]) -> dict[str, Any]:
         e
         for v in views
         if (e := v.energy) is not None
-        and _positive(e.joules_per_example)
-        and _positive(e.examples_per_joule)
+        and _is_positive_number(e.joules_per_example)
+        and _is_positive_number(e.examples_per_joule)
     ]
     if measured:
         out["energy"] = {
@@ -163,7 +163,7 @@ def summary_entries(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _positive(value: Any) -> bool:
+def _is_positive_number(value: Any) -> bool:
     return results.is_finite(value) and value > 0
 
 
@@ -175,7 +175,7 @@ def entry_problem(entry: Mapping[str, Any]) -> str | None:
     """The types of a summary entry's ``energy`` and ``throttle`` (a hand-edited file)."""
     energy = entry.get("energy") or {}
     for key in ENERGY_KEYS:
-        if energy.get(key) is not None and not _positive(energy[key]):
+        if energy.get(key) is not None and not _is_positive_number(energy[key]):
             return f"'energy.{key}' is {energy[key]!r}, not a positive number"
     for gpu, found in (entry.get("throttle") or {}).items():
         if (

@@ -27,14 +27,13 @@ of this comparison: they belong to several devices, often to several nodes.
      per-test p-values combined over tests with Fisher's method
      (scipy.stats.combine_pvalues) are below ALPHA (0.01).
   The margin alone would flag noise; the test alone would flag a 1% gap measured precisely.
+  (MARGIN, ALPHA and the test: milarun.report.significance, which the doctor uses too.)
 """
 
 from __future__ import annotations
 
 import math
-import re
 import statistics
-import warnings
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -42,11 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from milarun.report import stats, summary
+from milarun.report import stats
+from milarun.report.about import natural_key
+from milarun.report.significance import significantly_slower, slower_p
 from milarun.results import read
-
-MARGIN = 0.95  # practical margin: below 95% of the siblings' median
-ALPHA = 0.01  # significance of the combined one-sided Welch tests
+from milarun.results.folder import Loaded
 
 
 @dataclass(frozen=True)
@@ -119,12 +118,6 @@ class _Run:
     slices: tuple[float, ...]
 
 
-def natural_key(text: str) -> tuple[Any, ...]:
-    """node2 before node10: the digit runs compare as numbers."""
-    parts = re.split(r"(\d+)", text)
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
-
-
 def device_order(label: str) -> tuple[Any, ...]:
     """Sort key of a device label (``cpu:2``, ``0``, ``node2/cuda:1``): node, kind, index."""
     node, _, device = str(label).rpartition("/")
@@ -150,7 +143,7 @@ def _runs(
     return out
 
 
-def _geomean(values: dict[str, float], weights: dict[str, float]) -> float | None:
+def _geomean_or_none(values: dict[str, float], weights: dict[str, float]) -> float | None:
     """The main report's weighted geometric mean (weights here are all positive)."""
 
     return stats.weighted_geomean(values, weights) if values else None
@@ -176,7 +169,7 @@ def _relative(
             per_test[t].append(v)
     medians = {t: statistics.median(v) for t, v in per_test.items()}
     return {
-        key: _geomean({t: v / medians[t] for t, v in found.items()}, weights)
+        key: _geomean_or_none({t: v / medians[t] for t, v in found.items()}, weights)
         for key, found in means.items()
     }
 
@@ -192,26 +185,6 @@ def _samples(
             values[run.test] += run.slices
             owners[run.test] += [unit(run)] * len(run.slices)
     return {t: (np.asarray(values[t], dtype=float), np.asarray(owners[t])) for t in values}
-
-
-def slower_p(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float | None, int]:
-    """Fisher's combination of one-sided Welch tests (mine < others), one per (mine,
-    others) pair, and how many pairs it combined; None when no pair has two slices on
-    each side and a defined statistic."""
-    from scipy import stats  # only when flags are asked for
-
-    pvalues = []
-    # Identical slices give a NaN statistic (skipped), a p-value of 0 a log(0): no warnings.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        for mine, others in pairs:
-            if len(mine) >= 2 and len(others) >= 2:
-                p = stats.ttest_ind(mine, others, equal_var=False, alternative="less").pvalue
-                if math.isfinite(p):
-                    pvalues.append(float(p))
-        if not pvalues:
-            return None, 0
-        return float(stats.combine_pvalues(pvalues, method="fisher").pvalue), len(pvalues)
 
 
 def _sibling_ratio(value: float | None, others: list[float | None]) -> float | None:
@@ -233,7 +206,7 @@ def _judge(
         [(values[owners == unit], values[owners != unit]) for values, owners in samples.values()]
     )
     ratio = _sibling_ratio(value, others)
-    if p is None or ratio is None or not (ratio < MARGIN and p < ALPHA):
+    if p is None or ratio is None or not significantly_slower(ratio, p):
         return p, None
     return p, Flag(
         unit,
@@ -276,7 +249,7 @@ def compare_nodes(
                 node,
                 len(by_node[node]),
                 sum(r.rate is None for r in by_node[node]),
-                _geomean(means[node], weights),
+                _geomean_or_none(means[node], weights),
                 sum(weights[t] for t in means[node]) / total if total else None,
                 ratios[node],
                 p,
@@ -317,7 +290,7 @@ def _matrix(
 
 
 def section(
-    weights: dict[str, float] | None, loaded: summary.Loaded | None, *, test: bool = False
+    weights: dict[str, float] | None, loaded: Loaded | None, *, test: bool = False
 ) -> NodeReport | None:
     """The per-node section of a report: with ``test`` (--compare-nodes) always, with its
     flags; otherwise only when the results span more than one node. The weights are the

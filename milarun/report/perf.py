@@ -30,7 +30,7 @@ class Perf:
             return cls(0, 0, math.nan, math.nan, None)
         n, fail = int(entry.get("n") or 0), int(entry.get("failures") or 0)
         train = entry.get("train") or {}
-        perf, std = tables.number(train.get("mean")), tables.number(train.get("std"))
+        perf, std = tables.finite_or_nan(train.get("mean")), tables.finite_or_nan(train.get("std"))
         if not perf > 0:  # zero, negative or missing perf: every run counts as failed
             return cls(n, n, math.nan, math.nan, [])
         rates = entry.get("rates")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from milarun import errors
 from milarun.report import summary
 from milarun.results import manifest
+from milarun.results.folder import Skipped, gc_paused
 
 if TYPE_CHECKING:
     from milarun.report.perf import EarlyIntervals
@@ -38,7 +39,7 @@ class ReportRequest:
 @dataclass(frozen=True)
 class ReportOutcome:
     text: str  # the report in the asked format
-    skipped: list[summary.Skipped] = field(default_factory=list)  # files that were not results
+    skipped: list[Skipped] = field(default_factory=list)  # files that were not results
     html: Path | None = None
     gate_failure: str | None = None  # why --fail-below failed, if it did
     incomplete: bool = False  # no result at all, only runs cut short: exit 1
@@ -146,7 +147,7 @@ def build(
     src, base = sides.src, sides.base
     # A fleet run's sections make millions of objects and no garbage cycles: the GC's
     # rescans of them would be most of the time of its report after the load.
-    with summary.gc_paused():
+    with gc_paused():
         rep = report.build_report(
             src.summary,
             title=request.title,

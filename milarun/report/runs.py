@@ -13,8 +13,8 @@ from typing import Any
 
 from milarun.machine import isolation
 from milarun.report.about import About, about, natural_key, systems
-from milarun.report.summary import Loaded
 from milarun.results import parts, read, steady
+from milarun.results.folder import Loaded
 
 ERROR_TAIL_LINES = 30  # the end of a failed run's log kept in the report
 

@@ -10,14 +10,11 @@ has ``natural`` ({unit, per_example}, see milarun.report.units).
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import math
-import os
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,48 +22,10 @@ from milarun import results
 from milarun.errors import EmptyResults, SummaryError
 from milarun.report import energy, measured_peak, units, variants
 from milarun.report.summary_file import load_summary_file
-from milarun.results import bulk, read
+from milarun.results import read
 from milarun.results import throttle as gpu_throttle
+from milarun.results.folder import Loaded, gc_paused, load_dir
 from milarun.results.parts import ContentionRead
-
-
-@dataclass
-class Skipped:
-    """A JSON file found among the results that could not be used, and why."""
-
-    path: str
-    reason: str
-
-
-@dataclass
-class Loaded:
-    """The results read from a folder, plus the files that were skipped."""
-
-    root: Path
-    results: list[dict[str, Any]] = field(default_factory=list)
-    paths: Sequence[Path] = field(default_factory=list)  # each result's file
-    skipped: list[Skipped] = field(default_factory=list)
-
-
-class FilePaths(Sequence[Path]):
-    """Files as (folder, name) pairs, each made a Path when asked for: a report asks for
-    few of 100,000 (the failed runs'), and making them all took 0.3 CPU-s of its main process."""
-
-    def __init__(self) -> None:
-        self._folders: list[Path] = []
-        self._names: list[str] = []
-
-    def extend(self, folder: Path, names: list[str]) -> None:
-        self._folders += [folder] * len(names)
-        self._names += names
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        return self._folders[index] / self._names[index]
 
 
 def stats(values: list[float]) -> dict[str, Any]:
@@ -253,54 +212,6 @@ def _worst_contention(found: list[ContentionRead | None]) -> dict[str, Any] | No
         "cpus": worst.cpus,
         "load": float(load) if load is not None and results.is_finite(load) else None,
     }
-
-
-def load_dir(root: Path, seal: bool = True, digests: bool = True) -> Loaded:
-    """Every result below ``root``; unreadable, partial or foreign JSON is skipped.
-    ``seal``: each result sealed for reports (sealing.seal: its monitor samples dropped, its
-    view kept); False keeps each as its file holds it (the history hashes the content).
-    ``digests``: a sealed folder read through its digest (milarun.results.digest); False
-    reads every file (a tender's verification trusts nothing but the files)."""
-    root = Path(root)
-    loaded = Loaded(root=root)
-    # The cyclic GC would rescan every result already loaded, again and again, while
-    # thousands of files are parsed: pause it, then freeze what was loaded (plain JSON
-    # data, no cycles) so later collections skip it. 10k files: 6.4 s -> 1.4 s.
-    with gc_paused(freeze=True):
-        _walk(root, loaded, seal, digests)
-    return loaded
-
-
-@contextlib.contextmanager
-def gc_paused(freeze: bool = False) -> Iterator[None]:
-    """The cyclic GC off for a block that makes many objects and no garbage cycles worth
-    collecting early; ``freeze``: then what is alive moved out of its later scans."""
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if freeze:
-            gc.freeze()
-        if was_on:
-            gc.enable()
-
-
-def _walk(root: Path, loaded: Loaded, seal: bool, digests: bool) -> None:
-    folders = [
-        (Path(dirpath), sorted(name for name in files if bulk.is_result_file(name)))
-        for dirpath, _dirs, files in os.walk(root)
-    ]
-    loaded.paths = paths = FilePaths()
-    for folder, names, found in bulk.read_folders(folders, seal, digests):
-        kept = []
-        for name, (data, reason) in zip(names, found):
-            if data is None:
-                loaded.skipped.append(Skipped(str(folder / name), str(reason)))
-                continue
-            loaded.results.append(data)
-            kept.append(name)
-        paths.extend(folder, kept)
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pandas as pd
 from milarun.report.nodes import device_order
 
 
-def number(value: Any) -> float:
+def finite_or_nan(value: Any) -> float:
     """A finite float, else NaN (a summary value may be anything)."""
     try:
         number = float(value)
@@ -144,7 +144,7 @@ def gpu_tables(summary: dict[str, dict[str, Any]]) -> dict[str, pd.DataFrame]:
         rows = {}
         for test, entry in summary.items():
             pergpu = entry.get("pergpu") or {}
-            values = {dev: number(s.get(measure)) for dev, s in pergpu.items()}
+            values = {dev: finite_or_nan(s.get(measure)) for dev, s in pergpu.items()}
             values = {d: v for d, v in values.items() if v > 0}
             if len(values) > 1:  # one device alone says nothing about balance
                 best = max(values.values())

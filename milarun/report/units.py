@@ -24,7 +24,7 @@ PREFIX = "per_example."
 COLUMNS = ("unit", "perf", "per_example", "natural")
 
 
-def _positive(value: Any) -> float | None:
+def _positive_float(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) and value > 0 else None
@@ -36,7 +36,7 @@ def natural(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     values: dict[str, list[float]] = defaultdict(list)
     for view in read.views(runs):
         for name, value in view.metrics.items():
-            number = _positive(value)
+            number = _positive_float(value)
             if isinstance(name, str) and name.startswith(PREFIX) and number is not None:
                 values[name[len(PREFIX) :]].append(number)
     if not values:
@@ -53,8 +53,8 @@ def natural_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     rows = {}
     for test, entry in summary.items():
         found = entry.get("natural") if isinstance(entry, dict) else None
-        per = _positive(found.get("per_example")) if isinstance(found, dict) else None
-        perf = _positive((entry.get("train") or {}).get("mean")) if per else None
+        per = _positive_float(found.get("per_example")) if isinstance(found, dict) else None
+        perf = _positive_float((entry.get("train") or {}).get("mean")) if per else None
         if per is None or perf is None:
             continue  # no natural unit, or no successful run to convert
         assert isinstance(found, dict)  # per is None otherwise

@@ -17,9 +17,9 @@ import psutil
 from milarun import errors, results
 from milarun.machine import devices, isolation, slurmenv, watchdog
 from milarun.machine.gpuids import resolve_gpus
-from milarun.measure import call
 from milarun.report import summary
 from milarun.results import bulk, manifest, read
+from milarun.results.folder import Loaded, check_dataroot, check_outdir
 from milarun.run import arguments, launch, plan, profile
 
 log = logging.getLogger("milarun")
@@ -85,8 +85,8 @@ def run_suite(
     # Every job's arguments parse, before anything is written or run.
     args_by_job = arguments.check_arguments(selected, request.user_args, shipped=prof.shipped)
     request = dataclasses.replace(request, user_args_by_job=args_by_job)
-    call.check_outdir(request.outdir)
-    call.check_dataroot(request.dataroot)
+    check_outdir(request.outdir)
+    check_dataroot(request.dataroot)
     # One live `jobs` per folder: two would write the same names side by side.
     try:
         with watchdog.hold_outdir(request.outdir):
@@ -228,7 +228,7 @@ def _report(
     from milarun.report.render import html
     from milarun.report.render import text as render
 
-    loaded = summary.Loaded(
+    loaded = Loaded(
         root=outdir,
         results=[i.result for i in done if i.result],
         paths=[i.result_path or outdir / "?" for i in done if i.result],

@@ -21,7 +21,7 @@ from pathlib import Path
 from milarun import errors, results
 from milarun.errors import SlurmError
 from milarun.machine import devices
-from milarun.measure import call
+from milarun.results.folder import check_outdir
 from milarun.run import profile, suite
 from milarun.slurm.request import (
     NODELIST_RE,
@@ -252,7 +252,7 @@ def submit(request: SlurmRequest, dry_run: bool = False) -> Submitted:
         + [str(script)]
         for n in nodes
     ]
-    call.check_outdir(request.outdir)
+    check_outdir(request.outdir)
     folder.mkdir(parents=True, exist_ok=True)
     results.write_text_atomic(script, text)
     script.chmod(0o755)

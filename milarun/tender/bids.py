@@ -1,5 +1,5 @@
 """``milarun report BID... --rank``: each bid package opened safely, scored as the report
-scores a results folder, and the bids ranked (milarun.report.ranking)."""
+scores a results folder, and the bids ranked (milarun.tender.ranking)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 from milarun import results
 from milarun.errors import TenderError
-from milarun.report import build, ranking, stats, summary
+from milarun.report import build, stats, summary
 from milarun.report import weights as report_weights
-from milarun.tender import verify
+from milarun.tender import ranking, verify
 
 
 def _watts(entry: dict[str, Any]) -> float | None:

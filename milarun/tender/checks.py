@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milarun.report.summary import Loaded
 from milarun.results import manifest, read, series
 from milarun.results import throttle as gpu_throttle
+from milarun.results.folder import Loaded
 from milarun.tender import archive, rules
 from milarun.tender.consistency import result_problem
 from milarun.tender.package import PROFILE, WEIGHTS

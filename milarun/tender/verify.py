@@ -21,6 +21,7 @@ from milarun import results
 from milarun.errors import InputError
 from milarun.report import build, stats, summary
 from milarun.results import manifest, read
+from milarun.results.folder import Loaded, load_dir
 from milarun.tender import acceptance, archive, checks, package, rules
 
 RULE_FAILED, REJECTED, INCONCLUSIVE = 1, 3, 4
@@ -33,7 +34,7 @@ class Opened:
     root: Path
     hashes: dict[str, str]
     listed: dict[str, str]
-    loaded: summary.Loaded
+    loaded: Loaded
     manifests: list[tuple[Path, dict[str, Any]]]
     machines: list[dict[str, Any]]
     bid: dict[str, Any]
@@ -47,7 +48,7 @@ def open_package(path: Path, dest: Path, limits: archive.Limits = archive.DEFAUL
     listed = archive.read_manifest(dest, hashes, Path(path))
     run = dest / package.RUN
     # every file read: a digest in a package would be figures no result file holds
-    loaded = summary.load_dir(run, digests=False) if run.is_dir() else summary.Loaded(root=run)
+    loaded = load_dir(run, digests=False) if run.is_dir() else Loaded(root=run)
     manifests = manifest.run_manifests(run) if run.is_dir() else []
     machines = []
     for where, _ in manifests:
@@ -106,15 +107,15 @@ def expected_tests(tender: rules.Tender, devices: list[str]) -> set[str]:
 
 
 def rederive(
-    tender: rules.Tender, loaded: summary.Loaded, devices: list[str]
-) -> tuple[summary.Loaded, dict[str, dict[str, Any]], build.Report, list[str]]:
+    tender: rules.Tender, loaded: Loaded, devices: list[str]
+) -> tuple[Loaded, dict[str, dict[str, Any]], build.Report, list[str]]:
     """The tender's tests' results, their summary and report (scored with the tender's
     weights), and the tests run that the tender does not name."""
     jobs = tender.jobs
     names = [view.name for view in read.views(loaded.results)]
     keep = [i for i, name in enumerate(names) if checks.base_test(name, jobs)]
     extra = sorted(set(names) - {names[i] for i in keep})
-    ours = summary.Loaded(
+    ours = Loaded(
         loaded.root,
         [loaded.results[i] for i in keep],
         [loaded.paths[i] for i in keep],

@@ -14,10 +14,11 @@ import pytest
 from conftest import milarun, one_line_error
 from milarun.report import build as report
 from milarun.report import nodes as report_nodes
-from milarun.report import summary, tables
+from milarun.report import significance, summary, tables
 from milarun.report.render import html
 from milarun.report.render import nodes as render_nodes
 from milarun.results import read
+from milarun.results.folder import Loaded, load_dir
 from pages import TableReader
 from resultfactory import rate_series, result, write
 
@@ -82,7 +83,7 @@ def test_two_nodes_keep_their_devices_apart():
 def test_a_slow_node_is_flagged_and_an_equal_one_is_not():
     nodes = report_nodes.compare_nodes(fleet({"node1": 1.0, "node2": 1.0, "node3": 0.8}), test=True)
     by = rows(nodes)
-    assert by["node3"].flagged and by["node3"].p_value < report_nodes.ALPHA
+    assert by["node3"].flagged and by["node3"].p_value < significance.ALPHA
     assert by["node3"].ratio == pytest.approx(0.8, rel=0.02)  # to the median node
     assert not by["node1"].flagged and not by["node2"].flagged
     units = {f.unit: f for f in nodes.flags}
@@ -112,14 +113,14 @@ def test_a_flag_needs_both_the_margin_and_the_test():
         test=True,
     )
     slow = rows(noisy)["node3"]
-    assert slow.ratio == pytest.approx(0.9) and slow.p_value > report_nodes.ALPHA
+    assert slow.ratio == pytest.approx(0.9) and slow.p_value > significance.ALPHA
     assert not slow.flagged and noisy.flags == ()
     # 0.98x measured without noise: significant, but within the margin.
     close = report_nodes.compare_nodes(
         fleet({"node1": 1.0, "node2": 1.0, "node3": 0.98}, noise=0, jitter=0), test=True
     )
     slow = rows(close)["node3"]
-    assert slow.p_value < report_nodes.ALPHA and slow.ratio > report_nodes.MARGIN
+    assert slow.p_value < significance.ALPHA and slow.ratio > significance.MARGIN
     assert not slow.flagged and close.flags == ()
 
 
@@ -183,7 +184,7 @@ def test_a_node_missing_a_high_rate_test_is_compared_on_the_tests_it_has():
         test=True,
     )
     slow = rows(close)["node3"]
-    assert slow.ratio == pytest.approx(0.97) and slow.p_value < report_nodes.ALPHA
+    assert slow.ratio == pytest.approx(0.97) and slow.p_value < significance.ALPHA
     assert not slow.flagged and close.flags == ()
     assert "node node3" not in " ".join(close.warnings())
 
@@ -217,7 +218,7 @@ def test_distributed_results_are_left_out_of_the_comparison():
 def test_a_rerun_is_no_node_of_the_fleet():
     # `milarun rerun` of node1's result on the login host: not a phantom third node
     again = result("suite.alpha", "0.0", 100.0, node="login", rerun_of="/x/nodes/node1/a.json")
-    loaded = summary.Loaded(Path("x"), results=fleet({"node1": 1.0, "node2": 1.0}) + [again])
+    loaded = Loaded(Path("x"), results=fleet({"node1": 1.0, "node2": 1.0}) + [again])
     section = report_nodes.section(None, loaded, test=True)
     assert section is not None and set(rows(section)) == {"node1", "node2"}
     assert "1 rerun result(s) left out of the node comparison" in " ".join(section.warnings())
@@ -318,10 +319,10 @@ def test_a_fleet_report_shows_each_node_without_flags(fleet_dir):
     assert data["nodes"]["tested"] is False
     assert data["nodes"]["nodes"]["node3"]["ratio"] == pytest.approx(0.8, rel=0.03)
     # The page `milarun jobs` writes gets it from the results alone.
-    loaded = summary.load_dir(fleet_dir)
+    loaded = load_dir(fleet_dir)
     page = html.to_html(report.build_report(summary.summarize(loaded.results), loaded=loaded))
     assert "node3" in cells(page, "nodes") and "node3" in cells(page, "node-devices")
-    one = summary.Loaded(fleet_dir, [r for r in loaded.results if r["node"] == "node1"])
+    one = Loaded(fleet_dir, [r for r in loaded.results if r["node"] == "node1"])
     assert 'id="nodes"' not in html.to_html(
         report.build_report(summary.summarize(one.results), loaded=one)
     )

@@ -11,8 +11,9 @@ from milarun.report import about, runs
 from milarun.report.build import build_report
 from milarun.report.render import format as fmt
 from milarun.report.render import text as render_text
-from milarun.report.summary import Loaded, summarize
+from milarun.report.summary import summarize
 from milarun.results import steady
+from milarun.results.folder import Loaded
 from resultfactory import rate_series, result
 
 REAL_SYSTEM = {

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from milarun.report import build, perf, stats, summary
+from milarun.results.folder import load_dir
 
 
 def _at_once(values: np.ndarray, rng: np.random.Generator, size: int) -> np.ndarray:
@@ -76,7 +77,7 @@ def test_intervals_started_as_the_summary_is_made_are_those_of_the_report(tmp_pa
     """make_report starts each test's bootstrap as summarize makes its entry: the table's
     intervals are those build_report computes on its own, and an entry that is not the
     one started (a summary changed since) gets its own."""
-    loaded = summary.load_dir(_folder(tmp_path))
+    loaded = load_dir(_folder(tmp_path))
     alone = build.build_report(summary.summarize(loaded.results), loaded=loaded)
     with perf.bootstrap_threads() as pool:
         early = perf.EarlyIntervals(pool)

@@ -12,6 +12,7 @@ import pytest
 
 from milarun.report import summary
 from milarun.results import bulk, parts, read
+from milarun.results.folder import load_dir
 from resultfactory import result, write
 
 
@@ -31,7 +32,7 @@ def monitored(job: str, gpu_used: list[float] | None, rss: list[float]) -> dict:
 def test_sealing_keeps_the_peak_and_drops_the_samples(tmp_path):
     write(tmp_path, monitored("0.0", [100.0, 3000.5, float("nan"), 2000.0], [900.0, 950.0]))
     write(tmp_path, monitored("1.0", None, [900.0, 1e400, 950.0, True]))  # inf and a bool
-    loaded = summary.load_dir(tmp_path)
+    loaded = load_dir(tmp_path)
     gpu_run, cpu_run = sorted(loaded.results, key=lambda r: r["job_id"])
     for run in (gpu_run, cpu_run):
         assert run["gpu_monitor"]["samples"] == [] and run["cpu_monitor"]["samples"] == []
@@ -39,7 +40,7 @@ def test_sealing_keeps_the_peak_and_drops_the_samples(tmp_path):
     assert read.ResultView.from_dict(cpu_run).peak_memory == 950.0
     assert summary.summarize(loaded.results)["t.a"]["peak_memory"] == 3000.5
     # the same peak as read from the samples, unsealed (the history's reading)
-    whole = summary.load_dir(tmp_path, seal=False).results
+    whole = load_dir(tmp_path, seal=False).results
     assert sorted(parts.monitor_peak(r) for r in whole) == [950.0, 3000.5]
     assert all(r["cpu_monitor"]["samples"] for r in whole)
 
@@ -48,7 +49,7 @@ def test_a_file_cannot_plant_a_peak_or_a_view(tmp_path):
     data = monitored("0.0", [100.0], [])
     data.update({"('monitors', 'peak_memory')": 1e9, "('memo',)": "x", "('sealed',)": True})
     write(tmp_path, data)
-    (loaded,) = summary.load_dir(tmp_path).results
+    (loaded,) = load_dir(tmp_path).results
     assert read.ResultView.from_dict(loaded).peak_memory == 100.0
     # a result not read by the loader is never sealed: its views remember nothing
     again = json.loads(json.dumps(data))
@@ -68,12 +69,12 @@ def folder_of_many(tmp_path: Path) -> Path:
 
 def test_workers_read_what_this_process_reads_in_the_same_order(tmp_path, monkeypatch):
     folder = folder_of_many(tmp_path)
-    here = summary.load_dir(folder)
+    here = load_dir(folder)
     monkeypatch.setattr(bulk, "PARALLEL_FROM", 4)
     monkeypatch.setattr(bulk, "CHUNK", 7)
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: the files are read in this process")
-    shared = summary.load_dir(folder)
+    shared = load_dir(folder)
     assert [str(p) for p in shared.paths] == [str(p) for p in here.paths]
     assert [(s.path, s.reason) for s in shared.skipped] == [
         (s.path, s.reason) for s in here.skipped
@@ -95,20 +96,20 @@ def _dies_on_the_second_chunk(task: bulk.Task, seal: bool, digests: bool) -> lis
 
 def test_a_worker_that_dies_leaves_its_files_to_this_process(tmp_path, monkeypatch):
     folder = folder_of_many(tmp_path)
-    here = summary.load_dir(folder)
+    here = load_dir(folder)
     monkeypatch.setattr(bulk, "PARALLEL_FROM", 4)
     monkeypatch.setattr(bulk, "CHUNK", 7)
     monkeypatch.setattr(bulk, "_read_chunk", _dies_on_the_second_chunk)
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: the files are read in this process")
-    found = summary.load_dir(folder)
+    found = load_dir(folder)
     assert [str(p) for p in found.paths] == [str(p) for p in here.paths]
     assert len(found.results) == 40 and len(found.skipped) == 3
 
 
 def test_each_result_is_given_its_own_file(tmp_path):
-    # paths are made as asked for (summary.FilePaths): each the file its result was read from
-    loaded = summary.load_dir(folder_of_many(tmp_path))
+    # paths are made as asked for (results.folder.FilePaths): each the file its result was read from
+    loaded = load_dir(folder_of_many(tmp_path))
     assert len(loaded.paths) == len(loaded.results) == 40
     for path, data in zip(loaded.paths, loaded.results, strict=True):
         assert isinstance(path, Path) and path.is_file()

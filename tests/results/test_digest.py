@@ -16,6 +16,7 @@ from conftest import milarun
 from milarun import results
 from milarun.report import summary
 from milarun.results import bulk, digest, read
+from milarun.results.folder import Loaded, load_dir
 from milarun.slurm import gather
 from milarun.tender import package
 from resultfactory import result, write
@@ -48,7 +49,7 @@ def a_folder(tmp_path: Path) -> Path:
     return folder
 
 
-def sealed(loaded: summary.Loaded) -> list[tuple]:
+def sealed(loaded: Loaded) -> list[tuple]:
     strip = lambda r: {k: v for k, v in r.items() if isinstance(k, str)}  # noqa: E731
     return [
         (str(p), strip(r), read.ResultView.from_dict(r).peak_memory)
@@ -70,10 +71,10 @@ def files_read(monkeypatch) -> list[Path]:
 
 def test_a_digested_folder_reads_as_its_files(tmp_path, monkeypatch):
     folder = a_folder(tmp_path)
-    files = summary.load_dir(tmp_path)
+    files = load_dir(tmp_path)
     assert bulk.write_digest(folder) == folder / digest.NAME
     seen = files_read(monkeypatch)
-    digested = summary.load_dir(tmp_path)
+    digested = load_dir(tmp_path)
     assert seen == []  # every file, results and skipped ones, came from the digest
     assert sealed(digested) == sealed(files)
     assert [(s.path, s.reason) for s in digested.skipped] == [
@@ -98,7 +99,7 @@ def test_a_file_changed_after_the_digest_is_read_again(tmp_path, monkeypatch):
     added = write(folder, monitored("8.0", 777.0))
     changed.with_name("t.a.J4.0.20260101-000000-000000.json").unlink()
     seen = files_read(monkeypatch)
-    loaded = summary.load_dir(tmp_path)
+    loaded = load_dir(tmp_path)
     assert sorted(seen) == sorted([changed, added])
     rates = sorted(read.ResultView.from_dict(r).rate() or 0 for r in loaded.results)
     assert 555.0 in rates and 777.0 in rates and 104.0 not in rates and 103.0 not in rates
@@ -122,7 +123,7 @@ def test_a_digest_keeps_entries_still_true_and_leaves_out_recent_and_nan_files(
     entries = digest.load(folder).entries
     assert fresh.name not in entries and nan.name not in entries and len(entries) == 9
     monkeypatch.undo()
-    loaded = summary.load_dir(tmp_path)
+    loaded = load_dir(tmp_path)
     (run,) = [r for r in loaded.results if (r["name"], r["job_id"]) == ("t.a", "9.0")]
     assert run["metrics"]["loss"] != run["metrics"]["loss"]  # NaN, as the file says
 
@@ -139,12 +140,12 @@ def test_a_digest_keeps_entries_still_true_and_leaves_out_recent_and_nan_files(
 )
 def test_a_digest_it_cannot_use_leaves_the_files_to_be_read(tmp_path, monkeypatch, damage):
     folder = a_folder(tmp_path)
-    files = summary.load_dir(tmp_path)
+    files = load_dir(tmp_path)
     bulk.write_digest(folder)
     path = folder / digest.NAME
     path.write_bytes(damage(path.read_bytes()))
     seen = files_read(monkeypatch)
-    loaded = summary.load_dir(tmp_path)
+    loaded = load_dir(tmp_path)
     assert len(seen) == 9
     assert sealed(loaded) == sealed(files)
 
@@ -160,7 +161,7 @@ def test_each_entry_is_checked_as_its_file_would_be(tmp_path):
     body["entries"][names[2]]["result"] = "not a result"  # not an entry: the file is read
     body["entries"][names[3]]["peak_memory"] = "huge"
     path.write_text(json.dumps(body))
-    loaded = summary.load_dir(tmp_path)
+    loaded = load_dir(tmp_path)
     reasons = {Path(s.path).name: s.reason for s in loaded.skipped}
     assert "control character" in reasons[names[0]]
     assert "'timings' is not" in reasons[names[1]]
@@ -187,7 +188,7 @@ def test_gather_writes_the_digest_of_the_target_and_never_copies_one(tmp_path):
     assert done.files == 3
     entries = digest.load(target).entries
     assert sorted(entries) == sorted(p.name for p in target.glob("*.json"))
-    assert summary.load_dir(tmp_path / "shared").results
+    assert load_dir(tmp_path / "shared").results
 
 
 @pytest.mark.slow
@@ -217,7 +218,7 @@ def test_workers_read_digested_folders_as_this_process_does(tmp_path, monkeypatc
         settled(folder)
     bulk.write_digest(tmp_path / "n0")
     bulk.write_digest(tmp_path / "n2")
-    here = summary.load_dir(tmp_path)
+    here = load_dir(tmp_path)
     monkeypatch.setattr(bulk, "PARALLEL_FROM", 4)
     monkeypatch.setattr(bulk, "CHUNK", 5)
     folders = [(f, sorted(p.name for p in f.glob("*.json"))) for f in sorted(tmp_path.iterdir())]
@@ -226,7 +227,7 @@ def test_workers_read_digested_folders_as_this_process_does(tmp_path, monkeypatc
     assert [f / n for f, names in tasks for n in names] == [f / n for f, ns in folders for n in ns]
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: the files are read in this process")
-    shared = summary.load_dir(tmp_path)
+    shared = load_dir(tmp_path)
     assert sealed(shared) == sealed(here)
     assert [(s.path, s.reason) for s in shared.skipped] == [
         (s.path, s.reason) for s in here.skipped
@@ -245,8 +246,8 @@ def test_a_tender_neither_packs_nor_reads_a_digest(tmp_path):
         if "result" in entry:
             entry["result"]["timings"]["train"]["rates"] = [9e9] * 40
     (folder / digest.NAME).write_text(json.dumps(body))
-    assert summary.load_dir(folder).results[0]["timings"]["train"]["rates"][0] == 9e9
-    files = summary.load_dir(folder, digests=False).results
+    assert load_dir(folder).results[0]["timings"]["train"]["rates"][0] == 9e9
+    files = load_dir(folder, digests=False).results
     assert all(r["timings"]["train"]["rates"][0] < 1e6 for r in files)
     tender = bidkit.tender(tmp_path / "tender.json", ["polynome"], require_cgroups=False)
     out = package.make_package(folder, tmp_path / "bid.tar.gz", tender, None).out

@@ -12,9 +12,7 @@ import pytest
 import bidkit
 from conftest import milarun, one_line_error
 from milarun import errors
-from milarun.report import ranking
-from milarun.report.render import ranking as render
-from milarun.tender import bids, package
+from milarun.tender import bids, package, ranking, render
 
 # (rates of polynome and sine_wave, watts per instance, price)
 BIDS = {

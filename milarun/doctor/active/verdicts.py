@@ -5,7 +5,7 @@ and the thresholds. No torch.
 - Sibling test: a device (or slice, or GPU pair) is compared with the others of its kind on
   the same node, measured at the same time: its mean over the median of their means (the
   ratio), and the one-sided Welch t-test of its samples against theirs pooled (the one
-  ``report --compare-nodes`` uses: milarun.report.nodes.slower_p). It is flagged when both
+  ``report --compare-nodes`` uses: milarun.report.significance). It is flagged when both
   say so: ratio below MARGIN (0.95) and p below ALPHA (0.01). A flagged unit FAILs below
   SIBLING_FAIL (0.8 of its siblings), else WARNs. A bare percentage would flag noise; the test
   alone would flag a 1% gap measured precisely.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from milarun.doctor.check import FAIL, PASS, WARN
 from milarun.measure import peaks
-from milarun.report.nodes import ALPHA, MARGIN, slower_p
+from milarun.report.significance import significantly_slower, slower_p
 
 SIBLING_FAIL = 0.8  # a flagged unit under 80% of its siblings' median FAILs
 GEMM_SHARE = {WARN: 0.5, FAIL: 0.3}  # of the datasheet peak: under 50% WARN, under 30% FAIL
@@ -107,7 +107,7 @@ def sibling(unit: str, samples: Mapping[str, Sequence[float]]) -> Sibling | None
     import numpy as np
 
     p, _ = slower_p([(np.asarray(mine, dtype=float), np.asarray(pooled, dtype=float))])
-    flagged = p is not None and ratio < MARGIN and p < ALPHA
+    flagged = p is not None and significantly_slower(ratio, p)
     status = (FAIL if ratio < SIBLING_FAIL else WARN) if flagged else PASS
     return Sibling(ratio, p, status)
 

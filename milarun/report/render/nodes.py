@@ -9,8 +9,9 @@ import textwrap
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from milarun.report.nodes import ALPHA, MARGIN, NodeReport
+from milarun.report.nodes import NodeReport
 from milarun.report.render import format as fmt
+from milarun.report.significance import ALPHA, MARGIN
 
 if TYPE_CHECKING:
     from milarun.report.build import Report

@@ -80,7 +80,9 @@ class Ranking:
         return self.metric != "score"
 
 
-def _geomean(values: dict[str, float], weights: dict[str, float]) -> float | None:
+def _geomean_of_positives(values: dict[str, float], weights: dict[str, float]) -> float | None:
+    """The weighted geometric mean over the tests with a positive value and weight; None
+    without one."""
     tests = [t for t in values if weights.get(t, 0) > 0 and values[t] > 0]
     if not tests:
         return None
@@ -88,7 +90,7 @@ def _geomean(values: dict[str, float], weights: dict[str, float]) -> float | Non
 
 
 def _row(bid: BidFigures, costs: Costs) -> Row:
-    watts = _geomean(bid.watts, bid.weights)
+    watts = _geomean_of_positives(bid.watts, bid.weights)
     kwh = watts / 1000 * HOURS_PER_YEAR * costs.years * costs.pue if watts is not None else None
     energy = kwh * costs.power_cost if kwh is not None and costs.power_cost else None
     tco = bid.price + energy if bid.price is not None and energy is not None else None

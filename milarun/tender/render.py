@@ -11,7 +11,7 @@ from typing import Any
 
 from jinja2 import Environment
 
-from milarun.report.ranking import Ranking
+from milarun.tender.ranking import Ranking
 
 FORMATS = ("text", "json", "csv")
 METRIC_TEXT = {
@@ -115,7 +115,7 @@ def render(ranking: Ranking, fmt: str) -> str:
     return {"text": to_text, "json": to_json, "csv": to_csv}[fmt](ranking)
 
 
-# the marker line is render.html.MARKER: `--html` replaces only a milarun page
+# the marker line is milarun.report.render.html.MARKER: `--html` replaces only a milarun page
 PAGE = """<!DOCTYPE html>
 <!-- milarun report -->
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
