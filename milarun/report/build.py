@@ -40,6 +40,7 @@ class Report:
     failures: int = 0
     failure_rate: float = 0.0
     failure_kinds: dict[str, int] = field(default_factory=dict)
+    interrupted: int = 0  # runs the operator stopped: not runs of the machine, not counted
     score: float | None = None
     score_ci: tuple[float, float] | None = None
     coverage: float | None = None
@@ -175,6 +176,7 @@ def build_report(
     report.runs = sum(ours[t].n for t in summary)
     report.failures = sum(ours[t].fail for t in summary)
     report.failure_rate = report.failures / report.runs if report.runs else 0.0
+    report.interrupted = sum(int(summary[t].get("interrupted") or 0) for t in summary)
     for entry in summary.values():
         for kind, count in (entry.get("failure_kinds") or {}).items():
             report.failure_kinds[kind] = report.failure_kinds.get(kind, 0) + count

@@ -4,6 +4,7 @@ HTML page, turned into the rendered report and the CI gate's verdict."""
 from __future__ import annotations
 
 import math
+import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,11 +62,11 @@ def make_report(request: ReportRequest) -> ReportOutcome:
 
 def check(request: ReportRequest) -> None:
     """Refuse a request that cannot be made, before anything is read or written."""
-    from milarun.report.render import text as render
+    from milarun.report.render.text import FORMATS
 
-    if request.format not in render.FORMATS:
+    if request.format not in FORMATS:
         raise errors.UsageError(
-            f"--format {request.format}: use one of {', '.join(render.FORMATS)}"
+            f"--format {request.format}: use one of {', '.join(FORMATS)}"
         )
     if request.fail_below is not None and request.compare is None:
         raise errors.UsageError("--fail-below needs --compare BASELINE")
@@ -94,7 +95,7 @@ class Sides:
 def load(request: ReportRequest, early: EarlyIntervals) -> Sides | ReportOutcome:
     """Both sides and the weights; the outcome of a folder of runs cut short before their
     first result (what they planned and lost)."""
-    from milarun.report import weights as report_weights
+    from milarun.report.weights import default_weights, load_weights
 
     try:
         src = summary.load_source(request.source, early.start)
@@ -122,9 +123,9 @@ def load(request: ReportRequest, early: EarlyIntervals) -> Sides | ReportOutcome
             "(milarun/baselines/<suite>/)"
         )
     weights = (
-        report_weights.load_weights(request.weights)
+        load_weights(request.weights)
         if request.weights
-        else report_weights.default_weights(list(src.summary))
+        else default_weights(list(src.summary))
     )
     only = request.only_tests
     if only is None and src.loaded is not None:
@@ -137,18 +138,40 @@ def load(request: ReportRequest, early: EarlyIntervals) -> Sides | ReportOutcome
     return Sides(src, base, weights)
 
 
+def pooled_runs(folder: Path) -> list[str]:
+    """Where several `milarun jobs` wrote into one folder (the same command again, after a
+    Ctrl-C: the default folder is one per day), that each test pools their results."""
+    if not Path(folder).is_dir():
+        return []
+    runs = manifest.run_manifests(folder, recursive=False)
+    if len(runs) < 2:
+        return []
+    times = [data.get("started_at") for _, data in runs]
+    shown = ", ".join(
+        time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+        if isinstance(t, int | float)
+        else "?"
+        for t in times[:5]
+    )
+    return [
+        f"{len(runs)} runs of `milarun jobs` wrote into this folder (started {shown}"
+        f"{', ...' if len(runs) > 5 else ''}): each test pools the results of all of them; "
+        "`jobs -o FOLDER` gives a run a folder of its own"
+    ]
+
+
 def build(
     request: ReportRequest, sides: Sides, pool: Executor, early: EarlyIntervals
 ) -> ReportOutcome:
     """The report of both sides, rendered, its page written and its gate judged."""
-    from milarun.report import build as report  # pandas: only here
-    from milarun.report.render import text as render
+    from milarun.report.build import build_report, ratio_gate  # pandas: only here
+    from milarun.report.render.text import render
 
     src, base = sides.src, sides.base
     # A fleet run's sections make millions of objects and no garbage cycles: the GC's
     # rescans of them would be most of the time of its report after the load.
     with gc_paused():
-        rep = report.build_report(
+        rep = build_report(
             src.summary,
             title=request.title,
             weights=sides.weights,
@@ -172,6 +195,7 @@ def build(
             )
             for cut in manifest.cut_short(request.source)
         ]
+        rep.warnings += pooled_runs(request.source)
     skipped = [
         s
         for item in (src, base)
@@ -188,5 +212,5 @@ def build(
             raise errors.UsageError(
                 "--fail-below: no score ratio (are weights and baseline tests in common?)"
             )
-        gate = report.ratio_gate(rep, request.fail_below)
-    return ReportOutcome(render.render(rep, request.format), skipped, request.html, gate)
+        gate = ratio_gate(rep, request.fail_below)
+    return ReportOutcome(render(rep, request.format), skipped, request.html, gate)

@@ -81,6 +81,7 @@ def _entry(
     good: list[dict[str, Any]] = []
     totals: list[float] = []  # distributed runs: all ranks together
     spans: list[int] = []  # a distributed test: how many nodes its ranks ran on
+    interrupted = 0  # stopped by the operator (Ctrl-C, a signal): no run of the machine's
     for run in runs:
         view = read.ResultView.from_dict(run)
         spanned = view.rank_nodes
@@ -88,7 +89,10 @@ def _entry(
             spans.append(spanned)
         rate = view.rate()
         if rate is None:
-            kinds[view.failure_kind] += 1
+            if view.failure_kind == "interrupted":
+                interrupted += 1
+            else:
+                kinds[view.failure_kind] += 1
             continue
         rates.append(rate)
         ranks = view.rank_rates()
@@ -104,7 +108,7 @@ def _entry(
         if peak is not None:
             peaks.append(peak)
     entry: dict[str, Any] = {
-        "n": len(runs),
+        "n": len(runs) - interrupted,
         "failures": sum(kinds.values()),
         "total": stats(programs),
         "train": stats(rates),
@@ -115,6 +119,8 @@ def _entry(
         "quality": quality(good, gemm_peaks),
         **energy.summary_entries(good),  # "energy" and "throttle", where measured
     }
+    if interrupted:
+        entry["interrupted"] = interrupted
     entry.update(conditions(good))
     if totals:  # scaling.k: train is the mean per rank, throughput all k ranks
         entry["throughput"] = stats(totals)

@@ -75,8 +75,8 @@ def _stats_problem(where: str, value: Any) -> str | None:
 
 def _entry_problem(entry: dict[str, Any]) -> str | None:
     """Type of every number a report computes with (counts, stats, rates)."""
-    for key in ("n", "failures", "nodes"):
-        if (key != "nodes" or entry.get(key) is not None) and not _count(entry[key]):
+    for key in ("n", "failures", "nodes", "interrupted"):
+        if (key in ("n", "failures") or entry.get(key) is not None) and not _count(entry[key]):
             return f"'{key}' is {entry[key]!r}, not a count"
     if entry["failures"] > entry["n"]:
         return f"'failures' ({entry['failures']}) is more than 'n' ({entry['n']})"

@@ -144,6 +144,14 @@ def score_lines(report: Report) -> list[str]:
             f"{report.failures} of {report.runs} runs" + (f": {kinds}" if kinds else ""),
         )
     ]
+    if report.interrupted:
+        lines.append(
+            (
+                "Interrupted",
+                f"{report.interrupted:12,d}  run(s) stopped by the operator (Ctrl-C, a signal): "
+                "not counted",
+            )
+        )
     if report.weights_source is not None:
         coverage = f"(coverage {(report.coverage or 0):.0%})"
         if report.score is not None:
@@ -298,6 +306,7 @@ def to_records(report: Report) -> dict[str, Any]:
             "failure_rate": report.failure_rate,
             "passed": report.passed,
             "failure_kinds": report.failure_kinds,
+            **({"interrupted": report.interrupted} if report.interrupted else {}),
             "score": report.score,
             "score_ci95": report.score_ci,
             "coverage": report.coverage,
