@@ -47,6 +47,7 @@ def ingest_into(db: str | None, sources: list[Path], machine: str | None = None)
     from milarun.history import ingest, store
 
     engine = store.open_db(db)
+    print(f"database: {store.shown(store.url_of(db))}", flush=True)
     try:
         for source in sources:
             run = ingest.read_run(source, machine)
@@ -108,7 +109,7 @@ def _database() -> tuple[str | None, float | None]:
 def _series(filters: trends.Filters, options: trends.Options, db: str | None) -> Any:
     from milarun.history import store, trends
 
-    engine = store.open_db(db)
+    engine = store.open_db(db, create=False)
     try:
         with store.session(engine) as session:
             return trends.history(session, filters, options)
@@ -167,7 +168,7 @@ def machines_report(source: list[str], weights: str | None) -> bool:
     from milarun.history import render as history_render
     from milarun.history import store
 
-    engine = store.open_db(db)
+    engine = store.open_db(db, create=False)
     try:
         with store.session(engine) as session:
             found = side_by_side.side_by_side(session, machines, weights)

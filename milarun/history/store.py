@@ -82,13 +82,20 @@ def writer(engine: Engine) -> Engine:
     return engine.execution_options(**{WRITES: True})
 
 
-def open_db(spec: str | None) -> Engine:
+def open_db(spec: str | None, create: bool = True) -> Engine:
     """The engine of the database ``spec`` names, its schema up to date; a DatabaseError
-    (one line, the URL without password) when it cannot be opened or is not ours."""
+    (one line, the URL without password) when it cannot be opened or is not ours.
+    ``create=False`` (a command that only reads): an SQLite file that is not there is an
+    error, never made with its folders."""
     url = url_of(spec)
     try:
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite" and parsed.database:
+            if not create and not Path(parsed.database).is_file():
+                raise DatabaseError(
+                    f"--db {shown(url)}: no such database; `milarun db ingest FOLDER` makes "
+                    f"it (the default: {shown(url_of(None))})"
+                )
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         # orjson: a year's history of one test decodes 125k JSON cells (steady slices)
         engine = create_engine(
