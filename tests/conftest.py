@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -138,6 +139,25 @@ def cpu_hogs_lock() -> Iterator[None]:
     with open(Path(tempfile.gettempdir()) / "milarun-tests-cpu-hogs.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+@pytest.fixture
+def students(monkeypatch):
+    """Two real student groups (cgroup v1) under a test-only parent, removed afterwards: the
+    parent's name and the hierarchies. For the tests of three wings (machine, run, doctor),
+    each guarded by ``students.needs_v1`` or ``students._v1_ready``."""
+    from milarun.machine import isolation
+
+    parent = f"milarun-test-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(isolation.PARENT_ENV, parent)
+    done = milarun("cgroups", "setup", "--devices", "cpu:2", env={isolation.PARENT_ENV: parent})
+    assert done.returncode == 0, done.stderr
+    hier = isolation.find_hierarchies()
+    yield parent, hier
+    done = milarun("cgroups", "teardown", "--devices", "cpu:2", env={isolation.PARENT_ENV: parent})
+    assert done.returncode == 0, done.stderr
+    for h in hier.values():
+        assert not h.dir(h.path(parent)).exists()
 
 
 # -- markers (registered in pyproject.toml) --------------------------------------------------

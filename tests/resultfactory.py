@@ -1,4 +1,5 @@
-"""Result files with known numbers, for report tests and the report scale benchmark.
+"""Result files with known numbers, for report tests and the report scale benchmark, and
+whole run folders of them (``run_folder``: a manifest and the results) for the history tests.
 
 Each result is made by the harness's own builder (results.records.ResultRecord), so it has
 exactly the keys and shape `milarun run` writes (DESIGN section 5); the rate series are
@@ -13,6 +14,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from milarun.results import manifest
 from milarun.results.records import Call, Failure, RateRecord, ResultRecord, TimerRecord
 
 SYSTEM = {
@@ -145,3 +147,42 @@ def write(folder: Path, data: dict[str, Any], filename: str | None = None) -> Pa
     path = folder / filename
     path.write_text(json.dumps(data))
     return path
+
+
+def run_folder(
+    folder: Path,
+    rates: dict[str, list[float]],
+    started_at: float,
+    *,
+    node: str = "node1",
+    gpus: dict[str, str] | None = None,
+    **extra: Any,
+) -> Path:
+    """A jobs run's folder: its manifest (started at ``started_at``) and one result per test
+    and device (``rates``: test -> one steady rate per device, NaN: a failed instance);
+    ``gpus``: device -> GPU UUID."""
+    folder.mkdir(parents=True, exist_ok=True)
+    started = manifest.RunManifest.start(folder, "quick", sorted(rates), 1, ["cpu:0"])
+    started.data["started_at"] = started_at
+    started.finish("complete")
+    for test, values in rates.items():
+        for index, value in enumerate(values):
+            device = f"cuda:{index}" if gpus else f"cpu:{index}"
+            uuid = (gpus or {}).get(device)
+            failed = value != value
+            data = result(
+                test,
+                f"0.{index}",
+                None if failed else value,
+                rates=None if failed else rate_series(value, noise=0.01),
+                failure={"kind": "crash", "message": "died"} if failed else None,
+                device=device,
+                node=node,
+                finished_at=started_at + 60,
+                gpu_identity=[{"id": str(index), "uuid": uuid, "pci_bus_id": None, "note": None}]
+                if uuid
+                else None,
+                **extra,
+            )
+            write(folder, data)
+    return folder

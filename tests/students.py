@@ -1,15 +1,14 @@
 """Real student cgroups (v1) for the tests that run instances inside them: the check that
-this machine allows them, and two groups under a test-only parent, removed afterwards."""
+this machine allows them (``needs_v1``, ``_v1_ready``) and the profile that puts each instance
+in its group. The groups themselves are the ``students`` fixture of tests/conftest.py."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import uuid
 
 import pytest
 
-from conftest import milarun
 from milarun.machine import isolation
 
 
@@ -31,21 +30,6 @@ def needs_v1(test):
     instances in them, seconds each)."""
     why = _v1_ready()
     return pytest.mark.slow(pytest.mark.skipif(why is not None, reason=why or "")(test))
-
-
-@pytest.fixture(name="students")
-def student_groups(monkeypatch):
-    """Two real student groups under a test-only parent, removed afterwards."""
-    parent = f"milarun-test-{uuid.uuid4().hex[:8]}"
-    monkeypatch.setenv(isolation.PARENT_ENV, parent)
-    done = milarun("cgroups", "setup", "--devices", "cpu:2", env={isolation.PARENT_ENV: parent})
-    assert done.returncode == 0, done.stderr
-    hier = isolation.find_hierarchies()
-    yield parent, hier
-    done = milarun("cgroups", "teardown", "--devices", "cpu:2", env={isolation.PARENT_ENV: parent})
-    assert done.returncode == 0, done.stderr
-    for h in hier.values():
-        assert not h.dir(h.path(parent)).exists()
 
 
 ISO_JOB = {

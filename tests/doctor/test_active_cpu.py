@@ -1,6 +1,6 @@
 """`doctor --active` on CPU slices, for real: the probes measure this machine's cores, in real
 student cgroups where this machine lets the tests make them (root, cgroup v1 with
-cgroup-tools: tests/machine/test_isolation.py's ``students`` fixture), else pinned to the
+cgroup-tools: the ``students`` fixture of tests/conftest.py), else pinned to the
 slices' CPUs. The runs are bounded by time (a fixed number of samples of fixed seconds)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from milarun.doctor.active.run import Setup
 from milarun.doctor.active.run import run as run_active
 from milarun.doctor.check import Check
 from milarun.machine import isolation
-from students import _v1_ready, student_groups  # noqa: F401 (the fixture "students")
+from students import _v1_ready
 
 HOG = "while True: pass"
 # One worker, in a row: the hog of one test would slow the other's slice.

@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, cli_env, cpu_hogs_lock, milarun
-from databases import db_url, postgres_server  # noqa: F401 (fixtures)
 from milarun.measure.runner import PROGRESS_TAG
 
 pytestmark = [
@@ -201,7 +200,7 @@ def three_runs(tmp_path_factory):
     return folders, third_started.isoformat(), done.stdout.rsplit("hogs: ", 1)[1]
 
 
-def test_quick_runs_history_and_a_regression_of_the_slowed_test_only(three_runs, db_url):  # noqa: F811
+def test_quick_runs_history_and_a_regression_of_the_slowed_test_only(three_runs, db_url):
     (first, second, third), third_started, hogs_log = three_runs
     for folder in (first, second):
         done = milarun("db", "ingest", folder, "--db", db_url)

@@ -9,13 +9,13 @@ import pytest
 from matplotlib import image
 
 from conftest import milarun
-from databases import run_folder
 from milarun.cli.history import parse_since
 from milarun.errors import UsageError
 from milarun.history import ingest, machines, page, store, trends
 from milarun.history import render as history_render
 from pages import TableReader, figures
 from report.test_html import chromium, needs_chromium
+from resultfactory import run_folder
 
 DAY = 86_400.0
 T0 = 1_767_225_600.0  # 2026-01-01

@@ -9,11 +9,11 @@ import pytest
 from sqlalchemy import func, select, text
 
 from conftest import milarun, milarun_process, one_line_error
-from databases import db_url, postgres_server, run_folder  # noqa: F401 (fixtures)
 from milarun.cli.history import parse_since
 from milarun.errors import DatabaseError, EmptyResults, InputError, UsageError
 from milarun.history import ingest, store
 from milarun.history.models import Base, Gpu, Machine, Node, Result, Run
+from resultfactory import run_folder
 
 T0 = 1_767_225_600.0  # 2026-01-01
 
@@ -30,7 +30,7 @@ def counts(url: str) -> dict[str, int]:
         engine.dispose()
 
 
-def test_ingest_twice_adds_each_result_once(db_url, tmp_path):  # noqa: F811
+def test_ingest_twice_adds_each_result_once(db_url, tmp_path):
     folder = run_folder(tmp_path / "r1", {"quick.a": [100.0, 101.0], "quick.b": [math.nan]}, T0)
     first = milarun("db", "ingest", folder, "--db", db_url)
     assert first.returncode == 0, first.stderr
@@ -52,7 +52,7 @@ def test_ingest_twice_adds_each_result_once(db_url, tmp_path):  # noqa: F811
     assert good.driver == "550.1"
 
 
-def test_a_gpu_keeps_its_history_on_another_node(db_url, tmp_path):  # noqa: F811
+def test_a_gpu_keeps_its_history_on_another_node(db_url, tmp_path):
     gpus = {"cuda:0": "GPU-aaaa", "cuda:1": "GPU-bbbb"}
     run_folder(tmp_path / "r1", {"quick.a": [100.0, 100.0]}, T0, node="n1", gpus=gpus)
     moved = {"cuda:0": "GPU-cccc", "cuda:1": "GPU-aaaa"}
@@ -69,7 +69,7 @@ def test_a_gpu_keeps_its_history_on_another_node(db_url, tmp_path):  # noqa: F81
     engine.dispose()
 
 
-def test_a_failed_ingest_leaves_nothing_of_its_run(db_url, tmp_path):  # noqa: F811
+def test_a_failed_ingest_leaves_nothing_of_its_run(db_url, tmp_path):
     run = ingest.read_run(run_folder(tmp_path / "r1", {"quick.a": [1.0, 2.0, 3.0]}, T0))
     # the last row breaks a NOT NULL column: the whole run's transaction is rolled back
     run.rows[-1] = ingest.Row(**{**vars(run.rows[-1]), "job_id": None})  # type: ignore[arg-type]
@@ -80,7 +80,7 @@ def test_a_failed_ingest_leaves_nothing_of_its_run(db_url, tmp_path):  # noqa: F
     assert counts(db_url) == {"machines": 0, "runs": 0, "nodes": 0, "gpus": 0, "results": 0}
 
 
-def test_two_ingests_at_once_store_each_result_once(db_url, tmp_path):  # noqa: F811
+def test_two_ingests_at_once_store_each_result_once(db_url, tmp_path):
     folder = run_folder(tmp_path / "r1", {f"quick.t{i}": [float(i + 1)] * 4 for i in range(6)}, T0)
     both = [milarun_process("db", "ingest", folder, "--db", db_url) for _ in range(2)]
     outputs = [p.communicate(timeout=120) for p in both]
@@ -90,7 +90,7 @@ def test_two_ingests_at_once_store_each_result_once(db_url, tmp_path):  # noqa: 
     assert counts(db_url)["results"] == 24 and counts(db_url)["runs"] == 1
 
 
-def test_the_migrations_make_the_models_schema(db_url):  # noqa: F811
+def test_the_migrations_make_the_models_schema(db_url):
     from alembic.script import ScriptDirectory
 
     assert ScriptDirectory(str(store.MIGRATIONS)).get_heads() == [store.HEAD]
@@ -104,7 +104,7 @@ def test_the_migrations_make_the_models_schema(db_url):  # noqa: F811
     assert diff == []
 
 
-def test_a_newer_schema_is_refused_in_one_line(db_url, tmp_path):  # noqa: F811
+def test_a_newer_schema_is_refused_in_one_line(db_url, tmp_path):
     engine = store.open_db(db_url)
     with engine.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
@@ -136,7 +136,7 @@ def test_bad_databases_and_inputs_are_one_line_errors(tmp_path):
     assert parse_since("2026-01-01") == T0
 
 
-def test_an_older_database_is_migrated_with_its_results(db_url):  # noqa: F811
+def test_an_older_database_is_migrated_with_its_results(db_url):
     """A database of revision 0001 (no steady sums) opened by this milarun: upgraded, each
     result's sums backfilled from its slices."""
     from alembic import command

@@ -17,7 +17,7 @@ from milarun import errors
 from milarun.machine import cgroupfs, isolation
 from milarun.machine.isolation import Hierarchy
 from milarun.measure import confinement
-from students import ISO_JOB, needs_v1, student_groups  # noqa: F401 (the fixture 'students')
+from students import ISO_JOB, needs_v1
 
 
 # -- planning -------------------------------------------------------------------------------

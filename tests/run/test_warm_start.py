@@ -13,7 +13,7 @@ import pytest
 
 from conftest import load_all, milarun
 from milarun.machine import isolation
-from students import ISO_JOB, needs_v1, student_groups  # noqa: F401 (the fixture 'students')
+from students import ISO_JOB, needs_v1
 
 # What must be the same, warm or cold (the seeds and "forked" must not).
 INHERITED = (

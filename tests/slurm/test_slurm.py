@@ -5,53 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
-import pytest
+from conftest import milarun
+from milarun.results.folder import load_dir
+from slurm.conftest import CLUSTER_MARKS, SCRIPT
 
-from conftest import ROOT, milarun
-from milarun.report import summary
-
-SCRIPT = ROOT / "scripts" / "slurm-dev-cluster.sh"
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol")
-
-# One cluster at a time on this host: the whole module on one worker, in a row.
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.slow,
-    pytest.mark.root("slurmd"),
-    pytest.mark.xdist_group(name="slurm"),
-    pytest.mark.skipif(
-        any(shutil.which(d) is None for d in DAEMONS),
-        reason="Slurm is not installed (apt-get install --no-install-recommends "
-        "slurmctld slurmd slurm-client munge)",
-    ),
-]
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A 2-node cluster for this module; its environment for the milarun commands."""
-    folder = tmp_path_factory.mktemp("slurm") / "cluster"
-    env = {**os.environ, "MILARUN_SLURM_DEV": str(folder)}
-    started = subprocess.run(
-        [SCRIPT, "up", "2"], capture_output=True, text=True, env=env, timeout=60
-    )
-    assert started.returncode == 0, started.stderr
-    assert started.stdout.strip() == f"export SLURM_CONF={folder}/slurm.conf"
-    # this cluster, whatever Slurm the caller's environment names
-    # one host, no shared file system to wait for: missing results are missing at once
-    yield {
-        "MILARUN_SLURM_DEV": str(folder),
-        "SLURM_CONF": str(folder / "slurm.conf"),
-        "MILARUN_SLURM_SETTLE": "0",
-    }
-    stopped = subprocess.run([SCRIPT, "down"], capture_output=True, text=True, env=env, timeout=60)
-    assert stopped.returncode == 0, stopped.stderr
-    assert not folder.exists()
+# One cluster at a time on this host: the whole module on one worker, in a row (the
+# cluster fixture and these marks: tests/slurm/conftest.py).
+pytestmark = CLUSTER_MARKS
 
 
 def _results(folder: Path) -> list[dict]:
@@ -121,7 +85,7 @@ def test_fleet_two_nodes_gives_a_folder_and_a_report_row_per_node(cluster, tmp_p
     assert "#SBATCH --nodes=2" in script.read_text()
     assert list((out / "slurm").glob("milarun-fleet.*.out"))
     # the submission record and the logs are not taken for results
-    assert summary.load_dir(out).skipped == []
+    assert load_dir(out).skipped == []
 
 
 def test_scaling_on_two_nodes_has_ranks_on_both(cluster, tmp_path):

@@ -1,14 +1,17 @@
-"""`milarun slurm doctor` on the 2-node dev cluster (tests/slurm/test_slurm.py's): the active
+"""`milarun slurm doctor` on the 2-node dev cluster (tests/slurm/conftest.py's): the active
 checks of every node, their records, and the per-node table."""
 
 from __future__ import annotations
 
 from conftest import milarun
 from milarun.doctor.active import record
-from slurm.test_slurm import cluster, pytestmark  # noqa: F401 (a fixture, the module's marks)
+from slurm.conftest import CLUSTER_MARKS
+
+# the cluster's marks (tests/slurm/conftest.py): in test_slurm's xdist group, never beside it
+pytestmark = CLUSTER_MARKS
 
 
-def test_slurm_doctor_measures_every_node_and_tables_them(cluster, tmp_path):  # noqa: F811
+def test_slurm_doctor_measures_every_node_and_tables_them(cluster, tmp_path):
     out = tmp_path / "out"
     done = milarun(
         "slurm",

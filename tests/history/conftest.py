@@ -1,6 +1,6 @@
-"""The results databases the history tests run against: a fresh SQLite file, and a fresh
-database on a throw-away PostgreSQL server (scripts/postgres-dev.sh; skipped, with the
-reason, where it cannot start). Test modules import ``db_url`` (a fixture) and ``run_folder``."""
+"""The results databases the history tests run against: ``db_url``, a fresh SQLite file or a
+fresh database on a throw-away PostgreSQL server (``postgres_server``: scripts/postgres-dev.sh,
+one for the session; skipped, with the reason, where it cannot start)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,10 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from conftest import ROOT
-from milarun.results import manifest
-from resultfactory import rate_series, result, write
 
 SCRIPT = ROOT / "scripts" / "postgres-dev.sh"
 # Every PostgreSQL test on one xdist worker, so that one server serves them all.
@@ -64,42 +61,3 @@ def db_url(request, tmp_path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'history.sqlite'}"
     return _fresh_postgres(request.getfixturevalue("postgres_server"))
-
-
-def run_folder(
-    folder: Path,
-    rates: dict[str, list[float]],
-    started_at: float,
-    *,
-    node: str = "node1",
-    gpus: dict[str, str] | None = None,
-    **extra: Any,
-) -> Path:
-    """A jobs run's folder: its manifest (started at ``started_at``) and one result per test
-    and device (``rates``: test -> one steady rate per device, NaN: a failed instance);
-    ``gpus``: device -> GPU UUID."""
-    folder.mkdir(parents=True, exist_ok=True)
-    started = manifest.RunManifest.start(folder, "quick", sorted(rates), 1, ["cpu:0"])
-    started.data["started_at"] = started_at
-    started.finish("complete")
-    for test, values in rates.items():
-        for index, value in enumerate(values):
-            device = f"cuda:{index}" if gpus else f"cpu:{index}"
-            uuid = (gpus or {}).get(device)
-            failed = value != value
-            data = result(
-                test,
-                f"0.{index}",
-                None if failed else value,
-                rates=None if failed else rate_series(value, noise=0.01),
-                failure={"kind": "crash", "message": "died"} if failed else None,
-                device=device,
-                node=node,
-                finished_at=started_at + 60,
-                gpu_identity=[{"id": str(index), "uuid": uuid, "pci_bus_id": None, "note": None}]
-                if uuid
-                else None,
-                **extra,
-            )
-            write(folder, data)
-    return folder
