@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from milarun.results.steady import rate as steady_rate
+from milarun.results import steady
 
 STEP_TIMES = (0.001, 0.005, 0.010)
 BATCH = 64
@@ -48,7 +48,7 @@ def measure(step_time: float, seconds: float, outdir: Path) -> dict:
     result = json.loads(out.read_text())
     train = result["timings"]["train"]
     true_rate = BATCH / step_time
-    measured = steady_rate(train["rates"])
+    measured = steady.rate(train["rates"])
     return {
         "step_ms": step_time * 1000,
         "true_rate": true_rate,

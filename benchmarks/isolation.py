@@ -19,7 +19,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from milarun.results.steady import rate as steady_rate
+from milarun.results import steady
 
 TEST = "milabench.models.polynome:main"
 CGROUP = "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"
@@ -40,7 +40,7 @@ def rates(folder: Path) -> dict[str, float]:
     out = {}
     for path in sorted(folder.glob("*.json")):
         result = json.loads(path.read_text())
-        out[result["device"]] = steady_rate(result["timings"]["train"]["rates"])
+        out[result["device"]] = steady.rate(result["timings"]["train"]["rates"])
     return out
 
 

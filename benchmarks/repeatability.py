@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from milarun.machine import sysinfo
-from milarun.report import build as report
 from milarun.report import summary
+from milarun.report.build import build_report
 from milarun.results.folder import load_dir
 
 
@@ -51,7 +51,7 @@ def main() -> None:
     if done.returncode not in (0, 1):
         sys.exit(f"jobs failed ({done.returncode}): {done.stderr[-2000:]}")
     summ = summary.summarize(load_dir(out / "results").results)
-    rep = report.build_report(summ)
+    rep = build_report(summ)
     quality = rep.quality
     system = sysinfo.system_record()
     cpu = system.get("cpu") or {}

@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from milarun.report import build as report  # noqa: E402
 from milarun.report import summary  # noqa: E402
+from milarun.report.build import build_report  # noqa: E402
 from milarun.report.render import html  # noqa: E402
-from milarun.report.render import text as render  # noqa: E402
+from milarun.report.render.text import to_text  # noqa: E402
 from milarun.results.folder import load_dir  # noqa: E402
 from resultfactory import rate_series, result, write  # noqa: E402
 
@@ -94,11 +94,11 @@ def measure(
     t0 = time.perf_counter()
     source = summary.load_source(folder)
     t1 = time.perf_counter()
-    rep = report.build_report(
+    rep = build_report(
         source.summary, weights=weights, compare=("baseline", baseline), compare_gpus=True
     )
     t2 = time.perf_counter()
-    render.to_text(rep)
+    to_text(rep)
     t3 = time.perf_counter()
     return t1 - t0, t2 - t1, t3 - t2
 
@@ -118,7 +118,7 @@ def main() -> None:
             "rates": [0.9, 1.1],
         }
     }
-    report.build_report(warm, weights=("w", {"w.t": 1.0}), compare=("w", warm))
+    build_report(warm, weights=("w", {"w.t": 1.0}), compare=("w", warm))
     with tempfile.TemporaryDirectory(prefix="milarun-scale-") as tmp:
         for repeats in args.repeats:
             folder = Path(tmp) / f"r{repeats}"
@@ -146,9 +146,7 @@ def main() -> None:
         cli = time.perf_counter() - t0
         assert done.returncode == 0, done.stderr
         source = summary.load_source(biggest)
-        rep = report.build_report(
-            source.summary, weights=weights, compare_gpus=True, loaded=source.loaded
-        )
+        rep = build_report(source.summary, weights=weights, compare_gpus=True, loaded=source.loaded)
         t0 = time.perf_counter()
         page = html.to_html(rep)
         page_time = time.perf_counter() - t0

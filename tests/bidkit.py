@@ -18,7 +18,7 @@ from typing import Any
 
 from milarun.machine import sysinfo
 from milarun.results import manifest, result_filename
-from milarun.run import profile as run_profile
+from milarun.run.profile import find_profile, load_profile
 from milarun.tender import archive, rules
 from resultfactory import rate_series, result, write
 
@@ -26,7 +26,7 @@ PROFILE = "quick"
 
 
 def quick_argv(test: str) -> list[str]:
-    return run_profile.load_profile(PROFILE).jobs[test.split(".", 1)[1]].argv()
+    return load_profile(PROFILE).jobs[test.split(".", 1)[1]].argv()
 
 
 def synthetic_run(
@@ -51,7 +51,7 @@ def synthetic_run(
     ]
     record = manifest.RunManifest.start(folder, PROFILE, sorted(rates), repeat, labels, instances)
     record.keep_machine()
-    record.keep("profile", run_profile.find_profile(PROFILE).read_text(encoding="utf-8"))
+    record.keep("profile", find_profile(PROFILE).read_text(encoding="utf-8"))
     version = sysinfo.milarun_version()
     for i, (test, job_id) in enumerate(instances):
         device = int(job_id.split(".")[1])

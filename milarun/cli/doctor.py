@@ -53,8 +53,7 @@ def doctor(test_args: list[str]) -> int:
     no_test_args("doctor", test_args)
     level = None
     if active is not False:
-        from milarun.doctor.active.run import Setup, level_of
-        from milarun.doctor.active.run import run as run_active
+        from milarun.doctor.active.run import Setup, level_of, run
 
         level = level_of(active)
     if json_file and Path(json_file).exists():
@@ -76,7 +75,7 @@ def doctor(test_args: list[str]) -> int:
         show(check)
     if level is not None:
         setup = Setup(nvml=machine.nvml, nvml_error=machine.nvml_error)
-        found = run_active(level, devices_spec, setup, _say, show, tuple(checks))
+        found = run(level, devices_spec, setup, _say, show, tuple(checks))
     if json_file:  # the numbers' modules (numpy, scipy) only for a record
         from milarun.doctor.active import record
 

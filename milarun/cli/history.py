@@ -131,15 +131,15 @@ def history(test_args: list[str]) -> int:
     # Also write the history as one self-contained HTML page
     html: Option = default(None)
 
-    from milarun.history import render as history_render
     from milarun.history import trends
+    from milarun.history.render import history_text
 
     no_args("history", test_args)
     db, since = _database()
     options = _judged(by="gpu" if gpu else "node" if node else None)
     filters = trends.Filters(test, machine, node, gpu, since)
     series = _series(filters, options, db)
-    print(history_render.history_text(series), end="")
+    print(history_text(series), end="")
     if html:
         from milarun.history.page import write_page
 
@@ -164,17 +164,17 @@ def machines_report(source: list[str], weights: str | None) -> bool:
         return False
     if source:
         raise errors.UsageError("report --machines reads the database: give no results folder")
-    from milarun.history import machines as side_by_side
-    from milarun.history import render as history_render
     from milarun.history import store
+    from milarun.history.machines import side_by_side
+    from milarun.history.render import machines_text
 
     engine = store.open_db(db, create=False)
     try:
         with store.session(engine) as session:
-            found = side_by_side.side_by_side(session, machines, weights)
+            found = side_by_side(session, machines, weights)
     finally:
         engine.dispose()
-    print(history_render.machines_text(found), end="")
+    print(machines_text(found), end="")
     return True
 
 
@@ -201,8 +201,8 @@ class DbCommands:
         # Also list the Suspicious points
         suspicious: Option & bool = default(False)
 
-        from milarun.history import render as history_render
         from milarun.history import trends
+        from milarun.history.render import alerts_text
 
         no_args("db regressions", test_args)
         if fail_on is not None and fail_on not in FAIL_ON:
@@ -210,6 +210,6 @@ class DbCommands:
         db, since = _database()
         series = _series(trends.Filters(since=since), _judged(), db)
         shown = FAIL_ON["suspicious" if suspicious else "regression"]
-        print(history_render.alerts_text(trends.alerts(series, shown)), end="")
+        print(alerts_text(trends.alerts(series, shown)), end="")
         failing = trends.alerts(series, FAIL_ON[fail_on]) if fail_on else []
         return ALERTS_FOUND if failing else 0

@@ -18,7 +18,6 @@ import codefind  # noqa: F401, I001
 from coleo import Option, default, run_cli
 
 from milarun import errors
-from milarun.cli import tender as bids
 from milarun.cli.doctor import doctor as doctor_command
 from milarun.cli.doctor import selftest as selftest_command
 from milarun.cli.history import DbCommands, database_option, ingest_after_run, machines_report
@@ -34,7 +33,9 @@ from milarun.cli.options import (
     split_names,
 )
 from milarun.cli.slurm import SlurmCommands
-from milarun.cli.tender import rank_bids
+from milarun.cli.tender import TenderCommands, one_price, rank_bids
+from milarun.cli.tender import package as package_command
+from milarun.cli.tender import verify as verify_command
 from milarun.machine import watchdog
 
 # Each command imports its wing when it runs: a benchmark process (`milarun run`) loads the
@@ -274,7 +275,7 @@ class Commands:
         # Output format: text, json or csv
         format: Option = default("text")
 
-        from milarun.report import request as reporting
+        from milarun.report.request import ReportRequest, make_report
 
         no_test_args("report", test_args)
         if machines_report(source, weights):  # report --db URL --machines A B C
@@ -282,14 +283,14 @@ class Commands:
         ranked = rank_bids(source, price, power_cost, weights, format, html, title)
         if ranked is not None:
             return ranked
-        outcome = reporting.make_report(
-            reporting.ReportRequest(
+        outcome = make_report(
+            ReportRequest(
                 Path(source[0]),
                 weights=weights,
                 compare=compare,
                 compare_gpus=compare_gpus,
                 compare_nodes=compare_nodes,
-                price=bids.one_price(price),
+                price=one_price(price),
                 power_cost=power_cost,
                 penalize_variance=penalize_variance,
                 html=Path(html) if html else None,
@@ -370,7 +371,7 @@ class Commands:
 
     doctor = doctor_command
     slurm, db, history = SlurmCommands, DbCommands, history_command
-    tender, package, verify = bids.TenderCommands, bids.package, bids.verify
+    tender, package, verify = TenderCommands, package_command, verify_command
 
     def sysinfo(test_args: list[str]) -> int:
         """Print the system record that every result embeds."""

@@ -1,4 +1,4 @@
-"""`milarun slurm ...` (coleo): parse, call milarun.slurm.submit / slurm_follow, print."""
+"""`milarun slurm ...` (coleo): parse, call milarun.slurm.submit / follow, print."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from milarun.cli.options import default_outdir, split_names
 from milarun.machine import slurmenv
 
 if TYPE_CHECKING:
-    from milarun.slurm import submit as slurm
+    from milarun.slurm.submit import SlurmRequest, Submission
 
 # Each command imports the slurm wing when it runs (a `milarun run` never loads it).
 
@@ -34,13 +34,13 @@ def _node_counts(text: str) -> tuple[int, ...]:
     return counts
 
 
-def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
-    from milarun.report import request as reporting
-    from milarun.slurm import follow as slurm_follow
+def _follow_and_report(out: Path, submission: Submission) -> int:
+    from milarun.report.request import ReportRequest, make_report
+    from milarun.slurm import follow
 
     say = lambda line: print(line, flush=True)  # noqa: E731
     try:
-        states = slurm_follow.follow(out, submission, say)
+        states = follow.follow(out, submission, say)
     except KeyboardInterrupt:
         print(
             f"stopped following; the job(s) go on: scancel {' '.join(submission.job_ids)} "
@@ -52,10 +52,10 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
     asked = set(submission.expected) | {
         t
         for node in (out / slurmenv.NODES_FOLDER).glob("*")
-        for t, _ in slurm_follow.planned_on(node, submission) or ()
+        for t, _ in follow.planned_on(node, submission) or ()
     }
-    outcome = reporting.make_report(
-        reporting.ReportRequest(
+    outcome = make_report(
+        ReportRequest(
             out,
             compare_nodes=submission.kind == "fleet",
             title=f"milarun slurm {submission.kind} {submission.profile}",
@@ -75,7 +75,7 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
         for s in states.values()
         if not s.ok
     ]
-    failed_runs = slurm_follow.failed_runs(out, submission)
+    failed_runs = follow.failed_runs(out, submission)
     if failed_runs:
         failed.append(f"{failed_runs} failed run(s) in job(s) {', '.join(submission.job_ids)}")
     if failed:
@@ -83,28 +83,28 @@ def _follow_and_report(out: Path, submission: slurm.Submission) -> int:
     return JOBS_FAILED if failed else 0
 
 
-def _submit(request: slurm.SlurmRequest, dry_run: bool, wait: bool) -> int:
-    from milarun.slurm import submit as slurm
+def _submit(request: SlurmRequest, dry_run: bool, wait: bool) -> int:
+    from milarun.slurm.submit import describe, load_submissions, submit
 
-    submitted = slurm.submit(request, dry_run=dry_run)
+    submitted = submit(request, dry_run=dry_run)
     if dry_run:
         print(submitted.text, end="")
         for command in submitted.commands:
             print(f"# then: {' '.join(command)}", file=sys.stderr)
         return 0
-    for line in slurm.describe(submitted):
+    for line in describe(submitted):
         print(line, flush=True)
     if not wait:
         print(f"follow it with: milarun slurm wait {request.outdir}")
         return 0
-    found = slurm.load_submissions(request.outdir, submitted.job_ids[0])
+    found = load_submissions(request.outdir, submitted.job_ids[0])
     return _follow_and_report(request.outdir, found[-1][1])
 
 
 @tooled
 def _allocation(
     kind: str, test_args: list[str], **request: Any
-) -> "tuple[slurm.SlurmRequest, bool, bool]":  # noqa: UP037 (ptera evaluates it)
+) -> "tuple[SlurmRequest, bool, bool]":  # noqa: UP037 (ptera evaluates it)
     """The options fleet and scaling share, with the request they make and its mode."""
     # Profile name (quick, standard, ...) or path to a profile JSON file
     # [positional]
@@ -136,9 +136,9 @@ def _allocation(
     # [alias: -o]
     out: Option = default(None)
 
-    from milarun.slurm import submit as slurm
+    from milarun.slurm.submit import SlurmRequest
 
-    made = slurm.SlurmRequest(
+    made = SlurmRequest(
         kind=kind,
         profile=profile_spec,
         outdir=Path(out) if out else default_outdir(),
@@ -260,12 +260,12 @@ class SlurmCommands:
 
         if test_args:
             raise errors.UsageError("slurm wait takes no arguments after --")
-        from milarun.slurm import submit as slurm
+        from milarun.slurm.submit import SLURM_FOLDER, load_submissions
 
-        found = slurm.load_submissions(Path(out))
+        found = load_submissions(Path(out))
         if not found:
             raise errors.UsageError(
-                f"{out}: no Slurm submission recorded in {Path(out) / slurm.SLURM_FOLDER}"
+                f"{out}: no Slurm submission recorded in {Path(out) / SLURM_FOLDER}"
             )
         code = _follow_and_report(Path(out), found[-1][1])
         if code != INTERRUPTED:
@@ -306,13 +306,13 @@ class SlurmCommands:
         # Inside the job its node list is in the environment; after it, Slurm's record.
         inside = os.environ.get("SLURM_JOB_ID") == job_id
         nodelist = os.environ.get("SLURM_JOB_NODELIST") if inside else None
-        from milarun.slurm import follow as slurm_follow
-        from milarun.slurm import submit as slurm
+        from milarun.slurm import follow
+        from milarun.slurm.submit import expand_nodelist
 
-        nodes = slurm.expand_nodelist(nodelist) if nodelist else None
+        nodes = expand_nodelist(nodelist) if nodelist else None
         try:
-            written = slurm_follow.check(Path(out), job_id, nodes)
-        except slurm_follow.CheckIncomplete as err:
+            written = follow.check(Path(out), job_id, nodes)
+        except follow.CheckIncomplete as err:
             for path in err.written:  # what could be recorded, then the one-line error
                 print(f"FAIL recorded for a missing result: {path}")
             raise

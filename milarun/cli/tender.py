@@ -99,10 +99,10 @@ def package(test_args: list[str]) -> int:
     # The figures the vendor declares: {"tests": {test: rate}, "score": score}
     declared: Option & str = default(None)
 
-    from milarun.tender import package as packing
+    from milarun.tender.package import make_package
 
     no_test_args("package", test_args)
-    packed = packing.make_package(
+    packed = make_package(
         Path(results_dir),
         Path(out),
         Path(tender) if tender else None,
@@ -127,13 +127,14 @@ def verify(test_args: list[str]) -> int:
     # Output format: text or json
     format: Option = default("text")
 
-    from milarun.tender import verify as verifying
+    from milarun.tender.verify import to_json, to_text
+    from milarun.tender.verify import verify as verify_bid
 
     no_test_args("verify", test_args)
     if format not in ("text", "json"):
         raise errors.UsageError(f"--format {format}: use text or json")
-    found = verifying.verify(Path(bid), Path(tender))
-    print((verifying.to_json if format == "json" else verifying.to_text)(found), end="")
+    found = verify_bid(Path(bid), Path(tender))
+    print((to_json if format == "json" else to_text)(found), end="")
     return found.exit_code
 
 
@@ -193,14 +194,14 @@ def rank_bids(
     if power_cost is not None and not 0 < power_cost < math.inf:
         raise errors.UsageError(f"--power-cost {power_cost}: a positive number of $/kWh")
     if html:
-        from milarun.report.render import html as page
+        from milarun.report.render.html import check_html_path, write_html
 
-        page.check_html_path(Path(html))
+        check_html_path(Path(html))
     ranked = bids.rank(
         [Path(s) for s in sources], _prices(price), ranking.Costs(power_cost, years, pue), weights
     )
     print(render.render(ranked, fmt), end="")
     if html:
-        page.write_html(Path(html), render.to_html(ranked, title or "milarun: ranking of bids"))
+        write_html(Path(html), render.to_html(ranked, title or "milarun: ranking of bids"))
         print(f"HTML report: {Path(html).resolve()}", file=sys.stderr)
     return 0

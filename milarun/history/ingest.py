@@ -28,8 +28,7 @@ from milarun.errors import DatabaseError, EmptyResults, InputError
 from milarun.history import store
 from milarun.history.models import Gpu, Machine, Node, Result, Run
 from milarun.report import variants
-from milarun.results import manifest, read, upgrade
-from milarun.results import throttle as gpu_throttle
+from milarun.results import manifest, read, throttle, upgrade
 from milarun.results.folder import Skipped, load_dir
 
 RETRIES = 5  # a PostgreSQL race on a new row: the transaction is retried this often
@@ -124,7 +123,7 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         if rate is None
         else None,
         driver=_text(view.system.get("driver"), 64),
-        flags=gpu_throttle.flags(train) or None,
+        flags=throttle.flags(train) or None,
         throttle=dict(train.throttle or {}) or None,
         energy=dict(energy.record) if energy is not None and energy.joules else None,
         diagnostics=dict(train.record) or None,

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from milarun.errors import UsageError
 from milarun.history.models import Machine, Result, Run
 from milarun.report import build, summary
-from milarun.report import weights as report_weights
+from milarun.report.weights import default_weights, load_weights
 
 MAX_MACHINES = 12
 
@@ -98,9 +98,7 @@ def side_by_side(session: Session, picks: list[str], weights: str | None) -> Sid
     runs = [_run_of(session, pick) for pick in picks]
     summaries = [run_summary(session, run_id) for _, run_id in runs]
     tests = sorted({t for found, _ in summaries for t in found})
-    chosen = (
-        report_weights.load_weights(weights) if weights else report_weights.default_weights(tests)
-    )
+    chosen = load_weights(weights) if weights else default_weights(tests)
     first_label, (first, first_setups) = runs[0][0], summaries[0]
     columns: list[Column] = []
     for (label, _), (found, setups) in zip(runs, summaries):

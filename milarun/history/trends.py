@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 from milarun.errors import UsageError
 from milarun.history.models import Gpu, Machine, Node, Result, Run
 from milarun.report import stats
-from milarun.results import throttle as gpu_throttle
+from milarun.results import throttle
 
 REGRESSION = "Regression"
 IMPROVEMENT = "Improvement"
@@ -303,7 +303,7 @@ def _notes(point: Point, before: Point | None) -> list[str]:
     if flags:
         notes.append("steady window: " + ", ".join(flags))
     # a fault (thermal, hardware, power brake): a run at its power limit is not throttled
-    found = [gpu_throttle.read(i.throttle) for i in point.instances]
+    found = [throttle.read(i.throttle) for i in point.instances]
     throttled = [t for t in found if t is not None and t.fault_slices]
     if throttled:
         notes.append(f"throttled in {len(throttled)} instance(s)")

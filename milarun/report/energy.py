@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from milarun import results
 from milarun.report import stats
 from milarun.results import read
-from milarun.results import throttle as gpu_throttle
+from milarun.results.throttle import POWER_LIMIT, REASON_TEXT
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,7 +25,6 @@ COLUMN = "perf_per_watt"  # examples/s per W = examples/J, in the per-test table
 JOULES_PER_KWH = 3.6e6
 PER = 1e6  # the energy cost is given per million examples
 COLUMNS = ("runs", "watts", "joules_per_example", "perf_per_watt", "cost_per_million", "method")
-REASON_TEXT = gpu_throttle.REASON_TEXT
 
 
 def energy_table(summary: dict[str, dict[str, Any]], power_cost: float | None) -> pd.DataFrame:
@@ -103,7 +102,7 @@ def throttle_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
         for gpu, found in sorted((entry.get("throttle") or {}).items()):
             window = found["window_slices"]
             for name, slices in found["reasons"].items():
-                if name == gpu_throttle.POWER_LIMIT:
+                if name == POWER_LIMIT:
                     continue  # the operating point, shown beside the FLOP/s, not a warning
                 what = REASON_TEXT.get(name, name)
                 out.append(f"{test}: {gpu} {what} ({name}) in {slices} of {window} steady slices")

@@ -65,9 +65,7 @@ def check(request: ReportRequest) -> None:
     from milarun.report.render.text import FORMATS
 
     if request.format not in FORMATS:
-        raise errors.UsageError(
-            f"--format {request.format}: use one of {', '.join(FORMATS)}"
-        )
+        raise errors.UsageError(f"--format {request.format}: use one of {', '.join(FORMATS)}")
     if request.fail_below is not None and request.compare is None:
         raise errors.UsageError("--fail-below needs --compare BASELINE")
     if request.price is not None and not request.price > 0:
@@ -123,9 +121,7 @@ def load(request: ReportRequest, early: EarlyIntervals) -> Sides | ReportOutcome
             "(milarun/baselines/<suite>/)"
         )
     weights = (
-        load_weights(request.weights)
-        if request.weights
-        else default_weights(list(src.summary))
+        load_weights(request.weights) if request.weights else default_weights(list(src.summary))
     )
     only = request.only_tests
     if only is None and src.loaded is not None:

@@ -9,8 +9,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from milarun.machine import devices as devmod
 from milarun.machine import sysinfo
+from milarun.machine.devices import GPU_KIND
 from milarun.machine.gpuids import instance_gpus
 from milarun.results import records
 from milarun.run.plan import Instance, LaunchOptions
@@ -58,7 +58,7 @@ def harness_failure(
     labels = [d.label for d in inst.devices]
     system = sysinfo.system_record()
     gpus = instance_gpus(inst.env)
-    on_gpu = inst.devices[0].kind == devmod.GPU_KIND
+    on_gpu = inst.devices[0].kind == GPU_KIND
     return records.ResultRecord(
         name=inst.name,
         job_id=inst.job_id,
@@ -70,7 +70,7 @@ def harness_failure(
         device=labels[0],
         devices=labels,
         gpu=records.gpu_name(system, [g.id for g in gpus]) if on_gpu else None,
-        device_count=sum(d.kind == devmod.GPU_KIND for d in inst.devices),
+        device_count=sum(d.kind == GPU_KIND for d in inst.devices),
         environ=records.recorded_environ(inst.env),
         isolation={
             "requested": inst.placement.spec if inst.placement else None,

@@ -16,9 +16,8 @@ from typing import Any, TextIO
 
 from milarun import errors
 from milarun.errors import LaunchError
-from milarun.machine import devices as devmod
 from milarun.machine import isolation
-from milarun.machine.devices import Device
+from milarun.machine.devices import CPU_KIND, Device, instance_environ, launch_environ
 from milarun.run.profile import Job
 from milarun.run.warm import ForkedProcess
 
@@ -271,10 +270,10 @@ def plan_progression(
             str(k),
             *_run_command(job, name, str(repeat), extra, opts),
         ]
-        env = devmod.launch_environ(group)  # without the operator's leftover rank variables
-        if group[0].kind == devmod.CPU_KIND and "OMP_NUM_THREADS" not in os.environ:
+        env = launch_environ(group)  # without the operator's leftover rank variables
+        if group[0].kind == CPU_KIND and "OMP_NUM_THREADS" not in os.environ:
             # each rank gets one slice's share of the cores, not the whole group's
-            env["OMP_NUM_THREADS"] = devmod.instance_environ(group[:1])["OMP_NUM_THREADS"]
+            env["OMP_NUM_THREADS"] = instance_environ(group[:1])["OMP_NUM_THREADS"]
         log_path = opts.outdir / "logs" / f"{name}.J{repeat}.log"
         rounds.append(
             [
@@ -313,7 +312,7 @@ def plan_instances(
             "prepare": prepared or [],
         }
         command = [sys.executable, *_run_command(job, job.fullname, job_id, extra, opts)]
-        env = devmod.launch_environ(group)  # without the operator's leftover rank variables
+        env = launch_environ(group)  # without the operator's leftover rank variables
         place = _placement(job, group[0], opts)
         if place is not None:
             env["MILARUN_CGROUP"] = place.spec

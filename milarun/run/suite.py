@@ -223,10 +223,10 @@ def expected_tests(
 def _report(
     title: str, expected: set[str], done: list[plan.Instance], outdir: Path
 ) -> SuiteOutcome:
-    from milarun.report import build as report  # pandas/matplotlib: only once jobs are done
-    from milarun.report import weights as report_weights
+    from milarun.report.build import build_report  # pandas/matplotlib: only once jobs are done
     from milarun.report.render import html
-    from milarun.report.render import text as render
+    from milarun.report.render.text import to_text
+    from milarun.report.weights import default_weights
 
     loaded = Loaded(
         root=outdir,
@@ -234,10 +234,10 @@ def _report(
         paths=[i.result_path or outdir / "?" for i in done if i.result],
     )
     summ = summary.summarize(loaded.results)
-    weights: Any = report_weights.default_weights(list(summ))
+    weights: Any = default_weights(list(summ))
     if weights:  # score what was selected and could run: the rest is not "missing"
         weights = (weights[0], {t: w for t, w in weights[1].items() if t in expected})
-    rep = report.build_report(summ, title=f"milarun {title}", weights=weights, loaded=loaded)
+    rep = build_report(summ, title=f"milarun {title}", weights=weights, loaded=loaded)
     path = outdir / f"report.{results.utc_stamp()}.html"
     page: Path | None = path
     try:
@@ -245,7 +245,7 @@ def _report(
     except errors.WriteError as err:  # the results are written: the text report still shows
         log.warning("%s; `milarun report %s --html FILE` writes it elsewhere", err, outdir)
         page = None
-    return SuiteOutcome(outdir, render.to_text(rep), page, 1 if rep.failures else 0)
+    return SuiteOutcome(outdir, to_text(rep), page, 1 if rep.failures else 0)
 
 
 def run_jobs(

@@ -152,7 +152,7 @@ def _check(request: SlurmRequest) -> None:
 def _per_node_devices(request: SlurmRequest) -> list[devices.Device]:
     """The devices each node will run (for the names its results take). Without --devices
     or --gpus-per-node, a node finds its own (its GPUs, else one CPU slice): the names its
-    run manifest plans then replace this guess (slurm_follow.check)."""
+    run manifest plans then replace this guess (milarun.slurm.follow.check)."""
     if request.devices is not None:
         return devices.parse_device_spec(request.devices)
     count = request.gpus_per_node or 1

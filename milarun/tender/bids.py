@@ -10,7 +10,7 @@ from typing import Any
 from milarun import results
 from milarun.errors import TenderError
 from milarun.report import build, stats, summary
-from milarun.report import weights as report_weights
+from milarun.report.weights import default_weights, load_weights
 from milarun.tender import ranking, verify
 
 
@@ -33,11 +33,7 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
     if not loaded.results:
         raise TenderError(f"{path}: the package holds no usable result")
     summ = summary.summarize(loaded.results)
-    weights = (
-        report_weights.load_weights(weights_spec)
-        if weights_spec
-        else report_weights.default_weights(list(summ))
-    )
+    weights = load_weights(weights_spec) if weights_spec else default_weights(list(summ))
     if weights is None:
         raise TenderError(f"{path}: tests of several suites: give --weights")
     report = build.build_report(summ, weights=weights)  # the score: the summary suffices

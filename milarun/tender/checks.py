@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from milarun.results import manifest, read, series
-from milarun.results import throttle as gpu_throttle
 from milarun.results.folder import Loaded
+from milarun.results.throttle import read as read_throttle
 from milarun.tender import archive, rules
 from milarun.tender.consistency import result_problem
 from milarun.tender.package import PROFILE, WEIGHTS
@@ -261,7 +261,7 @@ def throttle(bid: Bid) -> Check:
     for v in bid.views:
         if v.rate() is None:
             continue
-        found = gpu_throttle.read(v.diagnostics().throttle)
+        found = read_throttle(v.diagnostics().throttle)
         if found is not None:
             window += found.window_slices
             faults += found.fault_slices

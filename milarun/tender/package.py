@@ -27,9 +27,9 @@ from typing import Any
 from milarun import results
 from milarun.errors import InputError, TenderError
 from milarun.machine import provenance, sysinfo
-from milarun.report import weights as report_weights
+from milarun.report.weights import WEIGHTS_DIR
 from milarun.results import digest, manifest
-from milarun.run import profile as run_profile
+from milarun.run.profile import PROFILE_DIR
 from milarun.tender import archive, rules
 
 RUN = "run"
@@ -100,7 +100,7 @@ def _profile_as_run(folder: Path, runs: list[dict[str, Any]], notes: list[str]) 
     if not names:
         notes.append("no run manifest names a profile: no profile.json")
         return None
-    path = run_profile.PROFILE_DIR / f"{names[0]}.json"
+    path = PROFILE_DIR / f"{names[0]}.json"
     if "/" in names[0] or not path.is_file():
         notes.append(f"profile {names[0]!r} of the runs is not shipped here: no profile.json")
         return None
@@ -111,8 +111,8 @@ def _profile_as_run(folder: Path, runs: list[dict[str, Any]], notes: list[str]) 
 def _weights(profile_bytes: bytes | None) -> bytes | None:
     if profile_bytes is None:
         return None
-    for name in report_weights.WEIGHTS_DIR.glob("*.json"):  # the suite's own, by content
-        prof = run_profile.PROFILE_DIR / name.name
+    for name in WEIGHTS_DIR.glob("*.json"):  # the suite's own, by content
+        prof = PROFILE_DIR / name.name
         if prof.is_file() and prof.read_bytes() == profile_bytes:
             return name.read_bytes()
     return None

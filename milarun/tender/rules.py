@@ -20,8 +20,8 @@ from milarun import results
 from milarun.errors import TenderError
 from milarun.machine import sysinfo
 from milarun.report import build
-from milarun.report import weights as report_weights
-from milarun.run import profile as run_profile
+from milarun.report.weights import WEIGHTS_DIR, load_weights
+from milarun.run.profile import load_profile
 
 KIND = "milarun-tender"
 FORMAT = 1
@@ -157,11 +157,11 @@ def make_tender(
     ):
         if value is not None and not (math.isfinite(value) and 0 <= value <= high):
             raise TenderError(f"{option} {value}: must be a number from 0 to {high:g}")
-    prof = run_profile.load_profile(profile)
+    prof = load_profile(profile)
     selected = prof.select(names or [], tags or [])
-    if weights is None and not (report_weights.WEIGHTS_DIR / f"{prof.name}.json").is_file():
+    if weights is None and not (WEIGHTS_DIR / f"{prof.name}.json").is_file():
         raise TenderError(f"profile {prof.name} has no shipped weights: give --weights FILE")
-    weights_path, values = report_weights.load_weights(weights or prof.name)
+    weights_path, values = load_weights(weights or prof.name)
     tests = [j.fullname for j in selected]
     if not any(values.get(t, 0) > 0 or values.get(f"{t}.1", 0) > 0 for t in tests):
         raise TenderError(

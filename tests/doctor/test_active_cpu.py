@@ -15,8 +15,7 @@ import pytest
 
 from conftest import milarun
 from milarun.doctor.active import judge, judge_cpu, record
-from milarun.doctor.active.run import Setup
-from milarun.doctor.active.run import run as run_active
+from milarun.doctor.active.run import Setup, run
 from milarun.doctor.check import Check
 from milarun.machine import isolation
 from students import _v1_ready
@@ -116,7 +115,7 @@ def test_a_slice_with_a_cpu_hog_on_its_cores_fails_the_sibling_test(slices, monk
     ]
     try:
         checks: list[Check] = []
-        found = run_active("quick", "cpu:2", Setup(), lambda line: None, checks.append)
+        found = run("quick", "cpu:2", Setup(), lambda line: None, checks.append)
     finally:
         for hog in hogs:
             hog.kill()

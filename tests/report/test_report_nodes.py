@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 
 from conftest import milarun, one_line_error
-from milarun.report import build as report
-from milarun.report import nodes as report_nodes
 from milarun.report import significance, summary, tables
+from milarun.report.build import build_report
+from milarun.report.nodes import NodeReport, NodeRow, compare_nodes
+from milarun.report.nodes import section as node_section
 from milarun.report.render import html
-from milarun.report.render import nodes as render_nodes
+from milarun.report.render.nodes import labels, text_section
 from milarun.results import read
 from milarun.results.folder import Loaded, load_dir
 from pages import TableReader
@@ -57,7 +58,7 @@ def fleet(
     ]
 
 
-def rows(nodes: report_nodes.NodeReport) -> dict[str, report_nodes.NodeRow]:
+def rows(nodes: NodeReport) -> dict[str, NodeRow]:
     return {row.node: row for row in nodes.nodes}
 
 
@@ -81,7 +82,7 @@ def test_two_nodes_keep_their_devices_apart():
 
 
 def test_a_slow_node_is_flagged_and_an_equal_one_is_not():
-    nodes = report_nodes.compare_nodes(fleet({"node1": 1.0, "node2": 1.0, "node3": 0.8}), test=True)
+    nodes = compare_nodes(fleet({"node1": 1.0, "node2": 1.0, "node3": 0.8}), test=True)
     by = rows(nodes)
     assert by["node3"].flagged and by["node3"].p_value < significance.ALPHA
     assert by["node3"].ratio == pytest.approx(0.8, rel=0.02)  # to the median node
@@ -94,14 +95,14 @@ def test_a_slow_node_is_flagged_and_an_equal_one_is_not():
     assert cell.flagged and cell.value == pytest.approx(0.8, rel=0.03)
     assert nodes.cell("node1", "cpu:0").value == pytest.approx(1.0, rel=0.03)
     # The same fleet with every node equally fast (and as noisy): nothing is flagged.
-    equal = report_nodes.compare_nodes(fleet({"node1": 1.0, "node2": 1.0, "node3": 1.0}), test=True)
+    equal = compare_nodes(fleet({"node1": 1.0, "node2": 1.0, "node3": 1.0}), test=True)
     assert equal.flags == () and not any(r.flagged for r in equal.nodes)
     assert all(r.ratio == pytest.approx(1.0, rel=0.02) for r in equal.nodes)
 
 
 def test_a_flag_needs_both_the_margin_and_the_test():
     # 0.9x but so noisy that one run says little: below the margin, not significant.
-    noisy = report_nodes.compare_nodes(
+    noisy = compare_nodes(
         fleet(
             {"node1": 1.0, "node2": 1.0, "node3": 0.9},
             noise=0.6,
@@ -116,7 +117,7 @@ def test_a_flag_needs_both_the_margin_and_the_test():
     assert slow.ratio == pytest.approx(0.9) and slow.p_value > significance.ALPHA
     assert not slow.flagged and noisy.flags == ()
     # 0.98x measured without noise: significant, but within the margin.
-    close = report_nodes.compare_nodes(
+    close = compare_nodes(
         fleet({"node1": 1.0, "node2": 1.0, "node3": 0.98}, noise=0, jitter=0), test=True
     )
     slow = rows(close)["node3"]
@@ -136,13 +137,13 @@ def test_a_node_whose_runs_all_failed_is_listed_without_a_score():
         )
         for test, _ in TESTS
     ]
-    nodes = report_nodes.compare_nodes(fleet({"node1": 1.0, "node2": 1.0}) + dead, test=True)
+    nodes = compare_nodes(fleet({"node1": 1.0, "node2": 1.0}) + dead, test=True)
     row = rows(nodes)["node3"]
     assert (row.runs, row.failures, row.score, row.ratio) == (2, 2, None, None)
     assert row.coverage == 0.0 and not row.flagged
     assert "node node3: all 2 run(s) failed (no score)" in nodes.warnings()
     # Weights: a node's coverage is the weight of the tests it has a rate for.
-    half = report_nodes.compare_nodes(
+    half = compare_nodes(
         fleet({"node1": 1.0}) + fleet({"node2": 1.0}, tests=TESTS[:1]),
         {"suite.alpha": 1.0, "suite.beta": 3.0},
     )
@@ -167,7 +168,7 @@ def test_a_node_missing_a_high_rate_test_is_compared_on_the_tests_it_has():
         for i in range(2)
     ]
     speeds = {"node1": 1.0, "node2": 1.0}
-    nodes = report_nodes.compare_nodes(
+    nodes = compare_nodes(
         fleet(speeds, tests=tests) + fleet({"node3": 1.0}, tests=TESTS, seed=1) + down, test=True
     )
     by = rows(nodes)
@@ -177,7 +178,7 @@ def test_a_node_missing_a_high_rate_test_is_compared_on_the_tests_it_has():
     assert by["node3"].coverage == pytest.approx(2 / 3) and by["node1"].coverage == 1.0
     # 3% slower, measured without noise: significant but within the margin, so not
     # flagged (a raw-rate score, ~0.03x the median without polynome, would flag it).
-    close = report_nodes.compare_nodes(
+    close = compare_nodes(
         fleet(speeds, tests=tests, noise=0, jitter=0)
         + fleet({"node3": 0.97}, tests=TESTS, noise=0, jitter=0)
         + down,
@@ -192,9 +193,9 @@ def test_a_node_missing_a_high_rate_test_is_compared_on_the_tests_it_has():
 def test_long_node_names_keep_their_own_rows():
     names = ("compute-node-001.lab.example.org", "compute-node-002.lab.example.org")
     loaded = fleet(dict.fromkeys(names, 1.0), runs=1)
-    rep = report.build_report(summary.summarize(loaded))
-    rep.nodes = report_nodes.compare_nodes(loaded, test=True)
-    text = "\n".join(render_nodes.text_section(rep))
+    rep = build_report(summary.summarize(loaded))
+    rep.nodes = compare_nodes(loaded, test=True)
+    text = "\n".join(text_section(rep))
     per_node = text[text.index("Per node") : text.index("Node x device")]
     matrix = text[text.index("Node x device") :]
     for block in (per_node, matrix):
@@ -202,16 +203,16 @@ def test_long_node_names_keep_their_own_rows():
     assert max(len(line) for line in text.splitlines()) <= 100
     # Short labels that do not clash stay short; names of any length stay whole when
     # their short labels clash.
-    labels = render_nodes.labels(["node1", "a" * 40, *names])
-    assert labels["node1"] == "node1" and len(labels["a" * 40]) < 40
-    assert [labels[n] for n in names] == list(names)
+    shown = labels(["node1", "a" * 40, *names])
+    assert shown["node1"] == "node1" and len(shown["a" * 40]) < 40
+    assert [shown[n] for n in names] == list(names)
 
 
 def test_distributed_results_are_left_out_of_the_comparison():
     scaling = result(
         "suite.scaling.2", "0", None, ranks=[40.0, 41.0], device="cpu:0,cpu:1", node="node3"
     )
-    nodes = report_nodes.compare_nodes(fleet({"node1": 1.0, "node2": 1.0}) + [scaling])
+    nodes = compare_nodes(fleet({"node1": 1.0, "node2": 1.0}) + [scaling])
     assert rows(nodes)["node3"].runs == 0 and nodes.cell("node3", "cpu:0,cpu:1") is None
 
 
@@ -219,7 +220,7 @@ def test_a_rerun_is_no_node_of_the_fleet():
     # `milarun rerun` of node1's result on the login host: not a phantom third node
     again = result("suite.alpha", "0.0", 100.0, node="login", rerun_of="/x/nodes/node1/a.json")
     loaded = Loaded(Path("x"), results=fleet({"node1": 1.0, "node2": 1.0}) + [again])
-    section = report_nodes.section(None, loaded, test=True)
+    section = node_section(None, loaded, test=True)
     assert section is not None and set(rows(section)) == {"node1", "node2"}
     assert "1 rerun result(s) left out of the node comparison" in " ".join(section.warnings())
 
@@ -320,11 +321,11 @@ def test_a_fleet_report_shows_each_node_without_flags(fleet_dir):
     assert data["nodes"]["nodes"]["node3"]["ratio"] == pytest.approx(0.8, rel=0.03)
     # The page `milarun jobs` writes gets it from the results alone.
     loaded = load_dir(fleet_dir)
-    page = html.to_html(report.build_report(summary.summarize(loaded.results), loaded=loaded))
+    page = html.to_html(build_report(summary.summarize(loaded.results), loaded=loaded))
     assert "node3" in cells(page, "nodes") and "node3" in cells(page, "node-devices")
     one = Loaded(fleet_dir, [r for r in loaded.results if r["node"] == "node1"])
     assert 'id="nodes"' not in html.to_html(
-        report.build_report(summary.summarize(one.results), loaded=one)
+        build_report(summary.summarize(one.results), loaded=one)
     )
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from milarun.report import about, runs
 from milarun.report.build import build_report
-from milarun.report.render import format as fmt
-from milarun.report.render import text as render_text
+from milarun.report.render.format import devices, when
+from milarun.report.render.text import to_json, to_text
 from milarun.report.summary import summarize
 from milarun.results import steady
 from milarun.results.folder import Loaded
@@ -60,7 +60,7 @@ def test_one_isolation_row_per_instance_even_when_a_test_sets_its_threads():
     assert rows[1].threads == "16" and rows[1].cpus == "0-1"
     assert rows[0].cpuset == "/student0" and rows[0].memory_limit == "8.0 GiB"
     # the text report agrees: one line per device, no "#1"/"#2"
-    text = render_text.to_text(_report(results))
+    text = to_text(_report(results))
     block = text.split("Isolation each instance got")[1].split("\n\n")[0]
     lines = [ln for ln in block.splitlines() if ln.startswith("cuda:")]
     assert [ln.split()[0] for ln in lines] == ["cuda:0", "cuda:1", "cuda:10"]
@@ -129,19 +129,19 @@ def test_the_header_says_when_where_on_what_and_which_suite():
     assert found.gpus == ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3, 80 GiB")
     on_cpus = about.about([result("s.a", "0.0", 1.0, device="cpu:0")], many_nodes=False)
     assert on_cpus.devices == ("cpu:0",) and on_cpus.gpus == ()  # the host's GPUs unused
-    assert fmt.devices(found.devices) == "cuda:0-2,10"
-    assert fmt.when(found.started, found.finished) == "2025-12-31 23:59 to 2026-01-02 00:00 UTC"
-    assert fmt.when(found.started, found.started + 600) == (
+    assert devices(found.devices) == "cuda:0-2,10"
+    assert when(found.started, found.finished) == "2025-12-31 23:59 to 2026-01-02 00:00 UTC"
+    assert when(found.started, found.started + 600) == (
         "2025-12-31 23:59 to 2026-01-01 00:09 UTC"  # past midnight: the second date too
     )
-    assert fmt.when(found.started - 3600, found.started) == "2025-12-31 22:59 to 23:59 UTC"
-    assert fmt.when(None, None) == "-" and fmt.when(0.0, 1e300) == "-"
+    assert when(found.started - 3600, found.started) == "2025-12-31 22:59 to 23:59 UTC"
+    assert when(None, None) == "-" and when(0.0, 1e300) == "-"
     odd = result("s.a", "0.0", 1.0, finished_at=float("inf"), suite=3, device="cpu:0")
     odd["system"] = {**REAL_SYSTEM, "gpus": [{"name": "X", "memory_mb": "lots"}, None, 7]}
     odd_about = about.about([odd], many_nodes=False)
     assert (odd_about.started, odd_about.finished, odd_about.suites) == (None, None, ())
     assert about.systems([odd])[0]["GPUs"] == "1 x 7; 1 x X"
-    text = render_text.to_text(_report(results)).splitlines()
+    text = to_text(_report(results)).splitlines()
     assert text[3:7] == [
         "date:     2025-12-31 23:59 to 2026-01-02 00:00 UTC",
         "host:     node1",
@@ -158,7 +158,7 @@ def test_each_series_knows_its_steady_window_in_chart_seconds():
     start, stop = series.steady
     inside = [i for i in range(len(rates)) if start < series.slice * (i + 1) <= stop]
     assert inside == list(steady.slices(len(rates), series.slice)) == list(range(10, 28))
-    data = json.loads(render_text.to_json(report))
+    data = json.loads(to_json(report))
     assert data["series"]["s.a"][0]["steady"] == [5.0, 14.0]
     assert data["about"]["hosts"] == ["node1"]
     assert data["systems"][0]["GPUs"] == "8 x NVIDIA A100-SXM4-80GB"

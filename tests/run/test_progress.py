@@ -13,8 +13,7 @@ from rich.console import Console
 
 import resultfactory
 from conftest import ROOT
-from milarun.run import progress as progress_module
-from milarun.run.progress import PROGRESS_TAG, ProgressBoard, finished_line
+from milarun.run.progress import MAX_LINE, PROGRESS_TAG, ProgressBoard, finished_line
 
 
 def test_board_reads_progress_and_streams_output(tmp_path):
@@ -73,7 +72,7 @@ def test_a_runaway_log_is_read_from_its_end_within_bounded_memory(tmp_path):
     assert "3.0 ex/s" in board.line(inst, now=1.0)
     watch = board.watches[log]
     assert watch.offset == log.stat().st_size
-    assert len(watch.partial) <= progress_module.MAX_LINE
+    assert len(watch.partial) <= MAX_LINE
 
 
 def test_eta_follows_the_slices_when_no_count_is_asked(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 import bidkit
 from conftest import milarun
 from milarun import errors
-from milarun.run import profile as run_profile
+from milarun.run.profile import find_profile
 from milarun.tender import rules
 
 
@@ -22,7 +22,7 @@ def test_tender_init_writes_the_rules_field_by_field(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "profile quick" in done.stdout and "10 run(s)" in done.stdout
     data = json.loads(out.read_text())
-    shipped = run_profile.find_profile("quick")
+    shipped = find_profile("quick")
     assert data["profile"]["sha256"] == rules.sha256_bytes(shipped.read_bytes())
     assert data["profile"]["jobs"]["quick.polynome"]["argv"] == bidkit.quick_argv("quick.polynome")
     assert data["weights"]["values"]["quick.polynome"] == 4.0
@@ -69,7 +69,7 @@ def test_a_damaged_tender_is_refused_naming_the_field(tmp_path, change, field):
 
 def test_a_profile_of_ones_own_needs_its_weights_named(tmp_path):
     mine = tmp_path / "mine.json"
-    mine.write_bytes(run_profile.find_profile("quick").read_bytes())
+    mine.write_bytes(find_profile("quick").read_bytes())
     with pytest.raises(errors.TenderError, match="give --weights"):
         rules.make_tender(str(mine), None, repeat=1, names=["polynome"])
     with pytest.raises(errors.TenderError, match="no weight for any selected test"):
