@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,9 +18,8 @@ import pandas as pd
 from milarun.report import comparability, perf, stats, tables, units
 from milarun.report import energy as report_energy
 from milarun.report import nodes as report_nodes
-from milarun.report.about import About
 from milarun.report.nodes import NodeReport
-from milarun.report.runs import FailedRun, IsolationRow, Series, runs_section
+from milarun.report.runs import RunsSection, Series, runs_section
 from milarun.results.folder import Loaded, Skipped
 
 FAILURE_RATE_LIMIT = 0.01
@@ -63,32 +61,25 @@ class Report:
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
     # GPU energy (milarun.report.energy): per test, the perf/W score, --power-cost
-    energy: pd.DataFrame = field(default_factory=pd.DataFrame)
-    energy_score: float | None = None
-    energy_coverage: float | None = None
-    power_cost: float | None = None
+    energy: report_energy.EnergySection = field(
+        default_factory=lambda: report_energy.EnergySection(pd.DataFrame())
+    )
     nodes: NodeReport | None = None  # per node (milarun.report.nodes): --compare-nodes, fleets
-    # From the result files (none for a summary file): when, where and on what they ran
-    # (the header), the runs that failed with their log tails, the isolation each instance
-    # had, the systems, each test's rate series (charts), the folder read and the files in it
-    # that were no result.
-    about: About = field(default_factory=About)
-    failed_runs: tuple[FailedRun, ...] = ()
-    isolation: tuple[IsolationRow, ...] = ()
-    systems: tuple[dict[str, str], ...] = ()
+    # From the result files (empty for a summary file: milarun.report.runs): when, where and
+    # on what they ran (the header), the runs that failed with their log tails, the isolation
+    # each instance had, the systems, each test's rate series (charts); the folder read and
+    # the files in it that were no result.
+    details: RunsSection = field(default_factory=RunsSection)
     source: str | None = None
     skipped: list[Skipped] = field(default_factory=list)
     # Made when first read (charts, JSON): the text report has no use for 100,000 series.
-    series_source: Callable[[], dict[str, tuple[Series, ...]]] | None = field(
-        default=None, repr=False
-    )
     _series: dict[str, tuple[Series, ...]] | None = field(default=None, repr=False)
 
     @property
     def series(self) -> dict[str, tuple[Series, ...]]:
         """Each test's rate series, in file order."""
         if self._series is None:
-            self._series = self.series_source() if self.series_source else {}
+            self._series = self.details.series()
         return self._series
 
     @property
@@ -197,14 +188,11 @@ def build_report(
     report.warnings += tables.variant_warnings(summary) + tables.quality_warnings(summary)
     energy = report_energy.energy_section(summary, weight_map if weights else None, power_cost)
     report.warnings += energy.warnings
-    report.energy, report.power_cost = energy.table, energy.power_cost
-    report.energy_score, report.energy_coverage = energy.score, energy.coverage
+    report.energy = energy
     if not energy.table.empty and not report.table.empty:
         column = report_energy.COLUMN
         report.table[column] = energy.table[column].reindex(report.table.index)
-    report.failed_runs, report.isolation = details.failed, details.isolation
-    report.systems, report.series_source = details.systems, details.series
-    report.about = details.about
+    report.details = details
     if loaded is not None:
         report.source, report.skipped = str(loaded.root), list(loaded.skipped)
     report.nodes = nodes

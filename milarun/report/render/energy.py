@@ -12,32 +12,32 @@ from milarun.report.render import format as fmt
 def score_lines(report: Report) -> list[tuple[str, str]]:
     """The Scores block's energy lines: the perf/W score with its coverage, the power cost."""
     lines = []
-    if report.energy_score is not None:
+    if report.energy.score is not None:
         lines.append(
             (
                 "Perf/W score",
-                f"{fmt.sig(report.energy_score):>12}  examples/J "
-                f"(coverage {report.energy_coverage or 0:.0%}: tests with energy)",
+                f"{fmt.sig(report.energy.score):>12}  examples/J "
+                f"(coverage {report.energy.coverage or 0:.0%}: tests with energy)",
             )
         )
-    if report.power_cost is not None:
-        lines.append(("Power cost ($/kWh)", f"{report.power_cost:12,.4g}"))
+    if report.energy.power_cost is not None:
+        lines.append(("Power cost ($/kWh)", f"{report.energy.power_cost:12,.4g}"))
     return lines
 
 
 def text_section(report: Report) -> list[str]:
     """The "Energy" block of the text report (nothing when no test has energy)."""
-    if report.energy.empty:
+    if report.energy.table.empty:
         return []
     rows = {}
-    for test, r in report.energy.iterrows():
+    for test, r in report.energy.table.iterrows():
         cells = {
             "runs": fmt.count(r["runs"]),
             "W": fmt.sig(r["watts"]),
             "J/example": fmt.sig(r["joules_per_example"]),
             "perf/W": fmt.sig(r["perf_per_watt"]),
         }
-        if report.power_cost is not None:
+        if report.energy.power_cost is not None:
             cells["$ per 1M examples"] = fmt.num(r["cost_per_million"], ",.4f")
         # why a GPU reaches what it reaches: its clock, and how often it ran at its limit
         q = report.quality.loc[test] if test in report.quality.index else {}
@@ -55,17 +55,17 @@ def text_section(report: Report) -> list[str]:
 
 def add_records(data: dict[str, Any], report: Report) -> None:
     """The JSON report's energy (its ``energy`` and score keys), only where there is one."""
-    if report.energy.empty:
+    if report.energy.table.empty:
         return
     data["energy"] = {
         str(t): {
             k: (v if isinstance(v, str) else float(v) if math.isfinite(v) else None)
             for k, v in row.items()
         }
-        for t, row in report.energy.iterrows()
+        for t, row in report.energy.table.iterrows()
     }
     data["scores"].update(
-        perf_per_watt_score=report.energy_score,
-        perf_per_watt_coverage=report.energy_coverage,
-        power_cost=report.power_cost,
+        perf_per_watt_score=report.energy.score,
+        perf_per_watt_coverage=report.energy.coverage,
+        power_cost=report.energy.power_cost,
     )

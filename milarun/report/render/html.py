@@ -76,9 +76,9 @@ def _charts(report: Report, colours: dict[str, str]) -> list[dict[str, Any]]:
 def _system_table(report: Report) -> tuple[list[str], list[dict[str, str]]]:
     """The System block as a table: its labels in order, one column per system record."""
     labels: dict[str, None] = {}
-    for record in report.systems:
+    for record in report.details.systems:
         labels.update(dict.fromkeys(record))
-    return list(labels), list(report.systems)
+    return list(labels), list(report.details.systems)
 
 
 def to_html(report: Report) -> str:
@@ -105,8 +105,8 @@ def to_html(report: Report) -> str:
             charts=_charts(report, colours),
             # a legend of the device colours where the charts use them
             colours=colours if 1 < len(colours) <= render_charts.MAX_BANDS else {},
-            failures=report.failed_runs,
-            isolation=report.isolation,
+            failures=report.details.failed,
+            isolation=report.details.isolation,
             system_labels=labels,
             systems=systems,
             skipped=report.skipped,

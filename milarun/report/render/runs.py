@@ -16,7 +16,7 @@ CGROUP_WIDTH = 28  # cgroup paths cut in the middle in text (JSON, CSV and HTML:
 
 
 def _failed_text(report: Report) -> list[str]:
-    if not report.failed_runs:
+    if not report.details.failed:
         return []
     rows = {
         f"{fmt.short(f.test)} J{f.job_id}": {
@@ -24,10 +24,10 @@ def _failed_text(report: Report) -> list[str]:
             "kind": f.kind,
             "message": textwrap.shorten(f.message, 60) or "-",
         }
-        for f in report.failed_runs
+        for f in report.details.failed
     }
     out = fmt.section("Failed runs") + [fmt.frame(rows, "run")]
-    for f in report.failed_runs:
+    for f in report.details.failed:
         tail = f.tail.splitlines()[-TEXT_TAIL_LINES:]
         if tail:
             out += ["", f"{f.test} J{f.job_id} ({f.kind}), {f.file}, end of its log:"]
@@ -36,7 +36,7 @@ def _failed_text(report: Report) -> list[str]:
 
 
 def _isolation_text(report: Report) -> list[str]:
-    if not report.isolation:
+    if not report.details.isolation:
         return []
     rows = {
         i.device: {
@@ -47,7 +47,7 @@ def _isolation_text(report: Report) -> list[str]:
             "threads": i.threads,
             "runs": str(i.runs),
         }
-        for i in report.isolation
+        for i in report.details.isolation
     }
     return fmt.section("Isolation each instance got (cgroups, CPUs, memory limit)") + [
         fmt.frame(rows, "device")
@@ -56,8 +56,12 @@ def _isolation_text(report: Report) -> list[str]:
 
 def _systems_text(report: Report) -> list[str]:
     out: list[str] = []
-    for n, record in enumerate(report.systems, 1):
-        title = "System" if len(report.systems) == 1 else f"System {n} of {len(report.systems)}"
+    for n, record in enumerate(report.details.systems, 1):
+        title = (
+            "System"
+            if len(report.details.systems) == 1
+            else f"System {n} of {len(report.details.systems)}"
+        )
         out += fmt.section(title)
         width = max((len(k) for k in record), default=0) + 1
         out += [fmt.clip(f"{k + ':':{width}} {v}") for k, v in record.items()]
@@ -67,7 +71,7 @@ def _systems_text(report: Report) -> list[str]:
 def about_rows(report: Report) -> list[tuple[str, str]]:
     """The header: when, where, on what and of which suite the runs ran (nothing from a
     summary file, which keeps none of it)."""
-    about = report.about
+    about = report.details.about
     if about.finished is None and not about.hosts:
         return []
     devices = fmt.devices(about.devices)
@@ -94,10 +98,10 @@ def records(report: Report) -> dict[str, Any]:
     """The runs part as plain data (keys of the JSON report)."""
     return {
         "source": report.source,
-        "failed_runs": [dataclasses.asdict(f) for f in report.failed_runs],
-        "isolation": [dataclasses.asdict(i) for i in report.isolation],
-        "systems": list(report.systems),
-        "about": dataclasses.asdict(report.about),
+        "failed_runs": [dataclasses.asdict(f) for f in report.details.failed],
+        "isolation": [dataclasses.asdict(i) for i in report.details.isolation],
+        "systems": list(report.details.systems),
+        "about": dataclasses.asdict(report.details.about),
         "series": {
             test: [
                 {
@@ -120,7 +124,7 @@ def csv_blocks(report: Report) -> str:
     import csv
 
     buf = io.StringIO()
-    for rows in (report.failed_runs, report.isolation):
+    for rows in (report.details.failed, report.details.isolation):
         if not rows:
             continue
         buf.write("\n")
