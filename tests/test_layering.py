@@ -389,6 +389,7 @@ def test_a_benchmark_process_imports_only_measure_machine_and_results(tmp_path):
         "milarun.cli.doctor",
         "milarun.cli.tender",
         "milarun.cli.history",
+        "milarun.cli.one_test",
     }  # the command line itself, its wings imported lazily
     assert sorted(m for m in ours - entry if wing(m) not in allowed) == []
     assert not {"rich", "jinja2", "pandas", "matplotlib"} & modules

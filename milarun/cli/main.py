@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
 # First: coleo's first command registers every function alive then (codefind scans the
 # whole heap); imported before coleo and the wings, the heap it scans is small, in every
@@ -22,6 +20,7 @@ from milarun.cli.doctor import doctor as doctor_command
 from milarun.cli.doctor import selftest as selftest_command
 from milarun.cli.history import DbCommands, database_option, ingest_after_run, machines_report
 from milarun.cli.history import history as history_command
+from milarun.cli.one_test import run_and_exit
 from milarun.cli.options import (
     OneLineParser,
     default_dataroot,
@@ -36,39 +35,12 @@ from milarun.cli.slurm import SlurmCommands
 from milarun.cli.tender import TenderCommands, one_price, rank_bids
 from milarun.cli.tender import package as package_command
 from milarun.cli.tender import verify as verify_command
-from milarun.machine import watchdog
 
 # Each command imports its wing when it runs: a benchmark process (`milarun run`) loads the
 # measurement side only, `milarun report` no torch (tests/test_layering.py).
 
 # Exit code of `report --fail-below` when the score ratio is under the threshold.
 GATE_FAILED = 3
-
-
-def _run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
-    from milarun.measure import runner
-    from milarun.results import read
-    from milarun.results.parts import FailureRead
-
-    result, path = runner.run_test(function, argv, **kw)
-    view = read.ResultView.from_dict(result)
-    rate = view.rate()  # None also where another rank's is none
-    fail = view.failure or (FailureRead("no-rate", "no rate") if rate is None else None)
-    if fail is None:
-        print(f"{view.name} J{view.job_id}: {rate:,.2f} examples/s")
-    else:
-        print(f"{view.name} J{view.job_id}: FAIL ({fail.kind}): {fail.message}")
-    if path is not None:
-        print(f"result: {path}")
-    code = runner.exit_code(result)
-    if os.environ.get(watchdog.SUPERVISOR_ENV):
-        # An instance of `jobs`: its result is on disk (fsynced), so leave now, without the
-        # interpreter's own exit (atexit, module teardown), which is slow after torch.
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    return code
 
 
 class Commands:
@@ -200,7 +172,7 @@ class Commands:
             job_id=job_id,
             extra=parse_extra(extra),
         )
-        return _run_and_exit(call.function, call.argv, **call.options())
+        return run_and_exit(call.function, call.argv, **call.options())
 
     def rerun(test_args: list[str]) -> int:
         """Re-run a result with its original call, name, job id and environment."""
@@ -214,7 +186,7 @@ class Commands:
         from milarun.measure.call import plan_rerun
 
         call = plan_rerun(result_file, out, test_args, dataroot=default_dataroot())
-        return _run_and_exit(call.function, call.argv, **call.options())
+        return run_and_exit(call.function, call.argv, **call.options())
 
     def summary(test_args: list[str]) -> int:
         """Summarise a results folder in the baseline format (JSON)."""
