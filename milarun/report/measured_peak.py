@@ -29,7 +29,8 @@ def measured_peaks(loaded: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str],
     for view in read.views(loaded):
         if view.name.rsplit(".", 1)[-1] != GEMM_TEST:
             continue
-        device = view.efficiency.device_name if view.efficiency is not None else None
+        efficiency = view.efficiency
+        device = efficiency.device_name if efficiency is not None else None
         if not view.success or not isinstance(device, str):
             continue
         for key, value in view.metrics.items():

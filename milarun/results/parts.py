@@ -40,19 +40,18 @@ def number(value: Any) -> float | None:
     return None
 
 
-def count(value: Any) -> int | None:
-    """A whole number >= 0 (not a bool), else None."""
-    return value if type(value) is int and value >= 0 else None
-
-
 def text(value: Any) -> str | None:
     """A string, else None."""
     return value if isinstance(value, str) else None
 
 
-def flag(value: Any) -> bool | None:
-    """True or False as written, else None (unknown)."""
-    return value if isinstance(value, bool) else None
+def ran_on(data: Mapping[str, Any]) -> str | None:
+    """Where a result ran: its ``node``, else (format 1) the Slurm block's node, else the
+    host name; None where it names none."""
+    for value in (data.get("node"), as_map(data.get("slurm")).get("node"), data.get("hostname")):
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 @dataclass(frozen=True)

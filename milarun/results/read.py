@@ -28,6 +28,7 @@ from milarun.results.parts import (
     as_map,
     is_mapping,
     monitor_peak,
+    ran_on,
     text,
 )
 from milarun.results.schema import WRITTEN_BY, is_finite
@@ -317,15 +318,7 @@ class ResultView:
         return self._remember("node", self._node)
 
     def _node(self) -> str:
-        slurm = self.data.get("slurm")
-        for value in (
-            self.data.get("node"),
-            slurm.get("node") if is_mapping(slurm) else None,
-            self.data.get("hostname"),
-        ):
-            if isinstance(value, str) and value:
-                return value
-        return "?"
+        return ran_on(self.data) or "?"
 
     @property
     def rank_nodes(self) -> int | None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from milarun.results import throttle
-from milarun.results.parts import as_map
+from milarun.results.parts import as_map, ran_on
 from milarun.results.schema import FORMAT_VERSION, result_problem
 from milarun.results.series import RateSeries
 
@@ -31,8 +31,8 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     if data.get("format_version") == FORMAT_VERSION:
         return data
     written: dict[str, Any] = {"format_version": data.get("format_version", ABSENT)}
-    node = _node_of_version_1(data)
-    if node is not None:
+    node = ran_on(data)  # its own node where it has one: then nothing changes
+    if node is not None and node != data.get("node"):
         written["node"] = data.get("node", ABSENT)
         data["node"] = node
     if _lacks_sm_clocks(data) and result_problem(data) is None:
@@ -58,17 +58,6 @@ def json_fields(data: Mapping[Any, Any]) -> dict[str, Any]:
     """The fields of a loaded result that a JSON file can hold (its upgraded fields, without
     what readers keep beside them under other keys)."""
     return {k: v for k, v in data.items() if type(k) is str}
-
-
-def _node_of_version_1(data: dict[str, Any]) -> str | None:
-    """Where a version-1 result without ``node`` ran; None when it has one."""
-    node = data.get("node")
-    if isinstance(node, str) and node:
-        return None
-    for found in (as_map(data.get("slurm")).get("node"), data.get("hostname")):
-        if isinstance(found, str) and found:
-            return found
-    return None
 
 
 def _lacks_sm_clocks(data: dict[str, Any]) -> bool:
