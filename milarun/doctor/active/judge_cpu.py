@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from milarun.doctor.active.judge import Probed, line_of, probe_check, samples_of
 from milarun.doctor.active.verdicts import sibling
-from milarun.doctor.check import FAIL, PASS, WARN, Check
+from milarun.doctor.check import FAIL, PASS, WARN, Check, as_root
 
 CPU_PHASES = ("cpu_gemm", "cpu_memory_bandwidth")
 
@@ -35,7 +35,7 @@ def cpu_checks(units: list[Probed]) -> list[Check]:
                     f"{p.label} placement",
                     WARN,
                     f"ran on CPUs {got}, the plan gives it {p.planned_cpus} ({p.placement})",
-                    "a misplaced student group: `sudo uv run milarun cgroups teardown`, then "
+                    f"a misplaced student group: {as_root('cgroups teardown')}, then "
                     "`... cgroups setup` with the same --devices",
                 )
             )

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors
-from milarun.doctor.check import FAIL, INFO, PASS, STATUSES, WARN, Check
+from milarun.doctor.check import FAIL, INFO, PASS, STATUSES, WARN, Check, as_root
 from milarun.doctor.passive.data import data_checks
 from milarun.doctor.passive.gpu import inventory, versions
 from milarun.doctor.passive.health import health
@@ -147,8 +147,8 @@ def cgroup_checks(devs: list[devices.Device], spec: str | None, machine: Machine
     spec = spec or _spec(devs)
     hier = machine.hierarchies()
     setup = (
-        f"`sudo uv run milarun cgroups setup --devices {spec}` "
-        f"(or `sudo scripts/cgroup_setup.sh --devices {spec}`)"
+        f"{as_root(f'cgroups setup --devices {spec}')} "
+        f"(or `scripts/cgroup_setup.sh --devices {spec}` as root)"
     )
     absent = [c for c in isolation.CONTROLLERS if c not in hier]
     if absent:
@@ -221,7 +221,7 @@ def cgroup_checks(devs: list[devices.Device], spec: str | None, machine: Machine
 
 def _disjoint(cpus: dict[str, list[int]], spec: str) -> Check:
     redo = (
-        f"`sudo uv run milarun cgroups teardown --devices {spec}`, then `... cgroups "
+        f"{as_root(f'cgroups teardown --devices {spec}')}, then `... cgroups "
         f"setup --devices {spec}`"
     )
     empty = [name for name, c in cpus.items() if not c]
