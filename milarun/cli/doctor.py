@@ -74,7 +74,7 @@ def doctor(test_args: list[str]) -> int:
     for check in run_checks(request, machine):
         show(check)
     if level is not None:
-        setup = Setup(nvml=machine.nvml, nvml_error=machine.nvml_error)
+        setup = Setup(backend=machine.backend)
         found = run(level, devices_spec, setup, _say, show, tuple(checks))
     if json_file:  # the numbers' modules (numpy, scipy) only for a record
         from milarun.doctor.active import record

@@ -1,10 +1,11 @@
-"""Devices: discovery (no torch import), per-instance device, NVML (its monitors:
-milarun.machine.monitors).
+"""Devices: discovery (no torch import), per-instance device (the GPUs' readings:
+milarun.machine.backends, the device interface; their monitors: milarun.machine.monitors).
 
-The ``jobs`` process discovers GPUs through NVML (honouring ``CUDA_VISIBLE_DEVICES``), never
-falling back to the CPU where the machine shows GPUs NVML cannot see, or takes ``--devices``
-(ids: NVML's, in PCI bus order, or UUIDs; milarun.machine.gpuids resolves them); each instance
-learns its device from ``MILARUN_DEVICE`` and ``CUDA_VISIBLE_DEVICES``.
+The ``jobs`` process discovers GPUs through the machine's backend (NVML, AMD SMI; honouring
+the visible-devices variables), never falling back to the CPU where the machine shows GPUs
+the backend cannot see, or takes ``--devices`` (ids: the backend's, in PCI bus order, or
+UUIDs; milarun.machine.gpuids resolves them); each instance learns its device from
+``MILARUN_DEVICE`` and ``CUDA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from milarun.errors import DeviceSpecError, GPUDiscoveryError
-from milarun.machine import gpuprobe
+from milarun.machine import backends, gpuprobe
 
 CPU_KIND = "cpu"
 GPU_KIND = "cuda"
@@ -28,10 +28,10 @@ class Device:
     """One benchmark slot: a GPU (by its id) or a CPU slice (by its index)."""
 
     kind: str  # "cuda" (CUDA or ROCm GPU) or "cpu" (a CPU slice)
-    id: str  # GPU id as the operator names it (NVML index or UUID), or the slice index
+    id: str  # GPU id as the operator names it (the backend's index, or UUID), or the slice
     slices: int = 1  # CPU slices in the whole set (for the thread budget)
     uuid: str | None = None  # NVML's UUID of the GPU, what CUDA is given (gpuids)
-    pci_bus_id: str | None = None  # NVML's, for the result
+    pci_bus_id: str | None = None  # the backend's, for the result
 
     @property
     def label(self) -> str:
@@ -57,122 +57,66 @@ def parse_device_spec(spec: str) -> list[Device]:
     return [Device(GPU_KIND, i) for i in ids]
 
 
-# -- NVML ------------------------------------------------------------------------------
-def nvml_text(value: Any) -> str:
-    """An NVML string (bytes in older bindings) as text."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def bus_id(text: Any) -> str:
-    """``0000:3b:00.0`` or ``00000000:3B:00.0`` -> ``00000000:3B:00.0`` (NVML and torch
-    write the domain with 4 or 8 digits)."""
-    text = nvml_text(text).strip()
-    try:
-        domain, bus, rest = text.split(":")
-        device, function = rest.split(".")
-        return f"{int(domain, 16):08X}:{int(bus, 16):02X}:{int(device, 16):02X}.{function}"
-    except ValueError:
-        return text.upper()
-
-
-@dataclass(frozen=True)
-class NvmlGpu:
-    """A GPU as NVML lists it: the one inventory the system record, the provenance record
-    and the doctor read."""
-
-    index: int
-    name: str
-    uuid: str
-    pci_bus_id: str  # normalised: 00000000:00:06.0
-    memory: int  # bytes
-    handle: Any = field(compare=False, repr=False)
-
-
-def nvml_gpus(nvml: Any) -> list[NvmlGpu]:
-    """Every GPU NVML sees (all of them: NVML ignores CUDA_VISIBLE_DEVICES); NVML's errors
-    are the caller's to say."""
-    gpus = []
-    for i in range(nvml.nvmlDeviceGetCount()):
-        h = nvml.nvmlDeviceGetHandleByIndex(i)
-        gpus.append(
-            NvmlGpu(
-                i,
-                nvml_text(nvml.nvmlDeviceGetName(h)),
-                nvml_text(nvml.nvmlDeviceGetUUID(h)),
-                bus_id(nvml.nvmlDeviceGetPciInfo(h).busId),
-                int(nvml.nvmlDeviceGetMemoryInfo(h).total),
-                h,
-            )
-        )
-    return gpus
-
-
-def load_nvml() -> tuple[Any, str | None]:
-    """The initialised pynvml module, or (None, reason) when NVML is unusable here."""
-    try:
-        import pynvml  # from nvidia-ml-py
-    except ImportError as err:
-        return None, f"nvidia-ml-py not installed ({err})"
-    try:
-        pynvml.nvmlInit()
-    except Exception as err:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return None, f"NVML unavailable: {err}"
-    return pynvml, None
-
-
 def visible_ids(environ: Mapping[str, str] | None = None) -> list[str] | None:
-    env = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
-    if env is None:
-        return None
-    return [x.strip() for x in env.split(",") if x.strip()]
+    """The GPU ids the visible-devices variables leave (None: every GPU). ROCm reads
+    ``ROCR_VISIBLE_DEVICES`` (the runtime's), then ``HIP_VISIBLE_DEVICES``, then
+    ``CUDA_VISIBLE_DEVICES`` (HIP's alias), each numbering the GPUs the one before left;
+    CUDA reads only the last. Ids are the management library's (indices or UUIDs)."""
+    env = os.environ if environ is None else environ
+    ids: list[str] | None = None
+    for name in VISIBLE_VARIABLES:
+        given = env.get(name)
+        if given is None:
+            continue
+        chosen = [x.strip() for x in given.split(",") if x.strip()]
+        if ids is not None and all(x.isdigit() for x in chosen):
+            chosen = [ids[int(x)] for x in chosen if int(x) < len(ids)]
+        ids = chosen
+    return ids
 
 
-def nvml_handle(nvml: Any, device_id: str) -> Any:
-    if device_id.startswith("GPU-"):
-        return nvml.nvmlDeviceGetHandleByUUID(device_id)
-    return nvml.nvmlDeviceGetHandleByIndex(int(device_id))
-
-
-def gpu_local_cpus(ids: list[str], nvml: Any = None) -> dict[str, list[int]]:
-    """GPU id -> the CPUs NVML says are close to it (empty when NVML cannot tell)."""
-    if nvml is None:
-        nvml, _ = load_nvml()
-    if nvml is None:
+def gpu_local_cpus(ids: list[str], backend: backends.Backend | None = None) -> dict[str, list[int]]:
+    """GPU id -> the CPUs the backend says are close to it (empty when it cannot tell)."""
+    if backend is None:
+        backend = backends.load()
+    if not backend.usable:
         return {}
     words = ((os.cpu_count() or 1) + 63) // 64
     out = {}
     for gid in ids:
         try:
-            mask = nvml.nvmlDeviceGetCpuAffinity(nvml_handle(nvml, gid), words)
+            cpus = backend.cpu_affinity(backend.handle(gid), words)
         except Exception:
             continue
-        out[gid] = [
-            w * 64 + b for w, word in enumerate(mask) for b in range(64) if int(word) >> b & 1
-        ]
+        if cpus is not None:
+            out[gid] = cpus
     return out
 
 
 def discover_devices(
-    nvml: Any = None, probe: Callable[[], gpuprobe.TorchGPUs] = gpuprobe.torch_gpus
+    backend: backends.Backend | None = None,
+    probe: Callable[[], gpuprobe.TorchGPUs] = gpuprobe.torch_gpus,
 ) -> list[Device]:
-    """GPUs NVML sees (restricted by ``CUDA_VISIBLE_DEVICES``); one CPU slice on a machine
-    without GPUs or where ``CUDA_VISIBLE_DEVICES=""`` hides them. GPUDiscoveryError where
-    NVML fails or sees none but the machine shows GPUs (gpuprobe.unseen_gpus)."""
-    failure = None
-    if nvml is None:
-        nvml, failure = load_nvml()
+    """GPUs the backend sees (restricted by the visible-devices variables); one CPU slice
+    on a machine without GPUs or where ``CUDA_VISIBLE_DEVICES=""`` hides them.
+    GPUDiscoveryError where the backend fails or sees none but the machine shows GPUs
+    (gpuprobe.unseen_gpus)."""
+    if backend is None:
+        backend = backends.load()
+    failure = None if backend.usable else backend.reason
     count = 0
-    if nvml is not None:
+    if backend.usable:
         try:
-            count = nvml.nvmlDeviceGetCount()
+            count = backend.count()
         except Exception as err:
-            failure = f"NVML failed: {err}"
+            failure = f"{backend.label} failed: {err}"
     visible = visible_ids()
     if visible == []:  # the operator hid every GPU
         return [Device(CPU_KIND, "0", 1)]
     if count:
         return [Device(GPU_KIND, i) for i in visible or [str(i) for i in range(count)]]
-    problem = gpuprobe.unseen_gpus(failure, probe)
+    label = backend.label if backend.usable else "NVML"
+    problem = gpuprobe.unseen_gpus(failure, probe, label)
     if problem:
         raise GPUDiscoveryError(problem)
     return [Device(CPU_KIND, "0", 1)]
@@ -206,7 +150,10 @@ def instance_environ(devices: list[Device], cpu_count: int | None = None) -> dic
     return env
 
 
-BUS_IDS_ENV = "MILARUN_PCI_BUS_IDS"  # NVML's PCI bus id of each GPU, for the result
+BUS_IDS_ENV = "MILARUN_PCI_BUS_IDS"  # the backend's PCI bus id of each GPU, for the result
+# ROCm's visible-devices variables, read before CUDA's (visible_ids).
+AMD_VISIBLE_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+VISIBLE_VARIABLES = (*AMD_VISIBLE_VARIABLES, "CUDA_VISIBLE_DEVICES")
 # Set by torchrun for its ranks. Left over in the operator's shell they would make an
 # instance launched on its own believe it is one rank of a distributed job.
 RANK_VARIABLES = frozenset(
@@ -229,13 +176,16 @@ def launch_environ(
     devices: list[Device], environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The whole environment of an instance on ``devices``: this process's (``environ``),
-    without torchrun's rank variables (torchrun sets its own for its ranks), plus
-    instance_environ."""
+    without torchrun's rank variables (torchrun sets its own for its ranks) and ROCm's
+    visible-devices variables (discovery read them: the instance's CUDA_VISIBLE_DEVICES
+    names its GPUs among all of them), plus instance_environ."""
     base = os.environ if environ is None else environ
     kept = {
         k: v
         for k, v in base.items()
-        if k not in RANK_VARIABLES and not k.startswith("TORCHELASTIC_")
+        if k not in RANK_VARIABLES
+        and k not in AMD_VISIBLE_VARIABLES
+        and not k.startswith("TORCHELASTIC_")
     }
     return {**kept, **instance_environ(devices)}
 
@@ -261,8 +211,8 @@ def _gpu_available() -> bool:
     torch = sys.modules.get("torch")
     if torch is not None:
         return bool(torch.cuda.is_available())
-    nvml, _ = load_nvml()
+    backend = backends.load()
     try:
-        return nvml is not None and nvml.nvmlDeviceGetCount() > 0
+        return backend.usable and backend.count() > 0
     except Exception:
         return False

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from milarun.errors import DeviceSpecError
-from milarun.machine import devices, gpuprobe
+from milarun.machine import backends, devices, gpuprobe
+from milarun.machine.backends import Backend
 from milarun.machine.devices import GPU_KIND, Device
 
 PCI_ORDER = "PCI_BUS_ID"
@@ -37,27 +38,28 @@ class GpuIdentity:
         return {"id": self.id, "uuid": self.uuid, "pci_bus_id": self.pci_bus_id, "note": self.note}
 
 
-def _identify(nvml: Any, gid: str) -> tuple[str | None, str | None, str | None]:
-    """(UUID, PCI bus id, why not) of the GPU NVML names ``gid``."""
+def _identify(backend: Backend, gid: str) -> tuple[str | None, str | None, str | None]:
+    """(UUID, PCI bus id, why not) of the GPU the backend names ``gid``."""
     try:
-        handle = devices.nvml_handle(nvml, gid)
-        uuid = devices.nvml_text(nvml.nvmlDeviceGetUUID(handle))
+        handle = backend.handle(gid)
+        uuid = backend.uuid(handle)
     except Exception as err:
         return None, None, str(err) or type(err).__name__
     try:
-        bus = devices.nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+        bus = backend.pci_bus_id(handle)
     except Exception:  # the UUID alone is enough to open the right GPU
         bus = None
     return uuid, bus, None
 
 
 def resolve_gpus(
-    devs: list[Device], nvml: Any = None, environ: Mapping[str, str] | None = None
+    devs: list[Device], backend: Backend | None = None, environ: Mapping[str, str] | None = None
 ) -> list[Device]:
-    """``devs`` with NVML's UUID and PCI bus id of each GPU (CPU slices unchanged).
+    """``devs`` with the backend's UUID and PCI bus id of each GPU (CPU slices unchanged).
 
-    An index NVML does not have is a DeviceSpecError; a GPU NVML cannot describe keeps its
-    index (read in PCI bus order by its instance), with a warning.
+    An index the backend does not have is a DeviceSpecError; a GPU it cannot describe keeps
+    its index (read in PCI bus order by its instance), with a warning. A backend whose UUIDs
+    CUDA does not take (AMD SMI's) gives each GPU by index, with its bus id recorded.
     """
     if not devs or devs[0].kind != GPU_KIND:
         return devs
@@ -70,10 +72,10 @@ def resolve_gpus(
             "and each instance gets its GPU by UUID",
             order,
         )
-    reason = None
-    if nvml is None:
-        nvml, reason = devices.load_nvml()
-    if nvml is None:
+    if backend is None:
+        backend = backends.load()
+    if not backend.usable:
+        reason = backend.reason
         if gpuprobe.unseen_gpus(reason) is None:  # no device file and torch sees no GPU
             raise DeviceSpecError(
                 f"--devices {','.join(d.id for d in devs)}: this machine shows no GPU "
@@ -85,31 +87,35 @@ def resolve_gpus(
             ",".join(d.id for d in devs),
         )
         return [replace(d, uuid=d.id) if d.id.startswith("GPU-") else d for d in devs]
-    _check_indices(devs, nvml)
+    _check_indices(devs, backend)
     resolved = []
     for dev in devs:
-        uuid, bus, problem = _identify(nvml, dev.id)
+        uuid, bus, problem = _identify(backend, dev.id)
         if problem is not None:
             log.warning(
-                "NVML cannot describe GPU %s (%s): its instances get it by index, in PCI bus order",
+                "%s cannot describe GPU %s (%s): its instances get it by index, in PCI bus order",
+                backend.label,
                 dev.id,
                 problem,
             )
             uuid = dev.id if dev.id.startswith("GPU-") else None
+        elif not backend.selects_by_uuid:
+            uuid = None
         resolved.append(replace(dev, uuid=uuid, pci_bus_id=bus))
     return resolved
 
 
-def _check_indices(devs: list[Device], nvml: Any) -> None:
+def _check_indices(devs: list[Device], backend: Backend) -> None:
     try:
-        count = nvml.nvmlDeviceGetCount()
+        count = backend.count()
     except Exception:
         return  # each lookup below says what is wrong
     for dev in devs:
         if dev.id.isdigit() and int(dev.id) >= count:
             raise DeviceSpecError(
-                f"GPU {dev.id}: NVML sees {count} GPU(s), ids 0 to {count - 1} in PCI bus "
-                "order (nvidia-smi -L lists them); fix --devices or CUDA_VISIBLE_DEVICES"
+                f"GPU {dev.id}: {backend.label} sees {count} GPU(s), ids 0 to {count - 1} in "
+                f"PCI bus order ({backend.list_command.strip('`')} lists them); fix --devices "
+                "or CUDA_VISIBLE_DEVICES"
             )
 
 

@@ -1,8 +1,9 @@
-"""What says this machine has GPUs, without NVML and without importing torch here.
+"""What says this machine has GPUs, without NVML or AMD SMI and without importing torch here.
 
-NVML can fail where GPUs exist (no libnvidia-ml in a container, a driver/library mismatch),
-so ``jobs`` and ``doctor`` also look at the device files and ask torch in a subprocess (the
-harness never imports torch itself: it would slow every command and hold a CUDA context).
+NVML (or AMD SMI) can fail where GPUs exist (no libnvidia-ml in a container, a
+driver/library mismatch), so ``jobs`` and ``doctor`` also look at the device files and ask
+torch in a subprocess (the harness never imports torch itself: it would slow every command
+and hold a CUDA context).
 """
 
 from __future__ import annotations
@@ -105,16 +106,18 @@ def torch_gpus(
 
 
 def unseen_gpus(
-    nvml_failure: str | None, probe: Callable[[], TorchGPUs] = torch_gpus
+    failure: str | None, probe: Callable[[], TorchGPUs] = torch_gpus, library: str = "NVML"
 ) -> str | None:
-    """The one-line error for a machine that shows GPUs where NVML showed none (it failed
-    with ``nvml_failure``, or counted 0): what was seen and the fix; None on a CPU machine.
+    """The one-line error for a machine that shows GPUs where its management library
+    (``library``: NVML, AMD SMI) showed none (it failed with ``failure``, or counted
+    0): what was seen and the fix; None on a CPU machine.
 
-    torch is asked (a child interpreter, ~2 s) only when NVML failed and there are no
-    device files: NVML counting 0 GPUs on a machine without device files is a CPU machine.
+    torch is asked (a child interpreter, ~2 s) only when the library failed and there are
+    no device files: a library counting 0 GPUs on a machine without device files is a CPU
+    machine.
     """
     files = device_files()
-    count = probe().count if not files and nvml_failure is not None else 0
+    count = probe().count if not files and failure is not None else 0
     if files:
         seen = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
         seen += " exists" if len(files) == 1 else " exist"
@@ -123,13 +126,16 @@ def unseen_gpus(
     else:
         return None
     if files and all(f.endswith("/kfd") for f in files):
-        fix = "name the AMD GPUs, which NVML cannot see, with --devices 0,1,..."
+        fix = (
+            "install ROCm's amdsmi Python library (`amd-smi list` must list the GPUs), or "
+            "name the AMD GPUs with --devices 0,1,..."
+        )
     else:
         fix = (
             "install the NVIDIA driver's libnvidia-ml and the nvidia-ml-py matching the "
             "driver (nvidia-smi must list the GPUs)"
         )
     return (
-        f"{seen}, but {nvml_failure or 'NVML sees no GPU'}; {fix}, or pass "
+        f"{seen}, but {failure or f'{library} sees no GPU'}; {fix}, or pass "
         "--devices cpu:N to benchmark the CPU on purpose"
     )

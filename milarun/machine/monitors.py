@@ -1,7 +1,8 @@
-"""Monitors of a benchmark process: its GPUs through NVML (load, memory, temperature, power,
-energy counter, SM clock, clock-event reasons) and its process tree's CPU use and memory
-through psutil, each sampled in a daemon thread; "no samples" with the reason when there is
-nothing to sample. Device discovery and NVML's loading are milarun.machine.devices."""
+"""Monitors of a benchmark process: its GPUs through the device interface (load, memory,
+temperature, power, energy counter, compute clock, clock-event reasons; the backend that
+read them: milarun.machine.backends) and its process tree's CPU use and memory through
+psutil, each sampled in a daemon thread; "no samples" with the reason when there is nothing
+to sample. Device discovery is milarun.machine.devices."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from milarun.machine import devices
+from milarun.machine import backends, devices
 
 
 class Monitor:
@@ -22,10 +23,12 @@ class Monitor:
         probe: Callable[[], dict[str, Any]],
         interval: float = 1.0,
         unavailable: str | None = None,
+        backend: str | None = None,
     ):
         self.probe = probe
         self.interval = interval
         self.unavailable = unavailable
+        self.backend = backend  # the device backend that measured (GPU monitors)
         self.samples: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self._stop = threading.Event()
@@ -59,6 +62,8 @@ class Monitor:
         if self._thread is not None:
             self._thread.join(timeout=5)
         record: dict[str, Any] = {"interval": self.interval, "samples": self.samples}
+        if self.backend is not None:
+            record["backend"] = self.backend
         if not self.samples:
             record["note"] = "no samples: " + (
                 self.unavailable or "; ".join(self.errors) or "run ended before a sample"
@@ -68,9 +73,12 @@ class Monitor:
         return record
 
 
-def gpu_monitor(nvml: Any = None, ids: list[str] | None = None, interval: float = 1.0) -> Monitor:
-    """NVML monitor of this instance's own GPUs: load, memory, temperature, power, energy
-    counter, SM clock and clock-event reasons, with the readings' wall-clock ``time``."""
+def gpu_monitor(
+    backend: backends.Backend | None = None, ids: list[str] | None = None, interval: float = 1.0
+) -> Monitor:
+    """Monitor of this instance's own GPUs through the machine's backend (NVML, AMD SMI):
+    load, memory, temperature, power, energy counter, compute clock and clock-event reasons,
+    with the readings' wall-clock ``time``; its record names the backend."""
     if ids is None:
         label = devices.instance_device_label()
         # A plain `milarun run` on a GPU machine (no CUDA_VISIBLE_DEVICES) uses, and so
@@ -79,67 +87,32 @@ def gpu_monitor(nvml: Any = None, ids: list[str] | None = None, interval: float 
         ids = (devices.visible_ids() or [label.split(":", 1)[1]]) if gpu else []
     if not ids:
         return Monitor(dict, interval, unavailable="no GPU assigned to this instance")
-    reason = None
-    if nvml is None:
-        nvml, reason = devices.load_nvml()
-    if nvml is None:
-        return Monitor(dict, interval, unavailable=reason)
+    if backend is None:
+        backend = backends.load()
+    if not backend.usable:
+        return Monitor(dict, interval, unavailable=backend.reason, backend=backend.name)
     try:
-        handles = {i: devices.nvml_handle(nvml, i) for i in ids}
+        handles = {i: backend.handle(i) for i in ids}
     except Exception as err:
-        return Monitor(dict, interval, unavailable=f"NVML cannot open GPU {ids}: {err}")
-
-    # Looked up once, not per sample: pynvml >= 12 names it "ClocksEvent", older "Throttle".
-    reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-    )
-    sm_clock = getattr(nvml, "NVML_CLOCK_SM", 1)
-    # The energy counter is the costliest NVML reading: read only where the result is
-    # written, not on a torchrun rank other than 0.
-    energy = (
-        None
-        if os.environ.get("RANK", "0") != "0"
-        else getattr(nvml, "nvmlDeviceGetTotalEnergyConsumption", None)
-    )
-
-    def read(h: Any) -> dict[str, Any]:
-        """One GPU's readings, each on its own: many GPUs do not support some (power,
-        temperature)."""
-        return {
-            "load": _nvml_read(lambda: nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0),
-            "memory": _nvml_read(lambda: _memory_mib(nvml.nvmlDeviceGetMemoryInfo(h))),
-            "temperature": _nvml_read(lambda: nvml.nvmlDeviceGetTemperature(h, 0)),
-            "power": _nvml_read(lambda: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),  # W
-            # J since the driver loaded (NVML counts mJ): energy over a window
-            "energy": _nvml_read(lambda: energy(h) / 1000.0) if energy else None,
-            "sm_clock": _nvml_read(lambda: nvml.nvmlDeviceGetClockInfo(h, sm_clock)),  # MHz
-            # bitmask of why clocks are below max (power cap, thermal, ...)
-            "clock_events": _nvml_read(lambda: int(reasons(h))) if reasons else None,
-        }
+        why = f"{backend.label} cannot open GPU {ids}: {err}"
+        return Monitor(dict, interval, unavailable=why, backend=backend.name)
+    # The energy counter is the costliest reading: read only where the result is written,
+    # not on a torchrun rank other than 0.
+    energy = os.environ.get("RANK", "0") == "0"
+    readers = {gid: backend.reader(h, energy) for gid, h in handles.items()}
 
     def probe() -> dict[str, Any]:
         out = {}
         # Wall clock of the readings, so milarun.measure.energy can place them in the steady window.
         now = time.time()
-        for gid, h in handles.items():
-            reading = read(h)
+        for gid, read in readers.items():
+            reading = read()
             if all(v is None for v in reading.values()):
-                raise RuntimeError(f"NVML gave no reading for GPU {gid}")
+                raise RuntimeError(f"{backend.label} gave no reading for GPU {gid}")
             out[gid] = reading
         return {"gpus": out, "time": now}
 
-    return Monitor(probe, interval)
-
-
-def _nvml_read(read: Callable[[], Any]) -> Any:
-    try:
-        return read()
-    except Exception:  # NVMLError_NotSupported and friends
-        return None
-
-
-def _memory_mib(mem: Any) -> list[float]:
-    return [mem.used / 2**20, mem.total / 2**20]  # MiB used, total
+    return Monitor(probe, interval, backend=backend.name)
 
 
 CHILDREN_REFRESH = 10.0  # seconds between listings of the test's child processes

@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from milarun.machine import devices
+from milarun.machine import backends
 
 ROOT = Path(__file__).resolve().parents[2]  # a source checkout's top (pyproject, uv.lock)
 # Environment variables that name the container image a run used (Docker/Podman users set
@@ -114,26 +114,20 @@ def infiniband(root: Path = INFINIBAND) -> list[dict[str, Any]]:
     ]
 
 
-def gpu_firmware(nvml: Any = None) -> dict[str, Any]:
-    """Driver version and, per GPU, its name, UUID and VBIOS version (NVML)."""
-    reason = None
-    if nvml is None:
-        nvml, reason = devices.load_nvml()
-    if nvml is None:
-        return {"driver": None, "gpus": [], "note": reason}
+def gpu_firmware(backend: backends.Backend | None = None) -> dict[str, Any]:
+    """Driver version and, per GPU, its name, UUID and VBIOS version (the backend's)."""
+    if backend is None:
+        backend = backends.load()
+    if not backend.usable:
+        return {"driver": None, "gpus": [], "note": backend.reason}
     try:
         gpus = [
-            {
-                "index": g.index,
-                "name": g.name,
-                "uuid": g.uuid,
-                "vbios": devices.nvml_text(nvml.nvmlDeviceGetVbiosVersion(g.handle)),
-            }
-            for g in devices.nvml_gpus(nvml)
+            {"index": g.index, "name": g.name, "uuid": g.uuid, "vbios": backend.firmware(g.handle)}
+            for g in backend.gpus()
         ]
-        return {"driver": devices.nvml_text(nvml.nvmlSystemGetDriverVersion()), "gpus": gpus}
-    except Exception as err:  # any NVMLError: said, never fatal
-        return {"driver": None, "gpus": [], "note": f"NVML query failed: {err}"}
+        return {"driver": backend.driver(), "gpus": gpus}
+    except Exception as err:  # any library error: said, never fatal
+        return {"driver": None, "gpus": [], "note": f"{backend.label} query failed: {err}"}
 
 
 def container_image(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -142,7 +136,7 @@ def container_image(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: env[k][:500] for k in IMAGE_VARIABLES if env.get(k)}
 
 
-def record(nvml: Any = None) -> dict[str, Any]:
+def record(backend: backends.Backend | None = None) -> dict[str, Any]:
     """The reproducibility record of this install and machine."""
     lock = ROOT / "uv.lock"
     return {
@@ -151,6 +145,6 @@ def record(nvml: Any = None) -> dict[str, Any]:
         "packages": installed_packages(),
         "container_image": container_image(),
         "nccl": nccl_version(),
-        "gpu_firmware": gpu_firmware(nvml),
+        "gpu_firmware": gpu_firmware(backend),
         "infiniband": infiniband(),
     }

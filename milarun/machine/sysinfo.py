@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from milarun.machine import devices
+from milarun.machine import backends
 
 
 def _version(package: str) -> str | None:
@@ -99,24 +99,24 @@ def _torch_info_unloaded() -> dict[str, Any]:
     return info
 
 
-def _gpu_info(nvml: Any = None) -> dict[str, Any]:
-    reason = None
-    if nvml is None:
-        nvml, reason = devices.load_nvml()
-    if nvml is None:
-        return {"driver": None, "gpus": [], "note": reason}
+def _gpu_info(backend: backends.Backend | None = None) -> dict[str, Any]:
+    """The driver and the GPUs, and the backend that listed them (``gpu_backend``)."""
+    if backend is None:
+        backend = backends.load()
+    if not backend.usable:
+        return {"driver": None, "gpus": [], "note": backend.reason}
     try:
-        driver = devices.nvml_text(nvml.nvmlSystemGetDriverVersion())
+        driver = backend.driver()
         gpus = [
             {"index": g.index, "name": g.name, "memory_mb": g.memory / 2**20}
-            for g in devices.nvml_gpus(nvml)
+            for g in backend.gpus()
         ]
-        return {"driver": driver, "gpus": gpus}
+        return {"driver": driver, "gpus": gpus, "gpu_backend": backend.name}
     except Exception as err:
-        return {"driver": None, "gpus": [], "note": f"NVML query failed: {err}"}
+        return {"driver": None, "gpus": [], "note": f"{backend.label} query failed: {err}"}
 
 
-def system_record(nvml: Any = None) -> dict[str, Any]:
+def system_record(backend: backends.Backend | None = None) -> dict[str, Any]:
     """Host, CPU, RAM, software versions and GPUs of this machine."""
     try:
         import psutil
@@ -133,5 +133,5 @@ def system_record(nvml: Any = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "milarun": milarun_version(),
         **_torch_info(),
-        **_gpu_info(nvml),
+        **_gpu_info(backend),
     }

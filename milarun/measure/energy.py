@@ -28,9 +28,10 @@ from typing import Any
 from milarun import results
 from milarun.results import series, steady, throttle
 
-# NVML's clock-event reasons (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*)
-# that mean power or heat slowed the GPU; idle (1), application clocks (2), sync boost (16)
-# and the display clock (256) are not throttling.
+# The device interface's clock-event bits (milarun.machine.backends.base: NVML's
+# nvmlClocksEventReason*, onto which AMD SMI's violation flags are mapped) that mean power or
+# heat slowed the GPU; idle (1), application clocks (2), sync boost (16) and the display
+# clock (256) are not throttling.
 THROTTLE_REASONS = {
     4: "SwPowerCap",
     8: "HwSlowdown",
@@ -55,6 +56,7 @@ class Energy:
     method: str | None = None  # "counter", "power" (trapezoids) or "counter+power"
     gpus: tuple[str, ...] = ()
     reason: str | None = None
+    backend: str | None = None  # the device backend that read the GPUs (nvml, amdsmi)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +69,7 @@ class Energy:
             "method": self.method,
             "gpus": list(self.gpus),
             "reason": self.reason,
+            "backend": self.backend,
         }
 
 
@@ -166,7 +169,19 @@ def energy_record(
 
     A distributed run (``train_<rank>`` timings, only on rank 0) covers every GPU of the
     job, over rank 0's window, with each rank's examples at its own pace in that window.
+    The record names the backend whose monitor measured (none: not measured).
     """
+    found = _energy(device, timings, monitor, labels)
+    backend = (monitor or {}).get("backend")
+    return replace(found, backend=backend) if isinstance(backend, str) else found
+
+
+def _energy(
+    device: str,
+    timings: Mapping[str, Any],
+    monitor: Mapping[str, Any] | None,
+    labels: Mapping[str, str] | None,
+) -> Energy:
     if not device.startswith("cuda"):
         return Energy(reason=NO_GPU)
     samples = (monitor or {}).get("samples") or []

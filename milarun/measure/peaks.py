@@ -32,6 +32,9 @@ PEAKS: dict[str, dict[str, float | None]] = {
     # NVIDIA H200 datasheet, H200 SXM: the H100 SXM compute (FP32 67, TF32 989*,
     # BF16/FP16 1979*, FP8 3958*, with sparsity), with more memory.
     "H200-SXM": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5, "fp8": 1979.0},
+    # NVIDIA H200 datasheet, H200 NVL column: FP32 60, TF32 835*, BF16/FP16 1,671*, FP8
+    # 3,341* (* with sparsity): the PCIe card at its 600 W limit.
+    "H200-NVL": {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5},
     # NVIDIA H20 (Hopper, export SKU) product brief: FP32 44, TF32 74, BF16/FP16 148,
     # FP8 296 (dense).
     "H20": {"fp32": 44.0, "tf32": 74.0, "fp16": 148.0, "bf16": 148.0, "fp8": 296.0},
@@ -43,6 +46,9 @@ PEAKS: dict[str, dict[str, float | None]] = {
     # FP8 10 P* (* with sparsity). The sheet's own rounding: 2 x 1100 is 2% below 2250.
     "B200": {"fp32": 75.0, "tf32": 1100.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
     "GB200": {"fp32": 80.0, "tf32": 1250.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0},
+    # NVIDIA HGX B300 datasheet (Blackwell Ultra), for the 8-GPU board: FP32 600 T, TF32
+    # 18 P*, FP16/BF16 36 P*, FP8 72 P* (* with sparsity): an eighth, halved, per GPU.
+    "B300": {"fp32": 75.0, "tf32": 1125.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0},
     # AMD Instinct MI250X data sheet: per OAM package FP32 matrix 95.7, FP16/BF16 383;
     # no TF32 or FP8. The package is two GCDs, each its own torch device: half per device.
     "MI250X": {"fp32": 47.85, "tf32": None, "fp16": 191.5, "bf16": 191.5, "fp8": None},
@@ -55,6 +61,29 @@ PEAKS: dict[str, dict[str, float | None]] = {
     # AMD Instinct MI355X data sheet (CDNA 4): FP32 matrix 157.3, FP16/BF16 2516.6, FP8
     # 5033.2 (dense); CDNA 4 has no TF32 matrix unit (TF32 is emulated in software).
     "MI355X": {"fp32": 157.3, "tf32": None, "fp16": 2516.6, "bf16": 2516.6, "fp8": 5033.2},
+    # Intel Gaudi 3 AI accelerator (Hot Chips 2024, "Intel Gaudi 3 Spec" table; the white
+    # paper's): BF16 matrix 1835, FP8 matrix 1835 (dense), BF16 vector 28.7. No FP16, TF32
+    # or FP32 matrix figure is published: None (unknown, not "unsupported", here).
+    "Gaudi3": {"fp32": None, "tf32": None, "fp16": None, "bf16": 1835.0, "fp8": 1835.0},
+}
+
+# Datasheet links in GB/s per direction, per PEAKS row: (the GPU-to-GPU link, its GB/s;
+# the host link, its GB/s). Sheets give bidirectional totals: halved here. Sources as the
+# rows above; links from the same sheets: H100/H200 SXM NVLink 900 GB/s, PCIe gen5 x16
+# 128 GB/s; H200 NVL NVLink bridge 900 GB/s; B200/B300/GB200 NVLink 5 1.8 TB/s (B300: PCIe
+# gen6 x16); MI300X/MI325X Infinity Fabric 7 links 896 GB/s peak, MI355X 1075 GB/s, all PCIe
+# gen5 x16 128 GB/s; Gaudi 3 24 x 200 GbE RoCE 1200 GB/s, PCIe gen5 x16 128 GB/s.
+LINKS: dict[str, tuple[str, float, str, float]] = {
+    "H100-SXM": ("NVLink 4", 450.0, "PCIe gen5 x16", 64.0),
+    "H200-SXM": ("NVLink 4", 450.0, "PCIe gen5 x16", 64.0),
+    "H200-NVL": ("NVLink 4 bridge", 450.0, "PCIe gen5 x16", 64.0),
+    "B200": ("NVLink 5", 900.0, "PCIe gen5 x16", 64.0),
+    "B300": ("NVLink 5", 900.0, "PCIe gen6 x16", 128.0),
+    "GB200": ("NVLink 5", 900.0, "NVLink-C2C", 450.0),
+    "MI300X": ("Infinity Fabric (XGMI) x7", 448.0, "PCIe gen5 x16", 64.0),
+    "MI325X": ("Infinity Fabric (XGMI) x7", 448.0, "PCIe gen5 x16", 64.0),
+    "MI355X": ("Infinity Fabric (XGMI) x7", 537.5, "PCIe gen5 x16", 64.0),
+    "Gaudi3": ("24 x 200 GbE RoCE", 600.0, "PCIe gen5 x16", 64.0),
 }
 
 
@@ -66,7 +95,7 @@ def match_device(name: str | None) -> str | None:
     """The PEAKS row of a device name as NVML/torch spell it; None when unknown.
 
     Strict on purpose: a wrong row gives a confident wrong percentage, so variants whose
-    peaks differ (H100/H200 NVL, GH200, MI300A, MI350X, L40) and MIG slices stay unknown.
+    peaks differ (H100 NVL, GH200, GB300, MI300A, MI350X, L40) and MIG slices stay unknown.
     """
     if not name:
         return None
@@ -85,9 +114,15 @@ def match_device(name: str | None) -> str | None:
             return None
         return "H100-PCIe" if pcie else "H100-SXM" if sxm or "HBM3" in n else None
     if _has(r"\bH200\b", n):
-        return None if "NVL" in n or pcie else "H200-SXM"
+        return "H200-NVL" if "NVL" in n else None if pcie else "H200-SXM"
     # \b keeps H20 from H200, B200 from GB200
-    for pattern, row in ((r"\bH20\b", "H20"), (r"\bL40S\b", "L40S"), (r"\bB200\b", "B200")):
+    for pattern, row in (
+        (r"\bH20\b", "H20"),
+        (r"\bL40S\b", "L40S"),
+        (r"\bB200\b", "B200"),
+        (r"\bB300\b", "B300"),
+        (r"\bGAUDI ?3\b|\bHL-32[58]", "Gaudi3"),  # hl-smi names the OAM HL-325L
+    ):
         if _has(pattern, n):
             return row
     if _has(r"\bGB200\b", n):

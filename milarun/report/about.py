@@ -129,6 +129,7 @@ FIELDS: dict[str, tuple[str, Any]] = {
     "cuda": ("CUDA", _text),
     "cudnn": ("cuDNN", _cudnn),
     "hip": ("ROCm (HIP)", _text),
+    "gpu_backend": ("GPU backend", _text),  # which library listed the GPUs (nvml, amdsmi)
     "note": ("note", _text),
 }
 

@@ -18,6 +18,7 @@ from milarun.doctor.active import record, sampling
 from milarun.doctor.active.run import PROBE, Setup
 from milarun.doctor.active.run import run as run_active
 from milarun.doctor.check import Check
+from milarun.machine.backends.nvml import NvmlBackend
 
 FAKE_PROBE = [sys.executable, str(TESTS / "doctor" / "fake_probe.py")]
 BUSY = {"utilization": [100, 60], "clock_sm": 1980, "throttle_reasons": 0x4}
@@ -53,7 +54,7 @@ def fake_setup(nvml_gpus: list[dict], faults: dict | None = None, timeout: float
     """Fake NVML and fake probe children; ``faults`` by GPU index, as fake_probe.py reads them."""
     faults = {nvml_gpus[int(i)]["uuid"]: f for i, f in (faults or {}).items()}
     return Setup(
-        nvml=LoadedNVML(nvml_gpus),
+        backend=NvmlBackend(LoadedNVML(nvml_gpus)),
         probe=FAKE_PROBE,
         timeout=timeout,
         environ={"FAKE_PROBE": json.dumps(faults)},

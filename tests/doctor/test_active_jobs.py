@@ -12,6 +12,7 @@ from conftest import milarun, one_line_error
 from milarun import errors
 from milarun.doctor.active import before_jobs, record
 from milarun.doctor.active.run import Setup
+from milarun.machine import backends
 
 # real `jobs` runs, seconds each: out of the fast tier (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -63,6 +64,12 @@ def test_gpus_asked_for_where_nvml_is_missing_is_one_line(tmp_path):
     checks = []
     with pytest.raises(errors.DeviceSpecError, match=r"--devices 0 names GPUs, but no NVML here"):
         before_jobs.check(
-            "quick", "0", tmp_path, False, print, checks.append, Setup(nvml_error="no NVML here")
+            "quick",
+            "0",
+            tmp_path,
+            False,
+            print,
+            checks.append,
+            Setup(backend=backends.plain("no NVML here")),
         )
     assert not checks and not list(tmp_path.iterdir())  # nothing measured, nothing written

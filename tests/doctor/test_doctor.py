@@ -30,7 +30,8 @@ from milarun.doctor.passive.checks import (
     run_checks,
 )
 from milarun.doctor.passive.gpu import cudnn_text
-from milarun.machine import devices, isolation
+from milarun.machine import backends, isolation
+from milarun.machine.backends.nvml import NvmlBackend
 from milarun.machine.gpuprobe import TorchGPUs
 
 
@@ -94,8 +95,11 @@ def host(tmp_path, monkeypatch):
             (cgroups / name / "cpuset.cpus").write_text(cpus)
         hier = {c: isolation.Hierarchy(c, 2, cgroups, "/") for c in isolation.CONTROLLERS}
         options = dict(
-            nvml=FakeNVML(gpus) if gpus else None,
-            nvml_error="NVML unavailable: Driver Not Loaded",
+            backend=(
+                NvmlBackend(FakeNVML(gpus))
+                if gpus
+                else backends.plain("NVML unavailable: Driver Not Loaded")
+            ),
             torch=lambda: torch,
             dev=dev,
             hierarchies=lambda: hier,
@@ -122,7 +126,7 @@ def problems(checks: list[Check]) -> list[Check]:
 
 # -- the real command -------------------------------------------------------------------------
 def test_doctor_on_this_cpu_machine_says_no_gpu_and_exits_0(tmp_path):
-    if devices.load_nvml()[0] is not None:
+    if backends.load().usable:
         pytest.skip("this machine has NVML")
     done = milarun("doctor", "-d", tmp_path, timeout=120)  # the real torch probe
     assert done.returncode == 0, done.stdout + done.stderr
@@ -180,7 +184,7 @@ def test_healthy_h100_passes_everything(host, tmp_path):
 def test_no_gpu_and_no_device_file_is_a_cpu_machine(host, tmp_path):
     for machine in (
         host(gpus=[], torch=torch_sees(cuda=None)),
-        host(gpus=[], torch=torch_sees(), nvml=FakeNVML([])),
+        host(gpus=[], torch=torch_sees(), backend=NvmlBackend(FakeNVML([]))),
     ):
         checks = run(machine, tmp_path)
         gpu_lines = [c for c in checks if c.name.startswith("gpu")]

@@ -11,6 +11,7 @@ from conftest import ROOT
 from fakes import FakeNVML
 from milarun import errors
 from milarun.machine import devices, gpuprobe, monitors, sysinfo
+from milarun.machine.backends.nvml import NvmlBackend
 from milarun.machine.devices import (
     CPU_KIND,
     GPU_KIND,
@@ -111,26 +112,26 @@ def test_parse_duplicate_says_twice():
 # -- discover_devices ----------------------------------------------------------------------
 def test_discover_one_gpu_per_nvml_device(clean_env):
     fake = FakeNVML(two_gpus())
-    devs = discover_devices(nvml=fake)
+    devs = discover_devices(backend=NvmlBackend(fake))
     assert devs == [Device(GPU_KIND, "0"), Device(GPU_KIND, "1")]
 
 
 def test_discover_honours_cuda_visible_devices(clean_env):
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "1")
-    devs = discover_devices(nvml=FakeNVML(two_gpus()))
+    devs = discover_devices(backend=NvmlBackend(FakeNVML(two_gpus())))
     assert devs == [Device(GPU_KIND, "1")]
 
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "1, 0")
-    assert [d.id for d in discover_devices(nvml=FakeNVML(two_gpus()))] == ["1", "0"]
+    assert [d.id for d in discover_devices(backend=NvmlBackend(FakeNVML(two_gpus())))] == ["1", "0"]
 
 
 def test_discover_with_gpus_hidden_gives_cpu_slice(clean_env):
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert discover_devices(nvml=FakeNVML(two_gpus())) == [Device(CPU_KIND, "0", 1)]
+    assert discover_devices(backend=NvmlBackend(FakeNVML(two_gpus()))) == [Device(CPU_KIND, "0", 1)]
 
 
 def test_discover_no_gpu_falls_back_to_cpu(clean_env):
-    devs = discover_devices(nvml=FakeNVML([]))
+    devs = discover_devices(backend=NvmlBackend(FakeNVML([])))
     assert devs == [Device(CPU_KIND, "0", 1)]
     assert devs[0].label == "cpu:0"
 
@@ -143,17 +144,17 @@ def test_discover_count_error_falls_back_to_cpu(clean_env):
 
     fake.nvmlDeviceGetCount = broken
     clean_env.setenv("MILARUN_DEV_DIR", "/nonexistent")  # no device file, and torch:
-    assert discover_devices(nvml=fake, probe=lambda: gpuprobe.TorchGPUs()) == [
+    assert discover_devices(backend=NvmlBackend(fake), probe=lambda: gpuprobe.TorchGPUs()) == [
         Device(CPU_KIND, "0", 1)
     ]  # sees none: a CPU machine
 
 
 def test_discover_without_nvml_on_this_machine(clean_env):
     # No GPU driver here: the real loader fails and discovery gives one CPU slice.
-    nvml, reason = devices.load_nvml()
-    if nvml is not None:
+    backend = devices.backends.load()
+    if backend.usable:
         pytest.skip("this machine has a working NVML")
-    assert reason
+    assert backend.reason
     assert discover_devices() == [Device(CPU_KIND, "0", 1)]
 
 
@@ -192,7 +193,7 @@ def test_device_file_and_failing_nvml_is_an_error_not_a_cpu_run(clean_env, tmp_p
     dev_dir(clean_env, tmp_path / "dev", "nvidia0", "nvidiactl", "nvidia-uvm")
     asked: list = []
     with pytest.raises(errors.GPUDiscoveryError) as info:
-        discover_devices(nvml=broken_count(), probe=torch_sees(0, asked))
+        discover_devices(backend=NvmlBackend(broken_count()), probe=torch_sees(0, asked))
     message = str(info.value)
     assert (
         f"{tmp_path / 'dev' / 'nvidia0'} exists, but NVML failed: "
@@ -210,13 +211,13 @@ def test_device_files_but_nvml_sees_no_gpu(clean_env, tmp_path):
     with pytest.raises(
         errors.GPUDiscoveryError, match=r"nvidia0, .*nvidia1 exist, but NVML sees no GPU; install"
     ):
-        discover_devices(nvml=FakeNVML([]), probe=torch_sees(0))
+        discover_devices(backend=NvmlBackend(FakeNVML([])), probe=torch_sees(0))
 
 
 def test_amd_device_file_says_to_name_the_gpus(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "dev", "kfd")
     with pytest.raises(errors.GPUDiscoveryError, match=r"kfd exists.*--devices 0,1"):
-        discover_devices(nvml=broken_count(), probe=torch_sees(0))
+        discover_devices(backend=NvmlBackend(broken_count()), probe=torch_sees(0))
 
 
 def test_failing_nvml_without_device_files_asks_torch(clean_env, tmp_path):
@@ -224,9 +225,9 @@ def test_failing_nvml_without_device_files_asks_torch(clean_env, tmp_path):
     with pytest.raises(
         errors.GPUDiscoveryError, match=r"^torch sees 1 GPU, but NVML failed: NVML_ERROR_LIB_RM"
     ):
-        discover_devices(nvml=broken_count(), probe=torch_sees(1))
+        discover_devices(backend=NvmlBackend(broken_count()), probe=torch_sees(1))
     asked: list = []
-    assert discover_devices(nvml=broken_count(), probe=torch_sees(0, asked)) == [
+    assert discover_devices(backend=NvmlBackend(broken_count()), probe=torch_sees(0, asked)) == [
         Device(CPU_KIND, "0", 1)
     ]  # a CPU machine: one CPU slice, as before
     assert asked == [1]
@@ -235,11 +236,14 @@ def test_failing_nvml_without_device_files_asks_torch(clean_env, tmp_path):
 def test_nvml_that_works_never_asks_torch(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "empty")
     asked: list = []
-    assert discover_devices(nvml=FakeNVML([]), probe=torch_sees(2, asked)) == [
+    assert discover_devices(backend=NvmlBackend(FakeNVML([])), probe=torch_sees(2, asked)) == [
         Device(CPU_KIND, "0", 1)
     ]  # NVML works and counts 0, no device file: a CPU box
     assert [
-        d.id for d in discover_devices(nvml=FakeNVML(two_gpus()), probe=torch_sees(2, asked))
+        d.id
+        for d in discover_devices(
+            backend=NvmlBackend(FakeNVML(two_gpus())), probe=torch_sees(2, asked)
+        )
     ] == ["0", "1"]
     assert asked == []
 
@@ -247,7 +251,9 @@ def test_nvml_that_works_never_asks_torch(clean_env, tmp_path):
 def test_gpus_hidden_on_purpose_run_on_the_cpu(clean_env, tmp_path):
     dev_dir(clean_env, tmp_path / "dev", "nvidia0")
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert discover_devices(nvml=broken_count(), probe=torch_sees(1)) == [Device(CPU_KIND, "0", 1)]
+    assert discover_devices(backend=NvmlBackend(broken_count()), probe=torch_sees(1)) == [
+        Device(CPU_KIND, "0", 1)
+    ]
 
 
 def test_jobs_refuses_a_gpu_machine_without_nvml(tmp_path):
@@ -255,8 +261,7 @@ def test_jobs_refuses_a_gpu_machine_without_nvml(tmp_path):
     nothing run."""
     from conftest import milarun
 
-    nvml, _ = devices.load_nvml()
-    if nvml is not None:
+    if devices.backends.load().usable:
         pytest.skip("this machine has a working NVML")
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidia0").touch()
@@ -280,7 +285,7 @@ def test_jobs_refuses_a_gpu_machine_without_nvml(tmp_path):
 # -- gpu_monitor ---------------------------------------------------------------------------
 def test_gpu_monitor_samples_only_its_device():
     fake = FakeNVML(two_gpus())
-    mon = gpu_monitor(nvml=fake, ids=["1"], interval=0.05).start()
+    mon = gpu_monitor(backend=NvmlBackend(fake), ids=["1"], interval=0.05).start()
     time.sleep(0.25)
     record = mon.stop()
 
@@ -304,7 +309,7 @@ def test_gpu_monitor_samples_only_its_device():
 
 def test_gpu_monitor_by_uuid():
     fake = FakeNVML(two_gpus())
-    mon = gpu_monitor(nvml=fake, ids=["GPU-aaaa-0000"], interval=0.05).start()
+    mon = gpu_monitor(backend=NvmlBackend(fake), ids=["GPU-aaaa-0000"], interval=0.05).start()
     time.sleep(0.1)
     record = mon.stop()
     assert fake.asked == ["GPU-aaaa-0000"]
@@ -316,7 +321,7 @@ def test_gpu_monitor_by_uuid():
 
 def test_gpu_monitor_no_ids_records_no_samples():
     fake = FakeNVML(two_gpus())
-    mon = gpu_monitor(nvml=fake, ids=[], interval=0.05).start()
+    mon = gpu_monitor(backend=NvmlBackend(fake), ids=[], interval=0.05).start()
     time.sleep(0.1)
     record = mon.stop()
     assert record["samples"] == []
@@ -329,7 +334,7 @@ def test_gpu_monitor_on_cpu_instance_records_no_samples(clean_env):
     clean_env.setenv("MILARUN_DEVICE", "cpu:0")
     clean_env.setenv("CUDA_VISIBLE_DEVICES", "")
     fake = FakeNVML(two_gpus())
-    record = gpu_monitor(nvml=fake, interval=0.05).start().stop()
+    record = gpu_monitor(backend=NvmlBackend(fake), interval=0.05).start().stop()
     assert record["samples"] == []
     assert record["note"].startswith("no samples")
     assert fake.read == []
@@ -337,7 +342,7 @@ def test_gpu_monitor_on_cpu_instance_records_no_samples(clean_env):
 
 def test_gpu_monitor_handle_error_records_no_samples():
     fake = FakeNVML(two_gpus(), fail_handles=True)
-    mon = gpu_monitor(nvml=fake, ids=["1"], interval=0.05).start()  # no exception
+    mon = gpu_monitor(backend=NvmlBackend(fake), ids=["1"], interval=0.05).start()  # no exception
     time.sleep(0.1)
     record = mon.stop()
     assert record["samples"] == []
@@ -348,7 +353,7 @@ def test_gpu_monitor_handle_error_records_no_samples():
 
 def test_gpu_monitor_keeps_load_and_memory_when_power_unsupported():
     fake = FakeNVML(two_gpus(), fail_power=True)
-    mon = gpu_monitor(nvml=fake, ids=["1"], interval=0.05).start()
+    mon = gpu_monitor(backend=NvmlBackend(fake), ids=["1"], interval=0.05).start()
     time.sleep(0.15)
     record = mon.stop()
     assert record["samples"], record.get("note")
@@ -391,7 +396,7 @@ def test_monitor_stopped_before_a_sample_has_note():
 # -- sysinfo -------------------------------------------------------------------------------
 def test_system_record_lists_gpus_and_driver():
     fake = FakeNVML(two_gpus(), driver=b"550.54.15")
-    rec = sysinfo.system_record(nvml=fake)
+    rec = sysinfo.system_record(backend=NvmlBackend(fake))
     assert rec["driver"] == "550.54.15"
     assert [g["name"] for g in rec["gpus"]] == ["NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3"]
     assert [g["index"] for g in rec["gpus"]] == [0, 1]
@@ -409,7 +414,7 @@ def test_system_record_nvml_failure_is_a_note():
         raise RuntimeError("driver gone")
 
     fake.nvmlSystemGetDriverVersion = broken
-    rec = sysinfo.system_record(nvml=fake)
+    rec = sysinfo.system_record(backend=NvmlBackend(fake))
     assert rec["gpus"] == [] and rec["driver"] is None
     assert "driver gone" in rec["note"]
 

@@ -14,7 +14,8 @@ from conftest import BENCHES, load_all, milarun
 from fakes import H100, FakeNVML
 from milarun import errors
 from milarun.cli import options
-from milarun.machine import devices, gpuids, monitors
+from milarun.machine import backends, devices, gpuids, monitors
+from milarun.machine.backends.nvml import NvmlBackend
 from milarun.machine.devices import GPU_KIND, Device, parse_device_spec
 from milarun.run import plan, profile
 
@@ -93,7 +94,7 @@ def test_the_fake_host_orders_differ():
 def test_each_instance_opens_the_gpu_the_operator_named(gpu_env, tmp_path, spec):
     gpus = mixed_host()
     fake = FakeNVML(gpus)
-    devs = gpuids.resolve_gpus(parse_device_spec(spec), nvml=fake)
+    devs = gpuids.resolve_gpus(parse_device_spec(spec), backend=NvmlBackend(fake))
     for inst, dev in zip(per_gpu_instances(tmp_path, devs), devs):
         want = gpus[int(dev.id)]  # the operator's id is NVML's index
         env = inst.env
@@ -113,7 +114,7 @@ def test_each_instance_opens_the_gpu_the_operator_named(gpu_env, tmp_path, spec)
             gpu_env.setenv(var, env[var])
         fake.asked.clear()
         fake.read.clear()
-        mon = monitors.gpu_monitor(nvml=fake, interval=0.05).start()
+        mon = monitors.gpu_monitor(backend=NvmlBackend(fake), interval=0.05).start()
         time.sleep(0.12)
         record = mon.stop()
         assert fake.asked == [want["uuid"]]
@@ -130,7 +131,7 @@ def test_each_instance_opens_the_gpu_the_operator_named(gpu_env, tmp_path, spec)
 
 def test_the_real_h100_readings_resolve():
     gpus = mixed_host()
-    (dev,) = gpuids.resolve_gpus(parse_device_spec("1"), nvml=FakeNVML(gpus))
+    (dev,) = gpuids.resolve_gpus(parse_device_spec("1"), backend=NvmlBackend(FakeNVML(gpus)))
     assert dev == Device(
         GPU_KIND,
         "1",
@@ -138,13 +139,15 @@ def test_the_real_h100_readings_resolve():
         pci_bus_id="00000000:00:06.0",
     )
     # A UUID the operator gives is kept as the id and looked up by UUID.
-    (dev,) = gpuids.resolve_gpus(parse_device_spec(H100["uuid"]), nvml=FakeNVML(gpus))
+    (dev,) = gpuids.resolve_gpus(
+        parse_device_spec(H100["uuid"]), backend=NvmlBackend(FakeNVML(gpus))
+    )
     assert (dev.id, dev.uuid, dev.pci_bus_id) == (H100["uuid"], H100["uuid"], "00000000:00:06.0")
 
 
 def test_a_torchrun_group_lists_its_gpus_by_uuid_in_rank_order(gpu_env, tmp_path):
     gpus = mixed_host()
-    devs = gpuids.resolve_gpus(parse_device_spec("1,0"), nvml=FakeNVML(gpus))
+    devs = gpuids.resolve_gpus(parse_device_spec("1,0"), backend=NvmlBackend(FakeNVML(gpus)))
     job = profile.Job(
         suite="t",
         name="scaling",
@@ -162,7 +165,9 @@ def test_a_torchrun_group_lists_its_gpus_by_uuid_in_rank_order(gpu_env, tmp_path
 
 def test_unresolved_gpu_falls_back_to_its_index_in_pci_order(gpu_env, tmp_path):
     gpus = mixed_host()
-    devs = gpuids.resolve_gpus(parse_device_spec("0"), nvml=FakeNVML(gpus, fail_handles=True))
+    devs = gpuids.resolve_gpus(
+        parse_device_spec("0"), backend=NvmlBackend(FakeNVML(gpus, fail_handles=True))
+    )
     (inst,) = per_gpu_instances(tmp_path, devs)
     assert inst.env["CUDA_VISIBLE_DEVICES"] == "0"
     assert cuda_opens(inst.env, gpus) == [gpus[0]["uuid"]]  # NVML's index 0, not CUDA's
@@ -173,11 +178,13 @@ def test_unresolved_gpu_falls_back_to_its_index_in_pci_order(gpu_env, tmp_path):
 
 def test_unresolved_gpus_are_said_once_each(gpu_env, capsys, monkeypatch, tmp_path):
     options.setup_logging()
-    gpuids.resolve_gpus(parse_device_spec("0"), nvml=FakeNVML(mixed_host(), fail_handles=True))
+    gpuids.resolve_gpus(
+        parse_device_spec("0"), backend=NvmlBackend(FakeNVML(mixed_host(), fail_handles=True))
+    )
     err = capsys.readouterr().err
     assert err.startswith("milarun: warning: NVML cannot describe GPU 0 (")
     assert "by index, in PCI bus order" in err
-    monkeypatch.setattr(devices, "load_nvml", lambda: (None, "NVML unavailable: no driver"))
+    monkeypatch.setattr(backends, "load", lambda: backends.plain("NVML unavailable: no driver"))
     (tmp_path / "nvidia0").write_text("")  # a GPU machine whose NVML fails: by index
     monkeypatch.setenv("MILARUN_DEV_DIR", str(tmp_path))
     devs = gpuids.resolve_gpus(parse_device_spec(f"0,{H100['uuid']}"))
@@ -190,24 +197,24 @@ def test_unresolved_gpus_are_said_once_each(gpu_env, capsys, monkeypatch, tmp_pa
 
 def test_an_index_nvml_does_not_have_is_refused():
     with pytest.raises(errors.DeviceSpecError, match=r"GPU 2: NVML sees 2 GPU\(s\), ids 0 to 1"):
-        gpuids.resolve_gpus(parse_device_spec("0,2"), nvml=FakeNVML(mixed_host()))
+        gpuids.resolve_gpus(parse_device_spec("0,2"), backend=NvmlBackend(FakeNVML(mixed_host())))
 
 
 def test_another_cuda_device_order_is_warned_about(gpu_env, capsys):
     options.setup_logging()
     gpu_env.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
-    gpuids.resolve_gpus(parse_device_spec("0"), nvml=FakeNVML(mixed_host()))
+    gpuids.resolve_gpus(parse_device_spec("0"), backend=NvmlBackend(FakeNVML(mixed_host())))
     err = capsys.readouterr().err
     assert err.startswith("milarun: warning: CUDA_DEVICE_ORDER=FASTEST_FIRST is not used")
     assert "PCI bus order" in err
     gpu_env.setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    gpuids.resolve_gpus(parse_device_spec("0"), nvml=FakeNVML(mixed_host()))
+    gpuids.resolve_gpus(parse_device_spec("0"), backend=NvmlBackend(FakeNVML(mixed_host())))
     assert capsys.readouterr().err == ""
 
 
 def test_cpu_slices_are_not_resolved():
     devs = parse_device_spec("cpu:2")
-    assert gpuids.resolve_gpus(devs, nvml=FakeNVML(mixed_host())) == devs
+    assert gpuids.resolve_gpus(devs, backend=NvmlBackend(FakeNVML(mixed_host()))) == devs
     assert gpuids.instance_gpus({"MILARUN_DEVICE": "cpu:0", "CUDA_VISIBLE_DEVICES": ""}) == ()
 
 

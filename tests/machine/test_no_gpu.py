@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from milarun import errors
-from milarun.machine import devices, gpuids, gpuprobe
+from milarun.machine import backends, gpuids, gpuprobe
 from milarun.machine.devices import parse_device_spec
 
 
 def no_nvml(monkeypatch, tmp_path, files=()):
-    monkeypatch.setattr(devices, "load_nvml", lambda: (None, "NVML unavailable: no library"))
+    monkeypatch.setattr(backends, "load", lambda: backends.plain("NVML unavailable: no library"))
     dev = tmp_path / "dev"
     dev.mkdir()
     for name in files:

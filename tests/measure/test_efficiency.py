@@ -258,6 +258,10 @@ SPELLINGS = {
     "NVIDIA L40S": "L40S",
     "AMD Instinct MI325X": "MI325X",
     "AMD Instinct MI355X": "MI355X",
+    "NVIDIA H200 NVL": "H200-NVL",
+    "NVIDIA B300 SXM6 AC": "B300",
+    "GAUDI3": "Gaudi3",
+    "HL-325L": "Gaudi3",
 }
 UNKNOWN = [
     "cpu",
@@ -265,8 +269,8 @@ UNKNOWN = [
     None,
     "NVIDIA GeForce RTX 4090",
     "NVIDIA H100 NVL",
-    "NVIDIA H200 NVL",
     "NVIDIA GH200 480GB",
+    "NVIDIA GB300",
     "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
     "AMD Instinct MI300A",
     "AMD Instinct MI250",
@@ -292,6 +296,9 @@ ANCHORS = {
     ("MI325X", "bf16"): 1307.4,
     ("MI355X", "fp8"): 5033.2,
     ("MI355X", "tf32"): None,
+    ("H200-NVL", "bf16"): 835.5,
+    ("B300", "fp8"): 4500,
+    ("Gaudi3", "bf16"): 1835,
 }
 
 
@@ -314,6 +321,9 @@ def test_peak_table_is_consistent():
     assert set(SPELLINGS.values()) == set(efficiency.PEAKS)
     for name, row in SPELLINGS.items():
         peak = {p: efficiency.peak_flops(name, p) for p in efficiency.PRECISIONS}
+        if row == "Gaudi3":  # its sheet gives BF16 and FP8 matrix figures only, equal
+            assert peak["bf16"] == peak["fp8"] and not (peak["fp16"] or peak["tf32"]), row
+            continue
         assert peak["fp32"] and peak["fp16"] and peak["fp16"] > peak["fp32"], row
         if peak["tf32"]:  # rounded sheets (the L40S's: 2 x 183 against 362.05; B200's too)
             rel = {"L40S": 0.015, "B200": 0.025}.get(row, 0.005)

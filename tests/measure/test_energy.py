@@ -14,6 +14,7 @@ import pytest
 from conftest import load_all, milarun
 from fakes import FakeNVML
 from milarun.machine import devices, monitors, torchdevice
+from milarun.machine.backends.nvml import NvmlBackend
 from milarun.measure import energy, runner
 from milarun.measure.diagnostics import steady_state
 from milarun.measure.experiment import RateLog
@@ -84,7 +85,7 @@ def samples(times, gid="0", **series):
 @pytest.mark.parametrize("old_names", [False, True])
 def test_monitor_reads_energy_clock_and_reasons(old_names):
     fake = MovingNVML(power=lambda t: 250.0, reasons=lambda t: POWER_CAP, old_names=old_names)
-    mon = monitors.gpu_monitor(nvml=fake, ids=["0"], interval=0.05).start()
+    mon = monitors.gpu_monitor(backend=NvmlBackend(fake), ids=["0"], interval=0.05).start()
     time.sleep(0.3)
     got = mon.stop()["samples"]
     assert len(got) >= 3
@@ -104,7 +105,7 @@ def test_monitor_reads_energy_clock_and_reasons(old_names):
 
 def test_only_the_rank_that_writes_the_result_reads_the_energy_counter(monkeypatch):
     monkeypatch.setenv("RANK", "1")  # 4 ms of CPU per reading on an H100: rank 0's only
-    mon = monitors.gpu_monitor(nvml=MovingNVML(), ids=["0"], interval=0.05).start()
+    mon = monitors.gpu_monitor(backend=NvmlBackend(MovingNVML()), ids=["0"], interval=0.05).start()
     time.sleep(0.1)
     reading = mon.stop()["samples"][0]["gpus"]["0"]
     assert reading["energy"] is None and reading["power"] == pytest.approx(300.0)
@@ -112,18 +113,20 @@ def test_only_the_rank_that_writes_the_result_reads_the_energy_counter(monkeypat
 
 def test_monitor_without_the_new_readings_records_none():
     mon = monitors.gpu_monitor(
-        nvml=FakeNVML(
-            [
-                {
-                    "name": "old",
-                    "uuid": "GPU-x",
-                    "utilization": [5, 0],
-                    "memory_used": 1,
-                    "memory": 2,
-                    "temperature": 30,
-                    "power_usage_mw": 50000,
-                }
-            ]
+        backend=NvmlBackend(
+            FakeNVML(
+                [
+                    {
+                        "name": "old",
+                        "uuid": "GPU-x",
+                        "utilization": [5, 0],
+                        "memory_used": 1,
+                        "memory": 2,
+                        "temperature": 30,
+                        "power_usage_mw": 50000,
+                    }
+                ]
+            )
         ),
         ids=["0"],
         interval=0.05,
@@ -230,6 +233,7 @@ def test_energy_record_of_one_gpu():
         "method",
         "gpus",
         "reason",
+        "backend",  # the device backend whose monitor measured (None: no record of it)
     ]
 
 
@@ -329,7 +333,9 @@ def test_run_on_a_fake_gpu_records_energy_and_throttling(tmp_path, monkeypatch):
     fake = MovingNVML(power=lambda t: 250.0, reasons=lambda t: POWER_CAP)
     real = monitors.gpu_monitor
     monkeypatch.setattr(
-        monitors, "gpu_monitor", lambda interval: real(nvml=fake, ids=["0"], interval=0.05)
+        monitors,
+        "gpu_monitor",
+        lambda interval: real(backend=NvmlBackend(fake), ids=["0"], interval=0.05),
     )
     monkeypatch.setattr(devices, "instance_device_label", lambda environ=None: "cuda:0")
     monkeypatch.setattr(torchdevice, "torch_device", lambda: "cpu")  # calibration only spins

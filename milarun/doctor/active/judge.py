@@ -1,4 +1,5 @@
-"""`doctor --active`'s verdicts: what the probe children measured and NVML read, as Checks.
+"""`doctor --active`'s verdicts: what the probe children measured and the device backend
+(NVML, AMD SMI) read, as Checks.
 
 One line per measurement and device: its figure with a 95% CI, its share of the datasheet
 figure where there is one, its ratio to its siblings (milarun.doctor.active.verdicts), and the
@@ -12,7 +13,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from milarun.doctor.active.nvml import BAD_REASONS, REASONS, WARN_REASONS
+from milarun.doctor.active.sampler import BAD_REASONS, REASONS, WARN_REASONS
 from milarun.doctor.active.verdicts import (
     CLOCK_SHARE,
     GEMM_SHARE,
@@ -33,8 +34,8 @@ RESET = "reset the GPU (`sudo nvidia-smi -i {i} -r`) or reboot; if it comes back
 
 @dataclass
 class Probed:
-    """One probe child (a GPU, a CPU slice, or the node's GPUs together) and what NVML
-    read around it."""
+    """One probe child (a GPU, a CPU slice, or the node's GPUs together) and what the
+    device backend read around it."""
 
     label: str  # cuda:0, cpu:1, node
     kind: str  # gpu, cpu, node
@@ -44,16 +45,17 @@ class Probed:
     stderr: str = ""
     seconds: float = 0.0
     timeout: float = 0.0
-    name: str | None = None  # NVML's name of the GPU
-    memory: int | None = None  # NVML's total memory, bytes
-    before: dict[str, Any] | None = None  # nvml.counters
+    name: str | None = None  # the backend's name of the GPU
+    memory: int | None = None  # the backend's total memory, bytes
+    before: dict[str, Any] | None = None  # the backend's counters
     after: dict[str, Any] | None = None
-    samples: list[dict[str, Any]] = field(default_factory=list)  # nvml.sample
+    samples: list[dict[str, Any]] = field(default_factory=list)  # its load_sample
     xids: list[int] = field(default_factory=list)
-    xid_error: str | None = None  # why NVML gives no XID events here
-    link: dict[str, Any] | None = None  # nvml.link
+    xid_error: str | None = None  # why the backend gives no XID events here
+    link: dict[str, Any] | None = None  # the backend's link
     planned_cpus: list[int] | None = None  # CPU slices: the plan's CPUs
     placement: str | None = None  # CPU slices: the student groups, or "pinned"
+    library: str = "NVML"  # the backend that read the GPU, as messages name it
 
     def phase(self, name: str) -> dict[str, Any] | None:
         return ((self.data or {}).get("phases") or {}).get(name)
@@ -284,7 +286,9 @@ def clocks_check(p: Probed) -> Check | None:
     if not loaded:
         if not p.samples:
             return None
-        return Check(name, INFO, f"no NVML sample caught the GPU busy ({len(p.samples)} taken)")
+        return Check(
+            name, INFO, f"no {p.library} sample caught the GPU busy ({len(p.samples)} taken)"
+        )
     clocks = sorted(s["sm_clock"] for s in loaded if s.get("sm_clock"))
     reasons = 0
     for s in loaded:
@@ -340,7 +344,9 @@ def counters_check(p: Probed) -> Check | None:
         warn.append("a row remapping is pending (applied at the next GPU reset)")
     if p.xids:
         bad.append(f"XID error(s) {', '.join(map(str, sorted(set(p.xids))))} during the checks")
-    detail = "; ".join(bad + warn) or (", ".join(seen) if seen else "NVML gives no error counter")
+    detail = "; ".join(bad + warn) or (
+        ", ".join(seen) if seen else f"{p.library} gives no error counter"
+    )
     detail += f"; {p.xid_error}" if p.xid_error else "; no XID event"
     status = FAIL if bad else WARN if warn else PASS if seen else INFO
     fix = RESET.format(i=p.label.partition(":")[2]) if bad or warn else None

@@ -3,11 +3,12 @@
 One probe child per device (``python -m milarun.doctor.active.probe``, where torch is imported),
 all at once, as `jobs` runs its instances: each GPU with ``CUDA_VISIBLE_DEVICES`` set to it,
 each CPU slice in its student cgroup (else pinned to the slice's CPUs). While they run,
-NVML is sampled (clocks, throttle reasons, the PCIe link, XID events); its error counters are
-read before and after. On a node with two or more GPUs a node child then measures the GPU
-pairs and the NCCL all-reduce. Every child is bounded by a timeout and killed with its
-process group past it; a child that crashes, hangs or raises is a FAIL. The verdicts are
-milarun.doctor.active.judge's (judge_cpu's, judge_node's). This module imports no torch.
+the device backend (NVML, AMD SMI) is sampled (clocks, throttle reasons, the PCIe link, XID
+events); its error counters are read before and after. On a node with two or more GPUs a
+node child then measures the GPU pairs and the NCCL (RCCL on ROCm) all-reduce. Every child
+is bounded by a timeout and killed with its process group past it; a child that crashes,
+hangs or raises is a FAIL. The verdicts are milarun.doctor.active.judge's (judge_cpu's,
+judge_node's). This module imports no torch.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from typing import Any
 
 from milarun import errors, results
 from milarun.doctor.active import judge, judge_cpu, judge_node, record, sampling
-from milarun.doctor.active.nvml import Sampler, counters, link, total_memory
+from milarun.doctor.active.sampler import Sampler
 from milarun.doctor.check import WARN, Check
 from milarun.doctor.passive import dcgm
-from milarun.machine import devices, isolation, watchdog
+from milarun.machine import backends, devices, isolation, watchdog
 from milarun.results import jsonfile
 
 LEVELS = ("quick", "full")
@@ -48,8 +49,7 @@ class Setup:
     """What the active checks run on; the tests replace the probe command (a fake GPU
     child), the spec's sizes (bounded runs) and the timeout."""
 
-    nvml: Any = None
-    nvml_error: str | None = None  # why ``nvml`` is None
+    backend: backends.Backend = field(default_factory=lambda: backends.plain("not loaded"))
     probe: list[str] = field(default_factory=lambda: list(PROBE))
     spec: dict[str, Any] = field(default_factory=dict)  # added to every child's spec
     timeout: float | None = None  # None: TIMEOUT[level]
@@ -119,7 +119,7 @@ def _finish(child: _Child, timed_out: bool, timeout: float) -> judge.Probed:
 def run_children(
     children: list[_Child], timeout: float, sampler: Sampler | None = None
 ) -> list[judge.Probed]:
-    """Start every child (then the NVML sampler: no thread runs while they fork), wait for
+    """Start every child (then the GPU sampler: no thread runs while they fork), wait for
     all of them, kill any past ``timeout``."""
     try:
         for child in children:
@@ -177,7 +177,7 @@ def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setu
     hier = setup.hierarchies()
     ids = [d.id for d in devs]
     gpu = devs[0].kind == devices.GPU_KIND
-    local = devices.gpu_local_cpus(ids, setup.nvml) if gpu and setup.nvml is not None else {}
+    local = devices.gpu_local_cpus(ids, setup.backend) if gpu and setup.backend.usable else {}
     try:
         students = isolation.machine_plan(ids, hier, local)
     except errors.IsolationError:  # fewer CPUs than slices: one slice each, shared
@@ -206,37 +206,41 @@ def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setu
     return children
 
 
-def _gpus(devs: list[devices.Device], nvml: Any) -> list[tuple[devices.Device, Any, str]]:
+def _gpus(
+    devs: list[devices.Device], backend: backends.Backend
+) -> list[tuple[devices.Device, Any, str]]:
+    """Each GPU, its handle and what its child's CUDA_VISIBLE_DEVICES names it by: NVML's
+    UUID, or the index where the backend's UUIDs are not CUDA's (AMD SMI)."""
     found = []
     for dev in devs:
         try:
-            handle = devices.nvml_handle(nvml, dev.id)
-            uuid = nvml.nvmlDeviceGetUUID(handle)
+            handle = backend.handle(dev.id)
+            uuid = backend.uuid(handle)
         except Exception as err:
             raise errors.DeviceSpecError(
-                f"--devices: NVML cannot open GPU {dev.id} ({err})"
+                f"--devices: {backend.label} cannot open GPU {dev.id} ({err})"
             ) from None
-        found.append((dev, handle, uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
+        found.append((dev, handle, uuid if backend.selects_by_uuid else dev.id))
     return found
 
 
 def _gpu_children(
     tmp: Path, gpus: list[tuple[devices.Device, Any, str]], level: str, setup: Setup
 ) -> list[_Child]:
-    nvml = setup.nvml
+    backend = setup.backend
     lock = tmp / "host-link.lock"
     children = []
     for dev, handle, uuid in gpus:
-        name = nvml.nvmlDeviceGetName(handle)
         probed = judge.Probed(
             dev.label,
             "gpu",
             None,
             None,
-            name=name.decode() if isinstance(name, bytes) else str(name),
-            memory=total_memory(nvml, handle),
-            before=counters(nvml, handle),
-            link=link(nvml, handle),
+            name=backend.device_name(handle),
+            memory=backend.memory(handle),
+            before=backend.counters(handle),
+            link=backend.link(handle),
+            library=backend.label,
         )
         env = {
             "CUDA_VISIBLE_DEVICES": uuid,
@@ -271,20 +275,19 @@ def measure(
             probed += run_children(_cpu_children(tmp, devs, level, setup), timeout)
             yield from judge_cpu.cpu_checks(probed)
             return
-        if setup.nvml is None:
-            why = setup.nvml_error or "NVML is not usable here"
+        if not setup.backend.usable:
             raise errors.DeviceSpecError(
-                f"--devices {','.join(d.id for d in devs)} names GPUs, but {why}: "
-                "give cpu:N on a machine without GPUs"
+                f"--devices {','.join(d.id for d in devs)} names GPUs, but "
+                f"{setup.backend.reason}: give cpu:N on a machine without GPUs"
             )
-        gpus = _gpus(devs, setup.nvml)
+        gpus = _gpus(devs, setup.backend)
         children = _gpu_children(tmp, gpus, level, setup)
         say(f"measuring {len(gpus)} GPU(s) ({level}, at most {timeout:.0f} s)...")
         handles = {dev.label: handle for dev, handle, _ in gpus}
-        sampler = Sampler(setup.nvml, handles)
+        sampler = Sampler(setup.backend, handles)
         probed += run_children(children, timeout, sampler)
         for p, (_, handle, _) in zip(probed, gpus, strict=True):
-            p.after = counters(setup.nvml, handle)
+            p.after = setup.backend.counters(handle)
             p.samples, p.xids = sampler.samples[p.label], sampler.xids[p.label]
             p.xid_error = sampler.xid_error
         yield from judge.gpu_checks(probed)
@@ -334,7 +337,7 @@ def run(
     slice), each check given to ``emit`` as it comes; returns the record (``before``: the
     passive checks run first, recorded ahead of these)."""
     started, clock = time.time(), time.monotonic()
-    devs = devices.parse_device_spec(spec) if spec else devices.discover_devices(setup.nvml)
+    devs = devices.parse_device_spec(spec) if spec else devices.discover_devices(setup.backend)
     checks: list[Check] = []
     probed: list[judge.Probed] = []
     for check in measure(level, devs, setup, say, probed):

@@ -51,6 +51,9 @@ MEMORY_GBPS: dict[str, float] = {
     "MI300X": 5300.0,
     "MI325X": 6000.0,
     "MI355X": 8000.0,
+    "H200-NVL": 4800.0,  # NVIDIA H200 datasheet: 4.8 TB/s, SXM and NVL alike
+    "B300": 8000.0,  # NVIDIA HGX B300 datasheet: 8 TB/s per GPU
+    "Gaudi3": 3670.0,  # Intel Gaudi 3 spec table (Hot Chips 2024): 3.67 TB/s
 }
 MEMORY_80GB = {"A100-SXM": 2039.0, "A100-PCIe": 1935.0}
 

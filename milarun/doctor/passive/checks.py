@@ -1,11 +1,12 @@
 """`milarun doctor`: what to fix on a machine before a run, one line per check.
 
-Checks, in order: the GPUs NVML and torch see, driver/CUDA/cuDNN/NCCL versions and each
+Checks, in order: the GPUs the device backend (NVML, AMD SMI) and torch see,
+driver/CUDA/cuDNN/NCCL versions (HIP/RCCL on AMD) and each
 GPU's health (``milarun.doctor.passive.gpu``); the student cgroups; with ``--profile``, the
 data its tests read and the disk space the missing data needs; the bytecode of the big
 packages. Each check is PASS, WARN (runs, but fix it), FAIL (fix it first) or INFO
 (milarun.doctor.check). Everything doctor reads comes through :class:`Machine`, so tests
-give fakes for NVML, torch, /dev, cgroups and the disk.
+give fakes for the GPU libraries (NVML, amdsmi), torch, /dev, cgroups and the disk.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import shutil
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,8 @@ from milarun.doctor.check import FAIL, INFO, PASS, STATUSES, WARN, Check, as_roo
 from milarun.doctor.passive.data import data_checks
 from milarun.doctor.passive.gpu import inventory, versions
 from milarun.doctor.passive.health import health
-from milarun.machine import devices, gpuprobe, isolation
-from milarun.machine.devices import NvmlGpu
+from milarun.machine import backends, devices, gpuprobe, isolation
+from milarun.machine.backends import Backend, GpuInfo
 from milarun.run import profile
 
 __all__ = ["Machine", "Request", "run_checks", "render", "summary", "exit_code"]
@@ -41,8 +42,8 @@ UNBROKEN = re.compile(r"`[^`]*`|\d[\d.]* (?:[kMG]i?B|W|C|MHz)\b")  # commands, 4
 
 
 def _probe_torch() -> gpuprobe.TorchGPUs:
-    # Every GPU, as NVML lists them, whatever this shell's CUDA_VISIBLE_DEVICES hides.
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    # Every GPU, as the backend lists them, whatever this shell's visible-devices hide.
+    env = {k: v for k, v in os.environ.items() if k not in devices.VISIBLE_VARIABLES}
     return gpuprobe.torch_gpus(env=env)
 
 
@@ -56,8 +57,7 @@ def _disk_usage(path: str) -> Any:
 class Machine:
     """Where doctor looks; each field can be replaced by a fake."""
 
-    nvml: Any = None  # an initialised pynvml (or a fake with its names); None: unusable
-    nvml_error: str | None = "NVML not loaded"  # why ``nvml`` is None
+    backend: Backend = field(default_factory=lambda: backends.plain("NVML not loaded"))
     torch: Callable[[], gpuprobe.TorchGPUs] = _probe_torch
     dev: Path = Path("/dev")
     hierarchies: Callable[[], dict[str, isolation.Hierarchy]] = isolation.find_hierarchies
@@ -66,8 +66,7 @@ class Machine:
 
     @classmethod
     def here(cls) -> Machine:
-        nvml, error = devices.load_nvml()
-        return cls(nvml=nvml, nvml_error=error)
+        return cls(backend=backends.load())
 
 
 @dataclass(frozen=True)
@@ -92,18 +91,16 @@ def _checks(
     chosen: list[devices.Device] | None,
 ) -> Iterator[Check]:
     torch = machine.torch()
-    found, gpus = inventory(
-        machine.nvml, machine.nvml_error, torch, gpuprobe.device_files(machine.dev)
-    )
+    found, gpus = inventory(machine.backend, torch, gpuprobe.device_files(machine.dev))
     yield from found
-    yield versions(machine.nvml, torch, gpus)
-    if chosen is None:  # what `jobs` would take: NVML's GPUs, else one CPU slice
+    yield versions(machine.backend, torch, gpus)
+    if chosen is None:  # what `jobs` would take: the backend's GPUs, else one CPU slice
         chosen = (
-            devices.discover_devices(machine.nvml) if gpus else devices.parse_device_spec("cpu")
+            devices.discover_devices(machine.backend) if gpus else devices.parse_device_spec("cpu")
         )
-    selected, unknown = _select(gpus, chosen)
+    selected, unknown = _select(gpus, chosen, machine.backend)
     yield from unknown
-    yield from health(machine.nvml, selected)
+    yield from health(machine.backend, selected)
     yield from cgroup_checks(chosen, request.devices, machine)
     if prof is None:
         yield Check("data", INFO, "not checked: give --profile NAME (quick, standard, ...)")
@@ -115,7 +112,9 @@ def _checks(
     yield bytecode_check(machine.packages)
 
 
-def _select(gpus: list[NvmlGpu], chosen: list[devices.Device]) -> tuple[list[NvmlGpu], list[Check]]:
+def _select(
+    gpus: list[GpuInfo], chosen: list[devices.Device], backend: Backend
+) -> tuple[list[GpuInfo], list[Check]]:
     """The GPUs whose health is checked: those --devices names, else every one."""
     if not gpus or chosen[0].kind != devices.GPU_KIND:
         return gpus, []
@@ -126,9 +125,9 @@ def _select(gpus: list[NvmlGpu], chosen: list[devices.Device]) -> tuple[list[Nvm
             Check(
                 "devices",
                 FAIL,
-                f"NVML has no GPU {', '.join(unknown)} (it sees "
+                f"{backend.label} has no GPU {', '.join(unknown)} (it sees "
                 f"{', '.join(str(g.index) for g in gpus)})",
-                "give ids that `nvidia-smi -L` lists",
+                f"give ids that {backend.list_command} lists",
             )
         ]
     return [by_id[d.id] for d in chosen], []
@@ -163,8 +162,8 @@ def cgroup_checks(devs: list[devices.Device], spec: str | None, machine: Machine
         ]
     ids = [d.id for d in devs]
     local = (
-        devices.gpu_local_cpus(ids, machine.nvml)
-        if devs[0].kind == devices.GPU_KIND and machine.nvml is not None
+        devices.gpu_local_cpus(ids, machine.backend)
+        if devs[0].kind == devices.GPU_KIND and machine.backend.usable
         else {}
     )
     try:

@@ -1,7 +1,8 @@
-"""`milarun doctor`'s GPU checks: NVML and torch agree, versions, each GPU's health.
+"""`milarun doctor`'s GPU checks: the device backend (NVML, AMD SMI) and torch agree,
+versions, each GPU's health.
 
-Every reading goes through the NVML object it is given (pynvml, or a fake with the same
-names) and a :class:`~milarun.machine.gpuprobe.TorchGPUs`; nothing here imports torch.
+Every reading goes through the backend it is given (milarun.machine.backends) and a
+:class:`~milarun.machine.gpuprobe.TorchGPUs`; nothing here imports torch or a vendor library.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
-from milarun.machine.devices import NvmlGpu, bus_id, nvml_gpus, nvml_text
+from milarun.machine.backends import Backend, GpuInfo, bus_id
 from milarun.machine.gpuprobe import TorchGPUs
 
 MEMORY_TOLERANCE = 0.02  # torch's total excludes what the driver reserves (~0.6% on an H100)
@@ -23,27 +24,32 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-# -- NVML and torch see the same GPUs ------------------------------------------------------
+# -- the backend and torch see the same GPUs ----------------------------------------------
+def _tool(backend: Backend) -> str:
+    return "`amd-smi list`" if backend.vendor == "amd" else "`nvidia-smi`"
+
+
 def inventory(
-    nvml: Any, nvml_error: str | None, torch: TorchGPUs, dev_files: list[str]
-) -> tuple[list[Check], list[NvmlGpu]]:
-    """Checks that NVML and torch see the same GPUs, and NVML's GPUs (empty: no GPU checks
-    follow, because there is no GPU or NVML cannot read them)."""
-    if nvml is None:
-        return [_without_nvml(nvml_error, torch, dev_files)], []
+    backend: Backend, torch: TorchGPUs, dev_files: list[str]
+) -> tuple[list[Check], list[GpuInfo]]:
+    """Checks that the backend and torch see the same GPUs, and the backend's GPUs (empty:
+    no GPU checks follow, because there is no GPU or the backend cannot read them)."""
+    if not backend.usable:
+        return [_without_backend(backend.reason, torch, dev_files)], []
+    label = backend.label
     try:
-        gpus = nvml_gpus(nvml)
+        gpus = backend.gpus()
     except Exception as err:  # a GPU fallen off the bus, a driver/library mismatch
         return [
             Check(
                 "GPUs",
                 FAIL,
-                f"NVML cannot read its GPUs: {err}",
-                "`nvidia-smi` must list every GPU: reload the driver or reboot",
+                f"{label} cannot read its GPUs: {err}",
+                f"{_tool(backend)} must list every GPU: reload the driver or reboot",
             )
         ], []
     if not gpus:
-        alone = _without_nvml("NVML sees no GPU", torch, dev_files)
+        alone = _without_backend(f"{label} sees no GPU", torch, dev_files, backend.vendor)
         return [alone], []
     if torch.error:  # the versions check fails with it: say it once
         names = ", ".join(sorted({g.name for g in gpus}))
@@ -51,25 +57,37 @@ def inventory(
             Check(
                 "GPUs",
                 INFO,
-                f"NVML sees {_plural(len(gpus), 'GPU')} ({names}); what "
+                f"{label} sees {_plural(len(gpus), 'GPU')} ({names}); what "
                 "torch sees is unknown (see versions)",
             )
         ], gpus
-    return [_agreement(gpus, torch), *_per_gpu(gpus, torch)], gpus
+    return [_agreement(gpus, torch, backend), *_per_gpu(gpus, torch)], gpus
 
 
-def _without_nvml(reason: str | None, torch: TorchGPUs, dev_files: list[str]) -> Check:
+def _without_backend(
+    reason: str | None, torch: TorchGPUs, dev_files: list[str], vendor: str | None = None
+) -> Check:
     seen = [f"{', '.join(dev_files)} present"] if dev_files else []
     if torch.count:
         seen.append(f"torch sees {_plural(torch.count, 'GPU')}")
     if not seen:
         return Check("GPUs", INFO, "no GPU: this machine benchmarks CPU slices (--devices cpu:N)")
-    if torch.versions.get("hip"):  # AMD: NVML never applies; discovery needs the ids
+    if torch.versions.get("hip") and vendor != "amd":  # AMD GPUs, AMD SMI not loaded
         return Check(
             "GPUs",
             WARN,
-            f"AMD GPUs ({'; '.join(seen)}): NVML checks do not apply",
-            "check them with `rocm-smi`; give `jobs` the ids: --devices 0,1,...",
+            f"AMD GPUs ({'; '.join(seen)}): no AMD SMI here ({reason}), so no GPU "
+            "inventory, energy or health",
+            "install ROCm's amdsmi Python library (`amd-smi list` must list the GPUs), or "
+            "give `jobs` the ids: --devices 0,1,...",
+        )
+    if vendor == "amd":
+        return Check(
+            "GPUs",
+            FAIL,
+            f"{reason}, but {'; '.join(seen)}",
+            "make `amd-smi list` list the GPUs (the amdgpu driver loaded, ROCm's amdsmi "
+            "matching it): `jobs` finds GPUs through it",
         )
     return Check(
         "GPUs",
@@ -81,8 +99,8 @@ def _without_nvml(reason: str | None, torch: TorchGPUs, dev_files: list[str]) ->
     )
 
 
-def _match(gpu: NvmlGpu, torch: TorchGPUs) -> dict[str, Any] | None:
-    """torch's entry for an NVML GPU: by UUID, else by PCI bus id."""
+def _match(gpu: GpuInfo, torch: TorchGPUs) -> dict[str, Any] | None:
+    """torch's entry for a backend's GPU: by UUID, else by PCI bus id."""
     for d in torch.devices:
         if d.get("uuid") and d["uuid"].lower() == gpu.uuid.lower():
             return d
@@ -92,7 +110,7 @@ def _match(gpu: NvmlGpu, torch: TorchGPUs) -> dict[str, Any] | None:
     return None
 
 
-def _agreement(gpus: list[NvmlGpu], torch: TorchGPUs) -> Check:
+def _agreement(gpus: list[GpuInfo], torch: TorchGPUs, backend: Backend) -> Check:
     seen = {g.index: _match(g, torch) for g in gpus}
     missing = [g for g in gpus if seen[g.index] is None]
     matched = {d.get("index") for d in seen.values() if d is not None}
@@ -102,26 +120,29 @@ def _agreement(gpus: list[NvmlGpu], torch: TorchGPUs) -> Check:
         return Check(
             "GPUs",
             PASS,
-            f"NVML and torch see the same {_plural(len(gpus), 'GPU')} "
+            f"{backend.label} and torch see the same {_plural(len(gpus), 'GPU')} "
             f"(by UUID and PCI bus): {', '.join(names)}",
         )
-    parts = [f"NVML sees {len(gpus)}, torch {torch.count}"]
+    parts = [f"{backend.label} sees {len(gpus)}, torch {torch.count}"]
     parts += [f"torch lacks gpu{g.index} {g.uuid} at {g.pci_bus_id}" for g in missing]
     parts += [
-        f"NVML lacks torch's cuda:{d.get('index')} {d.get('uuid') or d.get('pci_bus_id')}"
+        f"{backend.label} lacks torch's cuda:{d.get('index')} "
+        f"{d.get('uuid') or d.get('pci_bus_id')}"
         for d in extra
     ]
-    return Check(
-        "GPUs",
-        FAIL,
-        "; ".join(parts),
-        "a GPU that NVML lists but CUDA cannot open is often in a bad state: read "
+    fix = (
+        "a GPU that AMD SMI lists but HIP cannot open is often in a bad state: read "
+        "`amd-smi metric`, reset it (`sudo amd-smi reset -G`) or reboot; compute partitions "
+        "(CPX) also show up this way"
+        if backend.vendor == "amd"
+        else "a GPU that NVML lists but CUDA cannot open is often in a bad state: read "
         "`nvidia-smi -q`, reset it (`sudo nvidia-smi -r`) or reboot; MIG slices also "
-        "show up this way",
+        "show up this way"
     )
+    return Check("GPUs", FAIL, "; ".join(parts), fix)
 
 
-def _per_gpu(gpus: list[NvmlGpu], torch: TorchGPUs) -> list[Check]:
+def _per_gpu(gpus: list[GpuInfo], torch: TorchGPUs) -> list[Check]:
     """One line per GPU: what it is, and whether torch agrees on its name and memory."""
     checks = []
     for g in gpus:
@@ -141,11 +162,6 @@ def _per_gpu(gpus: list[NvmlGpu], torch: TorchGPUs) -> list[Check]:
 
 
 # -- versions --------------------------------------------------------------------------------
-def cuda_version(value: int) -> tuple[int, int]:
-    """NVML's CUDA driver version (13000) -> (13, 0)."""
-    return value // 1000, value % 1000 // 10
-
-
 def cudnn_text(value: int | None) -> str:
     """torch's cuDNN number -> "9.19.0" (cuDNN 9 packs M*10000+m*100+p, cuDNN 8 M*1000+...)."""
     if not value:
@@ -154,8 +170,9 @@ def cudnn_text(value: int | None) -> str:
     return f"{major}.{rest // 100}.{rest % 100}"
 
 
-def versions(nvml: Any, torch: TorchGPUs, gpus: list[NvmlGpu]) -> Check:
-    """Driver, CUDA, cuDNN and NCCL; torch's CUDA must not be newer than the driver's."""
+def versions(backend: Backend, torch: TorchGPUs, gpus: list[GpuInfo]) -> Check:
+    """Driver, CUDA, cuDNN and NCCL; torch's CUDA must not be newer than the driver's (on
+    AMD: the driver, HIP and RCCL; torch must be a ROCm build)."""
     if torch.error:
         return Check("versions", FAIL, torch.error, "`uv sync` (torch must import here)")
     v = torch.versions
@@ -163,14 +180,16 @@ def versions(nvml: Any, torch: TorchGPUs, gpus: list[NvmlGpu]) -> Check:
     if not gpus:
         runtime = f"CUDA {v['cuda']}" if v.get("cuda") else "CPU build"
         return Check("versions", INFO, f"{built} ({runtime}); no GPU driver in use")
+    if backend.vendor == "amd":
+        return _rocm_versions(backend, v, built)
     try:
-        driver = nvml_text(nvml.nvmlSystemGetDriverVersion())
-        supports = cuda_version(int(nvml.nvmlSystemGetCudaDriverVersion()))
+        driver = backend.driver()
+        supports = backend.runtime_version() or (0, 0)
     except Exception as err:
         return Check(
             "versions",
             FAIL,
-            f"NVML cannot tell the driver version: {err}",
+            f"{backend.label} cannot tell the driver version: {err}",
             "reinstall the NVIDIA driver",
         )
     detail = (
@@ -196,4 +215,21 @@ def versions(nvml: Any, torch: TorchGPUs, gpus: list[NvmlGpu]) -> Check:
             "(minor-version compatibility: no PTX JIT)",
             f"update the driver to one for CUDA {v['cuda']} or newer",
         )
+    return Check("versions", PASS, detail)
+
+
+def _rocm_versions(backend: Backend, v: dict[str, Any], built: str) -> Check:
+    """The AMD driver, torch's HIP and RCCL (ROCm's NCCL, which torch.cuda.nccl reports)."""
+    try:
+        driver = backend.driver()
+    except Exception as err:
+        return Check(
+            "versions",
+            FAIL,
+            f"{backend.label} cannot tell the driver version: {err}",
+            "reinstall the amdgpu driver (ROCm)",
+        )
+    detail = f"amdgpu driver {driver}; {built}: HIP {v.get('hip')}, RCCL {v.get('nccl') or 'none'}"
+    if not v.get("hip"):
+        return Check("versions", FAIL, detail, "torch is not a ROCm build: install a ROCm build")
     return Check("versions", PASS, detail)

@@ -1,56 +1,27 @@
-"""The doctor's per-GPU health findings, read from NVML: persistence, MIG, ECC, pending
-page retirement, clocks, power limit, PCIe link and temperature, each with its fix."""
+"""The doctor's per-GPU health findings, read through the device backend (NVML, AMD SMI):
+persistence, MIG, ECC, pending page retirement, clocks, power limit, PCIe link, GPU links
+and temperature, each with its fix. A reading the backend does not give has no finding."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
-from milarun.machine.devices import NvmlGpu
-
-# pynvml's constants, by their names there (a fake NVML need not define them).
-NVML_CLOCK_SM = 1
-
-
-NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-
-
-NVML_VOLATILE_ECC = 0
-
-
-NVML_TEMPERATURE_GPU = 0
-
-
-NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
-
-
-NVML_FEATURE_ENABLED = 1
-
+from milarun.machine.backends import Backend, GpuInfo, Health
 
 HOT_MARGIN = 10  # degrees C under the slowdown threshold at which an idle GPU is too hot
-
-
-RESET = "`sudo nvidia-smi -i {i} -r`"
-
-
-# -- each GPU's health -----------------------------------------------------------------------
-def _read(read: Callable[[], Any]) -> Any:
-    """A reading, or None where this GPU or driver does not offer it (NVMLError_NotSupported)."""
-    try:
-        return read()
-    except Exception:
-        return None
-
+POWER_FIX = {
+    "nvidia": "`sudo nvidia-smi -i {i} -pl {w:.0f}`",
+    "amd": "`sudo amd-smi set -g {i} -o {w:.0f}`",
+}
 
 Finding = tuple[str, str, str | None]  # status, detail, fix
 
 
-def _persistence(nvml: Any, h: Any, i: int) -> Finding | None:
-    mode = _read(lambda: nvml.nvmlDeviceGetPersistenceMode(h))
-    if mode is None:
+def _persistence(h: Health, i: int, backend: Backend) -> Finding | None:
+    if h.persistence is None:
         return None
-    if mode == NVML_FEATURE_ENABLED:
+    if h.persistence:
         return PASS, "on", None
     return (
         WARN,
@@ -60,44 +31,40 @@ def _persistence(nvml: Any, h: Any, i: int) -> Finding | None:
     )
 
 
-def _mig(nvml: Any, h: Any, i: int) -> Finding | None:
-    modes = _read(lambda: nvml.nvmlDeviceGetMigMode(h))
-    if modes is None:
+def _mig(h: Health, i: int, backend: Backend) -> Finding | None:
+    if not h.has_mig:
+        return None
+    if h.mig is None:
         return PASS, "off (this GPU has no MIG)", None
-    current, pending = modes
-    if NVML_FEATURE_ENABLED in (current, pending):
-        state = "enabled" if current == NVML_FEATURE_ENABLED else "enabled after a reset"
+    current, pending = h.mig
+    if current or pending:
+        state = "enabled" if current else "enabled after a reset"
         return (
             WARN,
             f"{state}: the suite benchmarks whole GPUs",
-            f"`sudo nvidia-smi -i {i} -mig 0`, then reset the GPU ({RESET.format(i=i)})",
+            f"`sudo nvidia-smi -i {i} -mig 0`, then reset the GPU ({backend.reset_command(i)})",
         )
     return PASS, "off", None
 
 
-def _ecc(nvml: Any, h: Any, i: int) -> Finding | None:
-    modes = _read(lambda: nvml.nvmlDeviceGetEccMode(h))
-    errors = _read(
-        lambda: nvml.nvmlDeviceGetTotalEccErrors(
-            h, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC
-        )
-    )
+def _ecc(h: Health, i: int, backend: Backend) -> Finding | None:
+    errors = h.ecc_uncorrected
     if errors is None:
         return INFO, "ECC not offered by this GPU", None
-    mode = "on" if modes and modes[0] == NVML_FEATURE_ENABLED else "off"
+    mode = {True: "ECC on", False: "ECC off", None: "ECC"}[h.ecc_enabled]
     if errors > 0:
         return (
             FAIL,
-            f"ECC {mode}: {errors} uncorrected errors since the driver loaded",
-            f"stop its work and reset it ({RESET.format(i=i)}); if errors return, service it",
+            f"{mode}: {errors} uncorrected errors since the driver loaded",
+            f"stop its work and reset it ({backend.reset_command(i)}); if errors return, "
+            "service it",
         )
-    return PASS, f"ECC {mode}, no uncorrected error since the driver loaded", None
+    return PASS, f"{mode}, no uncorrected error since the driver loaded", None
 
 
-def _pages(nvml: Any, h: Any, i: int) -> Finding | None:
-    retired = _read(lambda: nvml.nvmlDeviceGetRetiredPagesPendingStatus(h))
-    rows = _read(lambda: nvml.nvmlDeviceGetRemappedRows(h))  # corrected, uncorrected,
-    if retired is None and rows is None:  # pending, failure occurred
+def _pages(h: Health, i: int, backend: Backend) -> Finding | None:
+    retired, rows = h.retired_pending, h.remapped_rows
+    if retired is None and rows is None:
         return None
     if rows is not None and rows[3]:
         return (
@@ -105,24 +72,22 @@ def _pages(nvml: Any, h: Any, i: int) -> Finding | None:
             "row remapping failed: memory errors it could not repair",
             "the GPU needs service (RMA)",
         )
-    if retired == NVML_FEATURE_ENABLED or (rows is not None and rows[2]):
+    if retired or (rows is not None and rows[2]):
         return (
             WARN,
             "memory pages retired or rows remapped, pending a reset",
-            f"reset the GPU ({RESET.format(i=i)}) or reboot to apply them",
+            f"reset the GPU ({backend.reset_command(i)}) or reboot to apply them",
         )
     kind = "row remaps" if rows is not None else "page retirements"
     return PASS, f"no {kind} pending", None
 
 
-def _clocks(nvml: Any, h: Any, i: int) -> Finding | None:
-    now = _read(lambda: nvml.nvmlDeviceGetClockInfo(h, NVML_CLOCK_SM))
-    top = _read(lambda: nvml.nvmlDeviceGetMaxClockInfo(h, NVML_CLOCK_SM))
-    app = _read(lambda: nvml.nvmlDeviceGetApplicationsClock(h, NVML_CLOCK_SM))
-    default = _read(lambda: nvml.nvmlDeviceGetDefaultApplicationsClock(h, NVML_CLOCK_SM))
+def _clocks(h: Health, i: int, backend: Backend) -> Finding | None:
+    now, top, app, default = h.clock, h.max_clock, h.app_clock, h.default_app_clock
     if now is None and top is None:
         return None
-    detail = f"SM {now} MHz now, max {top}" + (f", application {app}" if app else "") + " MHz"
+    name = "GFX" if backend.vendor == "amd" else "SM"
+    detail = f"{name} {now} MHz now, max {top}" + (f", application {app}" if app else "") + " MHz"
     if app and default and app < default:
         return (
             WARN,
@@ -133,28 +98,21 @@ def _clocks(nvml: Any, h: Any, i: int) -> Finding | None:
     return PASS, detail + idle, None
 
 
-def _power(nvml: Any, h: Any, i: int) -> Finding | None:
-    limit = _read(lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h))  # mW
-    default = _read(lambda: nvml.nvmlDeviceGetPowerManagementDefaultLimit(h))
+def _power(h: Health, i: int, backend: Backend) -> Finding | None:
+    limit, default = h.power_limit_w, h.default_power_limit_w
     if limit is None:
         return None
-    detail = f"limit {limit / 1000:.0f} W"
+    detail = f"limit {limit:.0f} W"
     if default:
-        detail += f", default {default / 1000:.0f} W"
+        detail += f", default {default:.0f} W"
     if default and limit < default:
-        return (
-            WARN,
-            detail + ": the GPU throttles under load",
-            f"`sudo nvidia-smi -i {i} -pl {default / 1000:.0f}`",
-        )
+        fix = POWER_FIX.get(backend.vendor or "", POWER_FIX["nvidia"])
+        return WARN, detail + ": the GPU throttles under load", fix.format(i=i, w=default)
     return PASS, detail, None
 
 
-def _pcie(nvml: Any, h: Any, i: int) -> Finding | None:
-    gen = _read(lambda: nvml.nvmlDeviceGetCurrPcieLinkGeneration(h))
-    width = _read(lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(h))
-    max_gen = _read(lambda: nvml.nvmlDeviceGetMaxPcieLinkGeneration(h))
-    max_width = _read(lambda: nvml.nvmlDeviceGetMaxPcieLinkWidth(h))
+def _pcie(h: Health, i: int, backend: Backend) -> Finding | None:
+    gen, width, max_gen, max_width = h.pcie_gen, h.pcie_width, h.pcie_max_gen, h.pcie_max_width
     if gen is None or width is None:
         return None
     detail = f"gen {gen} x{width} (max gen {max_gen} x{max_width})"
@@ -170,20 +128,21 @@ def _pcie(nvml: Any, h: Any, i: int) -> Finding | None:
     return PASS, detail, None
 
 
-def _temperature(nvml: Any, h: Any, i: int) -> Finding | None:
-    now = _read(lambda: nvml.nvmlDeviceGetTemperature(h, NVML_TEMPERATURE_GPU))
-    slow = _read(
-        lambda: nvml.nvmlDeviceGetTemperatureThreshold(h, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
-    )
+def _links(h: Health, i: int, backend: Backend) -> Finding | None:
+    return (INFO, h.gpu_links, None) if h.gpu_links else None
+
+
+def _temperature(h: Health, i: int, backend: Backend) -> Finding | None:
+    now, slow = h.temperature, h.slowdown_temperature
     if now is None:
         return None
-    detail = f"{now} C" + (f" (slows down at {slow} C)" if slow else "")
+    detail = f"{now:g} C" + (f" (slows down at {slow:g} C)" if slow else "")
     if slow and now >= slow - HOT_MARGIN:
         return WARN, detail + ": hot for a GPU at rest", "check the cooling and the airflow"
     return PASS, detail, None
 
 
-TOPICS = (
+TOPICS: tuple[tuple[str, Callable[[Health, int, Backend], Finding | None]], ...] = (
     ("persistence", _persistence),
     ("MIG", _mig),
     ("memory errors", _ecc),
@@ -191,17 +150,19 @@ TOPICS = (
     ("clocks", _clocks),
     ("power", _power),
     ("PCIe", _pcie),
+    ("GPU links", _links),
     ("temperature", _temperature),
 )
 
 
-def health(nvml: Any, gpus: list[NvmlGpu]) -> list[Check]:
-    """Each GPU's persistence, MIG, ECC, pending pages, clocks, power, PCIe link, heat."""
+def health(backend: Backend, gpus: list[GpuInfo]) -> list[Check]:
+    """Each GPU's persistence, MIG, ECC, pending pages, clocks, power, PCIe link, GPU
+    links and heat, as far as its backend tells."""
     checks = []
     for g in gpus:
-        h = nvml.nvmlDeviceGetHandleByIndex(g.index)
-        for topic, read in TOPICS:
-            found = read(nvml, h, g.index)
+        readings = backend.health(backend.handle(str(g.index)))
+        for topic, judge in TOPICS:
+            found = judge(readings, g.index, backend)
             if found is not None:
                 checks.append(Check(f"gpu{g.index} {topic}", *found))
     return checks

@@ -1,0 +1,76 @@
+"""What the device backend tells about a GPU around and during `doctor --active`'s load (no
+torch here): a thread reading, every ``interval`` seconds while the probes run, each GPU's
+compute clock, clock event (throttle) reasons, temperature, power, utilisation and the PCIe
+link it trained at, and the critical error events (XIDs) the backend reports. The error
+counters read before and after the load, the link's maximum and the memory are the
+backend's (milarun.machine.backends: NVML, AMD SMI; None where not given).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from milarun.machine import backends
+from milarun.machine.backends import base
+
+# Clock event (throttle) reasons, the backends' bits (NVML's), and what each means here.
+REASONS = {
+    0x1: "idle",
+    0x2: "application clocks setting",
+    base.POWER_CAP: "software power cap",
+    base.HW_SLOWDOWN: "hardware slowdown",
+    0x10: "sync boost",
+    base.SW_THERMAL: "software thermal slowdown",
+    base.HW_THERMAL: "hardware thermal slowdown",
+    base.POWER_BRAKE: "hardware power brake",
+    0x100: "display clock setting",
+}
+BAD_REASONS = base.HW_SLOWDOWN | base.HW_THERMAL | base.POWER_BRAKE  # self-protection: FAIL
+WARN_REASONS = base.SW_THERMAL  # running hot
+
+
+def _uuid(backend: backends.Backend, handle: Any) -> str | None:
+    return base.read(lambda: backend.uuid(handle))
+
+
+class Sampler:
+    """Samples every GPU in ``handles`` (label -> the backend's handle) on a thread until
+    stopped."""
+
+    def __init__(
+        self, backend: backends.Backend, handles: dict[str, Any], interval: float = 0.25
+    ) -> None:
+        self.backend = backend
+        self.handles = handles
+        self.interval = interval
+        self.samples: dict[str, list[dict[str, Any]]] = {label: [] for label in handles}
+        self.xids: dict[str, list[int]] = {label: [] for label in handles}
+        self._by_uuid = {_uuid(backend, h): k for k, h in handles.items()}
+        self._events = backend.events(list(handles.values()))
+        self.xid_error = self._events.error
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _poll_xids(self) -> None:
+        for uuid, code in self._events.poll():
+            label = self._by_uuid.get(uuid, next(iter(self.handles)))
+            self.xids[label].append(code)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for label, handle in self.handles.items():
+                self.samples[label].append(self.backend.load_sample(handle))
+            self._poll_xids()
+            self._stop.wait(self.interval)
+
+    def start(self) -> None:
+        if self.handles:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self._poll_xids()
+        self._events.close()
