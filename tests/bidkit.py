@@ -9,6 +9,7 @@ quick profile's arguments, each instance its own student cgroup and CPUs.
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 import tarfile
@@ -18,6 +19,7 @@ from typing import Any
 
 from milarun.machine import sysinfo
 from milarun.results import manifest, result_filename
+from milarun.results.read import ResultView
 from milarun.run.profile import find_profile, load_profile
 from milarun.tender import archive, rules
 from resultfactory import rate_series, result, write
@@ -75,8 +77,11 @@ def synthetic_run(
         data = result(
             test, job_id, None, rates=rate_series(steady), device=f"cpu:{device}", **extra
         )
+        # it ran while the run did (the evidence rule reads the manifest's times)
+        data["timings"]["train"]["start"] = data["finished_at"] = record.data["started_at"]
         stamp = f"20260101-000000-{i:06d}"
         path = write(folder, data, result_filename(test, job_id, True, stamp))
+        write_log(folder, data, path)
         # as instance_ended records it, saved once at the end (10,000 rewrites would be slow)
         record.data["ended"].append(
             {"test": test, "job_id": job_id, "success": True, "result": path.name}
@@ -86,6 +91,39 @@ def synthetic_run(
     else:
         record.finish("interrupted", "SIGTERM")
     return folder
+
+
+def write_log(folder: Path, data: dict[str, Any], path: Path) -> Path:
+    """The instance's console log as `jobs` keeps it (logs/<name>.J<id>.log): its command, a
+    progress line every second slice and one at its end (measure.runner.progress_printer),
+    the rate it said and its result file, each figure the result's own."""
+    timer = data["timings"]["train"]
+    rates, width = timer["rates"], timer["slice"]
+    warmup = timer["count"] - math.fsum(r * width for r in rates)  # before the first slice
+
+    def progress(slices: int, count: float, in_block: float, finished: bool) -> str:
+        info = {"timer": "train", "count": count, "max_count": None, "slices": slices,
+                "min_slices": None, "rate": rates[slices - 1], "in_block": in_block,
+                "finished": finished}  # fmt: skip
+        return f"MILARUN_PROGRESS {json.dumps(info)}"
+
+    lines = [f"$ milarun run {data['call']['function']} --experiment-name {data['name']}"]
+    lines += [
+        progress(
+            s,
+            warmup + math.fsum(r * width for r in rates[:s]),
+            timer["warmup_time"] + s * width,
+            False,
+        )
+        for s in range(2, len(rates), 2)
+    ]
+    lines.append(progress(len(rates), timer["count"], timer["in_block"], True))
+    rate = ResultView.from_dict(data).rate() or 0.0
+    lines += [f"{data['name']} J{data['job_id']}: {rate:,.2f} examples/s", f"result: {path}"]
+    log = folder / "logs" / f"{data['name']}.J{data['job_id']}.log"
+    log.parent.mkdir(exist_ok=True)
+    log.write_text("\n".join(lines) + "\n")
+    return log
 
 
 def tender(path: Path, tests: list[str], **options: Any) -> Path:

@@ -22,7 +22,7 @@ from milarun.errors import InputError
 from milarun.report import build, stats, summary
 from milarun.results import manifest, read
 from milarun.results.folder import Loaded, load_dir
-from milarun.tender import acceptance, archive, checks, package, rules
+from milarun.tender import acceptance, archive, checks, evidence, package, rules
 
 RULE_FAILED, REJECTED, INCONCLUSIVE = 1, 3, 4
 
@@ -59,7 +59,7 @@ def open_package(path: Path, dest: Path, limits: archive.Limits = archive.DEFAUL
             record = None
         if isinstance(record, dict):
             machines.append(record)
-    bid = _json(dest / package.BID)
+    bid = package.checked_bid(_json(dest / package.BID), Path(path))
     declared = None
     if (dest / package.DECLARED).is_file():
         declared = package.read_declared(dest / package.DECLARED)
@@ -178,14 +178,16 @@ def verify(path: Path, tender_path: Path) -> Verification:
         )
         devices = checks.devices(bid)
         bid.loaded, bid.summary, report, bid.extra_tests = rederive(tender, opened.loaded, devices)
-        found = [rule(bid) for rule in checks.RULES]
+        found = [rule(bid) for rule in (*checks.RULES, evidence.evidence)]
     table = report.table
     tests = {
         str(t): {
             "n": int(row["n"]),
             "fail": int(row["fail"]),
             "perf": _finite(row["perf"]),
-            "ci95": [_finite(row["ci_low"]), _finite(row["ci_high"])],
+            "ci95": [_finite(row["ci_low"]), _finite(row["ci_high"])],  # the report's
+            # the interval a declared rate is judged by, printed with its name
+            **_interval(acceptance.rate_interval(_rates(bid.summary, str(t)), tender.risk)),
         }
         for t, row in table.iterrows()
     }
@@ -214,6 +216,16 @@ def _finite(value: Any) -> float | None:
     return float(value) if results.is_finite(value) else None
 
 
+def _rates(summ: dict[str, dict[str, Any]], test: str) -> list[float]:
+    return list((summ.get(test) or {}).get("rates") or [])
+
+
+def _interval(found: acceptance.Interval | None) -> dict[str, Any]:
+    if found is None:
+        return {"interval": None, "interval_name": None}
+    return {"interval": [found.low, found.high], "interval_name": found.name}
+
+
 def judge(
     tender: rules.Tender,
     declared: dict[str, Any],
@@ -223,7 +235,7 @@ def judge(
     """The verdict on each declared figure."""
     margin, risk = tender.margin, tender.risk
     verdicts = [
-        acceptance.judge_rate(test, (summ.get(test) or {}).get("rates") or [], rate, margin, risk)
+        acceptance.judge_rate(test, _rates(summ, test), rate, margin, risk)
         for test, rate in sorted(declared["tests"].items())
     ]
     if declared.get("score") is not None:
@@ -267,8 +279,8 @@ def to_text(v: Verification) -> str:
     cover = f", coverage {v.coverage:.0%} of the weight" if v.coverage is not None else ""
     lines.append(f"score {_n(v.score)}{ci}{cover}; failure rate {v.failure_rate:.1%}")
     for test, row in v.tests.items():
-        low, high = row["ci95"]
-        interval = f" (95% CI {_n(low)} - {_n(high)})" if low is not None else ""
+        found = row.get("interval")
+        interval = f" ({row['interval_name']} {_n(found[0])} - {_n(found[1])})" if found else ""
         lines.append(
             f"  {test}: {_n(row['perf'])}{interval}, {row['n']} run(s), {row['fail']} failed"
         )
@@ -276,14 +288,7 @@ def to_text(v: Verification) -> str:
         lines += ["", "notes:"] + [f"  - {n}" for n in v.notes]
     if v.verdicts:
         lines += ["", f"acceptance (margin {v.margin:g} x declared, risk {v.risk:g}):"]
-        for d in v.verdicts:
-            p = "-" if d.p_below is None else f"{d.p_below:.3f}"
-            more = f"; about {d.more_runs} more run(s) would decide" if d.more_runs else ""
-            why = f"; {d.reason}" if d.reason else ""
-            lines.append(
-                f"{d.verdict:<12}  {d.subject}: measured {_n(d.measured)} over {d.runs} run(s), "
-                f"declared {_n(d.declared)}, P(true < {_n(d.threshold)}) = {p}{more}{why}"
-            )
+        lines += [acceptance.verdict_line(d, _n) for d in v.verdicts]
     failed = [c.rule for c in v.checks if not c.ok]
     verdict = f"{len(failed)} rule(s) FAIL: {', '.join(failed)}" if failed else "every rule passes"
     if v.acceptance:

@@ -11,7 +11,7 @@ import pytest
 
 import bidkit
 from conftest import milarun
-from milarun.tender import verify
+from milarun.tender import checks, verify
 
 # one worker runs the module, so its shared bid is made once
 pytestmark = [pytest.mark.xdist_group(name="tender_real_bid"), pytest.mark.slow]  # a real run
@@ -31,13 +31,26 @@ def real_bid(tmp_path_factory):
     return root, root / "bid.tar.gz", tender
 
 
+def measured_busy(root) -> bool:
+    """Whether the run's steady window was flagged busy: other processes (the tests of other
+    workers) took a quarter or more of its CPU, which the busy rule fails."""
+    result = next((root / "run").glob("quick.polynome.J0.0.*.json"))
+    return "busy" in json.loads(result.read_text())["diagnostics"]["train"]["flags"]
+
+
 def test_a_fresh_quick_run_passes_every_rule(real_bid):
     root, bid, tender = real_bid
     done = milarun("verify", bid, "--tender", tender)
-    assert done.returncode == 0, done.stdout + done.stderr
     rules = [line for line in done.stdout.splitlines() if line[:4] in ("PASS", "FAIL")]
-    assert len(rules) == 14 and all(line.startswith("PASS") for line in rules), done.stdout
-    assert "verdict: every rule passes" in done.stdout
+    assert len(rules) == len(checks.RULES) + 1, done.stdout  # and tender.evidence's
+    busy = measured_busy(root)  # on a quiet machine, none; else the busy rule, and it alone
+    assert [line.split()[1] for line in rules if line.startswith("FAIL")] == (
+        ["busy"] if busy else []
+    ), done.stdout
+    assert done.returncode == (verify.RULE_FAILED if busy else 0), done.stdout + done.stderr
+    assert (
+        "verdict: 1 rule(s) FAIL: busy" if busy else "verdict: every rule passes"
+    ) in done.stdout
 
 
 def test_the_package_holds_the_run_and_its_records(real_bid):
@@ -69,4 +82,5 @@ def test_the_same_run_fails_a_tender_that_requires_student_cgroups(real_bid, tmp
     confined = json.loads(result.read_text())["isolation"]["cgroups"].get("cpuset", "")
     # the quick profile's groups are optional: where this machine has them, the run is in one
     assert cgroups.ok == confined.endswith("/student0"), cgroups
-    assert found.exit_code == (0 if cgroups.ok else verify.RULE_FAILED)
+    quiet = not measured_busy(root)
+    assert found.exit_code == (0 if cgroups.ok and quiet else verify.RULE_FAILED)
