@@ -208,8 +208,16 @@ class DbCommands:
         if fail_on is not None and fail_on not in FAIL_ON:
             raise errors.UsageError(f"--fail-on {fail_on}: use regression or suspicious")
         db, since = _database()
-        series = _series(trends.Filters(since=since), _judged(), db)
+        options = _judged()
+        series = _series(trends.Filters(since=since), options, db)
         shown = FAIL_ON["suspicious" if suspicious else "regression"]
         print(alerts_text(trends.alerts(series, shown)), end="")
+        busy = trends.alerts(series, (trends.BUSY,))
+        if busy:  # never an alert: the exit code is not theirs
+            slower = sum(p.change is not None and p.change <= -options.threshold for p in busy)
+            print(
+                f"left out: {len(busy)} point(s) measured on a busy machine, {slower} of them "
+                "slower than their history by the threshold: not judged (`milarun history`)"
+            )
         failing = trends.alerts(series, FAIL_ON[fail_on]) if fail_on else []
         return ALERTS_FOUND if failing else 0

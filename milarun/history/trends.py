@@ -18,6 +18,9 @@ setup, see results' like with like), and a relative threshold:
   threshold, than its siblings of the same run and round.
 - Improvement: significantly faster by at least the threshold.
 - No change: otherwise.
+- Busy: other processes took a quarter or more of an instance's CPUs (its ``busy`` flag,
+  measure.contention): shown with its change, never judged (docs/busy-and-acceptance.md); no
+  alert, in no baseline, and neither starts nor breaks the two slower points of a Regression.
 
 Slower points never join a later point's baseline (a regression does not become the norm).
 Each point carries what changed beside it: the driver, its steady windows' throttling and
@@ -47,7 +50,8 @@ IMPROVEMENT = "Improvement"
 SUSPICIOUS = "Suspicious"
 NO_CHANGE = "No change"
 INSUFFICIENT = "Insufficient data"
-VERDICTS = (REGRESSION, SUSPICIOUS, IMPROVEMENT, NO_CHANGE, INSUFFICIENT)
+BUSY = "Busy"
+VERDICTS = (REGRESSION, SUSPICIOUS, IMPROVEMENT, NO_CHANGE, INSUFFICIENT, BUSY)
 LEVELS = ("test", "node", "gpu")
 THRESHOLD = 0.05  # a change smaller than this is no change, however significant
 WINDOW = 5  # points in the baseline window
@@ -161,6 +165,11 @@ class Point:
     @property
     def failures(self) -> int:
         return sum(i.rate is None for i in self.instances)
+
+    @property
+    def busy(self) -> int:
+        """Its measured instances flagged busy: other processes took their CPUs."""
+        return sum(i.rate is not None and "busy" in (i.flags or ()) for i in self.instances)
 
     @property
     def rate(self) -> float | None:
@@ -300,6 +309,9 @@ def _notes(point: Point, before: Point | None) -> list[str]:
         kinds = sorted({i.failure_kind or "?" for i in point.instances if i.rate is None})
         notes.append(f"{point.failures} of {len(point.instances)} failed ({', '.join(kinds)})")
     flags = sorted({f for i in point.instances for f in i.flags or () if f in ALERT_FLAGS})
+    if point.busy:
+        flags.remove("busy")
+        notes.append(f"machine busy in {point.busy} of {len(point.rates)} instance(s): not judged")
     if flags:
         notes.append("steady window: " + ", ".join(flags))
     # a fault (thermal, hardware, power brake): a run at its power limit is not throttled
@@ -308,6 +320,15 @@ def _notes(point: Point, before: Point | None) -> list[str]:
     if throttled:
         notes.append(f"throttled in {len(throttled)} instance(s)")
     return notes
+
+
+def _against(point: Point, base: list[Point], options: Options) -> str | None:
+    """Welch's label against the baseline (the point's p and change set), None without one."""
+    if len(base) < MIN_BASELINE or point.sample.n < 2:
+        return None
+    pooled = sum((p.sample for p in base), Sample())
+    label, point.p_value, point.change = _welch(point.sample, pooled, options.threshold)
+    return label
 
 
 def judge(series: list[Point], options: Options) -> None:
@@ -321,15 +342,19 @@ def judge(series: list[Point], options: Options) -> None:
             point.notes.append("other arguments or data than the point before")
         base = [p for p in accepted if p.args_hash == point.args_hash][-options.window :]
         point.baseline_points = len(base)
+        if point.rate is not None and point.busy:  # its change shown, never judged
+            _against(point, base, options)
+            point.verdict, previous = BUSY, point
+            continue
         slow = False
+        label = _against(point, base, options) if point.rate is not None else None
         if point.rate is None:
             point.verdict = SUSPICIOUS if point.instances else INSUFFICIENT
-        elif len(base) < MIN_BASELINE or point.sample.n < 2:
+        elif label is None:
             point.verdict = INSUFFICIENT
         else:
-            pooled = sum((p.sample for p in base), Sample())
-            label, point.p_value, point.change = _welch(point.sample, pooled, options.threshold)
-            slow = label == "slower" and point.change <= -options.threshold
+            change = point.change or 0.0
+            slow = label == "slower" and change <= -options.threshold
             if slow:
                 point.verdict = REGRESSION if slow_before else SUSPICIOUS
                 if slow_before and previous is not None:  # what changed when it began
@@ -338,7 +363,7 @@ def judge(series: list[Point], options: Options) -> None:
                     point.notes.append(
                         "slower than its history: one more such point is a Regression"
                     )
-            elif label == "faster" and point.change >= options.threshold:
+            elif label == "faster" and change >= options.threshold:
                 point.verdict = IMPROVEMENT
             else:
                 point.verdict = NO_CHANGE
@@ -355,7 +380,7 @@ def judge_siblings(series: dict[str, list[Point]], options: Options) -> None:
         for p in points:
             rounds[(p.test, p.run_id, p.repeat, p.args_hash)].append(p)
     for siblings in rounds.values():
-        measured = [p for p in siblings if p.rate is not None and p.sample.n >= 2]
+        measured = [p for p in siblings if p.rate is not None and p.sample.n >= 2 and not p.busy]
         if len(measured) < 2:
             continue
         everyone = sum((p.sample for p in measured), Sample())

@@ -117,7 +117,7 @@ def progress_printer(
         rate = f"{info['rate']:,.2f} examples/s" if info["rate"] is not None else "starting"
         slices = f"{info['slices']}/{info['min_slices']}" if rule else str(info["slices"])
         print(
-            f"  {log.name}: {rate}, {slices} slices, {log.count:,} examples",
+            f"  {log.name}: {rate}, {slices} slices, {log.count:,.0f} examples",
             file=sys.stderr,
             flush=True,
         )

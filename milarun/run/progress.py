@@ -76,11 +76,12 @@ def _state(inst: Any, latest: dict[str, Any], waits: list[float]) -> str:
 
 
 def _amount(value: Any) -> str:
-    """A count as a person reads it: whole ones with separators, others (a count in a unit
-    such as gemm's TFLOP) to a tenth."""
+    """A count as a person reads it: a whole number with separators (a count in a unit,
+    gemm's TFLOP, 6755.399441055731, reads 6,755); one under 10 that is not whole keeps
+    three digits (2.47), so that a small count still moves."""
     if value is None:
         return "-"
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+    return f"{value:.3g}" if value < 10 and not float(value).is_integer() else f"{value:,.0f}"
 
 
 def parse_progress(text: str) -> dict[str, Any] | None:

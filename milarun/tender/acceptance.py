@@ -8,21 +8,27 @@ make it unlikely that the true value is below ``margin x declared``:
 - INCONCLUSIVE otherwise, with the number of runs that would decide if the mean and the
   spread stayed as observed.
 
-The probabilities come from the bootstrap over runs (runs are what a vendor repeats). A
-test's mean rate uses the bootstrap-t (each resample studentized by its own spread), which
-keeps its error rate with few runs where the plain percentile bootstrap, too narrow by
-sqrt((n-1)/n) and a normal tail, accepts too often; it is never less cautious than
-Student's t. The score (a weighted geometric mean over tests) resamples every test's runs
-as the report's interval does (milarun.report.stats), on the log scale, its spread widened
-by the same small-sample factor. tests/tender/test_acceptance.py checks by simulation that
-the share of wrong ACCEPTs stays within the risk.
+Each verdict is read off one interval, printed beside it: the two-sided (1 - 2 x risk)
+interval of the mean (90% at risk 0.05), each end a one-sided bound at the risk. ACCEPT when
+the whole interval is above margin x declared, REJECT when it is all below.
+
+A test's interval is Student's t over its runs' rates (runs are what a vendor repeats); from
+BOOTSTRAP_T_RUNS runs on, widened to the bootstrap-t's (each resample studentized by its own
+spread) where that is wider: skewed runs. With fewer runs the bootstrap-t has too few
+distinct resamples for a tail (of 3 runs, 1 in 9 draws has no spread at all: an infinite t,
+which made ACCEPT impossible however far above the threshold). The plain percentile bootstrap
+(the report's 95% CI), too narrow by sqrt((n-1)/n) with a normal tail, accepts too often and
+is never used here. The score (a weighted geometric mean over tests) resamples every test's
+runs as the report's interval does (milarun.report.stats), on the log scale, its spread
+widened to Student's t. tests/tender/test_acceptance.py checks by simulation that the share
+of wrong ACCEPTs stays within the risk.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +37,7 @@ from milarun.report import stats
 
 ACCEPT, REJECT, INCONCLUSIVE = "ACCEPT", "REJECT", "INCONCLUSIVE"
 MIN_RUNS = 3  # below this there is no spread to judge from
+BOOTSTRAP_T_RUNS = 10  # runs from which the bootstrap-t's tail is more than a few draws
 MAX_RUNS = 10_000  # more runs than this "would decide" is no answer
 RESAMPLES = 4000
 
@@ -48,10 +55,71 @@ class Verdict:
     runs: int
     more_runs: int | None = None  # runs to add to decide, when INCONCLUSIVE
     reason: str = ""
+    low: float | None = None  # the interval the verdict is read off (module docstring)
+    high: float | None = None
+    interval: str = ""  # its name: level, what of, method, runs
 
     @property
     def threshold(self) -> float:
         return self.margin * self.declared
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The interval a verdict is read off: ``low`` and ``high`` each a one-sided bound at
+    the risk, and its name."""
+
+    low: float
+    high: float
+    name: str
+
+
+def interval_name(what: str, method: str, runs: str, risk: float) -> str:
+    """E.g. ``90% interval of the mean (Student t, 3 runs)``."""
+    return f"{1 - 2 * risk:.0%} interval of the {what} ({method}, {runs})"
+
+
+def _t_star(values: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """The bootstrap-t's draws: each resample's mean less the mean, over its own se."""
+    n = len(values)
+    rng = np.random.default_rng(seed)
+    sample = values[rng.integers(0, n, size=(resamples, n))]
+    boot_se = sample.std(axis=1, ddof=1) / math.sqrt(n)
+    diff = sample.mean(axis=1) - values.mean()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(np.where(boot_se > 0, diff / boot_se, np.sign(diff) * np.inf))
+
+
+def _rate_bounds(
+    values: np.ndarray, risk: float, resamples: int, seed: int
+) -> tuple[Interval, np.ndarray | None]:
+    """The interval of a mean over 2 runs or more, and the bootstrap-t draws it used."""
+    n = len(values)
+    mean, spread = float(values.mean()), float(values.std(ddof=1))
+    if spread == 0:
+        return Interval(mean, mean, interval_name("mean", "no spread", f"{n} runs", risk)), None
+    se = spread / math.sqrt(n)
+    half = _t_quantile(n, risk) * se
+    low, high, method, t_star = mean - half, mean + half, "Student t", None
+    if n >= BOOTSTRAP_T_RUNS:
+        # the ends where P(t* >= cut) < risk and P(t* <= cut) < risk start to hold: the
+        # K-th largest and the K-th smallest draw
+        t_star = _t_star(values, resamples, seed)
+        ordered, k = np.sort(t_star), math.ceil(risk * resamples)
+        boot_low, boot_high = mean - ordered[-k] * se, mean - ordered[k - 1] * se
+        if boot_low < low or boot_high > high:
+            method = "Student t widened to the bootstrap-t"
+        low, high = min(low, boot_low), max(high, boot_high)
+    name = interval_name("mean", method, f"{n} runs", risk)
+    return Interval(float(low), float(high), name), t_star
+
+
+def rate_interval(
+    rates: Sequence[float], risk: float, resamples: int = RESAMPLES, seed: int = stats.SEED
+) -> Interval | None:
+    """The interval a declared rate is judged by (module docstring); None under 2 runs."""
+    values = np.asarray(rates, dtype=float)
+    return _rate_bounds(values, risk, resamples, seed)[0] if len(values) >= 2 else None
 
 
 def _t_quantile(runs: int, risk: float) -> float:
@@ -117,26 +185,32 @@ def judge_rate(
             subject, INCONCLUSIVE, mean, declared, margin, None, n, MIN_RUNS - n,
             f"{n} successful run(s): at least {MIN_RUNS} are needed to judge",
         )  # fmt: skip
+    found, t_star = _rate_bounds(values, risk, resamples, seed)
+    read_off = (found.low, found.high, found.name)  # Verdict's last three fields
     spread = float(values.std(ddof=1))
     if spread == 0:
         below = 0.0 if mean >= threshold else 1.0
-        return Verdict(subject, _decide(below, 1 - below, risk), mean, declared, margin, below, n)
+        verdict = _decide(below, 1 - below, risk)
+        return Verdict(subject, verdict, mean, declared, margin, below, n, None, "", *read_off)
     se = spread / math.sqrt(n)
-    rng = np.random.default_rng(seed)
-    sample = values[rng.integers(0, n, size=(resamples, n))]
-    boot_se = sample.std(axis=1, ddof=1) / math.sqrt(n)
-    diff = sample.mean(axis=1) - mean
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t_star = np.where(boot_se > 0, diff / boot_se, np.sign(diff) * np.inf)
-    cut = (mean - threshold) / se
-    p_below, p_above = float(np.mean(t_star >= cut)), float(np.mean(t_star <= cut))
-    s_below, s_above = _student_p(mean, se, threshold, n)
-    p_below, p_above = max(p_below, s_below), max(p_above, s_above)
-    verdict = _decide(p_below, p_above, risk)
-    more = (
-        runs_to_decide(abs(mean - threshold), spread, risk, n) if verdict == INCONCLUSIVE else None
-    )
-    return Verdict(subject, verdict, mean, declared, margin, p_below, n, more)
+    p_below, _ = _student_p(mean, se, threshold, n)
+    if t_star is not None:
+        p_below = max(p_below, float(np.mean(t_star >= (mean - threshold) / se)))
+    # read off the interval (its ends: the one-sided bounds at the risk), as it is printed
+    if threshold < found.low:
+        verdict = ACCEPT
+    elif threshold > found.high:
+        verdict = REJECT
+    else:
+        verdict = INCONCLUSIVE
+    more = None
+    if verdict == INCONCLUSIVE:
+        # as far as the interval reaches on the threshold's side, over Student's own reach
+        half = (mean - found.low) if mean >= threshold else (found.high - mean)
+        widen = max(half / (_t_quantile(n, risk) * se), 1.0)
+        more = runs_to_decide(abs(mean - threshold), spread * widen, risk, n)
+        more = max(more, 1) if more is not None else None
+    return Verdict(subject, verdict, mean, declared, margin, p_below, n, more, "", *read_off)
 
 
 def judge_score(
@@ -170,15 +244,43 @@ def judge_score(
     p_below = float(np.mean(mirrored < math.log(threshold)))
     p_above = float(np.mean(mirrored >= math.log(threshold)))
     verdict = _decide(p_below, p_above, risk)
+    # the ends where p_below < risk and p_above < risk start to hold: K-th smallest, largest
+    ordered, k = np.sort(mirrored), math.ceil(risk * len(mirrored))
+    with np.errstate(over="ignore"):
+        low, high = float(np.exp(ordered[k - 1])), float(np.exp(ordered[-k]))
+    method = "bootstrap over runs widened to Student t"
     more = None
     if verdict == INCONCLUSIVE:
         finite = logs[np.isfinite(logs)]
         spread = float(finite.std()) * math.sqrt(fewest) if finite.size else math.inf
         more = runs_to_decide(abs(center - math.log(threshold)), spread, risk, fewest)
-    return Verdict("score", verdict, measured, declared, margin, p_below, fewest, more)
+        more = max(more, 1) if more is not None else None
+    return Verdict(
+        "score", verdict, measured, declared, margin, p_below, fewest, more, "", low, high,
+        interval_name("score", method, f"{fewest}+ runs of each test", risk),
+    )  # fmt: skip
 
 
 def overall(verdicts: list[Verdict]) -> str:
     """REJECT if any figure is rejected, else INCONCLUSIVE if any is, else ACCEPT."""
     found = {v.verdict for v in verdicts}
     return REJECT if REJECT in found else INCONCLUSIVE if INCONCLUSIVE in found else ACCEPT
+
+
+def verdict_line(d: Verdict, number: Callable[[float | None], str]) -> str:
+    """One verdict as `verify` prints it, the interval it is read off named beside it."""
+    p = "-" if d.p_below is None else f"{d.p_below:.3f}"
+    read_off = f", {d.interval} {number(d.low)} - {number(d.high)}" if d.interval else ""
+    more = ""
+    if d.verdict == INCONCLUSIVE and not d.reason:  # a reason says what it lacks
+        more = (
+            f"; about {d.more_runs:,} more run(s) would decide at the spread seen"
+            if d.more_runs is not None
+            else f"; no number of runs up to {MAX_RUNS:,} would decide at the spread seen"
+        )
+    why = f"; {d.reason}" if d.reason else ""
+    return (
+        f"{d.verdict:<12}  {d.subject}: measured {number(d.measured)} over {d.runs} run(s)"
+        f"{read_off}; declared {number(d.declared)}, threshold {number(d.threshold)}: "
+        f"P(true < threshold) = {p}{more}{why}"
+    )

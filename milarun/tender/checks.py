@@ -16,6 +16,7 @@ from typing import Any
 
 from milarun.results import manifest, read, series
 from milarun.results.folder import Loaded
+from milarun.results.parts import ContentionRead
 from milarun.results.throttle import read as read_throttle
 from milarun.tender import archive, rules
 from milarun.tender.consistency import result_problem
@@ -171,6 +172,15 @@ def cgroups(bid: Bid) -> Check:
     per_device = [
         v for v in bid.views if (t := base_test(v.name, jobs)) and jobs[t].partition == "per-gpu"
     ]
+    # counted among all the results; those not run one per device named, and why
+    apart = sorted({v.name for v in bid.views} - {v.name for v in per_device})
+    skipped = len(bid.views) - len(per_device)
+    uncounted = (
+        f"; {skipped} not counted ({_some(apart)}: not run one per device, so no student group "
+        "of their own)"
+        if skipped
+        else ""
+    )
     loose = [why for v in per_device if (why := _student(v))]
     overlaps = []
     together: dict[tuple[str, str], list[read.ResultView]] = defaultdict(list)
@@ -183,13 +193,21 @@ def cgroups(bid: Bid) -> Check:
     confined = len(per_device) - len(loose)
     if not bid.tender.require_cgroups:
         return Check(
-            "cgroups", True, f"not required ({confined} of {len(per_device)} instance(s) confined)"
+            "cgroups",
+            True,
+            f"not required ({confined} of the {len(bid.views)} result(s) in their own student "
+            f"cgroup{uncounted})",
         )
     if loose or overlaps:
         return Check(
             "cgroups", False, f"not in their own student cgroup: {_some(loose + overlaps)}"
         )
-    return Check("cgroups", True, f"{len(per_device)} instance(s), each in its own student cgroup")
+    return Check(
+        "cgroups",
+        True,
+        f"{len(per_device)} of the {len(bid.views)} result(s), each in its own student cgroup"
+        + uncounted,
+    )
 
 
 def arguments(bid: Bid) -> Check:
@@ -291,6 +309,41 @@ def throttle(bid: Bid) -> Check:
     return Check("throttle", ok, text)
 
 
+def busy(bid: Bid) -> Check:
+    """No run measured beside other work: a run whose steady window lost a quarter or more
+    of its CPUs to other processes (its ``busy`` flag) measured the machine and someone
+    else's load, not the machine (docs/busy-and-acceptance.md)."""
+    measured = [(v, v.diagnostics()) for v in bid.views if v.rate() is not None]
+    found = [(v, d, ContentionRead.from_dict(d.contention)) for v, d in measured]
+    shares = [c.others for _, _, c in found if c is not None]
+    flagged = [(v, c) for v, d, c in found if "busy" in d.flags]
+    unread = sum(c is None for _, _, c in found)
+    worst = f"{max(shares):.0%}" if shares else "-"
+    if flagged:
+        named = [f"{v.name} J{v.job_id}" + (f" {c.others:.0%}" if c else "") for v, c in flagged]
+        return Check(
+            "busy",
+            False,
+            f"{len(flagged)} of {len(measured)} run(s) measured on a busy machine (other "
+            f"processes took a quarter or more of their CPUs, up to {worst}): {_some(named)}; "
+            "not a measurement of the machine: re-run them on a quiet machine",
+        )
+    if not shares:
+        return Check(
+            "busy",
+            True,
+            f"not judged: no contention record in the {len(measured)} run(s) (made before "
+            "milarun kept one, or steady windows too short)",
+        )
+    note = f"; {unread} run(s) without a contention record" if unread else ""
+    return Check(
+        "busy",
+        True,
+        f"no run measured on a busy machine (others took at most {worst} of a run's CPUs; "
+        f"busy from a quarter){note}",
+    )
+
+
 def consistency(bid: Bid) -> Check:
     found = [
         why
@@ -341,6 +394,7 @@ RULES: tuple[Callable[[Bid], Check], ...] = (
     complete,
     steady,
     throttle,
+    busy,
     consistency,
     comparability,
     machine_records,

@@ -47,8 +47,9 @@ ABOUT = {
     "(null: no floor)",
     "max_power_limit_share": "steady slices at the GPU's power limit / all steady slices at "
     "most this (null: no limit)",
-    "acceptance": "declared figures: ACCEPT when P(true < margin x declared) < risk "
-    "(bootstrap over runs), REJECT when P(true >= margin x declared) < risk",
+    "acceptance": "declared figures: ACCEPT when P(true < margin x declared) < risk, REJECT "
+    "when P(true >= margin x declared) < risk: read off the (1 - 2 x risk) interval of the "
+    "mean over runs (Student t; widened to the bootstrap-t from 10 runs), printed by verify",
 }
 
 

@@ -97,7 +97,7 @@ def test_what_changed_rides_along():
             3,
             80.0,
             driver="560.2",
-            flags=["busy", "few-slices"],
+            flags=["drift", "few-slices"],
             throttle={
                 "slices": 3,
                 "window_slices": 18,
@@ -110,7 +110,7 @@ def test_what_changed_rides_along():
     point = series[3]
     assert point.verdict == trends.SUSPICIOUS
     assert "driver 550.1 -> 560.2" in point.notes
-    assert "steady window: busy" in point.notes  # few-slices is no alert
+    assert "steady window: drift" in point.notes  # few-slices is no alert
     assert "throttled in 1 instance(s)" in point.notes
 
 
@@ -135,3 +135,50 @@ def test_options_are_checked():
         trends.Options(threshold=5)
     with pytest.raises(UsageError, match="--window"):
         trends.Options(window=0)
+
+
+def busy(run: int, rate: float, **kw):
+    """An instance measured while other processes took its CPUs (its ``busy`` flag)."""
+    return instance(run, rate, flags=["busy", "few-slices"], **kw)
+
+
+def test_a_busy_point_is_shown_with_its_change_and_never_judged():
+    """Issue 39: two points measured on a busy machine were a Regression (an alert, exit 3
+    of `db regressions --fail-on regression`): they are Busy, with their change beside."""
+    found = [instance(i, r) for i, r in enumerate([100, 101, 99, 100])]
+    found += [busy(4, 60.0), busy(5, 59.0)]
+    series = trends.build_points(found, "test")["quick.a @ lab"]
+    trends.judge(series, trends.Options())
+    assert [p.verdict for p in series[-2:]] == [trends.BUSY, trends.BUSY]
+    assert series[-1].change == pytest.approx(-0.41, abs=0.01) and series[-1].baseline_points == 4
+    assert "machine busy in 1 of 1 instance(s): not judged" in series[-1].notes
+    assert not trends.alerts({"s": series}, (trends.REGRESSION, trends.SUSPICIOUS))
+
+
+def test_a_busy_point_joins_no_baseline_and_neither_makes_nor_breaks_a_regression():
+    # slower, busy, slower: the two judged slower points in a row are a Regression
+    found = [instance(i, 100.0) for i in range(3)] + [instance(3, 80.0), busy(4, 50.0)]
+    found.append(instance(5, 79.0))
+    assert verdicts(found)["quick.a @ lab"][3:] == [
+        trends.SUSPICIOUS,
+        trends.BUSY,
+        trends.REGRESSION,
+    ]
+    # a busy point, however fast, is no baseline: the quiet point after it is no change
+    fast = [instance(0, 100.0), instance(1, 100.0), busy(2, 200.0), busy(3, 200.0)]
+    fast.append(instance(4, 100.0))
+    judged = verdicts(fast)["quick.a @ lab"]
+    assert judged == [trends.INSUFFICIENT] * 2 + [trends.BUSY] * 2 + [trends.NO_CHANGE]
+    # with no baseline yet, a busy point is Busy, not Insufficient data
+    assert verdicts([busy(0, 100.0)])["quick.a @ lab"] == [trends.BUSY]
+
+
+def test_a_busy_gpu_is_not_called_slower_than_its_siblings():
+    found = []
+    for run in range(2):
+        for gpu in ("GPU-a", "GPU-b", "GPU-c"):
+            slow = gpu == "GPU-c" and run == 1
+            found.append((busy if slow else instance)(run, 50.0 if slow else 100.0, gpu=gpu))
+    judged = verdicts(found, by="gpu")
+    assert judged["quick.a @ GPU-c"] == [trends.INSUFFICIENT, trends.BUSY]
+    assert judged["quick.a @ GPU-a"] == judged["quick.a @ GPU-b"] == [trends.INSUFFICIENT] * 2

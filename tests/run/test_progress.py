@@ -39,8 +39,9 @@ def test_board_reads_progress_and_streams_output(tmp_path):
 
 
 def test_a_count_in_a_unit_and_a_test_past_its_window_read_as_such(tmp_path):
-    """gemm counts TFLOPs (6755.399441055731 was printed raw) and sweeps its precisions and
-    shapes after its window (the board said 20/22 slices for 21 s)."""
+    """gemm counts TFLOPs (6755.399441055731 was printed raw, then 6,755.4: a whole number
+    with separators reads best) and sweeps its precisions and shapes after its window (the
+    board said 20/22 slices for 21 s)."""
     log = tmp_path / "t.log"
     inst = SimpleNamespace(log_path=log, name="m.gemm", job_id="0", started=0.0, tag="m.gemm J0")
     board = ProgressBoard(io.StringIO(), interval=0.0, verbose=False)
@@ -48,7 +49,8 @@ def test_a_count_in_a_unit_and_a_test_past_its_window_read_as_such(tmp_path):
     log.write_text(f"{PROGRESS_TAG} {json.dumps(progress)}\n")
     board.read([inst])
     line = board.line(inst, now=10.0)
-    assert "6,755.4" in line and "20/22 slices" in line
+    assert " 6,755 " in f"{line} " and "6,755." not in line and "20/22 slices" in line
+    assert board.progress(inst, 10.0).count == "6,755"  # the live table's cell
     with open(log, "a") as f:
         f.write(f"{PROGRESS_TAG} {json.dumps({**progress, 'slices': 23, 'finished': True})}\n")
     board.read([inst])
