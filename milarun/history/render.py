@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from milarun.history.trends import Point
+from milarun.report.render import format as fmt
 
 if TYPE_CHECKING:
     from milarun.history.machines import SideBySide  # pandas: only when it is made
@@ -43,7 +44,7 @@ def change(point: Point) -> str:
 
 
 def p_value(point: Point) -> str:
-    return "-" if point.p_value is None else format(point.p_value, ".2g")
+    return fmt.p_value(point.p_value)
 
 
 def point_line(point: Point) -> str:

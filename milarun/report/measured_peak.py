@@ -43,9 +43,11 @@ def measured_peaks(loaded: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str],
 
 def percent_of_measured(result: Mapping[str, Any], peaks: Peaks) -> float | None:
     """A run's achieved FLOP/s as a percentage of its device's measured peak in its
-    precision; None without a ``gemm`` result of that device and precision."""
-    eff = read.ResultView.from_dict(result).efficiency
-    if eff is None:
+    precision; None without a ``gemm`` result of that device and precision, and for ``gemm``
+    itself (its figure against its own best shape says nothing of a workload)."""
+    view = read.ResultView.from_dict(result)
+    eff = view.efficiency
+    if eff is None or view.name.rsplit(".", 1)[-1] == GEMM_TEST:
         return None
     achieved = eff.achieved_flops
     peak = peaks.get((str(eff.device_name), str(eff.precision)))

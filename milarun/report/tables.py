@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from milarun.report import busy as report_busy
 from milarun.report.nodes import device_order
 
 
@@ -42,12 +43,22 @@ def quality_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
             "percent_of_measured_peak": q.get("percent_of_measured_peak"),
             "power_limit": q.get("power_limit"),
             "sm_clock": q.get("sm_clock"),
-            "flags": ",".join(f"{k}:{v}" for k, v in (q.get("flagged") or {}).items()),
+            "flags": _flags(q),
         }
     if not rows:
         return pd.DataFrame()
     df = pd.DataFrame.from_dict(rows, orient="index").sort_index()
     return df.astype({c: float for c in df.columns if c != "flags"})
+
+
+def _flags(quality: dict[str, Any]) -> str:
+    """``flag:runs`` each; busy with its worst run's share of the CPUs: ``busy:3 (62%)``."""
+    worst = (quality.get("busy") or {}).get("others")
+    shown = report_busy.share(worst if isinstance(worst, float) else None)
+    return ",".join(
+        f"{k}:{v}" + (f" ({shown})" if k == "busy" and shown else "")
+        for k, v in (quality.get("flagged") or {}).items()
+    )
 
 
 def variant_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
@@ -86,25 +97,8 @@ def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
         )
     if few:
         out.append("steady window shorter than 5 s (raise --min-slices): " + ", ".join(few))
-    busy = [_busy_phrase(test, entry) for test, entry in sorted(summary.items())]
-    if any(busy):
-        out.append(
-            "the machine was busy: other processes took the CPUs these runs could use, so "
-            "their rates may be low: " + ", ".join(b for b in busy if b)
-        )
-    return out
-
-
-def _busy_phrase(test: str, entry: dict[str, Any]) -> str | None:
-    quality = entry.get("quality") or {}
-    runs = (quality.get("flagged") or {}).get("busy")
-    worst = quality.get("busy") or {}
-    if not runs or not isinstance(worst.get("others"), float):
-        return None
-    load = worst.get("load")
-    cpus = worst.get("cpus")
-    on = f", load {load:.1f} on {cpus} CPU(s)" if load is not None and cpus else ""
-    return f"{test} ({runs} run(s), up to {worst['others']:.0%} of their CPUs{on})"
+    busy = report_busy.warning(report_busy.busy_of(summary))
+    return out + ([busy] if busy else [])
 
 
 def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from milarun import results
-from milarun.errors import TenderError
-from milarun.report import build, stats, summary
+from milarun.errors import InputError, TenderError
+from milarun.report import about, build, stats, summary
+from milarun.report.busy import busy_of
 from milarun.report.weights import default_weights, load_weights
-from milarun.tender import ranking, verify
+from milarun.tender import package, ranking, rules, verify
 
 
 def _watts(entry: dict[str, Any]) -> float | None:
@@ -29,6 +30,7 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
     """One bid's figures from its package (extracted into a temporary folder)."""
     with tempfile.TemporaryDirectory(prefix="milarun-rank-") as tmp:
         opened = verify.open_package(path, Path(tmp))
+        verified_ok, verified = verified_against_packed(path, Path(tmp) / package.TENDER)
     loaded = opened.loaded
     if not loaded.results:
         raise TenderError(f"{path}: the package holds no usable result")
@@ -44,6 +46,7 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
         for t in scored
     }
     watts = {t: w for t in scored if (w := _watts(summ[t])) is not None}
+    busy = busy_of(summ)
     return ranking.BidFigures(
         name=Path(path).name.removesuffix(".tar.gz"),
         score=report.score,
@@ -53,7 +56,30 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
         weights={t: weights[1][t] for t in scored},
         watts=watts,
         price=price,
+        busy_runs=busy.runs,
+        measured_runs=busy.of_runs,
+        busy_share=busy.worst,
+        about=about.about(loaded.results, many_nodes=False),
+        verified=verified,
+        verified_ok=verified_ok,
     )
+
+
+def verified_against_packed(path: Path, tender: Path) -> tuple[bool | None, str]:
+    """What `milarun verify` says of the package against the tender packed with it (its
+    SHA-256 named: the buyer checks it is theirs); None where the package holds none."""
+    if not tender.is_file():
+        return None, "not verified: no tender in the package (`milarun verify BID --tender FILE`)"
+    try:
+        found = verify.verify(path, tender)
+        sha = rules.load_tender(tender).sha256[:12]
+    except InputError as err:
+        return False, f"not verified: {str(err)[:200]}"
+    failed = [c.rule for c in found.checks if not c.ok]
+    said = f"FAIL: {', '.join(failed)}" if failed else f"PASS: every rule ({len(found.checks)})"
+    if found.acceptance:
+        said += f"; declared figures: {found.acceptance}"
+    return not failed, f"{said}, against the tender packed with it (SHA-256 {sha}...)"
 
 
 def rank(
@@ -72,4 +98,6 @@ def rank(
         figures(p, weights_spec, prices[i] if prices is not None else None)
         for i, p in enumerate(paths)
     ]
-    return ranking.rank_bids(bids, costs)
+    ranked = ranking.rank_bids(bids, costs)
+    ranked.bids = bids
+    return ranked

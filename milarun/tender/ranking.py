@@ -12,6 +12,12 @@ Uncertainty: the probability of being best is the share of bootstrap draws (each
 score resampled over its runs, as the report's interval) in which the bid wins; the
 stability is the share of draws in which the winner holds when every test's weight moves
 independently by up to +-25%.
+
+A bid with a run measured on a busy machine (other processes took a quarter or more of its
+CPUs: report.busy) is ranked by its score but has no probability of being best, and the
+others' probability and the stability are among the quiet bids only, where there are two or
+more: its draws say how fast the machine went beside someone else's work, and no share of
+them is a verdict (docs/busy-and-acceptance.md). A note names it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from milarun.report import stats
+from milarun.report.about import About
 
 HOURS_PER_YEAR = 24 * 365.25
 WEIGHT_SWING = 0.25
@@ -40,6 +47,18 @@ class BidFigures:
     weights: dict[str, float]
     watts: dict[str, float] = field(default_factory=dict)  # machine W per test, where measured
     price: float | None = None
+    busy_runs: int = 0  # successful runs measured on a busy machine
+    measured_runs: int = 0  # successful runs
+    busy_share: float | None = None  # the most of a run's CPUs other processes took
+    # for the page: where it ran (its runs' hosts, devices, GPUs), and what verify says of it
+    # against the tender packed with it (ok None: not verified)
+    about: About | None = None
+    verified: str = ""
+    verified_ok: bool | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.busy_runs > 0
 
 
 @dataclass(frozen=True)
@@ -64,7 +83,9 @@ class Row:
     tco: float | None
     tco_per_score: float | None
     rank: int | None = None
-    p_best: float | None = None
+    p_best: float | None = None  # None: a busy bid, or fewer than two quiet bids
+    busy_runs: int = 0  # its runs measured on a busy machine (BidFigures)
+    measured_runs: int = 0
 
 
 @dataclass
@@ -74,6 +95,7 @@ class Ranking:
     costs: Costs
     stability: float | None  # share of weight draws where the winner holds
     notes: list[str] = field(default_factory=list)
+    bids: list[BidFigures] = field(default_factory=list)  # the rows' bids, in their order
 
     @property
     def lower_is_better(self) -> bool:
@@ -100,8 +122,9 @@ def _row(bid: BidFigures, costs: Costs) -> Row:
         return value / score if value is not None and score else None
 
     return Row(
-        bid.name, score, bid.score_ci, bid.price, per(bid.price), watts, kwh, energy, tco, per(tco)
-    )
+        bid.name, score, bid.score_ci, bid.price, per(bid.price), watts, kwh, energy, tco, per(tco),
+        busy_runs=bid.busy_runs, measured_runs=bid.measured_runs,
+    )  # fmt: skip
 
 
 def _metric(rows: list[Row], costs: Costs) -> str:
@@ -171,17 +194,45 @@ def rank_bids(
     if not scored:
         return Ranking(rows, metric, costs, None, notes + ["no bid has a score"])
     tests = sorted({t for b in bids for t in b.weights if b.weights[t] > 0})
-    draws = np.column_stack([_score_draws(b, resamples, seed + j) for j, b in enumerate(bids)])
+    quiet = [j for j, b in enumerate(bids) if not b.busy]  # every bid, where none is busy
+    notes += _busy_notes(bids, quiet)
+    if len(quiet) < 2 and len(quiet) < len(bids):  # no chance to give beside a busy bid
+        return Ranking(rows, metric, costs, None, notes)
+    among = [bids[j] for j in quiet]
+    draws = np.column_stack([_score_draws(bids[j], resamples, seed + j) for j in quiet])
     same = np.ones((resamples, len(tests)))
-    best = np.argmin(_values(bids, metric, costs, draws, tests, same), axis=1)
-    for j, row in enumerate(rows):
-        row.p_best = float(np.mean(best == j))
+    best = np.argmin(_values(among, metric, costs, draws, tests, same), axis=1)
+    for i, j in enumerate(quiet):
+        rows[j].p_best = float(np.mean(best == i))
+    ranked = [i for i, j in enumerate(quiet) if j in scored]
+    if not ranked:
+        return Ranking(rows, metric, costs, None, notes)
     rng = np.random.default_rng(seed)
     moved = rng.uniform(1 - WEIGHT_SWING, 1 + WEIGHT_SWING, size=(WEIGHT_DRAWS, len(tests)))
-    scores = np.column_stack([_moved_geomean(b.perf_adj, b.weights, tests, moved) for b in bids])
-    winners = np.argmin(_values(bids, metric, costs, scores, tests, moved), axis=1)
-    winner = min(scored, key=lambda i: key(rows[i]))
+    scores = np.column_stack([_moved_geomean(b.perf_adj, b.weights, tests, moved) for b in among])
+    winners = np.argmin(_values(among, metric, costs, scores, tests, moved), axis=1)
+    winner = min(ranked, key=lambda i: key(rows[quiet[i]]))
     return Ranking(rows, metric, costs, float(np.mean(winners == winner)), notes)
+
+
+def _busy_notes(bids: list[BidFigures], quiet: list[int]) -> list[str]:
+    """What a busy bid is, and what P(best) is among."""
+    notes = [
+        f"{b.name}: {b.busy_runs} of {b.measured_runs} run(s) measured on a busy machine"
+        + (f" (others took up to {b.busy_share:.0%} of a run's CPUs)" if b.busy_share else "")
+        + ": ranked by its score, no P(best): not a measurement of the machine alone"
+        for b in bids
+        if b.busy
+    ]
+    if notes and len(quiet) >= 2:
+        notes.append(
+            f"P(best) and the stability are among the {len(quiet)} bids measured on a quiet machine"
+        )
+    elif notes:
+        notes.append(
+            "P(best) and the stability not given: fewer than two bids measured on a quiet machine"
+        )
+    return notes
 
 
 def _score_draws(bid: BidFigures, resamples: int, seed: int) -> np.ndarray:

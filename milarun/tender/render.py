@@ -9,8 +9,7 @@ import math
 from dataclasses import asdict
 from typing import Any
 
-from jinja2 import Environment
-
+from milarun.report.render import format as fmt
 from milarun.tender.ranking import Ranking
 
 FORMATS = ("text", "json", "csv")
@@ -19,6 +18,8 @@ METRIC_TEXT = {
     "price_per_score": "price / score (lower is better)",
     "score": "score (higher is better)",
 }
+# the columns the page always shows; the others where some bid has a figure
+ALWAYS = ("rank", "name", "score", "ci", "p_best")
 COLUMNS = (
     ("rank", "rank"),
     ("name", "bid"),
@@ -34,12 +35,6 @@ COLUMNS = (
 )
 
 
-def _n(value: Any, spec: str = ",.4g") -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return format(value, spec)
-
-
 def cells(ranking: Ranking) -> list[dict[str, str]]:
     """Each bid's row as the table shows it."""
     out = []
@@ -47,17 +42,17 @@ def cells(ranking: Ranking) -> list[dict[str, str]]:
         low, high = row.score_ci or (None, None)
         out.append(
             {
-                "rank": _n(row.rank, "d"),
+                "rank": fmt.num(row.rank, "d"),
                 "name": row.name,
-                "score": _n(row.score),
-                "ci": f"{_n(low)}-{_n(high)}" if row.score_ci else "-",
-                "price": _n(row.price, ",.0f"),
-                "price_per_score": _n(row.price_per_score, ",.2f"),
-                "watts": _n(row.watts, ",.0f"),
-                "energy_cost": _n(row.energy_cost, ",.0f"),
-                "tco": _n(row.tco, ",.0f"),
-                "tco_per_score": _n(row.tco_per_score, ",.2f"),
-                "p_best": _n(row.p_best, ".1%"),
+                "score": fmt.sig(row.score),
+                "ci": f"{fmt.sig(low)} \u2013 {fmt.sig(high)}" if row.score_ci else "-",
+                "price": fmt.num(row.price, ",.0f"),
+                "price_per_score": fmt.num(row.price_per_score, ",.2f"),
+                "watts": fmt.num(row.watts, ",.0f"),
+                "energy_cost": fmt.num(row.energy_cost, ",.0f"),
+                "tco": fmt.num(row.tco, ",.0f"),
+                "tco_per_score": fmt.num(row.tco_per_score, ",.2f"),
+                "p_best": fmt.num(row.p_best, ".1%"),
             }
         )
     return out
@@ -115,29 +110,22 @@ def render(ranking: Ranking, fmt: str) -> str:
     return {"text": to_text, "json": to_json, "csv": to_csv}[fmt](ranking)
 
 
-# the marker line is milarun.report.render.html.MARKER: `--html` replaces only a milarun page
-PAGE = """<!DOCTYPE html>
-<!-- milarun report -->
-<html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
-<style>
-body { font-family: sans-serif; margin: 2em; }
-table { border-collapse: collapse; }
-th, td { border: 1px solid #bbb; padding: 0.3em 0.6em; text-align: right; }
-th { background: #eee; } tr.winner td { background: #e3f5e1; }
-</style></head><body>
-<h1>{{ title }}</h1>
-<table><tr>{% for _, title in columns %}<th>{{ title }}</th>{% endfor %}</tr>
-{% for row in rows %}<tr{% if row.rank == "1" %} class="winner"{% endif %}>
-{% for key, _ in columns %}<td>{{ row[key] }}</td>{% endfor %}</tr>
-{% endfor %}</table>
-{% for line in header %}<p>{{ line }}</p>{% endfor %}
-</body></html>
-"""
-
-
 def to_html(ranking: Ranking, title: str) -> str:
-    """One self-contained page (no network), every value escaped."""
-    template = Environment(autoescape=True).from_string(PAGE)
-    return template.render(
-        title=title, columns=COLUMNS, rows=cells(ranking), header=_header_lines(ranking)
+    """One self-contained page (no network), every value escaped, styled as the report."""
+    from milarun.report.render import html  # matplotlib and jinja2: for the page only
+    from milarun.tender import page
+
+    rows = [{**c, **e} for c, e in zip(cells(ranking), page.extras(ranking))]
+    shown = [(k, t) for k, t in COLUMNS if k in ALWAYS or any(r[k] != "-" for r in rows)]
+    return (
+        html.environment()
+        .get_template("ranking.html.j2")
+        .render(
+            title=title,
+            columns=shown,
+            rows=rows,
+            header=_header_lines(ranking),
+            breakdown=page.breakdown(ranking),
+            chart=page.chart(ranking),
+        )
     )

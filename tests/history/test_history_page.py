@@ -8,13 +8,12 @@ import re
 import pytest
 from matplotlib import image
 
-from conftest import milarun
+from conftest import DATA, milarun
 from milarun.cli.history import parse_since
 from milarun.errors import UsageError
 from milarun.history import ingest, machines, page, store, trends
 from milarun.history import render as history_render
-from pages import TableReader, figures
-from report.test_html import chromium, needs_chromium
+from pages import TableReader, chromium, figures, needs_chromium, number_problems, show
 from resultfactory import run_folder
 
 DAY = 86_400.0
@@ -76,6 +75,7 @@ def test_the_page_is_self_contained_and_escaped(database, tmp_path):
     assert "<script" not in html and "&lt;script&gt;" in html
     assert not re.search(r"(src|href)=\"?(https?:)?//", html)  # nothing from the network
     assert len(figures(html)) == 4 and all(f["svgs"] == 1 for f in figures(html))
+    assert not number_problems(html), number_problems(html)
     path = page.write_page(tmp_path / "h.html", {}, trends.Filters(), trends.Options())
     assert "No results in the database match" in path.read_text()
 
@@ -121,3 +121,43 @@ def test_machines_side_by_side(database):
         with pytest.raises(UsageError, match="no such machine.*other"):
             machines.side_by_side(session, ["nosuch"], None)
     engine.dispose()
+
+
+H100 = DATA / "gpu-runs" / "h100-2026-11-28"
+
+
+@pytest.fixture(scope="module")
+def h100_page(tmp_path_factory):
+    """The history of the real H100 runs: a point per test, two for diffusion and llm."""
+    top = tmp_path_factory.mktemp("h100-history")
+    db = top / "h.sqlite"
+    folders = [H100 / "modern", H100 / "modern-diffusion-default", H100 / "modern-llm-compile"]
+    done = milarun("db", "ingest", *folders, "--db", db)
+    assert done.returncode == 0, done.stderr
+    path = top / "history.html"
+    done = milarun("history", "--db", db, "--html", path)
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def test_the_time_axis_spans_the_points(h100_page):
+    """One run's tests, each a dot: the axis is the day around it, not four years."""
+    charts = figures(h100_page.read_text())
+    assert len(charts) == 7
+    for chart in charts:
+        years = set(re.findall(r"\b(20\d\d)\b", chart["svg_text"]))
+        assert years == {"2026"}, (years, chart["svg_text"][:300])
+        assert "Nov-28" in chart["svg_text"]
+
+
+def test_the_page_numbers_have_thousands_separators(h100_page):
+    page = h100_page.read_text()
+    assert not number_problems(page), number_problems(page)
+    assert "50,000" in page  # the llm's axis
+
+
+@needs_chromium
+def test_the_h100_page_fits_1400_px(h100_page, tmp_path):
+    shown = show(h100_page, tmp_path, 1400, 1600)
+    assert not shown.too_wide(), shown.too_wide()
+    assert not shown.blank(), shown.blank()

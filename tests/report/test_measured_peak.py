@@ -3,6 +3,8 @@ beside the datasheet's (issue 25)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from milarun.report import measured_peak
@@ -71,7 +73,8 @@ def test_each_test_shows_percent_of_the_measured_peak():
     report = build_report(summary)
     quality = report.quality
     assert quality.loc["modern.llm", "percent_of_measured_peak"] == pytest.approx(50.0)
-    assert quality.loc["modern.gemm", "percent_of_measured_peak"] == pytest.approx(700 / 7.2)
+    # gemm against its own best shape says nothing of a workload: not given (issue 39)
+    assert math.isnan(quality.loc["modern.gemm", "percent_of_measured_peak"])
     assert (
         quality.loc["modern.vit", "percent_of_measured_peak"]
         != quality.loc["modern.vit", "percent_of_measured_peak"]

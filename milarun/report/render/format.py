@@ -7,11 +7,13 @@ import math
 import re
 from collections.abc import Iterable
 from datetime import datetime, timezone
-from typing import Any
-
-import pandas as pd
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from milarun.machine.isolation import cpu_list
+
+if TYPE_CHECKING:  # pandas when a table is made: the history's text needs none
+    import pandas as pd
 
 WIDTH = 100  # the text report fits 100 columns
 NAME_WIDTH = 24
@@ -38,6 +40,51 @@ def sig(value: Any, digits: int = 3) -> str:
     return f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
 
 
+def p_value(value: Any) -> str:
+    """A p-value to 2 significant digits, "<0.001" below that (never in e-notation); "-"
+    for none."""
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return "<0.001" if value < 0.001 else f"{value:.2g}"
+
+
+def p_text(value: Any) -> str:
+    """A p-value as "p=0.0095", "p<0.001" (p_value); "-" for none."""
+    said = p_value(value)
+    return said if said == "-" else f"p{'' if said.startswith('<') else '='}{said}"
+
+
+def si(value: Any) -> str:
+    """A magnitude to 3 significant digits with an SI prefix: 273T, 1.12G, 950 ("-" for none;
+    FLOP counts span 1e3 to 1e18, which e-notation would show)."""
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"
+
+
+def file_shown(path: str | None, folder: str | None, shipped: Path) -> str | None:
+    """A file the report read, as a page may name it: one shipped with milarun (under
+    ``shipped``) by the name that selects it (modern, modern/h200), one inside the results
+    folder relative to it, any other by its file name (a full path names the folders of the
+    machine that made the page)."""
+    if not path:
+        return path
+    where = Path(path).resolve()
+    for root, said in ((shipped, "{} (shipped with milarun)"), (folder, "{}")):
+        if root is None:
+            continue
+        try:
+            inside = where.relative_to(Path(root).resolve())
+        except ValueError:
+            continue
+        if inside.parts:  # the results folder itself (a baseline): by its name below
+            return said.format(inside.with_suffix("") if root == shipped else inside)
+    return where.name
+
+
 def short(name: str, width: int = NAME_WIDTH) -> str:
     """Long test names are cut in the middle in text (the HTML keeps them whole)."""
     if len(name) <= width:
@@ -61,6 +108,8 @@ def ci(row: pd.Series) -> str:
 
 def frame(rows: dict[str, dict[str, str]], index: str = "test") -> str:
     """Rows of already formatted cells as a right-justified table."""
+    import pandas as pd
+
     df = pd.DataFrame.from_dict(rows, orient="index")
     df.index.name = index
     return df.to_string(justify="right", line_width=WIDTH)

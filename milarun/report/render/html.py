@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup, escape
 
 from milarun import errors, results
 from milarun.errors import HtmlPathError
@@ -17,8 +18,11 @@ from milarun.report.render import format as fmt
 from milarun.report.render import nodes as render_nodes
 from milarun.report.render import runs as render_runs
 from milarun.report.render import text as render
+from milarun.report.summary import BASELINE_DIR
+from milarun.report.weights import WEIGHTS_DIR
 
 TEMPLATES = Path(__file__).parents[2] / "templates"
+HEADERS = {"perf_per_watt": "perf/W"}  # the tests table's columns named as the text names them
 
 
 def ratio_class(value: float | None) -> str:
@@ -36,12 +40,53 @@ def gpu_class(value: float) -> str:
 
 
 def _rows(report: Report) -> list[dict[str, Any]]:
+    """The tests table's rows; a comparability note numbered (note_no), listed below it."""
     rows = []
+    notes = 0
     for test, row in report.table.iterrows():
         data = {k: row[k] for k in report.table.columns}
         data["test"] = test
         data["ci95"] = fmt.ci(row)
+        data["note_no"] = None
+        if isinstance(data.get("comparable_note"), str) and data["comparable_note"]:
+            notes += 1
+            data["note_no"] = notes
         rows.append(data)
+    return rows
+
+
+def breakable(name: str) -> Markup:
+    """A column name that may wrap after its underscores (perf_ratio_adj)."""
+    return Markup("_<wbr>").join(escape(part) for part in str(name).split("_"))
+
+
+def _quality(report: Report) -> list[dict[str, Any]]:
+    """The quality table's rows: each flag ("name:runs") apart, and the drift cell's class:
+    red where the report judged the drift beyond 2% (its ``drift`` flag), grey where it
+    did not judge it (``short-window``: the report's warnings say so)."""
+    rows = []
+    for test, q in report.quality.iterrows():
+        flags = [f for f in str(q["flags"] or "").split(",") if f]
+        names = {f.partition(":")[0] for f in flags}
+        drift = "fail" if "drift" in names else "light" if "short-window" in names else ""
+        rows.append({"test": test, "q": q, "flags": flags, "drift_class": drift})
+    return rows
+
+
+def _energy(report: Report) -> list[dict[str, Any]]:
+    """The energy table's rows, with the GPU's operating point from the quality table."""
+    quality = report.quality
+    rows = []
+    for test, e in report.energy.table.iterrows():
+        q = quality.loc[test] if test in quality.index else {}
+        rows.append(
+            {
+                "test": test,
+                "e": e,
+                "sm_clock": q.get("sm_clock", math.nan),
+                "power_limit": q.get("power_limit", math.nan),
+            }
+        )
     return rows
 
 
@@ -58,6 +103,10 @@ def environment() -> jinja2.Environment:
     env.filters["ratio_class"] = ratio_class
     env.filters["gpu_class"] = gpu_class
     env.filters["sig"] = fmt.sig
+    env.filters["si"] = fmt.si
+    env.filters["p_text"] = fmt.p_text
+    env.filters["p_value"] = fmt.p_value
+    env.filters["breakable"] = breakable
     env.filters["flag_text"] = render_nodes.flag_text
     return env
 
@@ -100,6 +149,7 @@ def to_html(report: Report) -> str:
             about=render_runs.about_rows(report),
             rows=_rows(report),
             columns=list(report.table.columns),
+            headers=HEADERS,
             score_lines=render.score_lines(report),
             overview=render_charts.overview(report, classes),
             charts=_charts(report, colours),
@@ -111,6 +161,10 @@ def to_html(report: Report) -> str:
             systems=systems,
             skipped=report.skipped,
             source=report.source,
+            weights=fmt.file_shown(report.weights_source, report.source, WEIGHTS_DIR),
+            baseline=fmt.file_shown(report.baseline_source, report.source, BASELINE_DIR),
+            quality=_quality(report),
+            energy=_energy(report),
             nodes=report.nodes,
             explain_flags=render_nodes.explain(),
         )

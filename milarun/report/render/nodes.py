@@ -26,7 +26,7 @@ MATRIX_TITLE = "Node x device (geometric mean of rate / the test's median device
 def flag_text(flagged: bool, p_value: float | None) -> str:
     if p_value is None:
         return "-"
-    return f"{'SLOWER' if flagged else 'ok'} (p={p_value:.2g})"
+    return f"{'SLOWER' if flagged else 'ok'} ({fmt.p_text(p_value)})"
 
 
 def cell_text(nodes: NodeReport, node: str, device: str) -> str:

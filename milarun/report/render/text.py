@@ -88,7 +88,7 @@ def scaling_text(df: pd.DataFrame) -> str:
 def _verdict(row: pd.Series) -> str:
     p = row["p_value"]
     if row["verdict"] in ("faster", "slower") and math.isfinite(p):
-        return f"{row['verdict']} (p={p:.2g})"
+        return f"{row['verdict']} ({fmt.p_text(p)})"
     return str(row["verdict"])
 
 
@@ -98,15 +98,6 @@ def gpu_table(df: pd.DataFrame) -> str:
         for test, row in df.iterrows()
     }
     return fmt.frame(rows)
-
-
-def _flops(value: float) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g}{unit}"
-    return f"{value:.3g}"
 
 
 def quality_table(report: Report) -> str:
@@ -123,7 +114,7 @@ def quality_table(report: Report) -> str:
             "warmup": fmt.num(row["warmup"], ".1f"),
             "start": fmt.num(row["to_first_slice"], ".1f"),
             "imp/set/1st": split,
-            "FLOP/s": _flops(row["achieved_flops"])
+            "FLOP/s": fmt.si(row["achieved_flops"])
             + (f" {peak:.0f}%" if peak is not None and math.isfinite(peak) else "")
             + (
                 f" gemm {measured:.0f}%" if measured is not None and math.isfinite(measured) else ""
@@ -248,10 +239,11 @@ def to_text(report: Report) -> str:
         out += fmt.section("Measurement quality (mean of runs; times in seconds)")
         out.append(quality_table(report))
         if report.quality["percent_of_measured_peak"].notna().any():
-            out.append(
+            out += [
                 "FLOP/s: achieved, % of the datasheet peak, and 'gemm N%' of the peak the gemm "
-                "test measured on the same device in the same precision"
-            )
+                "test measured",
+                "on the same device in the same precision (not for gemm itself)",
+            ]
     out += render_energy.text_section(report)
     if not report.scaling.empty:
         out += fmt.section("Scaling (examples/s; per rank is the scored, legacy figure)")
