@@ -9,7 +9,11 @@ lost (an instance that ran but left no result). Prints one line per scenario and
 
 The second part (issue 24: readers, the log cap, a disk filling mid-suite, names, a zero
 rate) is in faults_part2.py, the third in faults_part3.py, warm starts (issue 36) in
-faults_part4.py; the helpers they share are in faultkit.py.
+faults_part4.py, the results database (issue 40) in faults_part5.py and faults_postgres.py,
+bid packages and a machine's limits in faults_part6.py, doctor probes in faults_part7.py,
+forged bid packages (issue 42) in faults_forgery.py; the helpers they share are in
+faultkit.py.
+`faults.py db: bid: doctor: limits:` runs issue 40's alone.
 """
 
 from __future__ import annotations
@@ -38,9 +42,14 @@ from faultkit import (
     stragglers,
     wrong_content,
 )
+from faults_forgery import SCENARIOS as FORGERY  # forged bid packages (issue 42)
 from faults_part2 import SCENARIOS as PART2
 from faults_part3 import SCENARIOS as PART3
 from faults_part4 import SCENARIOS as PART4
+from faults_part5 import SCENARIOS as PART5
+from faults_part6 import SCENARIOS as PART6
+from faults_part7 import SCENARIOS as PART7
+from faults_postgres import SCENARIOS as POSTGRES
 
 from fullfs import fill_up, full_tmpfs  # shared with the tests (faultkit puts tests/ on the path)
 from milarun.results import manifest
@@ -298,9 +307,20 @@ SCENARIOS: dict[str, Callable[[Path], Outcome]] = {
 def main() -> None:
     """Every scenario, or those whose name holds one of the words given (`faults.py log`)."""
     words = [w.lower() for w in sys.argv[1:]]
+    every = {
+        **SCENARIOS,
+        **PART2,
+        **PART3,
+        **PART4,
+        **PART5,
+        **POSTGRES,
+        **PART6,
+        **PART7,
+        **FORGERY,
+    }
     chosen = {
         name: scenario
-        for name, scenario in {**SCENARIOS, **PART2, **PART3, **PART4}.items()
+        for name, scenario in every.items()
         if not words or any(w in name.lower() for w in words)
     }
     tried = survived = lost = wrong = left = 0

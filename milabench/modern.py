@@ -243,10 +243,11 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 def device_memory(device: Any) -> tuple[float, str]:
     """(GiB, label) of the memory this test's tensors live in."""
-    if getattr(device, "type", None) == "cuda":
+    kind = getattr(device, "type", None)
+    if kind in ("cuda", "xpu"):  # CUDA and ROCm; Intel GPUs through torch.xpu
         import torch
 
-        props = torch.cuda.get_device_properties(device)
+        props = getattr(torch, kind).get_device_properties(device)
         return props.total_memory / 2**30, f"{device} ({props.name})"
     import psutil
 

@@ -1,8 +1,11 @@
-"""Fakes shared by the tests: an NVML over known GPU readings, a clock that moves when told."""
+"""Fakes shared by the tests: an NVML over known GPU readings (idle, or under load with its energy
+counter moving), NVML failing to load, a clock that moves when told."""
 
 from __future__ import annotations
 
 import json
+import time
+import types
 from types import SimpleNamespace
 from typing import Any
 
@@ -186,6 +189,40 @@ class FakeNVML:
     def _sm(kind: int, value: int) -> int:
         assert kind == 1  # NVML_CLOCK_SM
         return value
+
+
+class PoweredNVML(FakeNVML):
+    """FakeNVML under load at ``watts`` each, at its power limit (SwPowerCap) with its SM
+    clock at ``clock``; the energy counter moves with wall time since the fake was made, as
+    a real GPU's does."""
+
+    def __init__(self, gpus: list[dict], watts: float, clock: int = 1980) -> None:
+        super().__init__([{**g, "utilization": [100, 0]} for g in gpus])
+        self.watts, self.clock, self.t0 = watts, clock, time.time()
+
+    def nvmlDeviceGetPowerUsage(self, handle):  # mW
+        return 1000.0 * self.watts
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):  # mJ
+        return 1000.0 * self.watts * (time.time() - self.t0)
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        return self.clock
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 0x4  # SwPowerCap
+
+
+def no_nvml() -> types.ModuleType:
+    """``pynvml`` on a machine without NVIDIA's driver: nvmlInit fails (tests put it in
+    sys.modules, so that the device interface goes on to the next library)."""
+    module = types.ModuleType("pynvml")
+
+    def init() -> None:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+    module.nvmlInit = init  # type: ignore[attr-defined]
+    return module
 
 
 class FakeClock:

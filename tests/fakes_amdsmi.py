@@ -17,10 +17,12 @@ import json
 import time
 import types
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
-from conftest import DATA
-
+# tests/data, named here rather than through conftest: a subprocess of a test imports this
+# module as its ``amdsmi`` (tests/machine/test_amd_jobs.py), and conftest imports pytest
+DATA = Path(__file__).resolve().parent / "data"
 MI300X: dict[str, Any] = json.loads((DATA / "amdsmi_mi300x.json").read_text())
 NOT_SUPPORTED = 2  # AMDSMI_STATUS_NOT_SUPPORTED
 

@@ -1,10 +1,11 @@
-"""A real full disk for tests and benchmarks/faults.py: a small tmpfs filled to its last byte."""
+"""A real full disk for tests and benchmarks/faults.py: a small tmpfs filled to its last byte;
+and a read-only one."""
 
 from __future__ import annotations
 
 import contextlib
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -32,3 +33,20 @@ def fill_up(folder: Path) -> None:
                 f.flush()
     except OSError:
         pass
+
+
+@contextlib.contextmanager
+def read_only_tmpfs(
+    folder: Path, fill: Callable[[Path], None], size: str = "16m"
+) -> Iterator[Path]:
+    """Mount a ``size`` tmpfs on ``folder`` (needs root), let ``fill`` write into it, remount
+    it read-only (what root cannot write either: a shared read-only copy), yield it, and
+    unmount it whatever happened."""
+    folder.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", folder], check=True)
+    try:
+        fill(folder)
+        subprocess.run(["mount", "-o", "remount,ro", folder], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", folder], check=True)

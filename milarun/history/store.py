@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from sqlalchemy import Engine, create_engine, event, exc, inspect, text
@@ -27,9 +28,18 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 DEFAULT_FILE = "history.sqlite"
 ENV = "MILARUN_DB"
 BUSY_MS = 60_000  # how long an SQLite writer waits for another's transaction
+CONNECT_S = 10  # seconds PostgreSQL has to answer a connection
 _PG_LOCK = 0x6D696C61  # "mila": the advisory lock the migrations run under
 WRITES = "milarun_writes"  # the execution option of a writing transaction
 HEAD = "0002"  # the newest revision in migrations/versions (tests check it is Alembic's head)
+
+
+# SQLite's errors for a file that is not (or no longer) a whole database, and what to do
+DAMAGED = ("database disk image is malformed", "file is not a database")
+DAMAGED_FIX = (
+    "the file is damaged: `sqlite3 FILE .recover | sqlite3 NEW` salvages what it can, or "
+    "`milarun db ingest` the results folders into a new file"
+)
 
 
 def default_db() -> str:
@@ -56,11 +66,11 @@ def shown(url: str) -> str:
         return url[:200]
 
 
-def _sqlite_setup(engine: Engine) -> None:
+def _sqlite_setup(engine: Engine, read_only: bool = False) -> None:
     """Foreign keys on, a busy wait instead of 'database is locked', WAL so readers do not
-    wait on a writer, and BEGIN IMMEDIATE for a writer (``writer(engine)``): its transaction
-    takes the write lock at once, so two ingests queue rather than fail when both try to
-    write what each one read."""
+    wait on a writer (not set on a file opened read-only), and BEGIN IMMEDIATE for a writer
+    (``writer(engine)``): its transaction takes the write lock at once, so two ingests queue
+    rather than fail when both try to write what each one read."""
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi: Any, _record: Any) -> None:
@@ -68,7 +78,8 @@ def _sqlite_setup(engine: Engine) -> None:
         cursor = dbapi.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={BUSY_MS}")
-        cursor.execute("PRAGMA journal_mode=WAL")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode=WAL")
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -86,27 +97,40 @@ def open_db(spec: str | None, create: bool = True) -> Engine:
     """The engine of the database ``spec`` names, its schema up to date; a DatabaseError
     (one line, the URL without password) when it cannot be opened or is not ours.
     ``create=False`` (a command that only reads): an SQLite file that is not there is an
-    error, never made with its folders."""
+    error, never made with its folders; one that cannot be written (a read-only copy) is
+    read as it is."""
     url = url_of(spec)
+    opened, read_only, connect = url, False, {}
     try:
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite" and parsed.database:
-            if not create and not Path(parsed.database).is_file():
+            path = Path(parsed.database)
+            if not create and not path.is_file():
                 raise DatabaseError(
                     f"--db {shown(url)}: no such database; `milarun db ingest FOLDER` makes "
                     f"it (the default: {shown(url_of(None))})"
                 )
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            read_only = _unwritable(path)
+            if read_only and create:
+                raise DatabaseError(
+                    f"--db {shown(url)}: read-only (the file or its folder cannot be written): "
+                    "ingest into a database you can write"
+                )
+            opened = _read_only_url(path) if read_only else url
+        elif parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+            connect = {"connect_timeout": CONNECT_S}  # a server that never answers: an error
         # orjson: a year's history of one test decodes 125k JSON cells (steady slices)
         engine = create_engine(
-            url,
+            opened,
             json_serializer=lambda value: orjson.dumps(value).decode(),
             json_deserializer=orjson.loads,
+            connect_args=connect,
         )
     except (exc.ArgumentError, exc.NoSuchModuleError, ImportError, OSError) as err:
         raise DatabaseError(f"--db {shown(url)}: not a database URL ({err})") from None
     if engine.dialect.name == "sqlite":
-        _sqlite_setup(engine)
+        _sqlite_setup(engine, read_only)
     try:
         migrate(engine)
     except exc.SQLAlchemyError as err:
@@ -115,10 +139,28 @@ def open_db(spec: str | None, create: bool = True) -> Engine:
     return engine
 
 
+def _unwritable(path: Path) -> bool:
+    """Whether SQLite cannot write ``path`` (or, WAL, its folder): a read-only filesystem
+    or permissions (access(2) answers EROFS to root too)."""
+    return (path.exists() and not os.access(path, os.W_OK)) or not os.access(path.parent, os.W_OK)
+
+
+def _read_only_url(path: Path) -> str:
+    """An SQLite URI that reads ``path`` without writing beside it: immutable (no -shm to
+    make) unless a write-ahead log holds transactions not yet in the file."""
+    wal = path.with_name(path.name + "-wal")
+    pending = wal.exists() and wal.stat().st_size > 0
+    return f"sqlite:///file:{quote(str(path))}?mode=ro{'' if pending else '&immutable=1'}&uri=true"
+
+
 def one_line(err: BaseException) -> str:
-    """A driver's error as one line (its first), without the SQL it ran."""
+    """A driver's error as one line (its first), without the SQL it ran; SQLite's words
+    for a damaged file say what to do."""
     found = getattr(err, "orig", None) or err
-    return (str(found).strip().splitlines() or [type(found).__name__])[0][:300]
+    line = (str(found).strip().splitlines() or [type(found).__name__])[0][:300]
+    if any(words in line for words in DAMAGED):
+        line += f"; {DAMAGED_FIX}"
+    return line
 
 
 def migrate(engine: Engine) -> None:

@@ -59,16 +59,17 @@ def parse_device_spec(spec: str) -> list[Device]:
 
 def visible_ids(environ: Mapping[str, str] | None = None) -> list[str] | None:
     """The GPU ids the visible-devices variables leave (None: every GPU). ROCm reads
-    ``ROCR_VISIBLE_DEVICES`` (the runtime's), then ``HIP_VISIBLE_DEVICES``, then
-    ``CUDA_VISIBLE_DEVICES`` (HIP's alias), each numbering the GPUs the one before left;
-    CUDA reads only the last. Ids are the management library's (indices or UUIDs)."""
+    ``ROCR_VISIBLE_DEVICES`` (the runtime's), then ``HIP_VISIBLE_DEVICES``, or where that
+    is unset ``CUDA_VISIBLE_DEVICES`` (HIP's alias, as HIP and torch's ROCm build read it),
+    numbering the GPUs ROCR left; CUDA reads only the last. Ids are the management
+    library's (indices or UUIDs)."""
     env = os.environ if environ is None else environ
     ids: list[str] | None = None
-    for name in VISIBLE_VARIABLES:
-        given = env.get(name)
-        if given is None:
-            continue
-        chosen = [x.strip() for x in given.split(",") if x.strip()]
+    names = [n for n in VISIBLE_VARIABLES if env.get(n) is not None]
+    if "HIP_VISIBLE_DEVICES" in names and "CUDA_VISIBLE_DEVICES" in names:
+        names.remove("CUDA_VISIBLE_DEVICES")  # HIP's own variable wins over its alias
+    for name in names:
+        chosen = [x.strip() for x in env[name].split(",") if x.strip()]
         if ids is not None and all(x.isdigit() for x in chosen):
             chosen = [ids[int(x)] for x in chosen if int(x) < len(ids)]
         ids = chosen

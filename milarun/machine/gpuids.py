@@ -147,7 +147,10 @@ def instance_gpus(environ: Mapping[str, str] | None = None) -> tuple[GpuIdentity
                     gid,
                     None,
                     bus,
-                    f"no UUID from NVML: CUDA was given index {name}, in {order} order",
+                    # AMD's instances are given an index by design (AMD SMI's UUIDs are
+                    # not HIP's); NVIDIA's where NVML could not name the GPU
+                    f"no UUID: the GPU runtime (CUDA, HIP) was given index {name}, in "
+                    f"{order} order",
                 )
             )
     return tuple(gpus)

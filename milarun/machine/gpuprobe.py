@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from milarun.machine.backends.base import XPU_UNMEASURED
+
 # NVIDIA's per-GPU nodes (not nvidiactl / nvidia-uvm) and AMD's compute node.
 _DEVICE_FILE = re.compile(r"nvidia\d+|kfd")
 
 _PROBE = r"""
 import json, os
-out = {"torch": None, "cuda": None, "hip": None, "cudnn": None, "nccl": None, "devices": []}
+out = {"torch": None, "cuda": None, "hip": None, "cudnn": None, "nccl": None, "xpu": None,
+       "devices": []}
 import torch
 out["torch"] = torch.__version__
 out["cuda"] = torch.version.cuda
@@ -47,6 +50,13 @@ if torch.cuda.is_available():
             "index": i, "name": p.name, "memory": p.total_memory,
             "uuid": ("GPU-" + uuid) if uuid and not uuid.startswith("GPU-") else uuid,
             "pci_bus_id": bus,
+        })
+elif getattr(torch, "xpu", None) is not None and torch.xpu.is_available():
+    out["xpu"] = True  # Intel GPUs, through Level Zero
+    for i in range(torch.xpu.device_count()):
+        p = torch.xpu.get_device_properties(i)
+        out["devices"].append({
+            "index": i, "name": p.name, "memory": p.total_memory, "uuid": "", "pci_bus_id": None,
         })
 print("MILARUN_TORCH_PROBE " + json.dumps(out))
 """
@@ -99,7 +109,7 @@ def torch_gpus(
                 data = json.loads(line.split(" ", 1)[1])
             except ValueError:
                 break
-            versions = {k: data.get(k) for k in ("torch", "cuda", "hip", "cudnn", "nccl")}
+            versions = {k: data.get(k) for k in ("torch", "cuda", "hip", "cudnn", "nccl", "xpu")}
             return TorchGPUs(tuple(data.get("devices") or ()), versions)
     tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
     return TorchGPUs(error=f"torch probe failed (exit {done.returncode}): {tail[:300]}")
@@ -117,7 +127,8 @@ def unseen_gpus(
     machine.
     """
     files = device_files()
-    count = probe().count if not files and failure is not None else 0
+    seen_by_torch = probe() if not files and failure is not None else TorchGPUs()
+    count = seen_by_torch.count
     if files:
         seen = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
         seen += " exists" if len(files) == 1 else " exist"
@@ -125,6 +136,12 @@ def unseen_gpus(
         seen = f"torch sees {count} GPU{'s' if count > 1 else ''}"
     else:
         return None
+    if seen_by_torch.versions.get("xpu"):
+        return (
+            f"{seen} (Intel, torch.xpu), but {failure}: milarun has no management library for "
+            f"them ({XPU_UNMEASURED}); name them with --devices 0,1,... to run on them, or pass "
+            "--devices cpu:N to benchmark the CPU on purpose"
+        )
     if files and all(f.endswith("/kfd") for f in files):
         fix = (
             "install ROCm's amdsmi Python library (`amd-smi list` must list the GPUs), or "

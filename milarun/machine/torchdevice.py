@@ -1,5 +1,6 @@
 """The torch side of an instance's device, inside a benchmark process: which torch.device it
-trains on (a torchrun rank's CUDA opened on its own GPU only) and how to wait for its work."""
+trains on (a torchrun rank's CUDA opened on its own GPU only; an Intel GPU through torch.xpu
+where there is no CUDA or ROCm) and how to wait for its work."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from milarun.machine import devices
+
+# Level Zero's visible-devices variable (Intel GPUs): the GPUs torch.xpu sees, read once when
+# it initialises; `jobs` names an instance's GPUs in CUDA_VISIBLE_DEVICES, copied there.
+XPU_VISIBLE = "ZE_AFFINITY_MASK"
 
 
 def torch_device() -> Any:
@@ -21,6 +26,9 @@ def torch_device() -> Any:
     # Before anything asks CUDA about its devices: that fixes which ones it sees.
     own = rank is not None and open_own_gpu(torch.cuda, int(rank))
     if not torch.cuda.is_available():
+        xpu = xpu_device(torch, int(rank or 0))
+        if xpu is not None:
+            return xpu
         # Never report a CPU run as a GPU result.
         raise RuntimeError(
             f"this instance was given GPU {label} (CUDA_VISIBLE_DEVICES="
@@ -39,6 +47,23 @@ def torch_device() -> Any:
             f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}); launch one process per GPU"
         )
     return torch.device("cuda", local_rank)
+
+
+def xpu_device(torch: Any, local_rank: int = 0, environ: Any = None) -> Any:
+    """The Intel GPU (torch.xpu) of this instance where torch has no CUDA or ROCm GPU, else
+    None. Before torch.xpu first looks, ZE_AFFINITY_MASK is set to the instance's GPUs (its
+    CUDA_VISIBLE_DEVICES indices) unless the operator set it: the instance sees its own GPUs
+    only, and its result's environment records the mask."""
+    env = os.environ if environ is None else environ
+    xpu = getattr(torch, "xpu", None)
+    if xpu is None:
+        return None
+    visible = devices.visible_ids(env)
+    if XPU_VISIBLE not in env and visible and all(x.isdigit() for x in visible):
+        env[XPU_VISIBLE] = ",".join(visible)
+    if not xpu.is_available() or local_rank >= xpu.device_count():
+        return None
+    return torch.device("xpu", local_rank)
 
 
 def open_own_gpu(cuda: Any, local_rank: int, environ: Any = None) -> bool:

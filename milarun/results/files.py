@@ -37,12 +37,15 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def json_text(data: dict[str, Any]) -> str:
+    """``data`` as the JSON write_atomic writes (strict: no NaN)."""
+    return json.dumps(_clean(data), indent=2, default=_json_default)
+
+
 def write_atomic(path: Path, data: dict[str, Any], replace: bool = False) -> Path:
     """Write JSON to ``path`` atomically; never replaces an existing file unless asked
     (a file that is updated in place: the run manifest). See write_text_atomic."""
-    return write_text_atomic(
-        path, json.dumps(_clean(data), indent=2, default=_json_default), replace
-    )
+    return write_text_atomic(path, json_text(data), replace)
 
 
 def write_text_atomic(path: Path, text: str, replace: bool = False) -> Path:

@@ -21,13 +21,16 @@ from typing import Any
 
 from milarun import errors
 from milarun.machine import provenance, slurmenv, sysinfo, watchdog
-from milarun.results.files import write_atomic, write_text_atomic
+from milarun.results.files import json_text, write_text_atomic
 from milarun.results.jsonfile import read_json
 from milarun.results.names import safe_name, utc_stamp
+from milarun.results.parts import number
 
 # Neither *.json nor visible: no reader of results (ours or a user's glob) takes it for one.
 PREFIX, SUFFIX = ".milarun-run.", ".manifest"
 KIND = "milarun-run"
+# bytes the file keeps from the start, for the updates to come (each instance's end entry)
+RESERVE, RESERVE_PER_INSTANCE = 4096, 512
 log = logging.getLogger("milarun")
 
 
@@ -37,6 +40,7 @@ class RunManifest:
     def __init__(self, path: Path, data: dict[str, Any]):
         self.path, self.data = path, data
         self._warned = False
+        self.size = 0  # bytes the file keeps (its JSON padded with spaces): start() sets it
 
     @classmethod
     def start(
@@ -68,8 +72,12 @@ class RunManifest:
             "ended": [],
         }
         path = Path(outdir) / f"{PREFIX}{utc_stamp(started)}{SUFFIX}"
-        write_atomic(path, data)
-        return cls(path, data)
+        found = cls(path, data)
+        # the room its updates will take, held from the start: a disk that fills mid-run
+        # still lets it say how the run ended (see _save)
+        found.size = RESERVE + RESERVE_PER_INSTANCE * (len(instances or ()) or len(tests) * repeat)
+        write_text_atomic(path, found._text())
+        return found
 
     def keep(self, kind: str, text: str) -> None:
         """Write ``<PREFIX><stamp>.<kind>`` beside the manifest: the records a bid package
@@ -86,15 +94,22 @@ class RunManifest:
         record = {"system": sysinfo.system_record(), "provenance": provenance.record()}
         self.keep("sysinfo", json.dumps(record, indent=2, default=str))
 
-    def instance_ended(self, name: str, job_id: str, result: Path | None, success: bool) -> None:
-        self.data["ended"].append(
-            {
-                "test": name,
-                "job_id": job_id,
-                "success": success,
-                "result": result.name if result else None,
-            }
-        )
+    def instance_ended(
+        self,
+        name: str,
+        job_id: str,
+        result: Path | None,
+        success: bool,
+        unwritten: str | None = None,
+    ) -> None:
+        """``unwritten``: why its result could not be written (a full disk): it has none."""
+        entry = {
+            "test": name,
+            "job_id": job_id,
+            "success": success,
+            "result": result.name if result else None,
+        }
+        self.data["ended"].append({**entry, "unwritten": unwritten} if unwritten else entry)
         self._save()
 
     def finish(self, status: str, reason: str | None = None) -> None:
@@ -102,15 +117,39 @@ class RunManifest:
         self.data.update(status=status, reason=reason, finished_at=time.time())
         self._save()
 
+    def _text(self) -> str:
+        """Its JSON, padded with spaces to the size the file keeps."""
+        text = json_text(self.data)
+        return text + " " * (self.size - len(text.encode()) - 1) + "\n"
+
     def _save(self) -> None:
         # Once started, the results matter more than the manifest: a failed update is a
         # warning, never the end of the run.
+        text = self._text()
         try:
-            write_atomic(self.path, self.data, replace=True)
+            write_text_atomic(self.path, text, replace=True)
         except errors.WriteError as err:
+            if self._overwrite(text.encode()):
+                return
             if not self._warned:
                 log.warning("run manifest not updated: %s", err)
                 self._warned = True
+
+    def _overwrite(self, data: bytes) -> bool:
+        """Where a new file cannot be written (a full disk), the update written over the
+        file's own bytes, when it fits in them: no new block needed, but not atomic (so
+        only then)."""
+        try:
+            with open(self.path, "r+b") as f:
+                room = os.fstat(f.fileno()).st_size
+                if len(data) > room:
+                    return False
+                f.write(data + b" " * (room - len(data)))  # JSON may end with spaces
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -119,7 +158,7 @@ class CutShort:
     planned instances have no recorded end (never started, or lost with their supervisor)."""
 
     path: Path
-    status: str  # "running" (supervisor gone), "interrupted" or "failed"
+    status: str  # "running" (supervisor gone), "interrupted", "failed"; "complete": unwritten
     reason: str
     started_at: float
     without_result: tuple[str, ...]  # planned tests with an instance that recorded no end
@@ -133,7 +172,8 @@ class CutShort:
             if self.path.parent.parent.name == slurmenv.NODES_FOLDER
             else f" in {self.path.parent}"
         )
-        return f"the jobs run started {when}{where} was cut short ({self.reason})"
+        what = "could not write every result" if self.status == "complete" else "was cut short"
+        return f"the jobs run started {when}{where} {what} ({self.reason})"
 
     def missing(self) -> str:
         """``quick.vae (J0.1), quick.cart (J0.0, J0.1)``: what no instance recorded."""
@@ -207,6 +247,27 @@ def _manifests(folder: Path, recursive: bool = False) -> Iterator[tuple[Path, di
                 log.warning("%s; run manifest ignored", err)
 
 
+@dataclass(frozen=True)
+class RunSpan:
+    """When a run's supervisor started and finished it (None: not finished, or no time), and
+    the result files it recorded as its instances ended."""
+
+    started_at: float
+    finished_at: float | None
+    results: frozenset[str]
+
+
+def run_span(data: dict[str, Any]) -> RunSpan:
+    """The span of a manifest ``run_manifests`` read (its start time is checked there)."""
+    end = number(data.get("finished_at"))
+    ended = [e.get("result") for e in data["ended"]]
+    return RunSpan(
+        float(data["started_at"]),
+        end if end is not None and 0 <= end <= MAX_TIME else None,
+        frozenset(r for r in ended if isinstance(r, str)),
+    )
+
+
 def run_manifests(folder: Path, recursive: bool = True) -> list[tuple[Path, dict[str, Any]]]:
     """Every readable run manifest in ``folder`` (and below it), with its path (a damaged
     one is warned)."""
@@ -224,20 +285,26 @@ def _pairs(value: Any) -> list[tuple[str, str]]:
 
 
 def cut_short(outdir: Path) -> list[CutShort]:
-    """The runs in ``outdir`` or any folder below it that did not complete, oldest first.
-    A manifest still marked running while no live process holds its folder's lock lost
-    its supervisor."""
+    """The runs in ``outdir`` or any folder below it that did not complete (or completed
+    without writing every result: a full disk), oldest first. A manifest still marked
+    running while no live process holds its folder's lock lost its supervisor."""
     found = []
     # _read checked status, reason, started_at, planned and ended: only instances is free
     for path, data in _manifests(outdir, recursive=True):
         status = data["status"]
-        if status == "complete" or (status == "running" and watchdog.outdir_busy(path.parent)):
+        unwritten = [str(e["unwritten"]) for e in data["ended"] if e.get("unwritten")]
+        if (status == "complete" and not unwritten) or (
+            status == "running" and watchdog.outdir_busy(path.parent)
+        ):
             continue
         if status == "running":
             reason = "its supervisor ended without finishing it: killed?"
+        elif status == "complete":
+            # the first one's error without its path: "cannot write (No space left on device)"
+            reason = f"{len(unwritten)} result(s) not written: {unwritten[0].rpartition(': ')[2]}"
         else:
             reason = (data["reason"] or status)[:200]
-        ended = {(e["test"], e.get("job_id")) for e in data["ended"]}
+        ended = {(e["test"], e.get("job_id")) for e in data["ended"] if not e.get("unwritten")}
         lost = tuple(p for p in _pairs(data.get("instances")) if p not in ended)
         without = (
             tuple(dict.fromkeys(t for t, _ in lost))

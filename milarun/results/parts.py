@@ -124,11 +124,15 @@ class EfficiencyRead:
     device_name: Any
     precision: Any
     settings: MathSettings | None
+    flops_per_step: Any = None
+    flops_by_precision: Mapping[str, Any] | None = None  # FLOPs of one step, per precision
+    peak_flops: Any = None
 
     @classmethod
     def from_dict(cls, data: Any) -> EfficiencyRead | None:
         if not isinstance(data, Mapping):
             return None
+        by_precision = data.get("flops_by_precision")
         return cls(
             data.get("flops_per_example"),
             data.get("achieved_flops"),
@@ -136,6 +140,9 @@ class EfficiencyRead:
             data.get("device_name"),
             data.get("precision"),
             MathSettings.from_dict(data.get("settings")),
+            data.get("flops_per_step"),
+            by_precision if isinstance(by_precision, Mapping) else None,
+            data.get("peak_flops"),
         )
 
 
@@ -240,6 +247,8 @@ class EnergyRead:
     examples_per_joule: Any
     method: Any
     record: Mapping[str, Any]  # the whole record, as the history database keeps it
+    seconds: Any = None  # the steady window's wall-clock length
+    examples: Any = None  # examples trained in it (all ranks)
 
     @classmethod
     def from_dict(cls, data: Any) -> EnergyRead | None:
@@ -252,6 +261,49 @@ class EnergyRead:
             data.get("examples_per_joule"),
             data.get("method"),
             data,
+            data.get("seconds"),
+            data.get("examples"),
+        )
+
+
+@dataclass(frozen=True)
+class RateRecordRead:
+    """A ``timings`` entry of type "rate" (records.RateRecord): its totals, its slices and
+    when they closed. A total that is not a finite number reads as None; a record whose
+    rates are not all numbers reads as no record (results.result_problem refuses it)."""
+
+    start: float | None
+    duration: float | None
+    in_block: float | None
+    count: float | None
+    blocks: float | None
+    slice: float
+    last_slice: float | None
+    rates: tuple[float, ...]
+    warmup_time: float
+    slice_ends: tuple[float, ...]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RateRecordRead | None:
+        if not isinstance(data, Mapping) or data.get("type") != "rate":
+            return None
+        rates, ends = data.get("rates") or [], data.get("slice_ends") or []
+        if not isinstance(rates, list) or not all(number(r) is not None for r in rates):
+            return None
+        width = number(data.get("slice", 0.5))
+        return cls(
+            number(data.get("start")),
+            number(data.get("duration")),
+            number(data.get("in_block")),
+            number(data.get("count")),
+            number(data.get("blocks")),
+            width if width is not None and width > 0 else 0.5,
+            number(data.get("last_slice")) if rates else None,
+            tuple(float(r) for r in rates),
+            number(data.get("warmup_time", 0.0)) or 0.0,
+            tuple(float(e) for e in ends if number(e) is not None)
+            if isinstance(ends, list)
+            else (),
         )
 
 
@@ -282,6 +334,17 @@ class SlurmRead:
         if not isinstance(data, Mapping):
             return None
         return cls(data.get("job_id"), data.get("node"))
+
+
+def gpu_names(system: Mapping[str, Any]) -> set[str]:
+    """The GPU names a system record (machine.sysinfo) lists; tests' records list names."""
+    gpus = system.get("gpus")
+    found = (
+        [g.get("name") if isinstance(g, dict) else g for g in gpus]
+        if isinstance(gpus, list)
+        else []
+    )
+    return {name for name in found if isinstance(name, str)}
 
 
 def _peak(best: float, value: Any) -> float:

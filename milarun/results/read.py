@@ -213,6 +213,11 @@ class ResultView:
         return EnergyRead.from_dict(self.data.get("energy"))
 
     @property
+    def gpu_monitor(self) -> Mapping[str, Any]:
+        """The GPU monitor's record ({interval, samples, note}; empty where there is none)."""
+        return as_map(self.data.get("gpu_monitor"))
+
+    @property
     def slurm(self) -> SlurmRead | None:
         return SlurmRead.from_dict(self.data.get("slurm"))
 

@@ -20,6 +20,7 @@ ENV_PREFIXES = (
     "ROCM_",
     "NVIDIA_",
     "NCCL_",
+    "ZE_",  # Level Zero's (Intel GPUs): ZE_AFFINITY_MASK
     "OMP_",
     "MKL_",
     "KMP_",

@@ -376,6 +376,7 @@ class Supervisor:
             try:
                 inst.result_path = results.write_result(self.opts.outdir, inst.result, inst.stamp)
             except errors.WriteError as err:  # the report still counts it, from memory
+                inst.unwritten = str(err)[:300]  # and the run manifest names it
                 if inst.process is None:
                     failure = read.ResultView.from_dict(inst.result).failure
                     log.error("%s; %s", err, failure.message if failure else None)

@@ -42,6 +42,7 @@ class Instance:
     killed: bool = False
     interrupted: bool = False
     result_path: Path | None = None
+    unwritten: str | None = None  # why its result could not be written (a full disk)
     result: dict[str, Any] = field(default_factory=dict)
     stamp: str = ""  # of its result file's name, chosen here and given to the instance
     stopped_by: str | None = None  # why the supervisor stopped it (a signal, an error)

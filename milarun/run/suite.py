@@ -172,6 +172,7 @@ def _run_held(
             instance.job_id,
             instance.result_path,
             read.ResultView.from_dict(instance.result).success,
+            instance.unwritten,
         )
 
     try:

@@ -6,7 +6,9 @@ member, into a folder the caller owns (a temporary one), with every path, type a
 checked before a byte is written, in bounded memory: members escaping the folder (``../``,
 absolute paths), links, devices, FIFOs, duplicate names, too many members, a member or a
 total too large, a decompression bomb (more bytes out than a bounded ratio of bytes in),
-a damaged archive and a MANIFEST naming absent files are each refused in one line.
+a damaged archive (a member longer than its header says, bytes after its end, a gzip
+checksum that does not match) and a MANIFEST naming absent files are each refused in one
+line.
 """
 
 from __future__ import annotations
@@ -130,9 +132,31 @@ class _HeaderTooLarge(Exception):
     pass
 
 
+# the header errors on which tarfile ends an archive quietly past its first member (not in
+# the stubs: read by name)
+_QUIET_ENDS: tuple[type[Exception], ...] = tuple(
+    getattr(tarfile, name)
+    for name in ("InvalidHeaderError", "EmptyHeaderError", "TruncatedHeaderError")
+)
+
+
+class _NotAHeader(Exception):
+    """Where tarfile would end the archive quietly: a block that is no header (the data of
+    the member before it longer than its header says) or an archive cut off without its
+    end marker. What follows would go unread, unverified."""
+
+
 class _BoundedInfo(tarfile.TarInfo):
     """Headers whose extended data (pax records, GNU long names) tarfile would read into
-    memory whole are refused beyond MAX_HEADER, before they are read."""
+    memory whole are refused beyond MAX_HEADER, before they are read; a block that is no
+    header is an error, not the quiet end of the archive tarfile makes of it."""
+
+    @classmethod
+    def fromtarfile(cls, tar: tarfile.TarFile) -> _BoundedInfo:
+        try:
+            return super().fromtarfile(tar)
+        except _QUIET_ENDS as err:
+            raise _NotAHeader(str(err)) from None
 
     def _proc_pax(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
         self._bound()
@@ -191,21 +215,43 @@ def extract(package: Path, dest: Path, limits: Limits = DEFAULT_LIMITS) -> dict[
         f"{size / 2**20:,.1f} MiB (a decompression bomb?)"
     )
     hashes = _Hashes()
+    last = None
     try:
         with raw, gzip.GzipFile(fileobj=raw) as unzipped:
             stream = io.BufferedReader(_Bounded(unzipped, allowed, bomb), CHUNK)
             with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedInfo) as tar:
                 for member in tar:
                     _extract_member(tar, member, dest, limits, hashes, package)
+                    last = member.name
+                _end(tar, package)
     except PackageRefused:
         raise
     except _HeaderTooLarge as err:
         raise PackageRefused(f"{package}: refused: {err}") from None
+    except _NotAHeader as err:
+        where = (
+            f"after member {last[:100]!r}: {err}; a member longer than its header says, or an "
+            "archive cut short?"
+            if last is not None
+            else f"at its start: {err}; not a tar archive?"
+        )
+        raise PackageRefused(f"{package}: refused: not a readable .tar.gz ({where})") from None
     except (tarfile.TarError, OSError, EOFError, zlib.error, UnicodeError) as err:
         raise PackageRefused(
             f"{package}: refused: not a readable .tar.gz ({type(err).__name__}: {err})"[:300]
         ) from None
     return dict(hashes)
+
+
+def _end(tar: tarfile.TarFile, package: Path) -> None:
+    """After the end marker: only the zeros that pad a tar, to the end of the gzip stream
+    (so that its checksum and length are checked too); bytes appended there were never
+    in the MANIFEST's reach."""
+    while chunk := tar.fileobj.read(CHUNK):
+        if chunk.strip(b"\0"):
+            raise PackageRefused(
+                f"{package}: refused: bytes after the end of the archive (appended to it?)"
+            )
 
 
 class _Hashes(dict[str, str]):

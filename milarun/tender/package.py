@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun import results
-from milarun.errors import InputError, TenderError
+from milarun.errors import InputError, PackageRefused, TenderError
 from milarun.machine import provenance, sysinfo
 from milarun.report.weights import WEIGHTS_DIR
 from milarun.results import digest, manifest
@@ -35,6 +35,7 @@ from milarun.tender import archive, rules
 RUN = "run"
 BID, REPRO, PROFILE, WEIGHTS = "bid.json", "reproducibility.json", "profile.json", "weights.json"
 TENDER, DECLARED = "tender.json", "declared.json"
+BID_KIND, BID_FORMAT = "milarun-bid", 1  # bid.json's: a newer milarun may pack another format
 # the lock is a run's; a digest is no measurement (the buyer's verify reads every file)
 SKIPPED_NAMES = (".milarun.lock", digest.NAME)
 
@@ -160,8 +161,8 @@ def make_package(
         read_declared(declared)  # refused here, not at the buyer's
         extra.append((DECLARED, Path(declared)))
     bid = {
-        "kind": "milarun-bid",
-        "format": 1,
+        "kind": BID_KIND,
+        "format": BID_FORMAT,
         "packed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "milarun_version": sysinfo.milarun_version(),
         "source": str(folder.resolve()),
@@ -180,6 +181,19 @@ def make_package(
     ]
     written, size = archive.write_package(Path(out), members)
     return Packed(Path(out), written, size, count, notes)
+
+
+def checked_bid(bid: dict[str, Any], package: Path) -> dict[str, Any]:
+    """bid.json as read from ``package`` (``{}``: none, or not an object); PackageRefused
+    when it is a milarun bid of a format this milarun does not read."""
+    found = bid.get("format")
+    if bid.get("kind") == BID_KIND and found != BID_FORMAT:
+        raise PackageRefused(
+            f"{package}: refused: its {BID} is of format {str(found)[:40]} (this milarun reads "
+            f"format {BID_FORMAT}): verify it with the milarun version that packed it (its "
+            f"{BID} says which)"
+        )
+    return bid
 
 
 MAX_DECLARED_TESTS = 10_000

@@ -4,6 +4,7 @@ the GPU ``CUDA_VISIBLE_DEVICES`` names, from healthy H100 SXM figures and the fa
 - ``gemm`` / ``memory`` / ``link`` (both host-link directions): a factor on those figures;
 - ``crash`` + ``crash_signal``: the phase in which the child kills itself with that signal;
 - ``hang``: the phase in which it sleeps; ``errors``: words the memory test reads back wrong;
+- ``cuda_error``: the phase in which it raises CUDA's error (uncaught: it exits 1);
 - ``no_peer`` (the node child): the GPU pairs ("0-1") without peer access.
 A CPU child (a GPU's CPU slice) writes healthy CPU figures.
 It runs as a real process (the parent's timeouts, signals and files are the real ones); no
@@ -52,6 +53,8 @@ def gpu(data: dict, fault: dict, rng: random.Random, out: Path) -> None:
             os.kill(os.getpid(), signal.Signals[fault["crash_signal"]])
         if fault.get("hang") == name:
             time.sleep(3600)
+        if fault.get("cuda_error") == name:  # a sticky CUDA error: the process dies of it
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
         factor = fault.get(KNOB[name.split("_")[0]], 1.0)
         unit = "TFLOP/s" if name.startswith("gemm") else "GB/s"
         found = {"unit": unit, "samples": samples(value * factor, rng)}

@@ -10,14 +10,13 @@ import json
 import re
 import sys
 import time
-import types
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from conftest import ROOT, TESTS, milarun
-from fakes import H100, FakeNVML
+from fakes import H100, FakeNVML, PoweredNVML, no_nvml
 from fakes_amdsmi import fake_amdsmi, mi300x
 from milarun import errors
 from milarun.doctor.active.run import Setup
@@ -80,18 +79,8 @@ def test_the_vendor_check_names_a_planted_use(tmp_path):
 
 
 # -- choosing the backend --------------------------------------------------------------------
-def failing_pynvml() -> types.ModuleType:
-    module = types.ModuleType("pynvml")
-
-    def init() -> None:
-        raise RuntimeError("NVML Shared Library Not Found")
-
-    module.nvmlInit = init  # type: ignore[attr-defined]
-    return module
-
-
 def test_amd_smi_answers_where_nvml_fails(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", failing_pynvml())
+    monkeypatch.setitem(sys.modules, "pynvml", no_nvml())
     monkeypatch.setitem(sys.modules, "amdsmi", fake_amdsmi([mi300x(0), mi300x(1)]))
     backend = backends.load()
     assert isinstance(backend, AmdSmiBackend) and backend.usable
@@ -301,30 +290,10 @@ def test_doctor_active_on_two_mi300x_judges_them_on_amds_datasheet():
     assert "SM clock median 2100 MHz of 2100 MHz max" in by_name["cuda:0 clocks"].detail
     errors_line = by_name["cuda:0 errors"].detail
     assert "ecc uncorrected 0->0" in errors_line and "AMD SMI's events are not read" in errors_line
-    assert "node nccl" in by_name and found["verdict"] == "PASS"
+    assert "node rccl" in by_name and found["verdict"] == "PASS"
 
 
 # -- the report of a faked MI300X machine against an H100's ---------------------------------
-class MovingNVML(FakeNVML):
-    """The H100's NVML at a constant power, its energy counter moving with wall time."""
-
-    def __init__(self, watts: float) -> None:
-        super().__init__([{**H100, "utilization": [100, 0], "throttle_reasons": POWER_CAP}])
-        self.watts, self.t0 = watts, time.time()
-
-    def nvmlDeviceGetPowerUsage(self, handle):
-        return 1000.0 * self.watts
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle):  # mJ
-        return 1000.0 * self.watts * (time.time() - self.t0)
-
-    def nvmlDeviceGetClockInfo(self, handle, clock):
-        return 1980
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
-        return POWER_CAP
-
-
 def measured_result(backend: backends.Backend, rate: float) -> dict:
     """A result of one test on cuda:0 whose energy the backend's monitor measured and whose
     system record the backend listed."""
@@ -359,7 +328,7 @@ def sections(text: str) -> list[str]:
 def test_the_report_of_an_mi300x_has_the_h100s_sections_with_amds_figures(tmp_path):
     folders = {}
     made = {
-        "h100": (NvmlBackend(MovingNVML(690.0)), 600.0),
+        "h100": (NvmlBackend(PoweredNVML([H100], 690.0)), 600.0),
         "mi300x": (amd(mi300x(watts=lambda t: 720.0, ppt=lambda t: True)), 800.0),
     }
     for name, (backend, rate) in made.items():

@@ -383,7 +383,9 @@ def test_the_log_cap_is_on_what_this_run_writes(tmp_path):
 def test_a_disk_that_fills_during_a_run_records_every_instance(tmp_path):
     """The first job fills the disk: the jobs after it cannot write their logs. Each is
     recorded as failed with the reason (in the report: the disk is full), the run goes on
-    to its report, no traceback, no empty log of an instance that never started."""
+    to its report, no traceback, no empty log of an instance that never started. The run
+    manifest (its room held from the start) still says the run completed, and which
+    instances have no result and why (issue 40): the report names them."""
     prof = write_profile(
         tmp_path / "p.json",
         fill={"experiment": "faulty:fills_disk"},
@@ -394,6 +396,14 @@ def test_a_disk_that_fills_during_a_run_records_every_instance(tmp_path):
         proc = start_jobs(prof, disk / "out")
         stdout, stderr = proc.communicate(timeout=300)
         logs = sorted(p.name for p in (disk / "out" / "logs").glob("*.log"))
+        ((_, run),) = manifest.run_manifests(disk / "out")
+        (cut,) = manifest.cut_short(disk / "out")
+        report = milarun("report", disk / "out")
+    assert run["status"] == "complete" and len(run["ended"]) == 6
+    assert cut.reason == "6 result(s) not written: cannot write (No space left on device)"
+    lost = "p.fill (J0.0, J0.1), p.b (J0.0, J0.1), p.c (J0.0, J0.1)"
+    said = " ".join(report.stdout.split())
+    assert f"could not write every result ({cut.reason}): no result for {lost}" in said
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stdout + stderr, stderr
     for job in ("p.b", "p.c"):

@@ -16,6 +16,7 @@ import bidkit
 from conftest import milarun, one_line_error
 from milarun import errors
 from milarun.tender import archive, verify
+from milarun.tender.package import BID, make_package
 
 
 def tar_of(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
@@ -157,3 +158,51 @@ def test_verify_removes_its_temporary_folder(tmp_path, monkeypatch):
     with pytest.raises(errors.PackageRefused):
         verify.verify(package, tender)
     assert list((tmp_path / "t").iterdir()) == []
+
+
+def _long_last_member(path: Path, files: dict[str, bytes]) -> Path:
+    """The MANIFEST first (every file it lists is there), then the files, the last one's
+    data 4 KiB longer than its header says: tarfile would stop quietly at that data."""
+    raw = io.BytesIO()
+    entries = [(archive.MANIFEST, manifest_of(files)), *files.items()]
+    for i, (name, data) in enumerate(entries):
+        raw.write(member(name, size=len(data)).tobuf(tarfile.PAX_FORMAT))
+        data += b"X" * 4096 if i == len(entries) - 1 else b""
+        raw.write(data + b"\0" * (-len(data) % 512))
+    path.write_bytes(gzip.compress(raw.getvalue() + b"\0" * 1024))
+    return path
+
+
+def test_a_member_longer_than_its_header_says_is_refused(tmp_path):
+    """Issue 40: was read up to its header's size, the rest of the archive never looked at."""
+    package = _long_last_member(tmp_path / "bid.tar.gz", {"run/a.json": b"{}", "run/b": b"1"})
+    message = refused(package, tmp_path)
+    assert "not a readable .tar.gz (after member 'run/b'" in message
+    assert "longer than its header" in message
+
+
+def test_bytes_appended_after_the_archive_are_refused(tmp_path):
+    """Issue 40: a second gzip member after the archive's end was never read."""
+    files = {"run/a.json": b"{}"}
+    package = tar_of(
+        tmp_path / "bid.tar.gz",
+        [(member(n), d) for n, d in files.items()]
+        + [(member(archive.MANIFEST), manifest_of(files))],
+    )
+    package.write_bytes(package.read_bytes() + gzip.compress(b"not in the MANIFEST" * 100))
+    assert "bytes after the end of the archive" in refused(package, tmp_path)
+
+
+def test_a_bid_of_a_format_this_milarun_does_not_read_is_refused(tmp_path):
+    """Issue 40: a package from a newer milarun (bid.json format 2) was read as format 1."""
+    run = bidkit.synthetic_run(tmp_path / "run", {"quick.polynome": 1000.0}, repeat=1)
+    good = make_package(run, tmp_path / "bid.tar.gz").out
+
+    def newer(folder: Path) -> None:
+        bid = folder / BID
+        bid.write_text(bid.read_text().replace('"format": 1', '"format": 2'))
+
+    newer_package = bidkit.edited(good, tmp_path, newer)
+    dest = Path(tempfile.mkdtemp(dir=tmp_path))
+    with pytest.raises(errors.PackageRefused, match=r"bid.json is of format 2 .*reads format 1"):
+        verify.open_package(newer_package, dest)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fakes import FakeNVML
 from milarun.machine import provenance
+from milarun.machine.backends.nvml import NvmlBackend
 
 
 def test_vbios_and_uuid_per_gpu_from_nvml():
@@ -15,7 +16,7 @@ def test_vbios_and_uuid_per_gpu_from_nvml():
             {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-b", "memory": 1, "vbios": b"96.01"},
         ]
     )
-    found = provenance.gpu_firmware(nvml)
+    found = provenance.gpu_firmware(NvmlBackend(nvml))
     assert found["driver"] == nvml.driver
     assert [(g["uuid"], g["vbios"]) for g in found["gpus"]] == [
         ("GPU-a", "96.00"),
@@ -24,7 +25,9 @@ def test_vbios_and_uuid_per_gpu_from_nvml():
 
 
 def test_a_gpu_without_a_vbios_reading_is_said_not_fatal():
-    found = provenance.gpu_firmware(FakeNVML([{"name": "x", "uuid": "GPU-a", "memory": 1}]))
+    found = provenance.gpu_firmware(
+        NvmlBackend(FakeNVML([{"name": "x", "uuid": "GPU-a", "memory": 1}]))
+    )
     assert found["gpus"] == [] and "NVML query failed" in found["note"]
 
 

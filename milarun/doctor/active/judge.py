@@ -27,9 +27,9 @@ from milarun.doctor.active.verdicts import (
     sibling,
 )
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check, worst
+from milarun.machine.backends.base import PLAIN_TOOLS, Tools
 
 GEMM_PHASES = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8")
-RESET = "reset the GPU (`sudo nvidia-smi -i {i} -r`) or reboot; if it comes back, have it replaced"
 
 
 @dataclass
@@ -56,9 +56,24 @@ class Probed:
     planned_cpus: list[int] | None = None  # CPU slices: the plan's CPUs
     placement: str | None = None  # CPU slices: the student groups, or "pinned"
     library: str = "NVML"  # the backend that read the GPU, as messages name it
+    tools: Tools = PLAIN_TOOLS  # its vendor's commands, for the fixes
 
     def phase(self, name: str) -> dict[str, Any] | None:
         return ((self.data or {}).get("phases") or {}).get(name)
+
+    @property
+    def gpu_id(self) -> str:
+        """The GPU's id in its vendor's commands (cuda:0 -> 0)."""
+        return self.label.partition(":")[2] or "N"
+
+    def command(self, what: str) -> str:
+        """One of the vendor's commands (Tools' field ``what``) for this GPU."""
+        return str(getattr(self.tools, what)).format(i=self.gpu_id)
+
+    def reset(self) -> str:
+        return (
+            f"reset the GPU ({self.command('reset')}) or reboot; if it comes back, have it replaced"
+        )
 
 
 def _tail(text: str) -> str:
@@ -89,8 +104,8 @@ def probe_check(p: Probed) -> Check | None:
         f"{p.label} probe",
         FAIL,
         detail + (f": {tail}" if tail else ""),
-        "run `nvidia-smi -q` and the kernel log (`dmesg | grep -i xid`) for this device; "
-        + RESET.format(i=p.label.partition(":")[2] or "N")
+        f"run {p.command('query')} and read the kernel log ({p.command('kernel_log')}) for "
+        f"this device; {p.reset()}"
         if p.kind == "gpu"
         else "read the error above; run `milarun doctor --active quick` again",
     )
@@ -147,8 +162,8 @@ def _fix(p: Probed) -> str:
             "a slower socket or a misplaced cgroup (`milarun cgroups check`)"
         )
     return (
-        "check its clocks and throttle reasons (`nvidia-smi -q -d PERFORMANCE,CLOCK`), "
-        "its cooling and power; " + RESET.format(i=p.label.partition(":")[2])
+        f"check its clocks and throttle reasons ({p.command('performance')}), its cooling "
+        f"and power; {p.reset()}"
     )
 
 
@@ -266,14 +281,14 @@ def _pattern(p: Probed) -> list[Check]:
         f"{found.get('passes')} pattern passes in {float(found.get('seconds', 0)):.1f} s"
     )
     if errors:
-        return [Check(f"{p.label} memory test", FAIL, detail, RESET.format(i=p.label[5:]))]
+        return [Check(f"{p.label} memory test", FAIL, detail, p.reset())]
     if not tested:
         return [
             Check(
                 f"{p.label} memory test",
                 FAIL,
                 detail + ": no memory could be allocated",
-                "free the GPU (`nvidia-smi` lists its processes) and run again",
+                f"free the GPU ({p.command('processes')} lists its processes) and run again",
             )
         ]
     return [Check(f"{p.label} memory test", PASS, detail)]
@@ -311,7 +326,7 @@ def clocks_check(p: Probed) -> Check | None:
         status = worst([status, WARN])
     fix = (
         "the GPU slows itself down: check its cooling (fans, airflow, inlet temperature) "
-        "and power delivery (`nvidia-smi -q -d PERFORMANCE`)"
+        f"and power delivery ({p.command('performance')})"
         if status != PASS
         else None
     )
@@ -349,5 +364,5 @@ def counters_check(p: Probed) -> Check | None:
     )
     detail += f"; {p.xid_error}" if p.xid_error else "; no XID event"
     status = FAIL if bad else WARN if warn else PASS if seen else INFO
-    fix = RESET.format(i=p.label.partition(":")[2]) if bad or warn else None
+    fix = p.reset() if bad or warn else None
     return Check(f"{p.label} errors", status, detail, fix)

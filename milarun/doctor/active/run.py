@@ -241,6 +241,7 @@ def _gpu_children(
             before=backend.counters(handle),
             link=backend.link(handle),
             library=backend.label,
+            tools=backend.tools,
         )
         env = {
             "CUDA_VISIBLE_DEVICES": uuid,
@@ -292,11 +293,12 @@ def measure(
             p.xid_error = sampler.xid_error
         yield from judge.gpu_checks(probed)
         if len(gpus) >= 2:
-            say(f"measuring the {len(gpus)} GPUs together (P2P, NCCL)...")
+            collective = setup.backend.tools.collective
+            say(f"measuring the {len(gpus)} GPUs together (P2P, {collective})...")
             probed.append(_node_probe(tmp, gpus, level, setup, timeout))
             yield from judge_node.node_checks(probed[-1])
         else:
-            yield from judge_node.skipped(len(gpus))
+            yield from judge_node.skipped(len(gpus), setup.backend.tools)
         if setup.cpu_slices:  # after the GPUs: their probes' own CPU threads are done
             say(f"measuring the CPU slice of each GPU ({len(devs)})...")
             try:
@@ -319,9 +321,8 @@ def _node_probe(
         "CUDA_VISIBLE_DEVICES": ",".join(u for _, _, u in gpus),
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
-    node = _child(
-        tmp, judge.Probed("node", "node", None, None), {"kind": "node", "level": level}, env, setup
-    )
+    probed = judge.Probed("node", "node", None, None, tools=setup.backend.tools)
+    node = _child(tmp, probed, {"kind": "node", "level": level}, env, setup)
     return run_children([node], timeout)[0]
 
 

@@ -25,6 +25,7 @@ from milarun.machine.backends.base import (
     Events,
     GpuInfo,
     Health,
+    Tools,
     bus_id,
     read,
     text,
@@ -93,6 +94,18 @@ class AmdSmiBackend(Backend):
     label = "AMD SMI"
     vendor = "amd"
     list_command = "`amd-smi list`"
+    # amd-smi's (`rocm-smi` on older ROCm): metric, process, reset, topology, xgmi
+    tools = Tools(
+        query="`amd-smi metric -g {i}`",
+        performance="`amd-smi metric -g {i} --clock --power --temperature`",
+        processes="`amd-smi process`",
+        reset="`sudo amd-smi reset -G -g {i}`",
+        kernel_log="`dmesg | grep -i amdgpu`",
+        collective="RCCL",
+        p2p="`amd-smi topology` shows how each pair is linked: a pair without XGMI or P2P goes "
+        "through host memory; check the XGMI links (`amd-smi xgmi`) and IOMMU/ACS settings "
+        "(P2P through PCIe needs ACS off; `iommu=pt` on the kernel command line)",
+    )
 
     def __init__(self, lib: Any) -> None:
         super().__init__()
@@ -183,9 +196,6 @@ class AmdSmiBackend(Backend):
             return None
         limit = os.cpu_count() or 1
         return [c for c in cpus if c < max(limit, words * 64)]
-
-    def reset_command(self, index: int | str) -> str:
-        return f"`sudo amd-smi reset -G -g {index}`"
 
     # -- readings ----------------------------------------------------------------------------
     def _power(self, handle: Any) -> float | None:

@@ -25,6 +25,13 @@ HW_THERMAL = 0x40
 POWER_BRAKE = 0x80
 
 
+# Intel GPUs (torch.xpu) have no backend: why their figures are "not measured".
+XPU_UNMEASURED = (
+    "no maintained Python binding of xpu-smi or Level Zero sysman is in milarun's "
+    "dependencies: their power, energy, clocks and health are not measured"
+)
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     """A GPU as its backend lists it: the one inventory the system record, the provenance
@@ -62,6 +69,34 @@ class Health:
     temperature: float | None = None  # C
     slowdown_temperature: float | None = None
     gpu_links: str | None = None  # XGMI/NVLink, as a line of text
+
+
+@dataclass(frozen=True)
+class Tools:
+    """The vendor's commands and names that the doctor's fixes give, ``{i}`` standing for a
+    GPU's id (the backend's index, or UUID): the operator runs what the machine has."""
+
+    query: str  # everything the driver says of GPU {i}
+    performance: str  # its clocks, power and slowdowns
+    processes: str  # what runs on it
+    reset: str  # reset it (root)
+    kernel_log: str  # the driver's errors in the kernel log
+    collective: str  # the library torch.distributed's GPU backend uses (NCCL, RCCL)
+    p2p: str  # why a GPU pair copies through host memory, and where to look
+
+
+PLAIN_TOOLS = Tools(
+    query="the vendor's tool (`nvidia-smi -q -i {i}`, `amd-smi metric -g {i}`)",
+    performance="the vendor's tool (`nvidia-smi -q -d PERFORMANCE,CLOCK -i {i}`, "
+    "`amd-smi metric -g {i} --clock --power --temperature`)",
+    processes="the vendor's tool (`nvidia-smi`, `amd-smi process`)",
+    reset="the vendor's tool (`sudo nvidia-smi -i {i} -r`, `sudo amd-smi reset -G -g {i}`)",
+    kernel_log="`dmesg`",
+    collective="NCCL",
+    p2p="the vendor's topology (`nvidia-smi topo -m`, `amd-smi topology`) shows how each pair "
+    "is linked: a pair without a GPU link or P2P goes through host memory; check IOMMU/ACS "
+    "settings (P2P through PCIe needs ACS off)",
+)
 
 
 class Events:
@@ -114,6 +149,7 @@ class Backend:
     vendor: str | None = None  # "nvidia", "amd"
     list_command = "`nvidia-smi -L` or `amd-smi list`"  # lists the GPU ids
     selects_by_uuid = False  # instances get their GPU by UUID (else by index)
+    tools = PLAIN_TOOLS  # the vendor's commands, for the doctor's fixes
 
     def __init__(self, reason: str | None = None) -> None:
         self.reason = reason or "no GPU management library answers here"
@@ -196,4 +232,4 @@ class Backend:
 
     def reset_command(self, index: int | str) -> str:
         """The command that resets GPU ``index`` (for the doctor's fixes)."""
-        return f"reset GPU {index} with the vendor's tool"
+        return self.tools.reset.format(i=index)

@@ -7,7 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from milarun.machine.backends.base import Backend, Events, GpuInfo, Health, bus_id, read, text
+from milarun.machine.backends.base import (
+    Backend,
+    Events,
+    GpuInfo,
+    Health,
+    Tools,
+    bus_id,
+    read,
+    text,
+)
 
 # pynvml's constants, by their names there (a fake NVML need not define them).
 NVML_CLOCK_SM = 1
@@ -46,6 +55,17 @@ class NvmlBackend(Backend):
     vendor = "nvidia"
     list_command = "`nvidia-smi -L`"
     selects_by_uuid = True
+    tools = Tools(
+        query="`nvidia-smi -q -i {i}`",
+        performance="`nvidia-smi -q -d PERFORMANCE,CLOCK -i {i}`",
+        processes="`nvidia-smi`",
+        reset="`sudo nvidia-smi -i {i} -r`",
+        kernel_log="`dmesg | grep -i xid`",
+        collective="NCCL",
+        p2p="`nvidia-smi topo -m` shows how each pair is linked: a pair without NVLink or P2P "
+        "goes through host memory; check the NVLink state (`nvidia-smi nvlink -s`), IOMMU/ACS "
+        "settings (P2P through PCIe needs ACS off) and the fabric manager on NVSwitch systems",
+    )
 
     def __init__(self, nvml: Any) -> None:
         super().__init__()
@@ -112,9 +132,6 @@ class NvmlBackend(Backend):
     def cpu_affinity(self, handle: Any, words: int) -> list[int] | None:
         mask = self.nvml.nvmlDeviceGetCpuAffinity(handle, words)
         return [w * 64 + b for w, word in enumerate(mask) for b in range(64) if int(word) >> b & 1]
-
-    def reset_command(self, index: int | str) -> str:
-        return f"`sudo nvidia-smi -i {index} -r`"
 
     # -- the monitor ------------------------------------------------------------------------
     def reader(self, handle: Any, energy: bool) -> Callable[[], dict[str, Any]]:

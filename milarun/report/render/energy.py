@@ -48,7 +48,7 @@ def text_section(report: Report) -> list[str]:
     title = "Energy over the steady window (mean of runs; perf/W = examples/s per W = examples/J)"
     note = [
         "SM MHz: median SM clock over the steady window; at limit: its steady slices at the GPU's",
-        "power limit (NVML's SwPowerCap, AMD SMI's PPT): the normal operating point of a GPU "
+        "power limit (NVML's SwPowerCap, AMD SMI's PPT): the normal operating point of a GPU",
         "at full load, not a fault",
     ]
     return fmt.section(title) + [fmt.frame(rows), *note]
