@@ -193,6 +193,8 @@ def _group_node_ids(items: list[pytest.Item]) -> None:
             str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
             for mark in item.iter_markers("xdist_group")
         )
+        if "quick_run" in names:  # the shared run's group alone: a second group made a second run
+            names = ["quick_run"]
         suffix = "@" + "_".join(dict.fromkeys(names))
         if not names or item.nodeid.endswith(suffix):
             continue

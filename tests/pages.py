@@ -19,9 +19,15 @@ import pytest
 from matplotlib import image
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
+_without_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium not installed (apt-get install chromium; .ci/run does)"
 )
+
+
+def needs_chromium(test):  # noqa: ANN001, ANN201 (a test function)
+    """A test that renders in headless Chromium: slow (1-7 s a launch here), skipped where
+    there is none."""
+    return pytest.mark.slow(_without_chromium(test))
 
 
 class TableReader(HTMLParser):

@@ -19,9 +19,11 @@ def busy_diagnostics(others: float) -> dict:
     return {"train": {"slices": 18, "cv": 0.01, "flags": ["busy"], "contention": contention}}
 
 
-@pytest.fixture
-def database(tmp_path):
-    """Four quiet daily runs of quick.a at 100/s, then two on a busy machine at 60/s."""
+@pytest.fixture(scope="module")
+def database(tmp_path_factory):
+    """Four quiet daily runs of quick.a at 100/s, then two on a busy machine at 60/s (made
+    once: the tests only read it)."""
+    tmp_path = tmp_path_factory.mktemp("busy-history")
     url = f"sqlite:///{tmp_path / 'history.sqlite'}"
     for day, rate in enumerate([100.0, 101.0, 99.0, 100.0, 60.0, 59.0]):
         extra = {"diagnostics": busy_diagnostics(0.7)} if day >= 4 else {}

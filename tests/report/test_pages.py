@@ -28,7 +28,8 @@ FLAGS = {
 LEGACY = ("standard.minigrid", "standard.atari", "standard.recom", "standard.reso")
 ON_A100 = {"tf32_capable": True, "tf32_matmul": True, "tf32_cudnn": True}
 
-pytestmark = pytest.mark.xdist_group(name="report_pages")
+# every test here renders pages in headless Chromium, or shares a fixture that does
+pytestmark = [pytest.mark.xdist_group(name="report_pages"), pytest.mark.slow]
 
 
 def flagged(folder: Path) -> Path:

@@ -18,7 +18,8 @@ from pages import figures, needs_chromium, number_problems, show, table_rows
 H100 = DATA / "gpu-runs" / "h100-2026-11-28"
 PRICES = "250000,310000,280000"
 
-pytestmark = pytest.mark.xdist_group(name="tender_ranking_page")
+# every test here renders pages in headless Chromium, or shares a fixture that does
+pytestmark = [pytest.mark.xdist_group(name="tender_ranking_page"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
