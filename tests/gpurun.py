@@ -24,7 +24,7 @@ import pytest
 
 import bidkit
 from fakes import FakeClock
-from milarun.machine import backends, devices, gpuids, monitors, sysinfo
+from milarun.machine import devices, gpu, gpuids, monitors, sysinfo
 from milarun.measure import diagnostics, energy
 from milarun.results import manifest, records, result_filename, utc_stamp
 from milarun.run.profile import find_profile
@@ -42,7 +42,7 @@ def gpu_run(
 ) -> Path:
     """A complete run folder of ``repeat`` runs of each test (quick.<name> -> steady rate)
     on every GPU the machine's device backend sees, the instances of a test side by side;
-    the backend is found as `jobs` finds it (backends.load), so the caller's fake answers."""
+    the backend is found as `jobs` finds it (gpu.load), so the caller's fake answers."""
     folder.mkdir(parents=True, exist_ok=True)
     clock = FakeClock()
     slices = len(rate_series(1.0))
@@ -53,7 +53,7 @@ def gpu_run(
         patch.setattr(time, "time", clock)
         for name in devices.VISIBLE_VARIABLES:  # every GPU of the machine, as `jobs` alone
             patch.delenv(name, raising=False)
-        backend = backends.load()
+        backend = gpu.load()
         devs = gpuids.resolve_gpus(devices.discover_devices(backend), backend)
         assert devs and devs[0].kind == devices.GPU_KIND, backend.reason
         envs = [devices.instance_environ([d]) for d in devs]

@@ -1,5 +1,5 @@
 """Devices: discovery (no torch import), per-instance device (the GPUs' readings:
-milarun.machine.backends, the device interface; their monitors: milarun.machine.monitors).
+milarun.machine.gpu, the device interface; their monitors: milarun.machine.monitors).
 
 The ``jobs`` process discovers GPUs through the machine's backend (NVML, AMD SMI; honouring
 the visible-devices variables), never falling back to the CPU where the machine shows GPUs
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from milarun.errors import DeviceSpecError, GPUDiscoveryError
-from milarun.machine import backends, gpuprobe
+from milarun.machine import gpu, gpuprobe
 
 CPU_KIND = "cpu"
 GPU_KIND = "cuda"
@@ -76,10 +76,10 @@ def visible_ids(environ: Mapping[str, str] | None = None) -> list[str] | None:
     return ids
 
 
-def gpu_local_cpus(ids: list[str], backend: backends.Backend | None = None) -> dict[str, list[int]]:
+def gpu_local_cpus(ids: list[str], backend: gpu.Backend | None = None) -> dict[str, list[int]]:
     """GPU id -> the CPUs the backend says are close to it (empty when it cannot tell)."""
     if backend is None:
-        backend = backends.load()
+        backend = gpu.load()
     if not backend.usable:
         return {}
     words = ((os.cpu_count() or 1) + 63) // 64
@@ -95,7 +95,7 @@ def gpu_local_cpus(ids: list[str], backend: backends.Backend | None = None) -> d
 
 
 def discover_devices(
-    backend: backends.Backend | None = None,
+    backend: gpu.Backend | None = None,
     probe: Callable[[], gpuprobe.TorchGPUs] = gpuprobe.torch_gpus,
 ) -> list[Device]:
     """GPUs the backend sees (restricted by the visible-devices variables); one CPU slice
@@ -103,7 +103,7 @@ def discover_devices(
     GPUDiscoveryError where the backend fails or sees none but the machine shows GPUs
     (gpuprobe.unseen_gpus)."""
     if backend is None:
-        backend = backends.load()
+        backend = gpu.load()
     failure = None if backend.usable else backend.reason
     count = 0
     if backend.usable:
@@ -212,7 +212,7 @@ def _gpu_available() -> bool:
     torch = sys.modules.get("torch")
     if torch is not None:
         return bool(torch.cuda.is_available())
-    backend = backends.load()
+    backend = gpu.load()
     try:
         return backend.usable and backend.count() > 0
     except Exception:

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from milarun.errors import DeviceSpecError
-from milarun.machine import backends, devices, gpuprobe
-from milarun.machine.backends import Backend
+from milarun.machine import devices, gpu, gpuprobe
 from milarun.machine.devices import GPU_KIND, Device
+from milarun.machine.gpu import Backend
 
 PCI_ORDER = "PCI_BUS_ID"
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def resolve_gpus(
             order,
         )
     if backend is None:
-        backend = backends.load()
+        backend = gpu.load()
     if not backend.usable:
         reason = backend.reason
         if gpuprobe.unseen_gpus(reason) is None:  # no device file and torch sees no GPU

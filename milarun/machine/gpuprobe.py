@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from milarun.machine.backends.base import XPU_UNMEASURED
+from milarun.machine.gpu.base import XPU_UNMEASURED
 
 # NVIDIA's per-GPU nodes (not nvidiactl / nvidia-uvm) and AMD's compute node.
 _DEVICE_FILE = re.compile(r"nvidia\d+|kfd")

@@ -1,6 +1,6 @@
 """Monitors of a benchmark process: its GPUs through the device interface (load, memory,
 temperature, power, energy counter, compute clock, clock-event reasons; the backend that
-read them: milarun.machine.backends) and its process tree's CPU use and memory through
+read them: milarun.machine.gpu) and its process tree's CPU use and memory through
 psutil, each sampled in a daemon thread; "no samples" with the reason when there is nothing
 to sample. Device discovery is milarun.machine.devices."""
 
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from milarun.machine import backends, devices
+from milarun.machine import devices, gpu
 
 
 class Monitor:
@@ -74,7 +74,7 @@ class Monitor:
 
 
 def gpu_monitor(
-    backend: backends.Backend | None = None, ids: list[str] | None = None, interval: float = 1.0
+    backend: gpu.Backend | None = None, ids: list[str] | None = None, interval: float = 1.0
 ) -> Monitor:
     """Monitor of this instance's own GPUs through the machine's backend (NVML, AMD SMI):
     load, memory, temperature, power, energy counter, compute clock and clock-event reasons,
@@ -83,12 +83,12 @@ def gpu_monitor(
         label = devices.instance_device_label()
         # A plain `milarun run` on a GPU machine (no CUDA_VISIBLE_DEVICES) uses, and so
         # monitors, the GPU its label names.
-        gpu = label.startswith(devices.GPU_KIND)
-        ids = (devices.visible_ids() or [label.split(":", 1)[1]]) if gpu else []
+        on_gpu = label.startswith(devices.GPU_KIND)
+        ids = (devices.visible_ids() or [label.split(":", 1)[1]]) if on_gpu else []
     if not ids:
         return Monitor(dict, interval, unavailable="no GPU assigned to this instance")
     if backend is None:
-        backend = backends.load()
+        backend = gpu.load()
     if not backend.usable:
         return Monitor(dict, interval, unavailable=backend.reason, backend=backend.name)
     try:

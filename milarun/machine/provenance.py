@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from milarun.machine import backends
+from milarun.machine import gpu
 
 ROOT = Path(__file__).resolve().parents[2]  # a source checkout's top (pyproject, uv.lock)
 # Environment variables that name the container image a run used (Docker/Podman users set
@@ -148,10 +148,10 @@ def infiniband(root: Path = INFINIBAND) -> list[dict[str, Any]]:
     ]
 
 
-def gpu_firmware(backend: backends.Backend | None = None) -> dict[str, Any]:
+def gpu_firmware(backend: gpu.Backend | None = None) -> dict[str, Any]:
     """Driver version and, per GPU, its name, UUID and VBIOS version (the backend's)."""
     if backend is None:
-        backend = backends.load()
+        backend = gpu.load()
     if not backend.usable:
         return {"driver": None, "gpus": [], "note": backend.reason}
     try:
@@ -170,12 +170,12 @@ def container_image(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: env[k][:500] for k in IMAGE_VARIABLES if env.get(k)}
 
 
-def record(backend: backends.Backend | None = None) -> dict[str, Any]:
+def record(backend: gpu.Backend | None = None) -> dict[str, Any]:
     """The reproducibility record of this install and machine; ``nccl``: the version of
     the collective library that ``collective`` names (NCCL, or RCCL on AMD)."""
     lock = ROOT / "uv.lock"
     if backend is None:
-        backend = backends.load()
+        backend = gpu.load()
     collective = backend.tools.collective
     return {
         "git": git_commit(),

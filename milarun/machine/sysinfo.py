@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from milarun.machine import backends
+from milarun.machine import gpu
 
 
 def _version(package: str) -> str | None:
@@ -99,10 +99,10 @@ def _torch_info_unloaded() -> dict[str, Any]:
     return info
 
 
-def _gpu_info(backend: backends.Backend | None = None) -> dict[str, Any]:
+def _gpu_info(backend: gpu.Backend | None = None) -> dict[str, Any]:
     """The driver and the GPUs, and the backend that listed them (``gpu_backend``)."""
     if backend is None:
-        backend = backends.load()
+        backend = gpu.load()
     if not backend.usable:
         return {"driver": None, "gpus": [], "note": backend.reason}
     try:
@@ -116,7 +116,7 @@ def _gpu_info(backend: backends.Backend | None = None) -> dict[str, Any]:
         return {"driver": None, "gpus": [], "note": f"{backend.label} query failed: {err}"}
 
 
-def system_record(backend: backends.Backend | None = None) -> dict[str, Any]:
+def system_record(backend: gpu.Backend | None = None) -> dict[str, Any]:
     """Host, CPU, RAM, software versions and GPUs of this machine."""
     try:
         import psutil

@@ -28,7 +28,7 @@ from typing import Any
 from milarun import results
 from milarun.results import series, steady, throttle
 
-# The device interface's clock-event bits (milarun.machine.backends.base: NVML's
+# The device interface's clock-event bits (milarun.machine.gpu.base: NVML's
 # nvmlClocksEventReason*, onto which AMD SMI's violation flags are mapped) that mean power or
 # heat slowed the GPU; idle (1), application clocks (2), sync boost (16) and the display
 # clock (256) are not throttling.

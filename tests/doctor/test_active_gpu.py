@@ -18,7 +18,7 @@ from milarun.doctor.active import record, sampling
 from milarun.doctor.active.run import PROBE, Setup
 from milarun.doctor.active.run import run as run_active
 from milarun.doctor.check import Check
-from milarun.machine.backends.nvml import NvmlBackend
+from milarun.machine.gpu.nvml import NvmlBackend
 
 FAKE_PROBE = [sys.executable, str(TESTS / "doctor" / "fake_probe.py")]
 BUSY = {"utilization": [100, 60], "clock_sm": 1980, "throttle_reasons": 0x4}

@@ -12,7 +12,7 @@ from conftest import milarun, one_line_error
 from milarun import errors
 from milarun.doctor.active import before_jobs, record
 from milarun.doctor.active.run import Setup
-from milarun.machine import backends
+from milarun.machine import gpu
 
 # real `jobs` runs, seconds each: out of the fast tier (-m "not slow")
 pytestmark = pytest.mark.slow
@@ -70,6 +70,6 @@ def test_gpus_asked_for_where_nvml_is_missing_is_one_line(tmp_path):
             False,
             print,
             checks.append,
-            Setup(backend=backends.plain("no NVML here")),
+            Setup(backend=gpu.plain("no NVML here")),
         )
     assert not checks and not list(tmp_path.iterdir())  # nothing measured, nothing written

@@ -30,8 +30,8 @@ from milarun.doctor.passive.checks import (
     run_checks,
 )
 from milarun.doctor.passive.gpu import cudnn_text
-from milarun.machine import backends, isolation
-from milarun.machine.backends.nvml import NvmlBackend
+from milarun.machine import gpu, isolation
+from milarun.machine.gpu.nvml import NvmlBackend
 from milarun.machine.gpuprobe import TorchGPUs
 
 
@@ -98,7 +98,7 @@ def host(tmp_path, monkeypatch):
             backend=(
                 NvmlBackend(FakeNVML(gpus))
                 if gpus
-                else backends.plain("NVML unavailable: Driver Not Loaded")
+                else gpu.plain("NVML unavailable: Driver Not Loaded")
             ),
             torch=lambda: torch,
             dev=dev,
@@ -126,7 +126,7 @@ def problems(checks: list[Check]) -> list[Check]:
 
 # -- the real command -------------------------------------------------------------------------
 def test_doctor_on_this_cpu_machine_says_no_gpu_and_exits_0(tmp_path):
-    if backends.load().usable:
+    if gpu.load().usable:
         pytest.skip("this machine has NVML")
     done = milarun("doctor", "-d", tmp_path, timeout=120)  # the real torch probe
     assert done.returncode == 0, done.stdout + done.stderr

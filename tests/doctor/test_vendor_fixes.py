@@ -16,10 +16,10 @@ from fakes_amdsmi import fake_amdsmi, mi300x
 from milarun.doctor.active import judge, judge_node
 from milarun.doctor.active.run import Setup
 from milarun.doctor.active.run import run as run_active
-from milarun.machine import backends
-from milarun.machine.backends.amd import AmdSmiBackend
-from milarun.machine.backends.base import SW_THERMAL
-from milarun.machine.backends.nvml import NvmlBackend
+from milarun.machine import gpu
+from milarun.machine.gpu.amd import AmdSmiBackend
+from milarun.machine.gpu.base import SW_THERMAL
+from milarun.machine.gpu.nvml import NvmlBackend
 
 FAKE_PROBE = [sys.executable, str(TESTS / "doctor" / "fake_probe.py")]
 # GPU 1 at half its GEMM speed, GPU 2's probe killed, GPUs 0 and 1 without peer access
@@ -30,13 +30,13 @@ FAULTS = {
 }
 
 
-def nvidia() -> tuple[backends.Backend, dict[str, str]]:
+def nvidia() -> tuple[gpu.Backend, dict[str, str]]:
     found = gpus(3, **{"0": {"throttle_reasons": 0x4 | SW_THERMAL}})
     # the fake probe knows a GPU by its CUDA_VISIBLE_DEVICES entry: NVML's UUID here
     return NvmlBackend(LoadedNVML(found)), {i: found[int(i)]["uuid"] for i in FAULTS}
 
 
-def amd() -> tuple[backends.Backend, dict[str, str]]:
+def amd() -> tuple[gpu.Backend, dict[str, str]]:
     found = []
     for i in range(3):
         g = mi300x(i, ppt=lambda t: False)
@@ -122,7 +122,7 @@ def test_one_gpu_skips_the_node_check_naming_its_vendors_library():
 
 
 def test_where_no_library_answers_the_fixes_name_both_vendors_tools():
-    plain = backends.plain("NVML unavailable: no driver")
+    plain = gpu.plain("NVML unavailable: no driver")
     assert plain.reset_command(3) == (
         "the vendor's tool (`sudo nvidia-smi -i 3 -r`, `sudo amd-smi reset -G -g 3`)"
     )

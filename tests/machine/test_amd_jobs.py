@@ -18,7 +18,7 @@ import pytest
 from conftest import BENCHES, ROOT, TESTS, milarun
 from fakes_amdsmi import fake_amdsmi, mi300x
 from milarun.machine import devices, gpuids, provenance
-from milarun.machine.backends.amd import AmdSmiBackend
+from milarun.machine.gpu.amd import AmdSmiBackend
 from milarun.run import plan
 from milarun.run.profile import load_profile
 

@@ -1,4 +1,4 @@
-"""The device interface (milarun.machine.backends) and its backends, each through a fake of
+"""The device interface (milarun.machine.gpu) and its backends, each through a fake of
 its library at the boundary: NVML (tests/fakes.py, a real H100's readings), AMD SMI
 (tests/fakes_amdsmi.py, amdsmi's documented return shapes, injected as ``sys.modules
 ["amdsmi"]``), and the plain backend of a machine where neither answers (this one)."""
@@ -22,11 +22,11 @@ from milarun import errors
 from milarun.doctor.active.run import Setup
 from milarun.doctor.active.run import run as run_active
 from milarun.doctor.passive.checks import Machine, Request, run_checks
-from milarun.machine import backends, devices, gpuids, monitors, sysinfo
-from milarun.machine.backends.amd import AmdSmiBackend
-from milarun.machine.backends.base import POWER_CAP, GpuInfo
-from milarun.machine.backends.nvml import NvmlBackend
+from milarun.machine import devices, gpu, gpuids, monitors, sysinfo
 from milarun.machine.devices import parse_device_spec
+from milarun.machine.gpu.amd import AmdSmiBackend
+from milarun.machine.gpu.base import POWER_CAP, GpuInfo
+from milarun.machine.gpu.nvml import NvmlBackend
 from milarun.machine.gpuprobe import TorchGPUs
 from milarun.measure import energy
 from milarun.results.records import RateRecord
@@ -35,8 +35,8 @@ from resultfactory import rate_series, result, write
 MILARUN = ROOT / "milarun"
 # Each vendor library, the one module that may use it, and the way its calls are spelled.
 VENDORS = {
-    "pynvml": ("milarun/machine/backends/nvml.py", r"\bnvml[A-Z]\w*\("),
-    "amdsmi": ("milarun/machine/backends/amd.py", r"\bamdsmi_\w+\("),
+    "pynvml": ("milarun/machine/gpu/nvml.py", r"\bnvml[A-Z]\w*\("),
+    "amdsmi": ("milarun/machine/gpu/amd.py", r"\bamdsmi_\w+\("),
 }
 
 
@@ -68,8 +68,8 @@ def test_no_vendor_library_outside_its_backend():
 
 def test_the_vendor_check_names_a_planted_use(tmp_path):
     copy = tmp_path / "milarun"
-    (copy / "machine" / "backends").mkdir(parents=True)
-    (copy / "machine" / "backends" / "nvml.py").write_text("import pynvml\npynvml.nvmlInit()\n")
+    (copy / "machine" / "gpu").mkdir(parents=True)
+    (copy / "machine" / "gpu" / "nvml.py").write_text("import pynvml\npynvml.nvmlInit()\n")
     (copy / "report.py").write_text("def f(lib):\n    return lib.nvmlDeviceGetCount()\n")
     (copy / "doctor.py").write_text("from amdsmi import amdsmi_init\n")
     assert vendor_uses(copy) == [
@@ -82,7 +82,7 @@ def test_the_vendor_check_names_a_planted_use(tmp_path):
 def test_amd_smi_answers_where_nvml_fails(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", no_nvml())
     monkeypatch.setitem(sys.modules, "amdsmi", fake_amdsmi([mi300x(0), mi300x(1)]))
-    backend = backends.load()
+    backend = gpu.load()
     assert isinstance(backend, AmdSmiBackend) and backend.usable
     first = backend.gpus()[0]
     assert first == GpuInfo(
@@ -97,7 +97,7 @@ def test_amd_smi_answers_where_nvml_fails(monkeypatch):
 def test_the_plain_backend_says_why_where_no_library_answers(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails: not installed
     monkeypatch.setitem(sys.modules, "amdsmi", None)
-    backend = backends.load()
+    backend = gpu.load()
     assert not backend.usable and backend.name == "plain" and backend.gpus() == []
     assert backend.reason.startswith("nvidia-ml-py not installed")
     assert sysinfo.system_record()["note"] == backend.reason
@@ -105,7 +105,7 @@ def test_the_plain_backend_says_why_where_no_library_answers(monkeypatch):
     assert record["samples"] == [] and record["backend"] == "plain"
     assert record["note"] == f"no samples: {backend.reason}"
     monkeypatch.setitem(sys.modules, "amdsmi", fake_amdsmi([], init_error="8 driver not loaded"))
-    assert "; AMD SMI unavailable: Error code" in backends.load().reason
+    assert "; AMD SMI unavailable: Error code" in gpu.load().reason
 
 
 # -- AMD SMI's readings ----------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_jobs_gives_amd_gpus_by_index_without_the_operators_rocm_variables(monke
 TORCH = {"torch": "2.11.0", "cudnn": None}
 
 
-def doctor(backend: backends.Backend, torch: TorchGPUs, tmp_path: Path) -> dict[str, tuple]:
+def doctor(backend: gpu.Backend, torch: TorchGPUs, tmp_path: Path) -> dict[str, tuple]:
     machine = Machine(
         backend=backend,
         torch=lambda: torch,
@@ -294,7 +294,7 @@ def test_doctor_active_on_two_mi300x_judges_them_on_amds_datasheet():
 
 
 # -- the report of a faked MI300X machine against an H100's ---------------------------------
-def measured_result(backend: backends.Backend, rate: float) -> dict:
+def measured_result(backend: gpu.Backend, rate: float) -> dict:
     """A result of one test on cuda:0 whose energy the backend's monitor measured and whose
     system record the backend listed."""
     mon = monitors.gpu_monitor(backend=backend, ids=["0"], interval=0.05).start()

@@ -11,7 +11,6 @@ from conftest import ROOT
 from fakes import FakeNVML
 from milarun import errors
 from milarun.machine import devices, gpuprobe, monitors, sysinfo
-from milarun.machine.backends.nvml import NvmlBackend
 from milarun.machine.devices import (
     CPU_KIND,
     GPU_KIND,
@@ -22,6 +21,7 @@ from milarun.machine.devices import (
     instance_environ,
     parse_device_spec,
 )
+from milarun.machine.gpu.nvml import NvmlBackend
 from milarun.machine.monitors import cpu_monitor, gpu_monitor
 
 MiB = 2**20
@@ -151,7 +151,7 @@ def test_discover_count_error_falls_back_to_cpu(clean_env):
 
 def test_discover_without_nvml_on_this_machine(clean_env):
     # No GPU driver here: the real loader fails and discovery gives one CPU slice.
-    backend = devices.backends.load()
+    backend = devices.gpu.load()
     if backend.usable:
         pytest.skip("this machine has a working NVML")
     assert backend.reason
@@ -261,7 +261,7 @@ def test_jobs_refuses_a_gpu_machine_without_nvml(tmp_path):
     nothing run."""
     from conftest import milarun
 
-    if devices.backends.load().usable:
+    if devices.gpu.load().usable:
         pytest.skip("this machine has a working NVML")
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidia0").touch()

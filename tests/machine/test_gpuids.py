@@ -14,9 +14,9 @@ from conftest import BENCHES, load_all, milarun
 from fakes import H100, FakeNVML
 from milarun import errors
 from milarun.cli import options
-from milarun.machine import backends, devices, gpuids, monitors
-from milarun.machine.backends.nvml import NvmlBackend
+from milarun.machine import devices, gpu, gpuids, monitors
 from milarun.machine.devices import GPU_KIND, Device, parse_device_spec
+from milarun.machine.gpu.nvml import NvmlBackend
 from milarun.run import plan, profile
 
 MiB = 2**20
@@ -184,7 +184,7 @@ def test_unresolved_gpus_are_said_once_each(gpu_env, capsys, monkeypatch, tmp_pa
     err = capsys.readouterr().err
     assert err.startswith("milarun: warning: NVML cannot describe GPU 0 (")
     assert "by index, in PCI bus order" in err
-    monkeypatch.setattr(backends, "load", lambda: backends.plain("NVML unavailable: no driver"))
+    monkeypatch.setattr(gpu, "load", lambda: gpu.plain("NVML unavailable: no driver"))
     (tmp_path / "nvidia0").write_text("")  # a GPU machine whose NVML fails: by index
     monkeypatch.setenv("MILARUN_DEV_DIR", str(tmp_path))
     devs = gpuids.resolve_gpus(parse_device_spec(f"0,{H100['uuid']}"))

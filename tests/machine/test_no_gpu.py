@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from milarun import errors
-from milarun.machine import backends, gpuids, gpuprobe
+from milarun.machine import gpu, gpuids, gpuprobe
 from milarun.machine.devices import parse_device_spec
 
 
 def no_nvml(monkeypatch, tmp_path, files=()):
-    monkeypatch.setattr(backends, "load", lambda: backends.plain("NVML unavailable: no library"))
+    monkeypatch.setattr(gpu, "load", lambda: gpu.plain("NVML unavailable: no library"))
     dev = tmp_path / "dev"
     dev.mkdir()
     for name in files:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from milarun.errors import GPUDiscoveryError
-from milarun.machine import backends, devices, monitors, sysinfo, torchdevice
+from milarun.machine import devices, gpu, monitors, sysinfo, torchdevice
 from milarun.machine.gpuprobe import TorchGPUs
 from milarun.results import records
 
@@ -83,7 +83,7 @@ def test_the_plain_backend_says_why_intel_gpus_are_not_measured(tmp_path, monkey
         ("0000:3a:00.0", "0x8086", "0x038000"),  # a Data Center GPU Max
         ("0000:9a:00.0", "0x8086", "0x038000"),
     )
-    backend = backends.load(bus)
+    backend = gpu.load(bus)
     assert not backend.usable and backend.name == "plain"
     assert backend.reason.endswith(
         "; Intel GPU(s) at 0000:3a:00.0, 0000:9a:00.0: no maintained Python binding of xpu-smi "
@@ -93,14 +93,14 @@ def test_the_plain_backend_says_why_intel_gpus_are_not_measured(tmp_path, monkey
     assert sysinfo.system_record(backend)["note"] == backend.reason
     record = monitors.gpu_monitor(backend=backend, ids=["0"]).start().stop()
     assert record["samples"] == [] and record["note"] == f"no samples: {backend.reason}"
-    assert "Intel" not in backends.load(pci_bus(tmp_path / "cpu-only")).reason
+    assert "Intel" not in gpu.load(pci_bus(tmp_path / "cpu-only")).reason
 
 
 def test_jobs_asks_for_the_intel_gpus_by_name_rather_than_run_on_the_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("MILARUN_DEV_DIR", str(tmp_path))  # no NVIDIA or AMD device file
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     two = tuple({"index": i, "name": "Intel(R) Data Center GPU Max 1550"} for i in range(2))
-    plain = backends.plain("NVML unavailable: NVML Shared Library Not Found")
+    plain = gpu.plain("NVML unavailable: NVML Shared Library Not Found")
     with pytest.raises(GPUDiscoveryError) as found:
         devices.discover_devices(plain, probe=lambda: TorchGPUs(two, {"xpu": True}))
     said = str(found.value)

@@ -14,7 +14,7 @@ import pytest
 from conftest import load_all, milarun
 from fakes import FakeNVML
 from milarun.machine import devices, monitors, torchdevice
-from milarun.machine.backends.nvml import NvmlBackend
+from milarun.machine.gpu.nvml import NvmlBackend
 from milarun.measure import energy, runner
 from milarun.measure.diagnostics import steady_state
 from milarun.measure.experiment import RateLog

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fakes import FakeNVML
 from milarun.machine import provenance
-from milarun.machine.backends.nvml import NvmlBackend
+from milarun.machine.gpu.nvml import NvmlBackend
 
 
 def test_vbios_and_uuid_per_gpu_from_nvml():

@@ -14,7 +14,7 @@ from milarun import errors, results
 from milarun.doctor.active import record
 from milarun.doctor.active.run import Setup, level_of, run
 from milarun.doctor.check import FAIL, Check
-from milarun.machine import backends, devices, slurmenv
+from milarun.machine import devices, gpu, slurmenv
 
 
 def record_path(outdir: Path) -> Path:
@@ -40,7 +40,7 @@ def check(
     if devices_spec is not None:
         devices.parse_device_spec(devices_spec)  # a bad spec: before anything is measured
     if setup is None:
-        setup = Setup(backend=backends.load())
+        setup = Setup(backend=gpu.load())
     found = run(level, devices_spec, setup, say, emit)
     path = record_path(outdir)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from milarun.doctor.active.verdicts import (
     sibling,
 )
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check, worst
-from milarun.machine.backends.base import PLAIN_TOOLS, Tools
+from milarun.machine.gpu.base import PLAIN_TOOLS, Tools
 
 GEMM_PHASES = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from milarun.doctor.active.judge import Probed, metric, probe_check
 from milarun.doctor.active.verdicts import Figure
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
-from milarun.machine.backends.base import PLAIN_TOOLS, Tools
+from milarun.machine.gpu.base import PLAIN_TOOLS, Tools
 
 
 def skipped(gpus: int, tools: Tools = PLAIN_TOOLS) -> list[Check]:

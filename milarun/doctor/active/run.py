@@ -32,7 +32,7 @@ from milarun.doctor.active import judge, judge_cpu, judge_node, record, sampling
 from milarun.doctor.active.sampler import Sampler
 from milarun.doctor.check import WARN, Check
 from milarun.doctor.passive import dcgm
-from milarun.machine import backends, devices, isolation, watchdog
+from milarun.machine import devices, gpu, isolation, watchdog
 from milarun.results import jsonfile
 
 LEVELS = ("quick", "full")
@@ -49,7 +49,7 @@ class Setup:
     """What the active checks run on; the tests replace the probe command (a fake GPU
     child), the spec's sizes (bounded runs) and the timeout."""
 
-    backend: backends.Backend = field(default_factory=lambda: backends.plain("not loaded"))
+    backend: gpu.Backend = field(default_factory=lambda: gpu.plain("not loaded"))
     probe: list[str] = field(default_factory=lambda: list(PROBE))
     spec: dict[str, Any] = field(default_factory=dict)  # added to every child's spec
     timeout: float | None = None  # None: TIMEOUT[level]
@@ -207,7 +207,7 @@ def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setu
 
 
 def _gpus(
-    devs: list[devices.Device], backend: backends.Backend
+    devs: list[devices.Device], backend: gpu.Backend
 ) -> list[tuple[devices.Device, Any, str]]:
     """Each GPU, its handle and what its child's CUDA_VISIBLE_DEVICES names it by: NVML's
     UUID, or the index where the backend's UUIDs are not CUDA's (AMD SMI)."""

@@ -3,7 +3,7 @@ torch here): a thread reading, every ``interval`` seconds while the probes run, 
 compute clock, clock event (throttle) reasons, temperature, power, utilisation and the PCIe
 link it trained at, and the critical error events (XIDs) the backend reports. The error
 counters read before and after the load, the link's maximum and the memory are the
-backend's (milarun.machine.backends: NVML, AMD SMI; None where not given).
+backend's (milarun.machine.gpu: NVML, AMD SMI; None where not given).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from milarun.machine import backends
-from milarun.machine.backends import base
+from milarun.machine import gpu
+from milarun.machine.gpu import base
 
 # Clock event (throttle) reasons, the backends' bits (NVML's), and what each means here.
 REASONS = {
@@ -30,7 +30,7 @@ BAD_REASONS = base.HW_SLOWDOWN | base.HW_THERMAL | base.POWER_BRAKE  # self-prot
 WARN_REASONS = base.SW_THERMAL  # running hot
 
 
-def _uuid(backend: backends.Backend, handle: Any) -> str | None:
+def _uuid(backend: gpu.Backend, handle: Any) -> str | None:
     return base.read(lambda: backend.uuid(handle))
 
 
@@ -39,7 +39,7 @@ class Sampler:
     stopped."""
 
     def __init__(
-        self, backend: backends.Backend, handles: dict[str, Any], interval: float = 0.25
+        self, backend: gpu.Backend, handles: dict[str, Any], interval: float = 0.25
     ) -> None:
         self.backend = backend
         self.handles = handles

@@ -27,8 +27,8 @@ from milarun.doctor.check import FAIL, INFO, PASS, STATUSES, WARN, Check, as_roo
 from milarun.doctor.passive.data import data_checks
 from milarun.doctor.passive.gpu import inventory, versions
 from milarun.doctor.passive.health import health
-from milarun.machine import backends, devices, gpuprobe, isolation
-from milarun.machine.backends import Backend, GpuInfo
+from milarun.machine import devices, gpu, gpuprobe, isolation
+from milarun.machine.gpu import Backend, GpuInfo
 from milarun.run import profile
 
 __all__ = ["Machine", "Request", "run_checks", "render", "summary", "exit_code"]
@@ -57,7 +57,7 @@ def _disk_usage(path: str) -> Any:
 class Machine:
     """Where doctor looks; each field can be replaced by a fake."""
 
-    backend: Backend = field(default_factory=lambda: backends.plain("NVML not loaded"))
+    backend: Backend = field(default_factory=lambda: gpu.plain("NVML not loaded"))
     torch: Callable[[], gpuprobe.TorchGPUs] = _probe_torch
     dev: Path = Path("/dev")
     hierarchies: Callable[[], dict[str, isolation.Hierarchy]] = isolation.find_hierarchies
@@ -66,7 +66,7 @@ class Machine:
 
     @classmethod
     def here(cls) -> Machine:
-        return cls(backend=backends.load())
+        return cls(backend=gpu.load())
 
 
 @dataclass(frozen=True)

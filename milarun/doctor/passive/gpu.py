@@ -1,7 +1,7 @@
 """`milarun doctor`'s GPU checks: the device backend (NVML, AMD SMI) and torch agree,
 versions, each GPU's health.
 
-Every reading goes through the backend it is given (milarun.machine.backends) and a
+Every reading goes through the backend it is given (milarun.machine.gpu) and a
 :class:`~milarun.machine.gpuprobe.TorchGPUs`; nothing here imports torch or a vendor library.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
-from milarun.machine.backends import Backend, GpuInfo, bus_id
+from milarun.machine.gpu import Backend, GpuInfo, bus_id
 from milarun.machine.gpuprobe import TorchGPUs
 
 MEMORY_TOLERANCE = 0.02  # torch's total excludes what the driver reserves (~0.6% on an H100)

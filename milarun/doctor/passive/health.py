@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
-from milarun.machine.backends import Backend, GpuInfo, Health
+from milarun.machine.gpu import Backend, GpuInfo, Health
 
 HOT_MARGIN = 10  # degrees C under the slowdown threshold at which an idle GPU is too hot
 POWER_FIX = {

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from milarun.machine.backends.base import (
+from milarun.machine.gpu.base import (
     HW_SLOWDOWN,
     HW_THERMAL,
     POWER_CAP,

@@ -7,16 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from milarun.machine.backends.base import (
-    Backend,
-    Events,
-    GpuInfo,
-    Health,
-    Tools,
-    bus_id,
-    read,
-    text,
-)
+from milarun.machine.gpu.base import Backend, Events, GpuInfo, Health, Tools, bus_id, read, text
 
 # pynvml's constants, by their names there (a fake NVML need not define them).
 NVML_CLOCK_SM = 1

@@ -1,13 +1,13 @@
 """The device interface and its backends, one per vendor library (DESIGN section 1,
-machine wing): milarun.machine.backends.base says what a backend answers; ``load`` picks the
+machine wing): milarun.machine.gpu.base says what a backend answers; ``load`` picks the
 one this machine has."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from milarun.machine.backends import amd, nvml
-from milarun.machine.backends.base import (
+from milarun.machine.gpu import amd, nvml
+from milarun.machine.gpu.base import (
     XPU_UNMEASURED,
     Backend,
     Events,

@@ -1,6 +1,6 @@
 """The device interface: what milarun asks of a machine's GPUs, whatever their vendor.
 
-A backend answers for one vendor's management library (milarun.machine.backends.nvml for
+A backend answers for one vendor's management library (milarun.machine.gpu.nvml for
 NVIDIA's NVML, .amd for AMD SMI); :class:`Backend` itself is the plain backend, for a
 machine where no library answers: it sees no GPU, measures nothing and says why
 (``reason``). Every reading is None where the GPU, the driver or the backend does not give
