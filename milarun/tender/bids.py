@@ -30,11 +30,12 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
     """One bid's figures from its package (extracted into a temporary folder)."""
     with tempfile.TemporaryDirectory(prefix="milarun-rank-") as tmp:
         opened = verify.open_package(path, Path(tmp))
-        verified_ok, verified = verified_against_packed(path, Path(tmp) / package.TENDER)
-    loaded = opened.loaded
-    if not loaded.results:
-        raise TenderError(f"{path}: the package holds no usable result")
-    summ = summary.summarize(loaded.results)
+        loaded = opened.loaded
+        if not loaded.results:
+            raise TenderError(f"{path}: the package holds no usable result")
+        summ = summary.summarize(loaded.results)
+        # verified as opened here: a second opening streamed and read the whole package again
+        verified_ok, verified = verified_against_packed(path, opened)
     weights = load_weights(weights_spec) if weights_spec else default_weights(list(summ))
     if weights is None:
         raise TenderError(f"{path}: tests of several suites: give --weights")
@@ -65,14 +66,16 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
     )
 
 
-def verified_against_packed(path: Path, tender: Path) -> tuple[bool | None, str]:
-    """What `milarun verify` says of the package against the tender packed with it (its
-    SHA-256 named: the buyer checks it is theirs); None where the package holds none."""
+def verified_against_packed(path: Path, opened: verify.Opened) -> tuple[bool | None, str]:
+    """What `milarun verify` says of the opened package against the tender packed with it
+    (its SHA-256 named: the buyer checks it is theirs); None where the package holds none."""
+    tender = opened.root / package.TENDER
     if not tender.is_file():
         return None, "not verified: no tender in the package (`milarun verify BID --tender FILE`)"
     try:
-        found = verify.verify(path, tender)
-        sha = rules.load_tender(tender).sha256[:12]
+        rules_read = rules.load_tender(tender)
+        found = verify.verify_opened(path, tender, rules_read, opened)
+        sha = rules_read.sha256[:12]
     except InputError as err:
         return False, f"not verified: {str(err)[:200]}"
     failed = [c.rule for c in found.checks if not c.ok]

@@ -165,20 +165,27 @@ def verify(path: Path, tender_path: Path) -> Verification:
     """Check the package at ``path`` against the tender at ``tender_path``."""
     tender = rules.load_tender(tender_path)
     with tempfile.TemporaryDirectory(prefix="milarun-verify-") as tmp:
-        opened = open_package(path, Path(tmp))
-        bid = checks.Bid(
-            tender,
-            Path(tmp),
-            opened.hashes,
-            opened.listed,
-            opened.loaded,
-            {},
-            manifests=opened.manifests,
-            machines=opened.machines,
-        )
-        devices = checks.devices(bid)
-        bid.loaded, bid.summary, report, bid.extra_tests = rederive(tender, opened.loaded, devices)
-        found = [rule(bid) for rule in (*checks.RULES, evidence.evidence)]
+        return verify_opened(path, tender_path, tender, open_package(path, Path(tmp)))
+
+
+def verify_opened(
+    path: Path, tender_path: Path, tender: rules.Tender, opened: Opened
+) -> Verification:
+    """Check a package already opened (its folder still there: the evidence rule reads its
+    files) against ``tender``, read from ``tender_path``."""
+    bid = checks.Bid(
+        tender,
+        opened.root,
+        opened.hashes,
+        opened.listed,
+        opened.loaded,
+        {},
+        manifests=opened.manifests,
+        machines=opened.machines,
+    )
+    devices = checks.devices(bid)
+    bid.loaded, bid.summary, report, bid.extra_tests = rederive(tender, opened.loaded, devices)
+    found = [rule(bid) for rule in (*checks.RULES, evidence.evidence)]
     table = report.table
     tests = {
         str(t): {
