@@ -55,17 +55,13 @@ def run_model(*args: object, env: dict[str, str] | None = None) -> subprocess.Co
 
 def _forked(words: list[str], env: dict[str, str]) -> subprocess.CompletedProcess | None:
     log = Path(tempfile.mkstemp(prefix="milarun-run-", suffix=".log")[1])
-    here = os.getcwd()
-    os.chdir(ROOT)  # the fork runs where the request says: this process's folder
     try:
         child, _ = _warm_pool().fork(
-            words, words[1].split(":")[0], env, log, 1 << 30, [], [], 120.0, lambda: False
+            words, words[1].split(":")[0], env, log, 1 << 30, [], [], 120.0, lambda: False, ROOT
         )
     except Refused:
         log.unlink(missing_ok=True)
         return None
-    finally:
-        os.chdir(here)
     try:
         code = child.wait(TIMEOUT)
     except subprocess.TimeoutExpired:

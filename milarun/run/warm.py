@@ -257,10 +257,11 @@ class WarmPool:
         cpus: list[int],
         timeout: float,
         stop: Callable[[], bool],
+        cwd: Path | None = None,
     ) -> tuple[ForkedProcess, str]:
         """Fork an instance (``milarun WORDS`` in ``env``, joining the cgroups whose
         ``procs`` files are given, whose cpuset has ``cpus``); returns it and how it
-        started. Refused: start it cold."""
+        started; it runs in ``cwd`` (default: ours). Refused: start it cold."""
         key = tuple(sorted((k, v) for k, v in env.items() if k not in PER_INSTANCE_ENV))
         if cpus and "OMP_NUM_THREADS" not in env:
             # OpenMP counts the CPUs it may use when torch loads: a warm process with as
@@ -282,7 +283,7 @@ class WarmPool:
             "module": module,
             "argv": words,
             "env": {**env, startup.START_ENV: note},
-            "cwd": os.getcwd(),
+            "cwd": str(cwd) if cwd is not None else os.getcwd(),
             "log": str(log_path),
             "log_limit": log_limit,
             "procs": [str(p) for p in procs],
