@@ -14,10 +14,7 @@ judge_node's). This module imports no torch.
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,21 +24,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from milarun import errors, results
-from milarun.doctor.active import judge, judge_cpu, judge_node, record, sampling
+from milarun import errors
+from milarun.doctor.active import judge, judge_cpu, judge_node, record
+from milarun.doctor.active.children import Child, barrier, make_child, run_children
 from milarun.doctor.active.sampler import Sampler
 from milarun.doctor.check import WARN, Check
 from milarun.doctor.passive import dcgm
-from milarun.machine import devices, gpu, isolation, watchdog
-from milarun.results import jsonfile
+from milarun.machine import devices, gpu, isolation
 
 LEVELS = ("quick", "full")
 TIMEOUT = {"quick": 150.0, "full": 540.0}  # seconds a child may take (torch + CUDA start incl.)
 PROBE = [sys.executable, "-m", "milarun.doctor.active.probe"]
 CGROUP_SPEC = "cpuset,memory:student{CUDA_VISIBLE_DEVICES}"
-MAX_PROBE_FILE = 4 * 2**20
-STDERR_TAIL = 4000
-BARRIER = "barrier"
 
 
 @dataclass
@@ -59,91 +53,11 @@ class Setup:
     cpu_slices: bool = True  # on a GPU machine, also each GPU's CPU slice
 
 
-@dataclass
-class _Child:
-    probed: judge.Probed
-    argv: list[str]
-    env: dict[str, str]
-    preexec: Callable[[], None] | None
-    out: Path
-    err: Path
-    process: subprocess.Popen[bytes] | None = None
-    started: float = 0.0
-
-
 def level_of(text: str | None) -> str:
     level = text or "quick"
     if level not in LEVELS:
         raise errors.UsageError(f"--active {level}: use quick or full")
     return level
-
-
-def _start(child: _Child) -> None:
-    with open(child.err, "wb") as err:
-        child.process = subprocess.Popen(
-            child.argv,
-            env=child.env,
-            stdin=subprocess.DEVNULL,
-            stdout=err,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=watchdog.die_with_parent(os.getpid(), then=child.preexec),
-        )
-    child.started = time.monotonic()
-
-
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    process.wait()
-
-
-def _finish(child: _Child, timed_out: bool, timeout: float) -> judge.Probed:
-    p = child.probed
-    assert child.process is not None
-    p.returncode, p.timed_out, p.timeout = child.process.returncode, timed_out, timeout
-    p.seconds = time.monotonic() - child.started
-    try:
-        p.data = jsonfile.read_json(child.out, limit=MAX_PROBE_FILE)
-    except errors.InputError:
-        p.data = None
-    p.stderr = child.err.read_bytes()[-STDERR_TAIL:].decode(errors="replace")
-    barrier = child.out.parent / BARRIER / child.probed.kind
-    if barrier.is_dir():  # its siblings wait for it no more (sampling.Recorder)
-        (barrier / f"{sampling.GONE}.{child.out.stem}").touch()
-    return p
-
-
-def run_children(
-    children: list[_Child], timeout: float, sampler: Sampler | None = None
-) -> list[judge.Probed]:
-    """Start every child (then the GPU sampler: no thread runs while they fork), wait for
-    all of them, kill any past ``timeout``."""
-    try:
-        for child in children:
-            _start(child)
-        if sampler is not None:
-            sampler.start()
-        pending = list(children)
-        while pending:
-            for child in list(pending):
-                assert child.process is not None
-                late = time.monotonic() - child.started > timeout
-                if child.process.poll() is None and late:
-                    _kill(child.process)
-                if child.process.returncode is not None:
-                    _finish(child, late, timeout)
-                    pending.remove(child)
-            time.sleep(0.05)
-    finally:  # Ctrl-C: no child outlives doctor
-        for child in children:
-            if child.process is not None and child.process.poll() is None:
-                _kill(child.process)
-        if sampler is not None:
-            sampler.stop()
-    return [c.probed for c in children]
 
 
 def _child(
@@ -153,25 +67,13 @@ def _child(
     env: dict[str, str],
     setup: Setup,
     preexec: Callable[[], None] | None = None,
-) -> _Child:
-    name = re.sub(r"[^A-Za-z0-9_-]", "", probed.label)  # cuda:0 -> cuda0
-    out = tmp / f"{name}.json"
-    spec_file = tmp / f"{name}.spec.json"
-    results.write_atomic(spec_file, {**spec, **setup.spec, "out": str(out)})
-    environ = {**os.environ, **env, **setup.environ, "PYTHONUNBUFFERED": "1"}
-    return _Child(
-        probed, [*setup.probe, str(spec_file)], environ, preexec, out, tmp / f"{name}.log"
+) -> Child:
+    return make_child(
+        tmp, probed, {**spec, **setup.spec}, {**env, **setup.environ}, setup.probe, preexec
     )
 
 
-def _barrier(tmp: Path, count: int, kind: str) -> dict[str, Any]:
-    """Where the children of one kind meet before each phase (sampling.Recorder)."""
-    folder = tmp / BARRIER / kind
-    folder.mkdir(parents=True, exist_ok=True)
-    return {"folder": str(folder), "count": count}
-
-
-def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setup) -> list[_Child]:
+def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setup) -> list[Child]:
     """One CPU probe per slice, where `jobs` would run the device's instance: CPU slices, or
     the CPU slice of each GPU (its GPU-local CPUs first, as `cgroups setup` plans them)."""
     hier = setup.hierarchies()
@@ -199,7 +101,7 @@ def _cpu_children(tmp: Path, devs: list[devices.Device], level: str, setup: Setu
         env = {"CUDA_VISIBLE_DEVICES": "", "MILARUN_DEVICE": dev.label}
         threads = str(len(student.cpus))
         env.update(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-        spec = {"kind": "cpu", "level": level, "barrier": _barrier(tmp, len(devs), "cpu")}
+        spec = {"kind": "cpu", "level": level, "barrier": barrier(tmp, len(devs), "cpu")}
         child = _child(tmp, probed, spec, env, setup, preexec)
         child.argv = prefix + child.argv
         children.append(child)
@@ -226,7 +128,7 @@ def _gpus(
 
 def _gpu_children(
     tmp: Path, gpus: list[tuple[devices.Device, Any, str]], level: str, setup: Setup
-) -> list[_Child]:
+) -> list[Child]:
     backend = setup.backend
     lock = tmp / "host-link.lock"
     children = []
@@ -253,7 +155,7 @@ def _gpu_children(
             "level": level,
             "device": "cuda:0",
             "lock": str(lock),
-            "barrier": _barrier(tmp, len(gpus), "gpu"),
+            "barrier": barrier(tmp, len(gpus), "gpu"),
         }
         children.append(_child(tmp, probed, spec, env, setup))
     return children
