@@ -22,7 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from milarun.measure.peaks import PEAKS, PRECISIONS, match_device, peak_flops, percent_of_peak
+from milarun.machine.gpu.datasheet import (
+    PEAKS,
+    PRECISIONS,
+    match_device,
+    peak_flops,
+    percent_of_peak,
+)
 
 __all__ = [
     "PEAKS",

@@ -8,7 +8,7 @@ doctor measured on the same device.
 - FLOPs: ``achieved_flops`` is FLOPs per example x the steady rate; a step's FLOPs are the
   sum of its precisions'.
 - peaks: the time a step's FLOPs need at the datasheet's dense peak of each precision
-  (measure.peaks, this milarun's table, not the result's) cannot exceed the time they took;
+  (machine.gpu.datasheet, this milarun's table, not the result's) cannot exceed the time they took;
   nor, by more than a measurement's noise, at the best GEMM rate ``doctor --active`` measured
   on that device in the same run folder.
 """
@@ -20,13 +20,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from milarun.measure import energy, peaks
+from milarun.machine.gpu import datasheet
+from milarun.measure import energy
 from milarun.results import is_finite, series
 from milarun.results.parts import RateRecordRead, gpu_names, number
 from milarun.results.read import ResultView
 
 EXACT = 1e-9  # a figure re-made from the same numbers by the same code
-SHEET = 0.02  # the datasheets' own rounding (peaks.PEAKS: 2 x 1100 is 2% below 2250)
+SHEET = 0.02  # the datasheets' own rounding (datasheet.PEAKS: 2 x 1100 is 2% below 2250)
 DOCTOR = 1.25  # a run's FLOP/s over the doctor's best GEMM sample of its device
 DOCTOR_PASS = "PASS"
 # measurements of a doctor record per device label: "gemm_<precision>" in TFLOP/s
@@ -157,7 +158,7 @@ def _peak_problems(
         return []
     key, rate, devices = found
     name = eff.device_name if isinstance(eff.device_name, str) else None
-    row = peaks.match_device(name)
+    row = datasheet.row_for(name)
     names = gpu_names(view.system)
     if row is not None and names and name not in names:
         return [
@@ -167,7 +168,7 @@ def _peak_problems(
     need = rate * per_example / devices  # FLOP/s one device did
     text = f"timings.{key}'s steady rate {_n(rate)} x {_n(per_example)} FLOP/example"
     if row is not None:
-        sheet = {p: v * 1e12 for p, v in peaks.PEAKS[row].items() if v}
+        sheet = {p: v * 1e12 for p, v in datasheet.PEAKS[row].items() if v}
         fastest = max(sheet.values())
         busy = math.fsum(need * s / sheet.get(p, fastest) for p, s in shares.items())
         if busy > 1 + SHEET:

@@ -1,5 +1,5 @@
 """The numbers behind `doctor --active`'s verdicts: a sample's mean and CI, the sibling test,
-the datasheet figures (GEMM peaks from milarun.measure.peaks, memory and PCIe bandwidth here)
+the datasheet figures (GEMM peaks, memory and PCIe bandwidth: milarun.machine.gpu.datasheet)
 and the thresholds. No torch.
 
 - Sibling test: a device (or slice, or GPU pair) is compared with the others of its kind on
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from milarun.doctor.check import FAIL, PASS, WARN
-from milarun.measure import peaks
+from milarun.machine.gpu import datasheet
 from milarun.report.significance import significantly_slower, slower_p
 
 SIBLING_FAIL = 0.8  # a flagged unit under 80% of its siblings' median FAILs
@@ -31,35 +31,6 @@ GEMM_SHARE = {WARN: 0.5, FAIL: 0.3}  # of the datasheet peak: under 50% WARN, un
 MEMORY_SHARE = {WARN: 0.6, FAIL: 0.4}  # of the datasheet memory bandwidth
 PCIE_SHARE = {WARN: 0.6, FAIL: 0.45}  # of what the link's generation and width carry
 CLOCK_SHARE = 0.6  # median SM clock under load / max SM clock: under it, WARN
-
-# Datasheet memory bandwidth in GB/s per PEAKS row (the A100's depends on its memory: 80 GB
-# rows below). MI250X: per GCD (half of the 3.2768 TB/s package).
-MEMORY_GBPS: dict[str, float] = {
-    "V100-SXM2": 900.0,
-    "V100-PCIe": 900.0,
-    "V100S-PCIe": 1134.0,
-    "A100-SXM": 1555.0,
-    "A100-PCIe": 1555.0,
-    "H100-SXM": 3350.0,
-    "H100-PCIe": 2000.0,
-    "H200-SXM": 4800.0,
-    "H20": 4000.0,
-    "L40S": 864.0,
-    "B200": 8000.0,
-    "GB200": 8000.0,
-    "MI250X": 1638.4,
-    "MI300X": 5300.0,
-    "MI325X": 6000.0,
-    "MI355X": 8000.0,
-    "H200-NVL": 4800.0,  # NVIDIA H200 datasheet: 4.8 TB/s, SXM and NVL alike
-    "B300": 8000.0,  # NVIDIA HGX B300 datasheet: 8 TB/s per GPU
-    "Gaudi3": 3670.0,  # Intel Gaudi 3 spec table (Hot Chips 2024): 3.67 TB/s
-}
-MEMORY_80GB = {"A100-SXM": 2039.0, "A100-PCIe": 1935.0}
-
-# PCIe GB/s per lane and direction after line encoding (8b/10b to gen 2, 128b/130b gen 3-5,
-# FLIT for gen 6).
-PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
 
 @dataclass(frozen=True)
@@ -123,23 +94,19 @@ def share_status(share: float, thresholds: dict[str, float]) -> str:
 
 def gemm_peak(name: str | None, precision: str) -> tuple[str, float] | None:
     """(the datasheet row, its dense TFLOP/s) for a GPU name and precision."""
-    row = peaks.match_device(name)
-    flops = peaks.peak_flops(name, precision)
-    return (row, flops / 1e12) if row and flops else None
+    row = datasheet.row_for(name)
+    tflops = datasheet.peak_tflops(name, precision)
+    return (row, tflops) if row and tflops else None
 
 
 def memory_peak(name: str | None, memory_bytes: int | None) -> tuple[str, float] | None:
     """(the datasheet row, its memory bandwidth in GB/s) for a GPU name."""
-    row = peaks.match_device(name)
-    if row is None or row not in MEMORY_GBPS:
-        return None
-    if row in MEMORY_80GB and memory_bytes and memory_bytes > 60e9:
-        return row, MEMORY_80GB[row]
-    return row, MEMORY_GBPS[row]
+    row = datasheet.row_for(name)
+    found = datasheet.memory_bandwidth(name, memory_bytes)
+    return (row, found / 1e9) if row and found else None
 
 
 def pcie_gbps(gen: int | None, width: int | None) -> float | None:
     """GB/s per direction a PCIe link of this generation and width carries."""
-    if not gen or not width or gen not in PCIE_LANE_GBPS:
-        return None
-    return PCIE_LANE_GBPS[gen] * width
+    found = datasheet.pcie_bandwidth(gen, width)
+    return found / 1e9 if found else None

@@ -1,12 +1,30 @@
-"""The datasheet peaks: dense TFLOP/s per device and precision, and the row of a device name.
+"""The one datasheet: every published GPU figure milarun knows, and the lookups over it.
 
-No torch import: ``milarun report`` reads these without it.
+The only place in milarun where a GPU figure is written (tests/machine/test_datasheet.py
+enforces it). Rows are keyed by a datasheet row name ("H100-SXM", "MI300X", ...); a device
+name as NVML, AMD SMI or torch spell it finds its row through :func:`row_for`, strict on
+purpose (a wrong row gives a confident wrong percentage). No torch import: ``milarun report``
+and ``milarun verify`` read these without it.
+
+Public lookups (each None where the device or the figure is unknown):
+
+- ``row_for(name)``: the datasheet row of a device name (``match_device`` is its old name).
+- ``peak_tflops(name, precision)`` / ``peak_flops(name, precision)``: the dense peak, in
+  TFLOP/s or FLOP/s, of a precision in ``PRECISIONS``; ``percent_of_peak``.
+- ``memory_bandwidth(name, memory_bytes=None)``: the memory bandwidth in bytes/s (the A100's
+  depends on its memory size: give it to pick the 80 GB figure).
+- ``board_power_w(name)``: the board power (TDP/TBP) in W, the most the device may draw.
+- ``fp8_format(name)``: the torch dtype name of the architecture's FP8 e4m3 format
+  (``float8_e4m3fn`` for NVIDIA and CDNA 4, ``float8_e4m3fnuz`` for CDNA 3), None without FP8.
+- ``links(name)``: the GPU-to-GPU link and the host link, each with its GB/s per direction.
+- ``pcie_bandwidth(gen, width)``: the bytes/s per direction a PCIe link carries.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from typing import NamedTuple
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
@@ -87,11 +105,106 @@ LINKS: dict[str, tuple[str, float, str, float]] = {
 }
 
 
+# Memory bandwidth in bytes/s per PEAKS row, from the same datasheets as the peaks (HBM or
+# GDDR, the sheet's "GPU memory bandwidth"). The A100's depends on its memory: the 80 GB
+# cards are in MEMORY_80GB (A100 80GB datasheet: SXM 2,039 GB/s, PCIe 1,935 GB/s). MI250X:
+# per GCD, half of the package's 3.2768 TB/s.
+TB = 1e12
+MEMORY_BYTES_PER_S: dict[str, float] = {
+    "V100-SXM2": 0.900 * TB,  # V100 datasheet: 900 GB/s
+    "V100-PCIe": 0.900 * TB,
+    "V100S-PCIe": 1.134 * TB,  # V100S: 1,134 GB/s
+    "A100-SXM": 1.555 * TB,  # A100 40GB: 1,555 GB/s
+    "A100-PCIe": 1.555 * TB,
+    "H100-SXM": 3.35 * TB,  # H100 datasheet: SXM 3.35 TB/s, PCIe 2 TB/s
+    "H100-PCIe": 2.0 * TB,
+    "H200-SXM": 4.8 * TB,  # H200 datasheet: 4.8 TB/s, SXM and NVL alike
+    "H200-NVL": 4.8 * TB,
+    "H20": 4.0 * TB,  # H20 product brief: 4.0 TB/s
+    "L40S": 0.864 * TB,  # L40S datasheet: 864 GB/s
+    "B200": 8.0 * TB,  # HGX B200 / GB200 NVL72 datasheet: 8 TB/s per GPU
+    "GB200": 8.0 * TB,
+    "B300": 8.0 * TB,  # HGX B300 datasheet: 8 TB/s per GPU
+    "MI250X": 1.6384 * TB,
+    "MI300X": 5.3 * TB,  # MI300X data sheet: 5.3 TB/s
+    "MI325X": 6.0 * TB,  # MI325X data sheet: 6 TB/s
+    "MI355X": 8.0 * TB,  # MI355X data sheet: 8 TB/s
+    "Gaudi3": 3.67 * TB,  # Intel Gaudi 3 spec table (Hot Chips 2024): 3.67 TB/s
+}
+MEMORY_80GB: dict[str, float] = {"A100-SXM": 2.039 * TB, "A100-PCIe": 1.935 * TB}
+
+# Board power in W per PEAKS row: the sheet's max TDP / TBP (configurable cards: their
+# highest setting), the most the device may draw. Same sheets as the peaks: V100 SXM2 300,
+# PCIe 250, V100S 250; A100 SXM 400, PCIe 300 (80GB; 40GB 250: the higher one); H100 SXM up
+# to 700, PCIe 350; H200 SXM up to 700, NVL up to 600; H20 400; L40S 350; HGX B200 1000 per
+# GPU; GB200 NVL72 1200 per GPU; HGX B300 1100 per GPU; MI250X 560 per OAM (two GCDs: 280
+# each); MI300X 750; MI325X 1000; MI355X 1400; Gaudi 3 OAM (HL-325L) 900.
+BOARD_POWER_W: dict[str, float] = {
+    "V100-SXM2": 300.0,
+    "V100-PCIe": 250.0,
+    "V100S-PCIe": 250.0,
+    "A100-SXM": 400.0,
+    "A100-PCIe": 300.0,
+    "H100-SXM": 700.0,
+    "H100-PCIe": 350.0,
+    "H200-SXM": 700.0,
+    "H200-NVL": 600.0,
+    "H20": 400.0,
+    "L40S": 350.0,
+    "B200": 1000.0,
+    "GB200": 1200.0,
+    "B300": 1100.0,
+    "MI250X": 280.0,
+    "MI300X": 750.0,
+    "MI325X": 1000.0,
+    "MI355X": 1400.0,
+    "Gaudi3": 900.0,
+}
+
+# The FP8 e4m3 format of each architecture with FP8 units, as a torch dtype name. NVIDIA
+# Hopper, Ada and Blackwell implement the OCP FP8 spec (e4m3 with NaN, no infinity:
+# float8_e4m3fn; CUDA's __nv_fp8_e4m3). AMD CDNA 3 (MI300X, MI325X; gfx942) implements the
+# earlier "fnuz" variant (no negative zero, bias 8: ROCm's __hip_fp8_e4m3_fnuz); CDNA 4
+# (MI355X; gfx950) moved to OCP (ROCm 7 docs, "FP8 numbers": float8_e4m3fn on gfx950).
+# Gaudi 3 implements OCP e4m3 (Intel Gaudi docs, "FP8 training"). Rows without FP8 units
+# are absent.
+FP8_FORMAT: dict[str, str] = {
+    "H100-SXM": "float8_e4m3fn",
+    "H100-PCIe": "float8_e4m3fn",
+    "H200-SXM": "float8_e4m3fn",
+    "H200-NVL": "float8_e4m3fn",
+    "H20": "float8_e4m3fn",
+    "L40S": "float8_e4m3fn",
+    "B200": "float8_e4m3fn",
+    "GB200": "float8_e4m3fn",
+    "B300": "float8_e4m3fn",
+    "MI300X": "float8_e4m3fnuz",
+    "MI325X": "float8_e4m3fnuz",
+    "MI355X": "float8_e4m3fn",
+    "Gaudi3": "float8_e4m3fn",
+}
+# The FP8 format of a device with no row, by its vendor: ROCm before CDNA 4 used fnuz.
+FP8_FORMAT_BY_VENDOR = {"nvidia": "float8_e4m3fn", "amd": "float8_e4m3fnuz"}
+
+# PCIe bytes/s per lane and direction after line encoding (PCI-SIG base specs: 8b/10b to
+# gen 2, 128b/130b gen 3-5, FLIT for gen 6).
+PCIE_LANE_BYTES_PER_S = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
+
+
+class Links(NamedTuple):
+    """A device's links per direction: to its peer GPUs and to its host."""
+
+    gpu_link: str
+    gpu_gbps: float
+    host_link: str
+    host_gbps: float
+
+
 def _has(pattern: str, name: str) -> bool:
     return re.search(pattern, name) is not None
 
 
-def match_device(name: str | None) -> str | None:
+def row_for(name: str | None) -> str | None:
     """The PEAKS row of a device name as NVML/torch spell it; None when unknown.
 
     Strict on purpose: a wrong row gives a confident wrong percentage, so variants whose
@@ -138,7 +251,7 @@ def match_device(name: str | None) -> str | None:
 
 def peak_flops(name: str | None, precision: str | None) -> float | None:
     """Published dense peak in FLOP/s for a device name and precision; None when unknown."""
-    row = match_device(name)
+    row = row_for(name)
     tflops = PEAKS[row].get(precision or "") if row else None
     return tflops * 1e12 if tflops else None
 
@@ -151,3 +264,48 @@ def percent_of_peak(
     if peak is None or achieved is None or not math.isfinite(achieved):
         return None
     return 100.0 * achieved / peak
+
+
+match_device = row_for  # the name it had in milarun.measure.peaks
+
+
+def peak_tflops(name: str | None, precision: str | None) -> float | None:
+    """Published dense peak in TFLOP/s for a device name and precision; None when unknown."""
+    flops = peak_flops(name, precision)
+    return flops / 1e12 if flops else None
+
+
+def memory_bandwidth(name: str | None, memory_bytes: int | None = None) -> float | None:
+    """Datasheet memory bandwidth in bytes/s of a device name (``memory_bytes``: its memory
+    size, which picks the A100 80 GB figure); None when unknown."""
+    row = row_for(name)
+    if row in MEMORY_80GB and memory_bytes and memory_bytes > 60e9:
+        return MEMORY_80GB[row]
+    return MEMORY_BYTES_PER_S.get(row or "")
+
+
+def board_power_w(name: str | None) -> float | None:
+    """The device's datasheet board power (its highest TDP/TBP) in W; None when unknown."""
+    return BOARD_POWER_W.get(row_for(name) or "")
+
+
+def fp8_format(name: str | None, vendor: str | None = None) -> str | None:
+    """The torch dtype name of the device's FP8 e4m3 format; a device with no row takes its
+    vendor's ("nvidia", "amd"); None when neither tells (or the row has no FP8 units)."""
+    row = row_for(name)
+    if row is not None:
+        return FP8_FORMAT.get(row)
+    return FP8_FORMAT_BY_VENDOR.get(vendor or "")
+
+
+def links(name: str | None) -> Links | None:
+    """The device's GPU-to-GPU and host links (GB/s per direction); None when unknown."""
+    found = LINKS.get(row_for(name) or "")
+    return Links(*found) if found else None
+
+
+def pcie_bandwidth(gen: int | None, width: int | None) -> float | None:
+    """Bytes/s per direction a PCIe link of this generation and width carries."""
+    if not gen or not width or gen not in PCIE_LANE_BYTES_PER_S:
+        return None
+    return PCIE_LANE_BYTES_PER_S[gen] * width
