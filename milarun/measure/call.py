@@ -17,6 +17,7 @@ from milarun.machine import watchdog
 from milarun.measure import diagnostics, startup
 from milarun.results import read
 from milarun.results.folder import check_outdir
+from milarun.results.schema import HARNESS_WRITER
 
 
 def resolve_function(spec: str) -> Callable[..., Any]:
@@ -125,7 +126,10 @@ def plan_rerun(
     _check_reproducible(result_file, view)
     call = view.call
     if call is None or not call.function:
-        raise UsageError(f"{result_file}: no call.function to re-run")
+        raise UsageError(
+            f"{result_file}: it holds no call to repeat (no call.function); run the test "
+            "again with `milarun jobs`"
+        )
     argv = call.argv or ()
     name = results.safe_name(view.name, f"{result_file}: name")
     job_id = results.safe_name(view.recorded_job_id or "0", f"{result_file}: job_id")
@@ -150,10 +154,13 @@ def plan_rerun(
 
 def _check_reproducible(result_file: str | Path, original: read.ResultView) -> None:
     """A rerun repeats one process: refuse a record it cannot reproduce."""
-    if original.written_by:
+    # The supervisor's record of a run that wrote none (a crash, a kill) holds the call it
+    # launched: that repeats. Another writer's (`slurm check`) knows the test, not its call.
+    if original.written_by and original.written_by != HARNESS_WRITER:
         raise UsageError(
             f"{result_file}: written by {original.written_by} for a run that recorded "
-            "nothing (it holds no call to repeat); run the test again with `milarun jobs`"
+            "nothing (it holds no call to repeat, only the test's name); run the test again "
+            "with `milarun jobs`"
         )
     world, ranks = original.world_size, original.ranks
     if (world is not None and world > 1) or len(ranks) > 1:

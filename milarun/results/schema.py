@@ -73,6 +73,9 @@ END_KEYS = ("signal", "log", "finished_at")
 # the harness wrote carries it, its presence is the marker.
 RECORD_KEYS = RESULT_KEYS + END_KEYS + LAUNCH_KEYS
 WRITTEN_BY = "written_by"
+# ``written_by`` of the supervisor's record of an instance that wrote none: it holds the call
+# the supervisor launched (a rerun repeats it)
+HARNESS_WRITER = "harness"
 # The keys a launch's --extra may not set (it may set "job", the launch keys and others).
 OWN_KEYS = frozenset(RECORD_KEYS + (WRITTEN_BY,)) - {"job", *LAUNCH_KEYS}
 

@@ -13,6 +13,7 @@ from milarun.machine import sysinfo
 from milarun.machine.devices import GPU_KIND
 from milarun.machine.gpuids import instance_gpus
 from milarun.results import records
+from milarun.results.schema import HARNESS_WRITER
 from milarun.run.plan import Instance, LaunchOptions
 
 LOG_TAIL_LINES = 50
@@ -79,7 +80,7 @@ def harness_failure(
         returncode=code,
         signal=signal.Signals(-code).name if code and code < 0 else None,
         log=str(inst.log_path),
-        written_by="harness",
+        written_by=HARNESS_WRITER,
         system=system,
         gpu_identity=gpus,
         launch={**inst.launch, "job": inst.job.definition, "suite": inst.job.suite},

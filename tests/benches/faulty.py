@@ -164,3 +164,39 @@ def ramp(exp, argv):
             time.sleep(0.010 if now - start < 4.0 else 0.0085)
     log.finish()
     exp.metric("ramp_at", start + 4.0)
+
+
+def crashes_unless_told(exp, argv):
+    """Dies of SIGSEGV while argv's last word of the two is --crash (a profile's), trains
+    normally after --no-crash (a rerun's, appended last)."""
+    flags = [a for a in argv if a in ("--crash", "--no-crash")]
+    if flags and flags[-1] == "--crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    _spin_steps(exp, [a for a in argv if a not in flags])
+
+
+def fills_disk_once_measured(exp, argv):
+    """Trains; once measured, waits (at most 60 s) until every instance of the run is
+    measured too (a file each in --meet FOLDER, off the results disk: --meet-count of them),
+    then fills the disk its result goes to (a runaway checkpoint): every instance has a
+    measurement and no room to write it."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--meet")
+    parser.add_argument("--meet-count", type=int)
+    ours, rest = parser.parse_known_args(argv)
+    meet, count = ours.meet, ours.meet_count
+    _spin_steps(exp, rest)
+    with open(os.path.join(meet, str(os.getpid())), "w"):
+        pass
+    deadline = time.time() + 60
+    while len(os.listdir(meet)) < count and time.time() < deadline:
+        time.sleep(0.05)
+    try:
+        with open(exp.outdir / f"filler.{os.getpid()}", "ab") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+    except OSError:
+        pass
