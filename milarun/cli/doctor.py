@@ -74,8 +74,15 @@ def doctor(test_args: list[str]) -> int:
     for check in run_checks(request, machine):
         show(check)
     if level is not None:
+        from milarun.doctor.active.stopping import Stopped, stop_on_signals
+
         setup = Setup(backend=machine.backend)
-        found = run(level, devices_spec, setup, _say, show, tuple(checks))
+        try:
+            with stop_on_signals():
+                found = run(level, devices_spec, setup, _say, show, tuple(checks))
+        except Stopped as err:
+            _say(err.line("doctor --active"))
+            return err.exit_code
     if json_file:  # the numbers' modules (numpy, scipy) only for a record
         from milarun.doctor.active import record
 
@@ -93,11 +100,19 @@ def before_jobs(
     """`jobs --doctor LEVEL`: the active checks, printed; DoctorFailed on a FAIL. A bad
     profile is said first, not after a minute of measuring."""
     from milarun.doctor.active import before_jobs
+    from milarun.doctor.active.stopping import Stopped, stop_on_signals
     from milarun.doctor.passive.checks import render
     from milarun.run import profile
 
     profile.load_profile(profile_spec)
-    before_jobs.check(level, devices_spec, out, force, _say, lambda c: print(render(c), flush=True))
+    try:
+        with stop_on_signals():
+            before_jobs.check(
+                level, devices_spec, out, force, _say, lambda c: print(render(c), flush=True)
+            )
+    except Stopped as err:  # no job was started
+        _say(err.line(f"jobs --doctor {level}") + " and no job run")
+        raise SystemExit(err.exit_code) from None
 
 
 def selftest(test_args: list[str]) -> int:
