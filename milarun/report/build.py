@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from milarun.report import busy as report_busy
 from milarun.report import comparability, perf, stats, tables, units
 from milarun.report import energy as report_energy
 from milarun.report import nodes as report_nodes
@@ -41,6 +42,8 @@ class Report:
     interrupted: int = 0  # runs the operator stopped: not runs of the machine, not counted
     score: float | None = None
     score_ci: tuple[float, float] | None = None
+    # the scored tests with fewer than two successful runs: the score has no interval then
+    ran_once: list[str] = field(default_factory=list)
     coverage: float | None = None
     weighted_tests: int = 0
     scored: list[str] = field(default_factory=list)
@@ -60,6 +63,7 @@ class Report:
     natural: pd.DataFrame = field(default_factory=pd.DataFrame)  # see milarun.report.units
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
+    busy: report_busy.Busy = field(default_factory=lambda: report_busy.Busy((), 0, 0))
     # GPU energy (milarun.report.energy): per test, the perf/W score, --power-cost
     energy: report_energy.EnergySection = field(
         default_factory=lambda: report_energy.EnergySection(pd.DataFrame())
@@ -85,6 +89,13 @@ class Report:
     @property
     def passed(self) -> bool:
         return self.failure_rate <= FAILURE_RATE_LIMIT
+
+    @property
+    def no_interval(self) -> str | None:
+        """Why the score (and its ratio) has no interval, when it has none for that reason."""
+        if not self.ran_once:
+            return None
+        return f"no interval: {len(self.ran_once)} of {len(self.scored)} tests ran once"
 
     @property
     def has_baseline(self) -> bool:
@@ -144,7 +155,10 @@ def build_report(
     table_weights = {t: float(weight_map.get(t, 0.0)) for t in tests} if weights and tests else None
     # The bootstraps computed on threads while the runs and nodes sections are read.
     scored = perf.scored(ours, weighted, summary, penalize_variance) if weights else {}
-    score_runs = perf.run_sets(ours, list(scored)) if scored else None
+    # A bootstrap that holds single-run tests fixed is the interval of the others, not the
+    # score's: none is given then (Report.no_interval says why).
+    ran_once = sorted(t for t in scored if ours[t].n - ours[t].fail < 2)
+    score_runs = perf.run_sets(ours, list(scored)) if scored and not ran_once else None
     with contextlib.nullcontext(pool) if pool else perf.bootstrap_threads() as threads:
         intervals = perf.intervals(ours, summary, threads, early)
         score_boot = (
@@ -163,6 +177,8 @@ def build_report(
         weights_source=weights[0] if weights else None,
         baseline_source=compare[0] if compare else None,
         penalize_variance=penalize_variance,
+        ran_once=ran_once,
+        busy=report_busy.busy_of(summary),
     )
     report.runs = sum(ours[t].n for t in summary)
     report.failures = sum(ours[t].fail for t in summary)
@@ -314,7 +330,7 @@ def _compare_score(
     report.score_base = stats.weighted_geomean({t: base_adj[t] for t in common}, weights)
     report.ratio = mine / report.score_base
     our_runs = perf.run_sets(ours, common)
-    if our_runs is None:
+    if our_runs is None or any(t in report.ran_once for t in common):
         return
     ours_boot = stats.score_interval(our_runs, weights, pv)
     if ours_boot is None:

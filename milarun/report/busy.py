@@ -106,3 +106,14 @@ def warning(busy: Busy) -> str | None:
         f"the machine was busy in {where}: other processes took {took} their CPUs{load} (per "
         f"test: the quality table's busy flag); {whose} rates are not verdict-grade"
     )
+
+
+def mark(busy: Busy, tests: list[str] | None = None) -> str:
+    """The mark beside a figure made of these tests' rates (the score, its ratio; None: all
+    of them) when some were busy: ``busy: 23 of 24 tests, not verdict-grade``."""
+    named = {t.test for t in busy.tests}
+    among = [t for t in tests if t in named] if tests is not None else sorted(named)
+    if not among:
+        return ""
+    total = len(tests) if tests is not None else busy.of_tests
+    return f"busy: {len(among)} of {total} tests, not verdict-grade"

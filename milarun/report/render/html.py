@@ -43,9 +43,11 @@ def _rows(report: Report) -> list[dict[str, Any]]:
     """The tests table's rows; a comparability note numbered (note_no), listed below it."""
     rows = []
     notes = 0
+    busy = {t.test for t in report.busy.tests}
     for test, row in report.table.iterrows():
         data = {k: row[k] for k in report.table.columns}
         data["test"] = test
+        data["busy"] = test in busy
         data["ci95"] = fmt.ci(row)
         data["note_no"] = None
         if isinstance(data.get("comparable_note"), str) and data["comparable_note"]:

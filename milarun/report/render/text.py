@@ -17,12 +17,16 @@ from milarun.report.render import energy as render_energy
 from milarun.report.render import format as fmt
 from milarun.report.render import nodes as render_nodes
 from milarun.report.render import runs as render_runs
+from milarun.report.render.scores import score_lines
 
 FORMATS = ("text", "json", "csv")
+__all__ = ["FORMATS", "render", "score_lines", "to_text"]
+BUSY = " busy"  # beside a busy test's figures (report.busy)
 
 
 def performance_table(report: Report) -> str:
     rows = {}
+    busy = {t.test for t in report.busy.tests}
     for test, row in report.table.iterrows():
         cells = {}
         if "weight" in row:
@@ -31,7 +35,7 @@ def performance_table(report: Report) -> str:
             {
                 "n": fmt.count(row["n"]),
                 "fail": fmt.count(row["fail"]),
-                "perf": fmt.num(row["perf"]),
+                "perf": fmt.num(row["perf"]) + (BUSY if test in busy else ""),
                 "ci95": fmt.ci(row),
                 "std%": fmt.num(row["std%"], ".1f"),
                 "perf_adj": fmt.num(row["perf_adj"]),
@@ -45,10 +49,11 @@ def performance_table(report: Report) -> str:
 
 def comparison_table(report: Report) -> str:
     rows = {}
+    busy = {t.test for t in report.busy.tests}
     for test, row in report.table.iterrows():
         rows[fmt.short(str(test))] = {
             "perf_base": fmt.num(row["perf_base"]),
-            "perf_ratio": fmt.num(row["perf_ratio"], ".3f"),
+            "perf_ratio": fmt.num(row["perf_ratio"], ".3f") + (BUSY if test in busy else ""),
             "perf_base_adj": fmt.num(row["perf_base_adj"]),
             "perf_ratio_adj": fmt.num(row["perf_ratio_adj"], ".3f"),
             "verdict": _verdict(row),
@@ -122,81 +127,6 @@ def quality_table(report: Report) -> str:
             "flags": row["flags"] or "-",
         }
     return fmt.frame(rows)
-
-
-def score_lines(report: Report) -> list[str]:
-    """The Scores block: failure rate, score with CI and coverage, ratio, price."""
-    verdict = "PASS" if report.passed else "FAIL"
-    kinds = ", ".join(f"{k} {v}" for k, v in sorted(report.failure_kinds.items()))
-    lines = [
-        (
-            "Failure rate",
-            f"{report.failure_rate:12.2%} ({verdict})  "
-            f"{report.failures} of {report.runs} runs" + (f": {kinds}" if kinds else ""),
-        )
-    ]
-    if report.interrupted:
-        lines.append(
-            (
-                "Interrupted",
-                f"{report.interrupted:12,d}  run(s) stopped by the operator (Ctrl-C, a signal): "
-                "not counted",
-            )
-        )
-    if report.weights_source is not None:
-        coverage = f"(coverage {(report.coverage or 0):.0%})"
-        if report.score is not None:
-            lines.append(("Score", f"{report.score:12,.2f}  {coverage}"))
-            if report.score_ci:
-                single = [t for t in report.scored if report.table.loc[t, "n"] < 2]
-                lines.append(
-                    (
-                        "Score 95% CI",
-                        f"{report.score_ci[0]:12,.2f} to "
-                        f"{report.score_ci[1]:,.2f}"
-                        + (f"  ({len(single)} single-run test(s) held fixed)" if single else ""),
-                    )
-                )
-        else:
-            lines.append(("Score", f"{'-':>12}  {coverage}: no scored test"))
-        lines.append(
-            ("Tests scored", f"{len(report.scored):12d}  of {report.weighted_tests} weighted tests")
-        )
-        if report.missing:
-            lines.append(("Missing", f"{len(report.missing):12d}  " + ", ".join(report.missing)))
-    if report.unlike:
-        lines.append(("Not compared", f"{len(report.unlike):12d}  different workloads"))
-    if report.score_base is not None:
-        lines.append(
-            (
-                "Score (baseline)",
-                f"{report.score_base:12,.2f}  over {len(report.common)} test(s) measured alike",
-            )
-        )
-        text = f"{report.ratio:12.3f}"
-        if report.ratio_ci:
-            text += (
-                f"  95% CI {report.ratio_ci[0]:.3f} to {report.ratio_ci[1]:.3f}: "
-                f"{report.ratio_verdict}"
-            )
-        lines.append(("Ratio", text))
-    if report.price is not None:
-        lines.append(("Price ($)", f"{report.price:12,.2f}"))
-        rpp = report.price_per_score
-        lines.append(("RPP (Price / Score)", f"{rpp:12,.4g}" if rpp else f"{'-':>12}"))
-    lines += render_energy.score_lines(report)
-    width = max(len(k) for k, _ in lines) + 2
-    # Long lists (missing tests) wrap under their value so the block fits fmt.WIDTH columns.
-    return [
-        textwrap.fill(
-            f"{k + ':':{width}} {v}",
-            fmt.WIDTH,
-            subsequent_indent=" " * (width + 15),
-            break_on_hyphens=False,
-            break_long_words=False,
-        )
-        for k, v in lines
-    ]
 
 
 def to_text(report: Report) -> str:
