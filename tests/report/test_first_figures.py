@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import re
 
+from test_busy_report import diagnostics
+
 from conftest import milarun
 from resultfactory import result, write
-from test_busy_report import diagnostics
 
 
 def folder_of(root, runs: dict[str, int], busy: set[str] = frozenset()):
