@@ -182,6 +182,8 @@ def build(
             early=early,
         )
     if src.loaded is not None:  # a results folder: a run cut short says what it never did
+        # an instance a later run into the folder measured is no longer without a result
+        recorded = {(str(r.get("name")), str(r.get("job_id"))) for r in src.loaded.results}
         rep.warnings += [
             f"{cut.describe()}: "
             + (
@@ -189,7 +191,7 @@ def build(
                 if cut.without_result
                 else "each of its tests has a result"
             )
-            for cut in manifest.cut_short(request.source)
+            for cut in manifest.cut_short(request.source, recorded)
         ]
         rep.warnings += pooled_runs(request.source)
     skipped = [

@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -284,11 +284,17 @@ def _pairs(value: Any) -> list[tuple[str, str]]:
     ]
 
 
-def cut_short(outdir: Path) -> list[CutShort]:
+def cut_short(
+    outdir: Path, recorded: Collection[tuple[str, str]] | None = None
+) -> list[CutShort]:
     """The runs in ``outdir`` or any folder below it that did not complete (or completed
     without writing every result: a full disk), oldest first. A manifest still marked
-    running while no live process holds its folder's lock lost its supervisor."""
+    running while no live process holds its folder's lock lost its supervisor.
+    ``recorded``: the (test, job id) of the results in the folder; an instance one of them
+    stands for (a later run's, into the same folder) is no longer named as without one."""
     found = []
+    done = set(recorded or ())
+    done_tests = {t for t, _ in done}
     # _read checked status, reason, started_at, planned and ended: only instances is free
     for path, data in _manifests(outdir, recursive=True):
         status = data["status"]
@@ -305,11 +311,13 @@ def cut_short(outdir: Path) -> list[CutShort]:
         else:
             reason = (data["reason"] or status)[:200]
         ended = {(e["test"], e.get("job_id")) for e in data["ended"] if not e.get("unwritten")}
-        lost = tuple(p for p in _pairs(data.get("instances")) if p not in ended)
+        lost = tuple(p for p in _pairs(data.get("instances")) if p not in ended | done)
         without = (
             tuple(dict.fromkeys(t for t, _ in lost))
             if data.get("instances")
-            else tuple(t for t in data["planned"] if t not in {t for t, _ in ended})
+            else tuple(
+                t for t in data["planned"] if t not in {t for t, _ in ended} | done_tests
+            )
         )
         found.append(CutShort(path, status, reason, float(data["started_at"]), without, lost))
     return sorted(found, key=lambda cut: cut.started_at)

@@ -98,3 +98,34 @@ def test_no_interval_when_a_scored_test_ran_once(tmp_path):
         "scores"
     ]
     assert records["score_ci95"] is None and records["score"] is not None
+
+
+def interrupted_manifest(folder, instances):
+    """The manifest of a run stopped by Ctrl-C before any of ``instances`` ended."""
+    from milarun.results import manifest
+
+    data = {"kind": manifest.KIND, "status": "interrupted", "reason": "SIGINT",
+            "started_at": 1.7e9, "planned": sorted({t for t, _ in instances}),
+            "instances": [list(p) for p in instances], "ended": []}  # fmt: skip
+    path = folder / f"{manifest.PREFIX}20260101-000000-000000{manifest.SUFFIX}"
+    path.write_text(json.dumps(data))
+
+
+def test_the_cut_short_list_names_only_instances_without_a_result(tmp_path):
+    """Ctrl-C, then a rerun into the same folder that measured quick.a on both devices and
+    quick.b on one: only quick.b's other instance is still without a result."""
+    run = tmp_path / "run"
+    for test, job in (("quick.a", "0.0"), ("quick.a", "0.1"), ("quick.b", "0.0")):
+        write(run, result(test, job, 100.0, diagnostics=diagnostics(None)))
+    pairs = [("quick.a", "0.0"), ("quick.a", "0.1"), ("quick.b", "0.0"), ("quick.b", "0.1")]
+    interrupted_manifest(run, pairs)
+    done = milarun("report", run)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "was cut short (SIGINT): no result for quick.b (J0.1)" in text, done.stdout
+    assert "quick.a (J" not in text
+    write(run, result("quick.b", "0.1", 100.0, diagnostics=diagnostics(None)))
+    done = milarun("report", run)
+    text = " ".join(done.stdout.split())
+    assert "was cut short (SIGINT): each of its tests has a result" in text, done.stdout
+    assert "no result for" not in text
