@@ -112,6 +112,19 @@ class RunManifest:
         self.data["ended"].append({**entry, "unwritten": unwritten} if unwritten else entry)
         self._save()
 
+    def instance_written(self, name: str, job_id: str, result: Path) -> None:
+        """A result held in memory (its disk was full) written at last: in this folder it is
+        the instance's result; elsewhere the entry keeps ``unwritten`` and says where it is
+        (``written_to``), for the report to say how to move it here."""
+        for entry in self.data["ended"]:
+            if (entry["test"], entry["job_id"]) == (name, job_id) and entry.get("unwritten"):
+                if result.parent == self.path.parent:
+                    entry["result"] = result.name
+                    del entry["unwritten"]
+                else:
+                    entry["written_to"] = str(result)
+        self._save()
+
     def finish(self, status: str, reason: str | None = None) -> None:
         """``complete``, ``interrupted`` or ``failed`` (with the reason)."""
         self.data.update(status=status, reason=reason, finished_at=time.time())
@@ -163,29 +176,48 @@ class CutShort:
     started_at: float
     without_result: tuple[str, ...]  # planned tests with an instance that recorded no end
     lost: tuple[tuple[str, str], ...] = ()  # those instances: (test, job id)
+    elsewhere: tuple[str, ...] = ()  # results of it written to another folder (a full disk)
 
-    def describe(self) -> str:
+    def describe(self, root: Path | None = None) -> str:
+        """What happened to the run; ``root``: its folder named relative to that one (a bid
+        package names no path of the vendor's machine)."""
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started_at))
+        folder = self.path.parent
+        if root is not None:
+            inner = folder.resolve().relative_to(Path(root).resolve()).as_posix()
+            folder = Path("the results folder" if inner == "." else inner)
         # a Slurm fleet's node folder (<out>/nodes/<node>) says which node it was
         where = (
             f" on node {self.path.parent.name}"
             if self.path.parent.parent.name == slurmenv.NODES_FOLDER
-            else f" in {self.path.parent}"
+            else f" in {folder}"
         )
         what = "could not write every result" if self.status == "complete" else "was cut short"
         return f"the jobs run started {when}{where} {what} ({self.reason})"
 
     def missing(self) -> str:
-        """``quick.vae (J0.1), quick.cart (J0.0, J0.1)``: what no instance recorded."""
+        """``quick.vae (J0.1), quick.cart (J0.0, J0.1)``: what no instance recorded (and
+        how to bring here those written to another folder)."""
         if not self.lost:
-            return ", ".join(self.without_result) or "none of its tests"
+            return (", ".join(self.without_result) or "none of its tests") + self._moved()
         ids: dict[str, list[str]] = {}
         for test, job_id in self.lost:
             ids.setdefault(test, []).append(f"J{job_id}")
-        return ", ".join(f"{t} ({', '.join(j)})" for t, j in ids.items())
+        return ", ".join(f"{t} ({', '.join(j)})" for t, j in ids.items()) + self._moved()
+
+    def _moved(self) -> str:
+        if not self.elsewhere:
+            return ""
+        shown = " ".join(p[:300] for p in self.elsewhere[:MAX_SHOWN])
+        more = f" (and {len(self.elsewhere) - MAX_SHOWN} more)" if len(self.elsewhere) > MAX_SHOWN else ""
+        return (
+            f"; {len(self.elsewhere)} of them written to another folder, this disk being "
+            f"full: move them here: mv {shown} {self.path.parent}/{more}"
+        )
 
 
 MAX_MANIFESTS = 1000  # below one folder: a report reads at most this many
+MAX_SHOWN = 5  # results written elsewhere named in a report line
 
 
 # A start time past this (the year 9999) is no time: a hand-damaged file (1e300, NaN).
@@ -319,7 +351,14 @@ def cut_short(
                 t for t in data["planned"] if t not in {t for t, _ in ended} | done_tests
             )
         )
-        found.append(CutShort(path, status, reason, float(data["started_at"]), without, lost))
+        elsewhere = tuple(
+            e["written_to"]
+            for e in data["ended"]
+            if e.get("unwritten") and isinstance(e.get("written_to"), str)
+        )
+        found.append(
+            CutShort(path, status, reason, float(data["started_at"]), without, lost, elsewhere)
+        )
     return sorted(found, key=lambda cut: cut.started_at)
 
 

@@ -140,7 +140,7 @@ def make_package(
     if not any(Path(n).name.startswith(results.DOCTOR_RECORD) for n, _ in files):
         notes.append("no doctor record (doctor-active.json: `jobs --doctor`) in the folder")
     cuts = manifest.cut_short(folder)
-    notes += [f"{cut.describe()}: no result for {cut.missing()}" for cut in cuts]
+    notes += [f"{cut.describe(folder)}: no result for {cut.missing()}" for cut in cuts]
     extra: list[tuple[str, Path | bytes]] = []
     profile_bytes = _profile_as_run(folder, runs, notes)
     if profile_bytes is not None:
@@ -165,10 +165,10 @@ def make_package(
         "format": BID_FORMAT,
         "packed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "milarun_version": sysinfo.milarun_version(),
-        "source": str(folder.resolve()),
+        "source": folder.resolve().name,  # its name: no path of the vendor's machine
         "results": count,
         "runs": runs,
-        "cut_short": [f"{c.describe()}: no result for {c.missing()}" for c in cuts],
+        "cut_short": [f"{c.describe(folder)}: no result for {c.missing()}" for c in cuts],
         "tender_sha256": tender_sha,
         "notes": notes,
     }
