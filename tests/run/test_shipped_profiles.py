@@ -58,6 +58,9 @@ def test_every_job_accepts_its_arguments(name, tmp_path):
         elif name == "gpu-check":  # one full steady window, no legacy minimum work
             assert exp.max_count is None, job.fullname
             assert exp.min_slices >= 22, job.fullname
+        elif name == "inference":  # new: a full steady window per batch size's headline
+            assert exp.max_count is None, job.fullname
+            assert exp.min_slices >= 22, job.fullname
         elif name.startswith("modern"):  # a new suite: no legacy minimum work to keep
             assert exp.max_count is None, job.fullname
             assert exp.min_slices >= 40, job.fullname
