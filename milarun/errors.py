@@ -86,3 +86,7 @@ class PackageRefused(TenderError):
 
 class DatabaseError(InputError):
     """A results database that cannot be opened or used (its URL, its schema, the server)."""
+
+
+class PushError(UserError, RuntimeError):
+    """A push the results server refused or could not take (the package is kept)."""

@@ -31,6 +31,8 @@ from milarun.cli.options import (
     setup_logging,
     split_names,
 )
+from milarun.cli.server import SERVE
+from milarun.cli.server import push as push_command
 from milarun.cli.slurm import SlurmCommands
 from milarun.cli.tender import TenderCommands, one_price, rank_bids
 from milarun.cli.tender import package as package_command
@@ -344,6 +346,7 @@ class Commands:
     doctor = doctor_command
     slurm, db, history = SlurmCommands, DbCommands, history_command
     tender, package, verify = TenderCommands, package_command, verify_command
+    serve, push = SERVE, push_command
 
     def sysinfo(test_args: list[str]) -> int:
         """Print the system record that every result embeds."""

@@ -13,6 +13,7 @@ from milarun.cli.history import parse_since
 from milarun.errors import DatabaseError, EmptyResults, InputError, UsageError
 from milarun.history import ingest, store
 from milarun.history.models import Base, Gpu, Machine, Node, Result, Run
+from milarun.server import models as server_models  # noqa: F401 (its tables: in Base too)
 from resultfactory import run_folder
 
 T0 = 1_767_225_600.0  # 2026-01-01

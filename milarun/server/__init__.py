@@ -1,0 +1,1 @@
+"""`milarun serve`: a results server over the history store (DESIGN section 1)."""
