@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from milarun import results
 from milarun.errors import DatabaseError, EmptyResults, InputError
-from milarun.history import store
+from milarun.history import lockholder, store
 from milarun.history.models import Gpu, Machine, Node, Result, Run
 from milarun.report import variants
 from milarun.results import manifest, read, throttle, upgrade
@@ -310,5 +310,7 @@ def ingest(engine: Engine, run: RunInput) -> Ingested:
             if attempt == RETRIES - 1:
                 raise DatabaseError(f"{run.source}: not ingested ({store.one_line(err)})") from None
         except exc.SQLAlchemyError as err:
-            raise DatabaseError(f"{run.source}: not ingested ({store.one_line(err)})") from None
+            said = store.one_line(err)
+            said += lockholder.explain(engine, said, store.BUSY_MS / 1000)
+            raise DatabaseError(f"{run.source}: not ingested ({said})") from None
     raise AssertionError("unreachable")
