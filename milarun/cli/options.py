@@ -60,8 +60,17 @@ def setup_logging() -> None:
 MAX_SKIPPED_SHOWN = 20
 
 
+REQUIRED = "(required)"  # an option whose help ends so is required (coleo has no such mark)
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad call in one line instead of the usage block."""
+    """argparse that reports a bad call in one line instead of the usage block; an option
+    whose help ends with REQUIRED is required (its usage shows it without brackets)."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        if str(kwargs.get("help") or "").endswith(REQUIRED) and args[0].startswith("-"):
+            kwargs["required"] = True
+        return super().add_argument(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         print(f"{self.prog}: error: {message} (see {self.prog} -h)", file=sys.stderr)

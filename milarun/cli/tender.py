@@ -122,7 +122,7 @@ def verify(test_args: list[str]) -> int:
     # The bid package (bid.tar.gz)
     # [positional]
     bid: Option
-    # The tender file (tender.json)
+    # The tender file (tender.json) (required)
     tender: Option & str
     # Output format: text or json
     format: Option = default("text")

@@ -11,7 +11,6 @@ passes but a declared figure is rejected, 4 when one is inconclusive.
 from __future__ import annotations
 
 import json
-import math
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from milarun import results
 from milarun.errors import InputError
 from milarun.report import build, stats, summary
+from milarun.report.render import format as fmt
 from milarun.results import manifest, read
 from milarun.results.folder import Loaded, load_dir
 from milarun.tender import acceptance, archive, checks, evidence, package, rules
@@ -206,7 +206,7 @@ def verify_opened(
         report.score_ci,
         report.failure_rate,
         tests,
-        notes=opened.doctors + [str(n)[:300] for n in checks.as_list(opened.bid.get("notes"))][:20],
+        notes=_notes(opened),
         margin=tender.margin,
         risk=tender.risk,
         coverage=report.coverage,
@@ -273,8 +273,16 @@ def judge(
     return verdicts
 
 
+def _notes(opened: Opened) -> list[str]:
+    """The doctor records read here, then the packer's notes, each once: the packer's own
+    word on doctor records is left out, as the buyer has read them (opened.doctors)."""
+    packed = [str(n)[:300] for n in checks.as_list(opened.bid.get("notes"))]
+    packed = [n for n in packed if not n.startswith("no doctor record")]
+    return list(dict.fromkeys(opened.doctors + packed[:20]))
+
+
 def _n(value: float | None) -> str:
-    return "-" if value is None or not math.isfinite(value) else f"{value:,.6g}"
+    return fmt.plain(value)
 
 
 def to_text(v: Verification) -> str:

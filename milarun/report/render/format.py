@@ -40,6 +40,18 @@ def sig(value: Any, digits: int = 3) -> str:
     return f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
 
 
+def plain(value: Any, digits: int = 6) -> str:
+    """A number to ``digits`` significant digits with thousands separators, never in
+    e-notation: 1,230,510, 320,121, 12.3457, 0.00123457 ("-" for none)."""
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if decimals else text
+
+
 def p_value(value: Any) -> str:
     """A p-value to 2 significant digits, "<0.001" below that (never in e-notation); "-"
     for none."""
