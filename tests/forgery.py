@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,14 @@ def scale(
     log: bool = False,
     derived: bool = False,
     energy: bool = False,
+    flops: bool = False,
 ) -> Path:
     """Scale the count (and with ``rates`` the rates) of ``test``'s result by ``factor``;
     ``log``: its instance log's progress lines and said rate too; ``derived``: the FLOP/s
     made of the rate (efficiency); ``energy``: the energy record's examples and the figures
-    made of them (its joules, from the monitor's samples, stay). Returns the result's path."""
+    made of them (its joules, from the monitor's samples, stay); ``flops``: the FLOPs of an
+    example and of a step divided by ``factor`` (so that the FLOP/s made of the forged rate
+    stay the true ones, under every peak). Returns the result's path."""
     path = result_path(folder, test)
     data = json.loads(path.read_text())
     for record in _rate_records(data):
@@ -59,6 +63,11 @@ def scale(
         for key in ("achieved_flops", "percent_of_peak"):
             if eff.get(key) is not None:
                 eff[key] *= factor
+    if flops and data.get("efficiency"):
+        eff = data["efficiency"]
+        eff["flops_per_example"] /= factor
+        eff["flops_per_step"] /= factor
+        eff["flops_by_precision"] = {p: f / factor for p, f in eff["flops_by_precision"].items()}
     if energy and data.get("energy", {}).get("examples") is not None:
         found = data["energy"]
         found["examples"] *= factor
@@ -87,3 +96,27 @@ def scale_log(path: Path, factor: float, rate: float | None = None) -> None:
             line = f"{match[1]}{value:,.2f}{match[3]}"
         lines.append(line)
     path.write_text("\n".join(lines) + "\n")
+
+
+def edit_result(folder: Path, test: str, edit: Callable[[dict[str, Any]], object]) -> Path:
+    """``edit`` applied to ``test``'s result in place (a field removed, a name changed)."""
+    path = result_path(folder, test)
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def rename_gpu(data: dict[str, Any], name: str) -> None:
+    """Every name a result gives its GPU (system record, efficiency) made ``name``."""
+    for gpu in data["system"]["gpus"]:
+        gpu["name"] = name
+    data["efficiency"]["device_name"] = name
+    data["gpu"] = name
+
+
+def monitor_memory(data: dict[str, Any], mib: float) -> None:
+    """The GPU monitor's memory size of every sample made ``mib``."""
+    for sample in data["gpu_monitor"]["samples"]:
+        for reading in sample["gpus"].values():
+            reading["memory"] = [reading["memory"][0], mib]

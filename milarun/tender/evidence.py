@@ -14,7 +14,9 @@ What this proves and what it cannot: docs/tender-evidence.md.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from milarun.results import manifest
 from milarun.results.folder import Loaded
 from milarun.results.parts import RateRecordRead
 from milarun.results.read import ResultView
-from milarun.tender import checks, evidence_figures, package
+from milarun.tender import bounds, checks, evidence_figures, package
 from milarun.tender.evidence_log import log_problems
 
 # A run's clock may be stepped while it runs (NTP); a minute covers any step of a healthy
@@ -34,10 +36,36 @@ CLOCK = 60.0
 SHOWN = 3
 
 
+@dataclasses.dataclass
+class Applied:
+    """Which bounds the rule applied to how many results, and why not to the others."""
+
+    flops: int = 0  # FLOPs per example recomputed by milarun
+    peaks: int = 0  # a datasheet row known for the device the system record names
+    energy: int = 0  # FLOPs per joule and the busy device's power bounded
+    # why a bound was not applied, and to how many results
+    unbounded: Counter[str] = dataclasses.field(default_factory=Counter)
+
+    def text(self, checked: int) -> str:
+        applied = (
+            f"FLOPs per example recomputed by milarun for {self.flops}, the datasheet peak "
+            f"applied to {self.peaks}, energy bounds (FLOPs per joule, a busy GPU's power) to "
+            f"{self.energy}"
+        )
+        if not self.unbounded:
+            return applied
+        why = "; ".join(f"{w} ({n})" for w, n in sorted(self.unbounded.items())[:4])
+        return f"{applied}; not applied: {why}"
+
+
 def evidence(bid: checks.Bid) -> checks.Check:
     """The rule: every successful result of the tender's tests against its evidence."""
     run = bid.root / package.RUN
-    found, measured, metered = problems(run, bid.loaded, bid.manifests)
+    applied = Applied()
+    found, measured, metered = problems(run, bid.loaded, bid.manifests, applied=applied)
+    if bid.tender.data.get("unknown_device_fails"):
+        found += [f"{w}: the tender bounds every device" for w in applied.unbounded if
+                  w.startswith(NO_PEAK)]  # fmt: skip
     if found:
         more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
         return checks.Check(
@@ -50,18 +78,43 @@ def evidence(bid: checks.Bid) -> checks.Check:
     return checks.Check(
         "evidence",
         True,
-        f"{measured} result(s): each rate and count agrees with its log, its run manifest and "
-        f"its FLOPs and peaks; {metered} of them also with their GPU monitor's energy",
+        f"{measured} result(s): each rate and count agrees with its log and its run manifest; "
+        f"{metered} with their GPU monitor's energy; {applied.text(measured)}",
     )
 
 
+NO_PEAK = "no peak applied"
+
+
+def _machines(manifests: Sequence[tuple[Path, dict[str, Any]]]) -> dict[Path, dict[str, Any]]:
+    """The system record (``.sysinfo``) kept beside each run manifest, by manifest path."""
+    found: dict[Path, dict[str, Any]] = {}
+    for path, _ in manifests:
+        kept = path.with_name(path.name.removesuffix(manifest.SUFFIX) + ".sysinfo")
+        try:
+            record = results.read_json(kept) if kept.is_file() else None
+        except InputError:
+            record = None
+        if isinstance(record, dict):
+            found[path] = record
+    return found
+
+
 def problems(
-    run: Path, loaded: Loaded, manifests: Sequence[tuple[Path, dict[str, Any]]]
+    run: Path,
+    loaded: Loaded,
+    manifests: Sequence[tuple[Path, dict[str, Any]]],
+    *,
+    applied: Applied | None = None,
 ) -> tuple[list[str], int, int]:
     """Every disagreement of the successful results below the run folder ``run`` (a failed
     run has no rate to forge), how many results were checked, and how many of them had an
-    energy measured from GPU monitor samples to check against."""
+    energy measured from GPU monitor samples to check against (``applied``: filled with the
+    bounds applied)."""
+    applied = applied if applied is not None else Applied()
     spans = [(path.parent, manifest.run_span(data)) for path, data in manifests]
+    kept = _machines(manifests)
+    machines = [(path.parent, manifest.run_span(data), kept.get(path)) for path, data in manifests]
     doctors: dict[Path, evidence_figures.Measured] = {}
     found: list[str] = []
     checked = metered = 0
@@ -72,7 +125,12 @@ def problems(
         folder = Path(path).parent
         if folder not in doctors:
             doctors[folder] = evidence_figures.doctor_peaks(evidence_figures.read_doctors(folder))
-        disagree, energy = result_problems(Path(path), run, spans, doctors[folder], data)
+        machine = next(
+            (m for f, s, m in machines if f == folder and Path(path).name in s.results), None
+        )
+        disagree, energy = result_problems(
+            Path(path), run, spans, doctors[folder], data, machine=machine, applied=applied
+        )
         found += disagree
         metered += energy
     return found, checked, metered
@@ -84,6 +142,9 @@ def result_problems(
     spans: list[tuple[Path, manifest.RunSpan]],
     measured: evidence_figures.Measured,
     loaded: Mapping[str, Any] | None = None,
+    *,
+    machine: Mapping[str, Any] | None = None,
+    applied: Applied | None = None,
 ) -> tuple[list[str], bool]:
     """One result's disagreements with its log, its energy, its FLOPs and its manifest, and
     whether it had a measured energy. ``loaded``: the result as a folder's loader read it,
@@ -100,12 +161,29 @@ def result_problems(
         for key, value in view.timings.items()
         if (record := RateRecordRead.from_dict(value)) is not None
     }
-    found = (
-        log_problems(view, records, run, path)
-        + evidence_figures.energy_problems(view, records, file)
-        + evidence_figures.flops_problems(view, records, file, measured)
-        + _time_problems(view, records, path, file, spans)
+    applied = applied if applied is not None else Applied()
+    device, found = bounds.device_of(view, file, machine)
+    expected, not_recomputed, wrong = bounds.flops_problem(view, file)
+    bounded, too_much = bounds.energy_problems(view, file, expected, device)
+    found += wrong + log_problems(view, records, run, path)
+    found += evidence_figures.energy_problems(view, records, file) + too_much
+    found += evidence_figures.flops_problems(
+        view,
+        records,
+        file,
+        measured,
+        row=device.row,
+        milarun_flops=expected.value if expected else None,
+        precision=expected.precision if expected else None,
     )
+    found += _time_problems(view, records, path, file, spans)
+    applied.flops += expected is not None
+    applied.peaks += device.row is not None
+    applied.energy += bounded
+    if not_recomputed:
+        applied.unbounded[f"FLOPs not recomputed: {not_recomputed}"] += 1
+    if device.why:
+        applied.unbounded[f"{NO_PEAK}: {device.why}"] += 1
     energy = view.energy
     return found, energy is not None and results.is_finite(energy.joules)
 

@@ -23,7 +23,7 @@ from typing import Any
 from milarun.machine.gpu import datasheet
 from milarun.measure import energy
 from milarun.results import is_finite, series
-from milarun.results.parts import RateRecordRead, gpu_names, number
+from milarun.results.parts import RateRecordRead, number
 from milarun.results.read import ResultView
 
 EXACT = 1e-9  # a figure re-made from the same numbers by the same code
@@ -107,17 +107,28 @@ def _shares(view: ResultView) -> dict[str, float]:
 
 
 def flops_problems(
-    view: ResultView, records: dict[str, RateRecordRead], file: str, measured: Measured
+    view: ResultView,
+    records: dict[str, RateRecordRead],
+    file: str,
+    measured: Measured,
+    *,
+    row: str | None = None,
+    milarun_flops: float | None = None,
+    precision: str | None = None,
 ) -> list[str]:
-    """FLOPs per example against the rate, the step, the datasheet and the doctor."""
+    """FLOPs per example against the rate, the step, the datasheet and the doctor. ``row``:
+    the datasheet row of the device the system record names (milarun.tender.bounds);
+    ``milarun_flops``, ``precision``: milarun's FLOPs per example and their precision, which
+    the peaks bound (else the bid's)."""
     eff = view.efficiency
-    per_example = number(eff.flops_per_example) if eff is not None else None
+    said = number(eff.flops_per_example) if eff is not None else None
+    per_example = milarun_flops or said
     if eff is None or per_example is None or per_example <= 0:
         return []
     steady = _steady(records)
     achieved = number(eff.achieved_flops)
     if achieved is not None and steady:
-        made = {k: per_example * rate for k, rate in steady.items()}
+        made = {k: (said or 0.0) * rate for k, rate in steady.items()}
         if all(_differs(achieved, v) for v in made.values()):
             key = "train" if "train" in made else min(made)
             return [
@@ -132,7 +143,8 @@ def flops_problems(
                 f"{file}: efficiency.flops_per_step {_n(step)} but its flops_by_precision "
                 f"add up to {_n(math.fsum(parts))}"
             ]
-    return _peak_problems(view, steady, per_example, file, measured)
+    shares = {precision: 1.0} if precision and milarun_flops else _shares(view)
+    return _peak_problems(view, steady, per_example, file, measured, row, shares)
 
 
 def _per_device(view: ResultView, steady: dict[str, float]) -> tuple[str, float, int] | None:
@@ -149,22 +161,19 @@ def _per_device(view: ResultView, steady: dict[str, float]) -> tuple[str, float,
 
 
 def _peak_problems(
-    view: ResultView, steady: dict[str, float], per_example: float, file: str, measured: Measured
+    view: ResultView,
+    steady: dict[str, float],
+    per_example: float,
+    file: str,
+    measured: Measured,
+    row: str | None,
+    shares: dict[str, float],
 ) -> list[str]:
     found = _per_device(view, steady)
-    shares = _shares(view)
     eff = view.efficiency
     if found is None or not shares or eff is None:
         return []
     key, rate, devices = found
-    name = eff.device_name if isinstance(eff.device_name, str) else None
-    row = datasheet.row_for(name)
-    names = gpu_names(view.system)
-    if row is not None and names and name not in names:
-        return [
-            f"{file}: efficiency.device_name {name!r} but system.gpus names "
-            f"{', '.join(sorted(names))[:120]}"
-        ]
     need = rate * per_example / devices  # FLOP/s one device did
     text = f"timings.{key}'s steady rate {_n(rate)} x {_n(per_example)} FLOP/example"
     if row is not None:

@@ -1,0 +1,167 @@
+"""Bounds a forger cannot move (issue 46): each bound of the evidence rule comes from
+milarun (its FLOPs formulas and table, its datasheet, the run's system record), never from
+the figure it bounds. The real H100 run passes; each forgery fails with one line naming
+the bound; a bound not applied is said on the PASS line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import bidkit
+import forgery
+from conftest import ROOT
+from milarun.results import manifest
+from milarun.results.folder import load_dir
+from milarun.tender import evidence, package, rules, verify
+
+H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28" / "modern"
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    folder = tmp_path / "modern"
+    shutil.copytree(H100, folder)
+    return folder
+
+
+def found(folder: Path) -> tuple[list[str], str]:
+    applied = evidence.Applied()
+    problems, checked, _ = evidence.problems(
+        folder, load_dir(folder), manifest.run_manifests(folder), applied=applied
+    )
+    return problems, applied.text(checked)
+
+
+def test_the_honest_run_is_bounded_by_milarun_alone(run):
+    problems, said = found(run)
+    assert problems == []
+    assert said == (
+        "FLOPs per example recomputed by milarun for 7, the datasheet peak applied to 7, "
+        "energy bounds (FLOPs per joule, a busy GPU's power) to 7"
+    )
+
+
+@pytest.mark.parametrize(
+    ("test", "factor", "said"),
+    [
+        (
+            "modern.gemm",
+            1.6,
+            "efficiency.flops_per_example 625,000,000,000 but milarun's definition of a gemm "
+            "example (10^12 FLOPs) gives 1,000,000,000,000",
+        ),
+        (
+            "modern.llm",
+            2.0,
+            "efficiency.flops_per_example 3,657,185,280 but milarun's PaLM formula 6N + 12 L d "
+            "s per token gives 7,314,370,560",
+        ),
+        ("modern.bert", 1.3, "but milarun's FlopCounterMode count of this release gives"),
+    ],
+)
+def test_flops_divided_by_the_factor_fail_against_milarun_s_flops(run, test, factor, said):
+    forgery.scale(run, test, factor, log=True, energy=True, flops=True)
+    problems, _ = found(run)
+    assert said in problems[0], problems  # gemm x1.6 is also above the peak: both said
+
+
+def test_gemm_beyond_the_peak_without_its_device_name_fails(run):
+    """The device comes from the system record: removing efficiency.device_name (and the
+    doctor record) leaves the datasheet peak in force."""
+    forgery.scale(run, "modern.gemm", 1.6, log=True, derived=True, energy=True)
+    forgery.edit_result(run, "modern.gemm", lambda d: d["efficiency"].pop("device_name"))
+    (run / "doctor-active.json").unlink()
+    problems, _ = found(run)
+    assert len(problems) == 1
+    assert "108% of the H100-SXM datasheet's dense peak (bf16 989.5 TFLOP/s)" in problems[0]
+
+
+def test_an_efficiency_naming_another_device_fails(run):
+    forgery.edit_result(
+        run, "modern.llm", lambda d: d["efficiency"].update(device_name="NVIDIA B200")
+    )
+    problems, _ = found(run)
+    assert problems == [
+        "modern.llm.J0.0.20261128-011230-779674.json: efficiency.device_name 'NVIDIA B200' "
+        "but system.gpus names 'NVIDIA H100 80GB HBM3'"
+    ]
+
+
+def test_a_result_renamed_against_the_run_s_system_record_fails(run):
+    forgery.edit_result(run, "modern.gemm", lambda d: forgery.rename_gpu(d, "NVIDIA B200"))
+    problems, _ = found(run)
+    assert len(problems) == 1 and "but the run's system record (.sysinfo) names" in problems[0]
+
+
+def test_the_monitor_s_memory_against_the_system_record_fails(run):
+    forgery.edit_result(run, "modern.vit", lambda d: forgery.monitor_memory(d, 143_771.0))
+    problems, _ = found(run)
+    assert problems == [
+        "modern.vit.J0.0.20261128-011437-440919.json: gpu_monitor samples a GPU of 143,771 "
+        "MiB but system.gpus says 81,559 MiB"
+    ]
+
+
+def test_an_unknown_device_is_said_unbounded(run):
+    """Renamed everywhere, the run's record too: nothing bounds it, and the line says so."""
+    for path in run.glob("modern.*.json"):
+        data = json.loads(path.read_text())
+        forgery.rename_gpu(data, "Acme X1")
+        path.write_text(json.dumps(data))
+    (sysinfo,) = run.glob("*.sysinfo")
+    kept = json.loads(sysinfo.read_text())
+    kept["system"]["gpus"][0]["name"] = "Acme X1"
+    sysinfo.write_text(json.dumps(kept))
+    problems, said = found(run)
+    assert problems == []
+    assert said.endswith("not applied: no peak applied: unknown device Acme X1 (7)")
+
+
+def test_energy_beyond_the_peak_per_board_watt_fails(run):
+    """The joules divided (the monitor's samples and the record edited alike would need the
+    power samples too): a busy GPU's power bound catches a small energy."""
+    def drain(data):
+        data["energy"]["joules"] /= 10
+        data["energy"]["watts"] /= 10
+
+    forgery.edit_result(run, "modern.llm", drain)
+    problems, _ = found(run)
+    assert any("not a busy device" in p for p in problems), problems
+
+
+def test_an_argument_recorded_against_its_argv_fails(run):
+    forgery.edit_result(run, "modern.bert", lambda d: d["call"]["arguments"].update(seq_len=256))
+    problems, _ = found(run)
+    assert problems == [
+        "modern.bert.J0.0.20261128-011324-471536.json: call.arguments.seq_len 256 but its argv 512"
+    ]
+
+
+def test_verify_names_the_bounds_on_its_pass_line_and_a_tender_may_fail_unknown_devices(
+    tmp_path,
+):
+    tender = rules.make_tender("modern", None, repeat=1, allow_overrides=True)
+    path = rules.write_tender(tmp_path / "tender.json", tender)
+    out = package.make_package(H100, tmp_path / "bid.tar.gz", path).out
+    line = next(c for c in verify.verify(out, path).checks if c.rule == "evidence")
+    assert line.ok and "FLOPs per example recomputed by milarun for 7" in line.evidence
+
+    def unknown(folder: Path) -> None:
+        for result in (folder / "run").glob("modern.*.json"):
+            data = json.loads(result.read_text())
+            forgery.rename_gpu(data, "Acme X1")
+            result.write_text(json.dumps(data))
+        for kept in (folder / "run").glob("*.sysinfo"):
+            data = json.loads(kept.read_text())
+            data["system"]["gpus"][0]["name"] = "Acme X1"
+            kept.write_text(json.dumps(data))
+
+    strict = rules.write_tender(tmp_path / "strict.json", {**tender, "unknown_device_fails": True})
+    bad = bidkit.edited(out, tmp_path, unknown)
+    line = next(c for c in verify.verify(bad, strict).checks if c.rule == "evidence")
+    assert not line.ok
+    assert "no peak applied: unknown device Acme X1: the tender bounds every device" in line.evidence
