@@ -23,11 +23,48 @@ METRIC_AXIS = {
 WINNER, OTHER = "#3a3", "#69c"
 
 
+def failed(bid: BidFigures | None) -> bool:
+    """Whether verify FAILs the bid against the tender packed with it."""
+    return bid is not None and bid.verified_ok is False
+
+
 def _by_rank(ranking: Ranking) -> list[tuple[Row, BidFigures | None]]:
-    """The rows in rank order (unranked last), each with its bid's figures where known."""
+    """The rows as the page lists them: in rank order (unranked last), the bids verify
+    FAILs under the others; each with its bid's figures where known."""
     bids: list[BidFigures | None] = list(ranking.bids) or [None] * len(ranking.rows)
     pairs = list(zip(ranking.rows, bids))
-    return sorted(pairs, key=lambda pair: pair[0].rank or math.inf)
+    return sorted(pairs, key=lambda pair: (failed(pair[1]), pair[0].rank or math.inf))
+
+
+def winner(ranking: Ranking) -> str | None:
+    """The bid the page crowns: the best-ranked one verify does not FAIL; none when every
+    ranked bid fails (a ranking of bids that all fail verify has no winner)."""
+    for row, bid in _by_rank(ranking):
+        if row.rank is not None and not failed(bid):
+            return row.name
+    return None
+
+
+def rows(ranking: Ranking, cells: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The table's rows as the page lists them (_by_rank): each row's ``cells`` (given in
+    rank order, as render.cells makes them) with where the bid ran and its verify status."""
+    by_rank = sorted(range(len(ranking.rows)), key=lambda i: ranking.rows[i].rank or math.inf)
+    cell_of = {id(ranking.rows[i]): cell for i, cell in zip(by_rank, cells)}
+    crowned = winner(ranking)
+    out = []
+    for row, bid in _by_rank(ranking):
+        head, tail, kind = status(bid)
+        out.append(
+            {
+                **cell_of[id(row)],
+                "machine": machine(bid),
+                "verdict": head,
+                "said": tail,
+                "verdict_class": kind,
+                "winner": "yes" if row.name == crowned else "",
+            }
+        )
+    return out
 
 
 def machine(bid: BidFigures | None) -> str:
@@ -91,7 +128,8 @@ def chart(ranking: Ranking) -> Markup | None:
         fig = Figure(figsize=(9.0 if metric else 5.0, 0.9 + 0.32 * len(rows)))
         axes = fig.subplots(1, 2 if metric else 1, sharey=True, squeeze=False)[0]
         ys = list(range(len(rows)))[::-1]
-        colours = [WINNER if row.rank == 1 else OTHER for row in rows]
+        crowned = winner(ranking)
+        colours = [WINNER if row.name == crowned else OTHER for row in rows]
         scores = [float(row.score or 0) for row in rows]
         low = [s - (row.score_ci or (s, s))[0] for s, row in zip(scores, rows)]
         high = [(row.score_ci or (s, s))[1] - s for s, row in zip(scores, rows)]
@@ -110,12 +148,3 @@ def chart(ranking: Ranking) -> Markup | None:
         axes[0].set_yticks(ys, [row.name for row in rows])
         fig.set_layout_engine("constrained")
         return charts.svg(fig, charts.LARGE)
-
-
-def extras(ranking: Ranking) -> list[dict[str, str]]:
-    """Per row, in rank order (as render.cells): where the bid ran and its verify status."""
-    out = []
-    for _, bid in _by_rank(ranking):
-        head, tail, kind = status(bid)
-        out.append({"machine": machine(bid), "verdict": head, "said": tail, "verdict_class": kind})
-    return out

@@ -115,7 +115,7 @@ def to_html(ranking: Ranking, title: str) -> str:
     from milarun.report.render import html  # matplotlib and jinja2: for the page only
     from milarun.tender import page
 
-    rows = [{**c, **e} for c, e in zip(cells(ranking), page.extras(ranking))]
+    rows = page.rows(ranking, cells(ranking))  # the bids verify FAILs listed last
     shown = [(k, t) for k, t in COLUMNS if k in ALWAYS or any(r[k] != "-" for r in rows)]
     return (
         html.environment()
@@ -127,5 +127,6 @@ def to_html(ranking: Ranking, title: str) -> str:
             header=_header_lines(ranking),
             breakdown=page.breakdown(ranking),
             chart=page.chart(ranking),
+            winner=page.winner(ranking),
         )
     )
