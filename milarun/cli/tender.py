@@ -53,6 +53,13 @@ class TenderCommands:
         margin: Option & float = default(0.95)
         # Acceptance: the buyer's risk of accepting a figure that is not met
         risk: Option & float = default(0.05)
+        # Every run must carry this tender's challenge (`jobs --tender FILE`) and start
+        # after the tender was written
+        require_challenge: Option & bool = default(False)
+        # Every device needs a PASS `doctor --active` record in its run folder
+        require_doctor: Option & bool = default(False)
+        # A result on a device milarun's datasheet does not know FAILs (no peak bounds it)
+        unknown_device_fails: Option & bool = default(False)
         # The tender file to write (never over an existing file)
         # [alias: -o]
         out: Option & str
@@ -75,6 +82,9 @@ class TenderCommands:
             max_power_limit_share=max_power_limit,
             margin=margin,
             risk=risk,
+            require_challenge=require_challenge,
+            require_doctor=require_doctor,
+            unknown_device_fails=unknown_device_fails,
         )
         rules.write_tender(Path(out), tender)
         tests = tender["profile"]["tests"]

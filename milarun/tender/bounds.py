@@ -24,7 +24,7 @@ from typing import Any
 
 from milarun.machine.gpu import datasheet
 from milarun.results import is_finite
-from milarun.results.parts import gpu_names
+from milarun.results.parts import gpu_names, number
 from milarun.results.read import ResultView
 from milarun.tender import flops
 
@@ -118,9 +118,9 @@ def _monitor_problems(
                     "record (.sysinfo provenance) lists no such GPU"
                 ]
             total = reading.get("memory") if isinstance(reading, Mapping) else None
-            size = total[1] if isinstance(total, list) and len(total) == 2 else None
+            size = number(total[1]) if isinstance(total, list) and len(total) == 2 else None
             if (
-                is_finite(size)
+                size is not None
                 and memory
                 and all(abs(size - m) > MEMORY_TOLERANCE * m for m in memory)
             ):
@@ -143,13 +143,13 @@ def flops_problem(
     if isinstance(found, str):
         return None, found, []
     eff = view.efficiency
-    said = eff.flops_per_example if eff is not None else None
-    if is_finite(said) and abs(said - found.value) > FLOPS_TOLERANCE * found.value:
+    said = number(eff.flops_per_example) if eff is not None else None
+    if said is not None and abs(said - found.value) > FLOPS_TOLERANCE * found.value:
         return (
             found,
             None,
             [
-                f"{file}: efficiency.flops_per_example {_n(float(said))} but milarun's {found.how} "
+                f"{file}: efficiency.flops_per_example {_n(said)} but milarun's {found.how} "
                 f"gives {_n(found.value)} (more than {FLOPS_TOLERANCE:.0%} apart)"
             ],
         )

@@ -12,6 +12,7 @@ import datetime as _dt
 import hashlib
 import math
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ DEFAULT_MAX_THROTTLED = 0.05
 MAX_SM_CLOCK_MHZ = 10_000
 MAX_REPEAT = 10_000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_CHALLENGE = re.compile(r"[0-9a-f]{32}")
+# the options a tender written before them lacks: absent reads as false
+OPTIONAL_SWITCHES = ("unknown_device_fails", "require_challenge", "require_doctor")
 
 ABOUT = {
     "milarun_version": "the milarun version every result must record",
@@ -47,6 +51,14 @@ ABOUT = {
     "(null: no floor)",
     "max_power_limit_share": "steady slices at the GPU's power limit / all steady slices at "
     "most this (null: no limit)",
+    "challenge": "a random value of this tender: `milarun jobs --tender FILE` records it in "
+    "each run's manifest, proving the run was made for this tender, after it was issued",
+    "require_challenge": "every run must carry this tender's challenge and start after the "
+    "tender was created (runs made for this tender)",
+    "require_doctor": "every device a result ran on needs a PASS `doctor --active` record in "
+    "its run folder, made from an hour before the run started to its end",
+    "unknown_device_fails": "a result on a device with no row in milarun's datasheet FAILs "
+    "(otherwise its rates are bounded by no peak, and verify says so)",
     "acceptance": "declared figures: ACCEPT when P(true < margin x declared) < risk, REJECT "
     "when P(true >= margin x declared) < risk: read off the (1 - 2 x risk) interval of the "
     "mean over runs (Student t; widened to the bootstrap-t from 10 runs), printed by verify",
@@ -124,6 +136,23 @@ class Tender:
     def allow_overrides(self) -> bool:
         return bool(self.data["allow_overrides"])
 
+    def switch(self, key: str) -> bool:
+        """An optional rule's switch (OPTIONAL_SWITCHES; absent: off)."""
+        return bool(self.data.get(key, False))
+
+    @property
+    def challenge(self) -> str | None:
+        found = self.data.get("challenge")
+        return found if isinstance(found, str) else None
+
+    @property
+    def created_at(self) -> float | None:
+        """When the tender was written (POSIX seconds), None where unreadable."""
+        try:
+            return _dt.datetime.fromisoformat(str(self.data.get("created_at"))).timestamp()
+        except ValueError:
+            return None
+
     @property
     def margin(self) -> float:
         return float(self.data["acceptance"]["margin"])
@@ -149,6 +178,9 @@ def make_tender(
     max_power_limit_share: float | None = None,
     margin: float = 0.95,
     risk: float = 0.05,
+    require_challenge: bool = False,
+    require_doctor: bool = False,
+    unknown_device_fails: bool = False,
 ) -> dict[str, Any]:
     """The tender's JSON object; TenderError naming the option for a value out of range."""
     _check_numbers(repeat, max_failure_rate, min_steady_slices, max_throttled_share, margin, risk)
@@ -197,6 +229,10 @@ def make_tender(
         "min_sm_clock_mhz": min_sm_clock_mhz,
         "max_power_limit_share": max_power_limit_share,
         "acceptance": {"margin": margin, "risk": risk},
+        "challenge": secrets.token_hex(16),
+        "require_challenge": require_challenge,
+        "require_doctor": require_doctor,
+        "unknown_device_fails": unknown_device_fails,
         "about": ABOUT,
     }
 
@@ -310,4 +346,14 @@ def tender_problem(data: Any) -> str | None:
     for key in ("require_cgroups", "allow_overrides"):
         if not isinstance(data.get(key), bool):
             return f"'{key}' is not true/false"
+    for key in OPTIONAL_SWITCHES:
+        if not isinstance(data.get(key, False), bool):
+            return f"'{key}' is not true/false"
+    challenge = data.get("challenge")
+    if challenge is not None and not (
+        isinstance(challenge, str) and _CHALLENGE.fullmatch(challenge)
+    ):
+        return "'challenge' is not 32 hex digits"
+    if data.get("require_challenge") and challenge is None:
+        return "'require_challenge' is true but the tender has no 'challenge'"
     return None

@@ -1,0 +1,109 @@
+"""Two rules of ``milarun verify`` that tie a bid to this tender and to a healthy machine,
+each applied only where the tender asks for it (and otherwise saying what it found):
+
+- ``fresh``: every run manifest carries the tender's random challenge (``jobs --tender
+  FILE`` records it) and started after the tender was written: the runs were made for this
+  call, not taken from an older campaign.
+- ``doctor``: every device a successful result ran on has a PASS ``doctor --active`` record
+  in its run folder, made from DOCTOR_BEFORE before its run started to the run's end.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from milarun.results import manifest
+from milarun.results.read import ResultView
+from milarun.tender import checks, evidence_figures
+
+CLOCK = 60.0  # a run's clock may be stepped while it runs (NTP): evidence.CLOCK
+DOCTOR_BEFORE = 3600.0  # an operator checks the machine, then starts the run
+
+
+def fresh(bid: checks.Bid) -> checks.Check:
+    """Runs made for this tender, after it was issued (required: ``require_challenge``)."""
+    tender, required = bid.tender, bid.tender.switch("require_challenge")
+    issued = tender.created_at
+    stale: list[str] = []
+    for path, data in bid.manifests:
+        name = path.name
+        if tender.challenge is None or data.get("challenge") != tender.challenge:
+            stale.append(f"{name}: no challenge of this tender")
+        elif issued is not None and manifest.run_span(data).started_at < issued - CLOCK:
+            stale.append(f"{name}: started before the tender was written")
+    if not bid.manifests:
+        stale.append("no run manifest")
+    made = len(bid.manifests) - len(stale)
+    if not required:
+        return checks.Check(
+            "fresh",
+            True,
+            f"not required by the tender: {max(made, 0)} of {len(bid.manifests)} run(s) "
+            "carry its challenge",
+        )
+    if stale:
+        shown = "; ".join(stale[: checks.MAX_SHOWN])
+        return checks.Check("fresh", False, f"{len(stale)} run(s) not made for it: {shown}")
+    return checks.Check(
+        "fresh", True, f"{made} run(s) carry the tender's challenge, started after it was issued"
+    )
+
+
+def _started(record: dict[str, object]) -> float | None:
+    try:
+        when = _dt.datetime.fromisoformat(str(record.get("started")).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.timestamp()
+
+
+def _vouches(record: dict[str, object], device: str, span: manifest.RunSpan) -> bool:
+    """Whether a doctor record passed ``device`` in the span of its run."""
+    measured, when = record.get("measurements"), _started(record)
+    if record.get("verdict") != evidence_figures.DOCTOR_PASS or when is None:
+        return False
+    end = span.finished_at if span.finished_at is not None else when
+    in_span = span.started_at - DOCTOR_BEFORE <= when <= end + CLOCK
+    return in_span and isinstance(measured, dict) and device in measured
+
+
+def doctor(bid: checks.Bid) -> checks.Check:
+    """A PASS ``doctor --active`` per device in its run's span (``require_doctor``)."""
+    required = bid.tender.switch("require_doctor")
+    spans = [(p.parent, manifest.run_span(d)) for p, d in bid.manifests]
+    records: dict[Path, list[dict[str, object]]] = {}
+    missing: list[str] = []
+    devices: set[tuple[Path, str]] = set()
+    for data, path in zip(bid.loaded.results, bid.loaded.paths, strict=True):
+        view = ResultView.from_dict(data)
+        folder = Path(path).parent
+        if view.rate() is None or not view.device.startswith(("cuda", "xpu")):
+            continue
+        if (folder, view.device) in devices:
+            continue
+        devices.add((folder, view.device))
+        if folder not in records:
+            records[folder] = evidence_figures.read_doctors(folder)
+        span = next((s for f, s in spans if f == folder and Path(path).name in s.results), None)
+        if span is None or not any(_vouches(r, view.device, span) for r in records[folder]):
+            where = folder.relative_to(bid.root).as_posix()
+            missing.append(f"{view.device} in {where}")
+    if not required:
+        return checks.Check(
+            "doctor",
+            True,
+            f"not required by the tender: {len(devices) - len(missing)} of {len(devices)} "
+            "device(s) have a PASS doctor --active record in their run's span",
+        )
+    if missing:
+        shown = ", ".join(missing[: checks.MAX_SHOWN])
+        return checks.Check(
+            "doctor",
+            False,
+            f"{len(missing)} device(s) without a PASS doctor --active record from "
+            f"{DOCTOR_BEFORE / 3600:g} h before their run to its end: {shown}",
+        )
+    return checks.Check(
+        "doctor", True, f"{len(devices)} device(s), each with a PASS doctor --active record"
+    )
