@@ -96,6 +96,12 @@ class Commands:
         # Run more CPU slices than this machine has CPUs (or memory at 1 GiB a slice): they
         # share them, and each rate is lower
         oversubscribe: Option & bool = default(False)
+        # Where finished results go when the output folder's disk is full (default: wait for
+        # space, then a folder in the temp folder)
+        # [metavar: DIR]
+        spare_out: Option & str = default(None)
+        # Seconds to wait for space on a full output disk that holds back finished results
+        wait_for_space: Option & float = default(600.0)
 
         from milarun.run import plan, suite
 
@@ -123,6 +129,8 @@ class Commands:
                 verbose=verbose,
                 warm_start=not cold_start,
                 oversubscribe=oversubscribe,
+                spare_out=Path(spare_out) if spare_out else None,
+                wait_for_space=wait_for_space,
                 user_args=test_args,
                 rendezvous=(
                     plan.Rendezvous.parse(nnodes, master, node_rank) if nnodes is not None else None

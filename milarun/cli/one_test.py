@@ -3,6 +3,7 @@ exit code."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -33,7 +34,9 @@ def run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
         # An instance of `jobs`: its result is on disk (fsynced), so leave now, without the
         # interpreter's own exit (atexit, module teardown), which is slow after torch.
         logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            # its log on a full disk: the result is written or with the supervisor already
+            with contextlib.suppress(OSError):
+                stream.flush()
         os._exit(code)
     return code

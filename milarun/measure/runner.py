@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -20,13 +21,13 @@ from milarun.machine.gpuids import instance_gpus
 from milarun.measure import confinement, contention, diagnostics, energy, startup
 from milarun.measure.call import check_extra, resolve_function
 from milarun.measure.experiment import BadTestArguments, DoesNotFit, Experiment, RateLog
-from milarun.results import read, records, steady
+from milarun.results import channel, read, records, steady
 from milarun.results.records import Failure, RateRecord, TimerRecord
 
 # The prefix of the progress lines an instance prints on stdout (the supervisor's board
 # reads them from the instance's log).
 PROGRESS_TAG = "MILARUN_PROGRESS"
-UNWRITTEN_TAG = "MILARUN_UNWRITTEN_RESULT"
+UNWRITTEN_TAG = channel.UNWRITTEN_TAG
 
 
 class Interrupted(BaseException):
@@ -294,8 +295,19 @@ def run_test(
         except FileExistsError:  # never overwrite, never lose the run: use the DESIGN name
             path = results.write_result(outdir, result, stamp)
     except errors.WriteError as err:
-        # The measurement must survive the disk: the whole record goes to this process's
-        # output (the instance's log under `milarun jobs`), then the one-line error.
+        # The measurement must survive the disk. Under `milarun jobs`: the supervisor takes
+        # it through its channel (no disk needed) and writes it when it can.
+        unsent = channel.send(result)
+        if unsent is None:
+            with contextlib.suppress(OSError):  # its log may be on the full disk too
+                print(
+                    f"milarun: {err}; the result went to milarun jobs (pid "
+                    f"{os.environ.get(watchdog.SUPERVISOR_ENV)}), which writes it when it can",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return result, None
+        # Else the whole record goes to this process's output, then the one-line error.
         print(f"{UNWRITTEN_TAG} {json.dumps(result, default=str)}", flush=True)
         raise errors.WriteError(
             f"{err}; the result is printed in full on the line "

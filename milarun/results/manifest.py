@@ -209,7 +209,11 @@ class CutShort:
         if not self.elsewhere:
             return ""
         shown = " ".join(p[:300] for p in self.elsewhere[:MAX_SHOWN])
-        more = f" (and {len(self.elsewhere) - MAX_SHOWN} more)" if len(self.elsewhere) > MAX_SHOWN else ""
+        more = (
+            f" (and {len(self.elsewhere) - MAX_SHOWN} more)"
+            if len(self.elsewhere) > MAX_SHOWN
+            else ""
+        )
         return (
             f"; {len(self.elsewhere)} of them written to another folder, this disk being "
             f"full: move them here: mv {shown} {self.path.parent}/{more}"
@@ -316,9 +320,7 @@ def _pairs(value: Any) -> list[tuple[str, str]]:
     ]
 
 
-def cut_short(
-    outdir: Path, recorded: Collection[tuple[str, str]] | None = None
-) -> list[CutShort]:
+def cut_short(outdir: Path, recorded: Collection[tuple[str, str]] | None = None) -> list[CutShort]:
     """The runs in ``outdir`` or any folder below it that did not complete (or completed
     without writing every result: a full disk), oldest first. A manifest still marked
     running while no live process holds its folder's lock lost its supervisor.
@@ -347,9 +349,7 @@ def cut_short(
         without = (
             tuple(dict.fromkeys(t for t, _ in lost))
             if data.get("instances")
-            else tuple(
-                t for t in data["planned"] if t not in {t for t, _ in ended} | done_tests
-            )
+            else tuple(t for t in data["planned"] if t not in {t for t, _ in ended} | done_tests)
         )
         elsewhere = tuple(
             e["written_to"]

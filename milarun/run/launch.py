@@ -22,6 +22,7 @@ from milarun.machine import isolation, watchdog
 from milarun.measure import startup
 from milarun.results import read
 from milarun.run import harness_record
+from milarun.run.held import Inbox
 from milarun.run.plan import Instance, LaunchOptions, exec_prefix
 from milarun.run.prepare import run_prepare
 from milarun.run.profile import Job
@@ -67,11 +68,13 @@ class Supervisor:
         # so does a forked instance whose warm process died
         watchdog.become_subreaper()
         self.pool = WarmPool(opts.outdir / "logs", os.getpid()) if opts.warm_start else None
+        self.inbox = Inbox()  # the results instances could not write (a full disk)
 
     def close(self) -> None:
         """Let the warm processes go (at the end of the run)."""
         if self.pool is not None:
             self.pool.close()
+        self.inbox.close()
 
     def request_stop(self, signum: int, frame: Any) -> None:
         self.stop_requested = signal.Signals(signum).name
@@ -105,6 +108,7 @@ class Supervisor:
         watchdog.test_fault("started")
         running = [i for i in instances if i.process is not None]
         while running:
+            self.inbox.take(running)
             if self.stop_requested:
                 self._stop_all(running, f"{self.stop_requested} to milarun jobs")
             now = time.monotonic()
@@ -215,6 +219,7 @@ class Supervisor:
             "MILARUN_DEADLINE": f"{deadline:.3f}",
             watchdog.RESULT_STAMP_ENV: inst.stamp,
             watchdog.SUPERVISOR_ENV: str(os.getpid()),
+            **self.inbox.env,
             startup.LAUNCHED_AT_ENV: f"{time.time():.6f}",
         }
         cold = self._fork(inst, prefix, env, log_file, before)
@@ -325,6 +330,7 @@ class Supervisor:
         while time.monotonic() < deadline and any(
             i.started_process.poll() is None for i in running
         ):
+            self.inbox.take(running)  # an instance stopped may send the result it ends with
             time.sleep(POLL_INTERVAL)
         for inst in running:
             if inst.started_process.poll() is None:
@@ -348,7 +354,10 @@ class Supervisor:
             for path in results.result_paths(self.opts.outdir, inst.name, inst.job_id, inst.stamp)
             if path.exists()
         ]
-        if found:
+        sent = self.inbox.pop(inst)  # it could not write its result: it sent it
+        if sent is not None and not found:
+            inst.result = sent
+        elif found:
             inst.result_path = found[-1]
             try:
                 inst.result = results.load_result(found[-1])

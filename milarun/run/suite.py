@@ -20,7 +20,7 @@ from milarun.machine.gpuids import resolve_gpus
 from milarun.report import summary
 from milarun.results import bulk, manifest, read
 from milarun.results.folder import Loaded, check_dataroot, check_outdir
-from milarun.run import arguments, launch, plan, profile
+from milarun.run import arguments, held, launch, plan, profile
 
 log = logging.getLogger("milarun")
 
@@ -44,6 +44,8 @@ class SuiteRequest:
     rendezvous: plan.Rendezvous | None = None  # this node's part of a multi-node run
     user_args_by_job: dict[str, list[str]] = field(default_factory=dict)  # run.arguments
     oversubscribe: bool = False  # run CPU slices beyond this machine's CPUs or memory
+    spare_out: Path | None = None  # where results go that the full results disk cannot take
+    wait_for_space: float = held.DEFAULT_WAIT  # seconds, when a held result is a measurement
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,19 @@ def run_suite(
     """
     if request.repeat < 1:
         raise errors.UsageError(f"--repeat {request.repeat}: must be at least 1")
+    if not 0 <= request.wait_for_space <= 7 * 86400:
+        raise errors.UsageError(
+            f"--wait-for-space {request.wait_for_space}: give seconds, from 0 to a week"
+        )
+    if request.spare_out is not None:
+        try:
+            check_outdir(request.spare_out)
+        except errors.UsageError as err:
+            why = getattr(err.__cause__, "strerror", None) or err
+            raise errors.UsageError(
+                f"--spare-out {request.spare_out}: cannot be written ({why}); name a folder "
+                "you can write, on another disk than the results"
+            ) from None
     watchdog.log_limit()  # a bad MILARUN_LOG_LIMIT_MB is one line, before anything runs
     extra_task = slurmenv.extra_task_on_node()
     if extra_task:
@@ -166,7 +181,11 @@ def _run_held(
         f"{', '.join(d.label for d in devs)} -> {request.outdir}"
     )
 
+    unwritten: list[plan.Instance] = []
+
     def recorded(instance: plan.Instance) -> None:
+        if instance.unwritten:  # held in memory: written once there is room (settle)
+            unwritten.append(instance)
         record.instance_ended(
             instance.name,
             instance.job_id,
@@ -175,9 +194,16 @@ def _run_held(
             instance.unwritten,
         )
 
+    def settle(wait: float) -> None:
+        where = request.spare_out
+        for inst in held.settle(unwritten, request.outdir, where, wait, say):
+            if inst.result_path is not None:
+                record.instance_written(inst.name, inst.job_id, inst.result_path)
+
     try:
         done = run_jobs(selected, devs, request.repeat, opts, on_end=on_end, on_recorded=recorded)
     except launch.JobsInterrupted as err:
+        settle(0.0)  # stopped: no wait for space
         record.finish("interrupted", str(err))
         return SuiteOutcome(request.outdir, exit_code=err.exit_code, interrupted_by=str(err))
     except BrokenPipeError:
@@ -186,6 +212,7 @@ def _run_held(
     except BaseException as err:
         record.finish("failed", f"{type(err).__name__}: {err}")
         raise
+    settle(request.wait_for_space)
     record.finish("complete")
     parts = [i for i in done if i.result.get("recorded_on_head")]
     done = [i for i in done if not i.result.get("recorded_on_head")]
