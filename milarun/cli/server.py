@@ -225,6 +225,6 @@ def push_to(source: Path, server: str, key_file: str | None, params: dict[str, A
     else:
         print(f"{answer['kind']} {answer['status']}: {url}")
     if answer["status"] != "accepted":
-        print(f"rejected: {answer['reason']}")
+        print(f"why: {answer['reason']}")
         return 1
     return 0

@@ -92,7 +92,11 @@ def described(upload: Upload, site: str, again: bool = False) -> dict[str, Any]:
 
 def known(engine: Engine, content_hash: str, site_id: int | None = None) -> dict[str, Any] | None:
     """The upload of these bytes, if stored (of this site only, when one is given)."""
-    query = select(Upload, Site.name).join(Site).where(Upload.content_hash == content_hash)
+    query = (
+        select(Upload, Site.name)
+        .join(Site, Upload.site_id == Site.id)
+        .where(Upload.content_hash == content_hash)
+    )
     if site_id is not None:
         query = query.where(Upload.site_id == site_id)
     with store.session(engine) as session:

@@ -47,7 +47,11 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
     ranking_lock = threading.Lock()
 
     def one_upload(content_hash: str | None = None, token: str | None = None) -> dict[str, Any]:
-        query = select(Upload, Site.name, Tender.name).join(Site).outerjoin(Tender)
+        query = (
+            select(Upload, Site.name, Tender.name)
+            .join(Site, Upload.site_id == Site.id)
+            .outerjoin(Tender, Upload.tender_id == Tender.id)
+        )
         if token is not None:
             query = query.where(Upload.share_token == token)
         else:
