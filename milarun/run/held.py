@@ -28,6 +28,7 @@ log = logging.getLogger("milarun")
 RETRY_INTERVAL = 1.0
 DEFAULT_WAIT = 600.0  # seconds `jobs` waits for space when it holds a measurement
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+MAX_NAMED = 5  # results a recovery command names one by one
 
 
 class Inbox:
@@ -116,16 +117,20 @@ def settle(
     if not held:
         return []
     left = _write_here(held, outdir)
-    measured = any(read.ResultView.from_dict(i.result).success for i in left)
-    if left and spare is None and measured and wait > 0:
+    measured = [i for i in left if read.ResultView.from_dict(i.result).success]
+    if measured and spare is None and wait > 0:
         left = _wait_for_space(left, outdir, wait, say)
     if held != left:
         say(f"{len(held) - len(left)} held result(s) written in {outdir}")
+    # Without a folder named, only measurements go to the temp folder: a FAIL record the
+    # harness made (the run manifest names it, its log says why) is not worth the litter.
+    if spare is None:
+        left = [i for i in left if read.ResultView.from_dict(i.result).success]
     folder = spare or _spare_folder(outdir)
     moved = [i for i in left if _write(i, folder)]
     if moved:
         say(
-            f"{len(moved)} result(s) written to {folder} (not {outdir}: {left[0].unwritten}); "
+            f"{len(moved)} result(s) written to {folder} (not {outdir}: {moved[0].unwritten}); "
             f"move them into the run's folder when it has room: {recovery(moved, outdir)}"
         )
     for inst in left:
@@ -138,4 +143,6 @@ def settle(
 def recovery(moved: list[Instance], outdir: Path) -> str:
     """The command that moves results written elsewhere into the run's folder."""
     paths = [str(i.result_path) for i in moved if i.result_path is not None]
+    if len(paths) > MAX_NAMED and moved[0].result_path is not None:
+        paths = [f"{moved[0].result_path.parent}/*.json"]
     return f"mv {' '.join(paths)} {outdir}/"

@@ -86,6 +86,9 @@ class Row:
     p_best: float | None = None  # None: a busy bid, or fewer than two quiet bids
     busy_runs: int = 0  # its runs measured on a busy machine (BidFigures)
     measured_runs: int = 0
+    verified_ok: bool | None = None  # what verify says of its bid (None: not verified)
+    # its place with the bids verify FAILs after every other (rank: by its figures alone)
+    place: int | None = None
 
 
 @dataclass
@@ -191,6 +194,11 @@ def rank_bids(
     }[metric]
     for place, i in enumerate(sorted(scored, key=lambda i: key(rows[i])), 1):
         rows[i].rank = place
+    for row, bid in zip(rows, bids):
+        row.verified_ok = bid.verified_ok
+    standing = sorted(scored, key=lambda i: (rows[i].verified_ok is False, rows[i].rank))
+    for place, i in enumerate(standing, 1):
+        rows[i].place = place
     if not scored:
         return Ranking(rows, metric, costs, None, notes + ["no bid has a score"])
     tests = sorted({t for b in bids for t in b.weights if b.weights[t] > 0})

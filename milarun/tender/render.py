@@ -73,12 +73,39 @@ def _header_lines(ranking: Ranking) -> list[str]:
     return lines + [f"note: {n}" for n in ranking.notes]
 
 
+VERIFY_TEXT = {True: "PASS", False: "FAIL", None: "-"}
+
+
+def _text_rows(ranking: Ranking) -> list[dict[str, str]]:
+    """The rows in their place (the bids verify FAILs after the others), the rank column
+    that place, with each bid's verify status."""
+    by_rank = sorted(ranking.rows, key=lambda r: r.rank or math.inf)
+    cell_of = {id(row): cell for row, cell in zip(by_rank, cells(ranking))}
+    return [
+        {
+            **cell_of[id(row)],
+            "rank": fmt.num(row.place, "d"),
+            "verify": VERIFY_TEXT[row.verified_ok],
+        }
+        for row in sorted(ranking.rows, key=lambda r: r.place or math.inf)
+    ]
+
+
 def to_text(ranking: Ranking) -> str:
-    rows = cells(ranking)
-    widths = {k: max(len(title), *(len(r[k]) for r in rows)) for k, title in COLUMNS}
-    lines = ["  ".join(title.rjust(widths[k]) for k, title in COLUMNS)]
-    lines += ["  ".join(r[k].rjust(widths[k]) for k, _ in COLUMNS) for r in rows]
-    return "\n".join(lines + [""] + _header_lines(ranking)) + "\n"
+    rows = _text_rows(ranking)
+    columns = COLUMNS
+    if any(r.verified_ok is not None for r in ranking.rows):
+        columns = COLUMNS[:2] + (("verify", "verify"),) + COLUMNS[2:]
+    widths = {k: max(len(title), *(len(r[k]) for r in rows)) for k, title in columns}
+    lines = ["  ".join(title.rjust(widths[k]) for k, title in columns)]
+    lines += ["  ".join(r[k].rjust(widths[k]) for k, _ in columns) for r in rows]
+    failed = [r for r in ranking.rows if r.verified_ok is False and r.rank is not None]
+    notes = [
+        f"note: verify FAILs {r.name} against its tender: placed after every bid it does not "
+        f"fail (its figures alone would rank it {r.rank})"
+        for r in sorted(failed, key=lambda r: r.rank or math.inf)
+    ]
+    return "\n".join(lines + [""] + _header_lines(ranking) + notes) + "\n"
 
 
 def to_records(ranking: Ranking) -> dict[str, Any]:
