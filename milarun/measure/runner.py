@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors, results
-from milarun.machine import devices, monitors, sysinfo, watchdog
+from milarun.machine import bmc, devices, monitors, sysinfo, watchdog
 from milarun.machine.gpuids import instance_gpus
-from milarun.measure import confinement, contention, diagnostics, energy, startup
+from milarun.measure import confinement, contention, diagnostics, energy, nodepower, startup
 from milarun.measure.call import check_extra, resolve_function
 from milarun.measure.experiment import BadTestArguments, DoesNotFit, Experiment, RateLog
 from milarun.results import channel, read, records, steady
@@ -136,6 +136,7 @@ class _Ended:
     timings: dict[str, RateRecord | TimerRecord]
     gpu_monitor: dict[str, Any] | None
     cpu_monitor: dict[str, Any] | None
+    node_monitor: dict[str, Any] | None
 
 
 def _call(
@@ -144,6 +145,7 @@ def _call(
     """``fn(exp, argv)`` under the monitors; SIGTERM and SIGALRM become its failures."""
     gpu_mon = monitors.gpu_monitor(interval=monitor_interval).start()
     cpu_mon = monitors.cpu_monitor(interval=monitor_interval).start()
+    node_mon = bmc.node_monitor().start()  # the BMC's own interval: it answers slowly
     failure = error = None
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGALRM)}
     signal.signal(signal.SIGTERM, _raise_on(Interrupted))
@@ -170,11 +172,11 @@ def _call(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         timings = exp.finish()
-        for mon in (gpu_mon, cpu_mon):
+        for mon in (gpu_mon, cpu_mon, node_mon):
             if mon.unavailable is None:
                 mon.sample()  # a reading after the run, so the samples bracket its window
-        gpu_record, cpu_record = gpu_mon.stop(), cpu_mon.stop()
-    return _Ended(called_at, failure, error, timings, gpu_record, cpu_record)
+        gpu_record, cpu_record, node_record = gpu_mon.stop(), cpu_mon.stop(), node_mon.stop()
+    return _Ended(called_at, failure, error, timings, gpu_record, cpu_record, node_record)
 
 
 def _test_record(
@@ -199,6 +201,10 @@ def _test_record(
     # energy and throttle records name it as the operator did.
     labels = {g.uuid or g.id: f"cuda:{g.id}" for g in gpus}
     return records.ResultRecord(
+    gpu_energy = energy.energy_record(device, ended.timings, ended.gpu_monitor, labels)
+    node_energy = nodepower.node_energy_record(
+        ended.timings, ended.node_monitor, gpu_energy if on_gpu else None
+    )
         name=exp.name,
         job_id=exp.job_id,
         dataroot=str(exp.dataroot),
@@ -239,7 +245,9 @@ def _test_record(
         launch=extra or {},
         system=system,
         ranks=tuple(exp.ranks),
-        energy=energy.energy_record(device, ended.timings, ended.gpu_monitor, labels),
+        energy=gpu_energy,
+        node_monitor=ended.node_monitor if node_energy is not None else None,
+        node_energy=node_energy,
     )
 
 

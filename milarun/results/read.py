@@ -213,6 +213,11 @@ class ResultView:
         return EnergyRead.from_dict(self.data.get("energy"))
 
     @property
+    def node_energy(self) -> Mapping[str, Any]:
+        """The node's energy over the steady window (measure.nodepower; empty: none)."""
+        return as_map(self.data.get("node_energy"))
+
+    @property
     def gpu_monitor(self) -> Mapping[str, Any]:
         """The GPU monitor's record ({interval, samples, note}; empty where there is none)."""
         return as_map(self.data.get("gpu_monitor"))

@@ -32,6 +32,9 @@ ENV_PREFIXES = (
     "SLURM_JOB_ID",
     "SLURM_CPUS",
 )
+# Never kept, whatever the prefix: a credential (MILARUN_BMC_PASSWORD) has no place in a
+# result, nor where the BMC is and who logs in (milarun.machine.bmc.config).
+SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "CREDENTIAL", "PASSWD", "BMC_ADDRESS", "BMC_USER")
 
 
 # -- measurement records (a result's ``timings`` entries) ------------------------------
@@ -104,7 +107,11 @@ class Record(Protocol):
 
 def recorded_environ(environ: Mapping[str, str]) -> dict[str, str]:
     """The part of an environment a result keeps (ENV_PREFIXES), sorted."""
-    return {k: v for k, v in sorted(environ.items()) if k.startswith(ENV_PREFIXES)}
+    return {
+        k: v
+        for k, v in sorted(environ.items())
+        if k.startswith(ENV_PREFIXES) and not any(w in k.upper() for w in SECRET_WORDS)
+    }
 
 
 def gpu_name(system: Mapping[str, Any], visible: list[str]) -> str | None:
@@ -179,6 +186,10 @@ class ResultRecord:
     diagnostics: Mapping[str, Record] | None = None
     efficiency: Record | None = None
     energy: Record | None = None  # milarun.measure.energy.Energy: over the steady window
+    # The BMC's readings (milarun.machine.bmc) and the node's energy over the steady window
+    # (milarun.measure.nodepower.NodeEnergy): null where no BMC is configured.
+    node_monitor: dict[str, Any] | None = None
+    node_energy: Record | None = None
     # Each GPU of the instance: the id the operator named, NVML's UUID and PCI bus id
     # (milarun.machine.gpuids.GpuIdentity); empty (null in the file) on a CPU slice.
     gpu_identity: tuple[Record, ...] = ()
@@ -240,6 +251,8 @@ class ResultRecord:
             "diagnostics": _dicts(self.diagnostics),
             "efficiency": self.efficiency.to_dict() if self.efficiency else None,
             "energy": self.energy.to_dict() if self.energy else None,
+            "node_monitor": self.node_monitor,
+            "node_energy": self.node_energy.to_dict() if self.node_energy else None,
             "gpu_identity": [g.to_dict() for g in self.gpu_identity] or None,
             "node": self.node,
             "slurm": dict(self.slurm) if self.slurm else None,

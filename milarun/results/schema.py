@@ -58,6 +58,8 @@ RESULT_KEYS = (
     "energy",
     "gpu_identity",
     "node",
+    "node_monitor",
+    "node_energy",
     "slurm",
     "ranks",
     "format_version",
@@ -137,6 +139,8 @@ _FIELD_TYPES: dict[str, tuple[str, Any]] = {
     "energy": ("an object", _of(dict)),
     "gpu_identity": ("a list", _of(list)),
     "node": ("a string", _of(str)),
+    "node_monitor": ("an object", _of(dict)),
+    "node_energy": ("an object", _of(dict)),
     "slurm": ("an object", _of(dict)),
     "ranks": ("a list", _of(list)),
     "diagnostics": ("an object of objects", _opt(_objects)),
@@ -156,7 +160,7 @@ _FIELD_CHECKS = [(key, kind, _PLAIN_TYPES[key], ok) for key, (kind, ok) in _FIEL
 
 # Measurement series: their values are read field by field (typed here or where read),
 # never passed on whole, so their depth does not matter and is not walked.
-_BULKY_FIELDS = frozenset({"timings", "gpu_monitor", "cpu_monitor", "metrics"})
+_BULKY_FIELDS = frozenset({"timings", "gpu_monitor", "cpu_monitor", "node_monitor", "metrics"})
 _RATE_TYPES = {int, float, type(None)}
 
 
@@ -200,7 +204,7 @@ def result_problem(data: dict[str, Any]) -> str | None:
         failure.get("message"), (str, type(None))
     ):
         return "'failure' kind/message are not strings"
-    for name in ("gpu_monitor", "cpu_monitor"):
+    for name in ("gpu_monitor", "cpu_monitor", "node_monitor"):
         samples = (data.get(name) or {}).get("samples")
         if samples is not None and not isinstance(samples, list):
             return f"'{name}.samples' is not a list"  # its items are typed where read

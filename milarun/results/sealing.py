@@ -13,7 +13,7 @@ def drop_samples(data: dict[Any, Any]) -> float | None:
     """Drop a result's monitor samples (most of its size) and return what reports use of
     them, the peak memory (what else is read of them, results.upgrade read at load)."""
     peak = monitor_peak(data)
-    for key in ("gpu_monitor", "cpu_monitor"):
+    for key in ("gpu_monitor", "cpu_monitor", "node_monitor"):
         monitor = data.get(key)
         if isinstance(monitor, dict) and monitor.get("samples"):
             data[key] = {**monitor, "samples": []}

@@ -314,6 +314,8 @@ def plan_instances(
         }
         command = [sys.executable, *_run_command(job, job.fullname, job_id, extra, opts)]
         env = launch_environ(group)  # without the operator's leftover rank variables
+        # the instances that share this node's power at once (measure.nodepower)
+        env["MILARUN_NODE_INSTANCES"] = str(len(groups))
         place = _placement(job, group[0], opts)
         if place is not None:
             env["MILARUN_CGROUP"] = place.spec
