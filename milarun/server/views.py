@@ -91,13 +91,13 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
         with store.session(engine) as session:
             return as_data(queries.sites(session), format)
 
-    @app.get("/sites/{name}", response_class=HTML)
+    @app.get("/sites/{name:path}", response_class=HTML)
     def site_page(name: str, tier: str | None = None) -> str:
         rows = site_data(name, tier)
         return pages.page(f"site {name}", [Section(None, None, pages.uploads_table(rows))],
                           alternates=alternates(link("api", "sites", name)))  # fmt: skip
 
-    @app.get("/api/sites/{name}")
+    @app.get("/api/sites/{name:path}")
     def site_data(name: str, tier: str | None = None, format: str | None = None) -> Any:
         with store.session(engine) as session:
             rows = queries.uploads(session, site=name, tier=_tier(tier))
@@ -160,7 +160,7 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
         return pages.page("tests", [Section(None, "each test's runs across sites",
                           Table("tests", [("test", "test")], rows, {"test": "url"}))])  # fmt: skip
 
-    @app.get("/tests/{test}", response_class=HTML)
+    @app.get("/tests/{test:path}", response_class=HTML)
     def test_page(test: str) -> str:
         data = test_data(test)
         return pages.page(
@@ -176,7 +176,7 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
             alternates=alternates(link("api", "tests", test)),
         )
 
-    @app.get("/api/tests/{test}")
+    @app.get("/api/tests/{test:path}")
     def test_data(test: str, format: str | None = None) -> Any:
         with store.session(engine) as session:
             data = queries.test_across_sites(session, test)
@@ -221,7 +221,7 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
                     )  # fmt: skip
             return rankings[cache], rows
 
-    @app.get("/tenders/{name}", response_class=HTML)
+    @app.get("/tenders/{name:path}", response_class=HTML)
     def tender_page(name: str, power_cost: float | None = None) -> str:
         from milarun.tender import render
 
@@ -236,7 +236,7 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
         body = extra.split("<body>", 1)[1].split("</body>", 1)[0].split("</nav>", 1)[1]
         return text.replace("</body>", body + "</body>", 1)
 
-    @app.get("/api/tenders/{name}")
+    @app.get("/api/tenders/{name:path}")
     def tender_data(name: str, power_cost: float | None = None, format: str | None = None) -> Any:
         from milarun.tender import render
 
