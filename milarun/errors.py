@@ -90,3 +90,19 @@ class DatabaseError(InputError):
 
 class PushError(UserError, RuntimeError):
     """A push the results server refused or could not take (the package is kept)."""
+
+
+def unknown_name(what: str, name: str, known: list[str], shown: int = 20) -> str:
+    """The line for a name that matches none: ``no test named 'quick.polynom'; did you mean
+    quick.polynome? (tests: ...)``: the closest ones named, at most ``shown`` listed."""
+    hint = close_names(name, known)
+    listed = ", ".join(sorted(known)[:shown]) + (" ..." if len(known) > shown else "")
+    return f"no {what} named {name[:80]!r}{hint} ({what}s: {listed or 'none'})"
+
+
+def close_names(name: str, known: list[str]) -> str:
+    """``; did you mean quick.polynome?`` (the closest of ``known``), or "" when none is."""
+    import difflib  # the rare path: only when a name matched nothing
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""

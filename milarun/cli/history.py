@@ -138,8 +138,10 @@ def history(test_args: list[str]) -> int:
     db, since = _database()
     options = _judged(by="gpu" if gpu else "node" if node else None)
     filters = trends.Filters(test, machine, node, gpu, since)
-    series = _series(filters, options, db)
+    series = _series(filters, options, db)  # a name that matches nothing: UsageError
     print(history_text(series), end="")
+    if not series:  # every name is known, but not together (or not --since): nothing shown
+        return 1
     if html:
         from milarun.history.page import write_page
 

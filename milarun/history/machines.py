@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from milarun.errors import UsageError
+from milarun.errors import UsageError, close_names
 from milarun.history.models import Machine, Result, Run
 from milarun.report import build, summary
 from milarun.report.weights import default_weights, load_weights
@@ -49,10 +49,11 @@ def _run_of(session: Session, pick: str) -> tuple[str, int]:
         return f"{found[0]} (run {found[1]})", found[1]
     run_id = session.scalar(select(func.max(Run.id)).join(Machine).where(Machine.name == pick))
     if run_id is None:
-        names = sorted(session.scalars(select(Machine.name)).all())[:20]
+        names = sorted(session.scalars(select(Machine.name)).all())
         raise UsageError(
-            f"--machines {pick[:80]!r}: no such machine in the database "
-            f"(machines: {', '.join(names) or 'none'}; or give run:ID)"
+            f"--machines {pick[:80]!r}: no such machine in the database"
+            f"{close_names(pick, names)} (machines: {', '.join(names[:20]) or 'none'}; "
+            "or give run:ID)"
         )
     return f"{pick} (run {run_id})", run_id
 

@@ -16,6 +16,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from milarun.errors import UsageError, unknown_name
 from milarun.history.models import Gpu, Machine, Node, Result, Run
 from milarun.report import stats
 
@@ -214,3 +215,23 @@ def build_points(found: Iterable[Instance], by: str) -> dict[str, list[Point]]:
     for found_points in series.values():
         found_points.sort(key=lambda p: (p.when, p.run_id, p.repeat))
     return dict(sorted(series.items()))
+
+
+NAMED = {"test": Result.test, "machine": Machine.name, "node": Node.name, "gpu": Gpu.uuid}
+
+
+def names(session: Session, what: str) -> list[str]:
+    """Every distinct ``what`` (test, machine, node, gpu) the database holds."""
+    column = NAMED[what]
+    return sorted(n for n in session.scalars(select(column).distinct()).all() if n is not None)
+
+
+def check_names(session: Session, filters: Filters) -> None:
+    """A UsageError naming the first filter that matches nothing in the database, with the
+    closest names it holds (a typo: quick.polynom)."""
+    for what in NAMED:
+        given = getattr(filters, what)
+        if given:
+            known = names(session, what)
+            if given not in known:
+                raise UsageError(unknown_name(what, given, known))

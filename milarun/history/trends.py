@@ -45,6 +45,7 @@ from milarun.history.points import (
     Point,
     Sample,
     build_points,
+    check_names,
     instances,
 )
 from milarun.report import stats
@@ -214,6 +215,8 @@ def history(session: Session, filters: Filters, options: Options) -> dict[str, l
     series = build_points(
         instances(session, filters, _cutoff(session, filters, options)), options.by
     )
+    if not series:  # a name that matches nothing says so, with the names it may have meant
+        check_names(session, filters)
     for points in series.values():
         judge(points, options)
     if options.by != "test":

@@ -67,8 +67,9 @@ class Profile:
         """Jobs by name and/or tag, in profile order; unknown names list the valid ones."""
         unknown = [n for n in names or [] if n not in self.jobs]
         if unknown:
+            close = errors.close_names(unknown[0], list(self.jobs))
             raise ProfileError(
-                f"profile {self.path}: no job named {', '.join(unknown)}; "
+                f"profile {self.path}: no job named {', '.join(unknown)}{close}; "
                 f"valid names: {', '.join(self.jobs)}"
             )
         chosen = [j for j in self.jobs.values() if not names or j.name in names]
