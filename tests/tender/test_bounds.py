@@ -164,4 +164,5 @@ def test_verify_names_the_bounds_on_its_pass_line_and_a_tender_may_fail_unknown_
     bad = bidkit.edited(out, tmp_path, unknown)
     line = next(c for c in verify.verify(bad, strict).checks if c.rule == "evidence")
     assert not line.ok
-    assert "no peak applied: unknown device Acme X1: the tender bounds every device" in line.evidence
+    said = "no peak applied: unknown device Acme X1: the tender bounds every device"
+    assert said in line.evidence
