@@ -11,8 +11,9 @@ The second part (issue 24: readers, the log cap, a disk filling mid-suite, names
 rate) is in faults_part2.py, the third in faults_part3.py, warm starts (issue 36) in
 faults_part4.py, the results database (issue 40) in faults_part5.py and faults_postgres.py,
 bid packages and a machine's limits in faults_part6.py, doctor probes in faults_part7.py,
-forged bid packages (issue 42) in faults_forgery.py; the helpers they share are in
-faultkit.py.
+forged bid packages (issue 42) in faults_forgery.py, work lost or left unexplained (issue
+50: a disk filling under `jobs`, stop signals to the doctor, ...) in faults_lost_work.py;
+the helpers they share are in faultkit.py.
 `faults.py db: bid: doctor: limits:` runs issue 40's alone.
 """
 
@@ -43,6 +44,7 @@ from faultkit import (
     wrong_content,
 )
 from faults_forgery import SCENARIOS as FORGERY  # forged bid packages (issue 42)
+from faults_lost_work import SCENARIOS as LOST_WORK  # full disk, stop signals, ... (issue 50)
 from faults_part2 import SCENARIOS as PART2
 from faults_part3 import SCENARIOS as PART3
 from faults_part4 import SCENARIOS as PART4
@@ -317,6 +319,7 @@ def main() -> None:
         **PART6,
         **PART7,
         **FORGERY,
+        **LOST_WORK,
     }
     chosen = {
         name: scenario
