@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from milarun import results
-from milarun.report import stats
+from milarun.report import nodeenergy, stats
 from milarun.results import read
 from milarun.results.throttle import POWER_LIMIT, REASON_TEXT
 
@@ -66,21 +66,35 @@ class EnergySection:
     coverage: float | None = None
     power_cost: float | None = None
     warnings: tuple[str, ...] = ()
+    # the node's energy from its BMC (report.nodeenergy): empty where no run had a BMC
+    node_table: pd.DataFrame | None = None
+    node_score: float | None = None
+    node_coverage: float | None = None
+    node_notes: tuple[str, ...] = ()
 
 
 def energy_section(
     summary: dict[str, dict[str, Any]], weights: dict[str, float] | None, power_cost: float | None
 ) -> EnergySection:
-    """The energy table, perf/W score and throttling warnings of a summary."""
+    """The energy table, perf/W score and throttling warnings of a summary, and the node's
+    energy where a BMC measured it."""
     warnings = throttle_warnings(summary)
     table = energy_table(summary, power_cost)
+    nodes = nodeenergy.node_table(summary)
+    node_score, node_coverage = nodeenergy.node_score(nodes, weights)
+    node = {
+        "node_table": nodes,
+        "node_score": node_score,
+        "node_coverage": node_coverage,
+        "node_notes": tuple(nodeenergy.node_notes(summary)),
+    }
     if table.empty:
         if power_cost is not None:
             warnings.append(
                 "--power-cost: no test has an energy measurement (GPU runs only), "
                 "so no energy cost is shown"
             )
-        return EnergySection(table, warnings=tuple(warnings))
+        return EnergySection(table, warnings=tuple(warnings), **node)
     score = coverage = None
     weighted = [t for t, w in (weights or {}).items() if w > 0]
     values = {
@@ -92,7 +106,7 @@ def energy_section(
     if weights and values and total:
         score = stats.weighted_geomean(values, weights)
         coverage = sum(weights[t] for t in values) / total
-    return EnergySection(table, score, coverage, power_cost, tuple(warnings))
+    return EnergySection(table, score, coverage, power_cost, tuple(warnings), **node)
 
 
 def throttle_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
@@ -159,6 +173,7 @@ def summary_entries(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
     if throttled:
         out["throttle"] = throttled
+    out.update(nodeenergy.summary_entry(views))
     return out
 
 
@@ -184,4 +199,4 @@ def entry_problem(entry: Mapping[str, Any]) -> str | None:
             or not all(_count(n) for n in found["reasons"].values())
         ):
             return f"'throttle.{gpu}' is not {{window_slices, reasons: {{name: count}}}}"
-    return None
+    return nodeenergy.entry_problem(entry)
