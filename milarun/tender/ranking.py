@@ -219,7 +219,8 @@ def rank_bids(
     moved = rng.uniform(1 - WEIGHT_SWING, 1 + WEIGHT_SWING, size=(WEIGHT_DRAWS, len(tests)))
     scores = np.column_stack([_moved_geomean(b.perf_adj, b.weights, tests, moved) for b in among])
     winners = np.argmin(_values(among, metric, costs, scores, tests, moved), axis=1)
-    winner = min(ranked, key=lambda i: key(rows[quiet[i]]))
+    # the winner the text and the page name: the best a verify FAIL does not exclude
+    winner = min(ranked, key=lambda i: (rows[quiet[i]].verified_ok is False, key(rows[quiet[i]])))
     return Ranking(rows, metric, costs, float(np.mean(winners == winner)), notes)
 
 
