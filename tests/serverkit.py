@@ -9,7 +9,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,3 +116,102 @@ def package(folder: Path, out: Path, tender: Path | None = None) -> Path:
 
     make_package(folder, out, tender)
     return out
+
+
+def uploads_of(db: str, content_hash: str | None = None) -> int:
+    """Uploads in the server's database (of these bytes only, when given)."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db)
+    try:
+        with engine.connect() as conn:
+            where = " WHERE content_hash = :h" if content_hash else ""
+            return int(conn.execute(text(f"SELECT count(*) FROM uploads{where}"),
+                                    {"h": content_hash}).scalar_one())  # fmt: skip
+    finally:
+        engine.dispose()
+
+
+def _half_then_wait(body: bytes, release: threading.Event):  # noqa: ANN202 (a generator)
+    yield body[: len(body) // 2]
+    release.wait(60)
+    yield body[len(body) // 2 :]
+
+
+def killed_mid_upload(server: Server, package: Path, key: str) -> tuple[bool, str]:
+    """The server SIGKILLed while half the package is in: nothing stored; `milarun push`
+    started while it is down retries until it is back, and the package is stored once."""
+    from milarun.server.client import sha256_of
+
+    body, digest = package.read_bytes(), sha256_of(package)
+    release = threading.Event()
+    failed: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            httpx.post(f"{server.url}/api/uploads", headers={"Authorization": f"Bearer {key}"},
+                       content=_half_then_wait(body, release), timeout=60)  # fmt: skip
+        except httpx.TransportError as err:
+            failed.append(err)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    deadline = time.monotonic() + 30
+    while not any(p.stat().st_size for p in (server.root / "spool").glob("*.part")):
+        assert time.monotonic() < deadline, "the upload never reached the server"
+        time.sleep(0.05)
+    server.kill()
+    release.set()
+    sender.join(60)
+    if uploads_of(server.db, digest):
+        return False, "a half upload was stored"
+    retry = subprocess.Popen(
+        [sys.executable, "-m", "milarun", "push", str(package), "--server", server.url,
+         "--retries", "8"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=cli_env({"MILARUN_KEY": key}),
+    )  # fmt: skip
+    time.sleep(1.0)  # its first try finds no server
+    server.start()
+    out, err = retry.communicate(timeout=300)
+    stored = uploads_of(server.db, digest)
+    spool = list((server.root / "spool").iterdir())
+    ok = (retry.returncode == 0 and "accepted" in out and "retry 1 of 8" in err
+          and stored == 1 and bool(failed) and not spool)  # fmt: skip
+    return ok, f"exit {retry.returncode}, stored {stored}, spool {len(spool)}: {out.strip()[:200]}"
+
+
+def database_unreachable(
+    server: Server, package: Path, key: str, cut: Callable[[], None], mend: Callable[[], None]
+) -> tuple[bool, str]:
+    """The database cut (``cut``): 503 to the push, which keeps its package and says so;
+    mended, the same package is pushed and stored."""
+    cut()
+    try:
+        done = push(server, package, key, "--retries", "1")
+    finally:
+        mend()
+    line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    said = ("503: database unavailable" in line and f"the package is kept: {package}" in line
+            and done.returncode == 1 and package.is_file())  # fmt: skip
+    again = push(server, package, key)
+    ok = said and again.returncode == 0 and "accepted" in again.stdout
+    return ok, f"{line[:300]} | then: {again.stdout.strip()[:120]} {again.stderr.strip()[-300:]}"
+
+
+def disk_full(server: Server, package: Path, key: str, fill: Callable[[], None],
+              free: Callable[[], None]) -> tuple[bool, str]:  # fmt: skip
+    """The server's disk full: 507, nothing stored, the package kept; freed, it is stored."""
+    from milarun.server.client import sha256_of
+
+    fill()
+    try:
+        done = push(server, package, key, "--retries", "0")
+    finally:
+        free()
+    line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    said = ("(507): the server's disk is full" in line and "the package is kept" in line
+            and done.returncode == 1 and not uploads_of(server.db, sha256_of(package)))  # fmt: skip
+    again = push(server, package, key)
+    ok = said and again.returncode == 0 and "accepted" in again.stdout
+    return ok, f"{line[:300]} | then: {again.stdout.strip()[:120]} {again.stderr.strip()[-300:]}"

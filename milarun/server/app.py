@@ -13,6 +13,7 @@ import asyncio
 import datetime as dt
 import errno
 import hashlib
+import shutil
 import threading
 import time
 import uuid
@@ -133,6 +134,10 @@ def create_app(settings: Settings) -> FastAPI:
     root = settings.root
     for folder in ("spool", "packages", "pages", "work"):
         (root / folder).mkdir(parents=True, exist_ok=True)
+    for stale in (root / "spool").glob("*.part"):  # an upload cut by a crash: never stored
+        stale.unlink(missing_ok=True)
+    for stale in (root / "work").iterdir():
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink()
     limiter = RateLimit(settings.pushes_per_minute)
     verifying = asyncio.Semaphore(settings.verifiers)
     app = FastAPI(title="milarun results server", docs_url=None, redoc_url=None)
