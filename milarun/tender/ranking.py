@@ -218,7 +218,11 @@ def rank_bids(
     rng = np.random.default_rng(seed)
     moved = rng.uniform(1 - WEIGHT_SWING, 1 + WEIGHT_SWING, size=(WEIGHT_DRAWS, len(tests)))
     scores = np.column_stack([_moved_geomean(b.perf_adj, b.weights, tests, moved) for b in among])
-    winners = np.argmin(_values(among, metric, costs, scores, tests, moved), axis=1)
+    values = _values(among, metric, costs, scores, tests, moved)
+    excluded = [k for k, b in enumerate(among) if b.verified_ok is False]
+    if len(excluded) < len(among):  # the winner is among the bids verify does not FAIL
+        values[:, excluded] = np.inf
+    winners = np.argmin(values, axis=1)
     # the winner the text and the page name: the best a verify FAIL does not exclude
     winner = min(ranked, key=lambda i: (rows[quiet[i]].verified_ok is False, key(rows[quiet[i]])))
     return Ranking(rows, metric, costs, float(np.mean(winners == winner)), notes)

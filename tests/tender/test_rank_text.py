@@ -39,6 +39,8 @@ def test_a_failed_bid_is_marked_and_placed_after_the_others():
         "note: verify FAILs forged against its tender: placed after every bid it does not "
         "fail (its figures alone would rank it 1)"
     ) in text
+    # the winner whose stability is said is the first placed, not the forged bid
+    assert found.stability is not None and found.stability > 0.9
     # the figures' rank is kept beside the place (JSON, the page)
     records = json.loads(render.to_json(found))["bids"]
     assert {(b["name"], b["rank"], b["place"]) for b in records} == {
