@@ -93,7 +93,7 @@ def _text_rows(ranking: Ranking) -> list[dict[str, str]]:
 
 def to_text(ranking: Ranking) -> str:
     rows = _text_rows(ranking)
-    columns = COLUMNS
+    columns: tuple[tuple[str, str], ...] = COLUMNS
     if any(r.verified_ok is not None for r in ranking.rows):
         columns = COLUMNS[:2] + (("verify", "verify"),) + COLUMNS[2:]
     widths = {k: max(len(title), *(len(r[k]) for r in rows)) for k, title in columns}
