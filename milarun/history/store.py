@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from milarun.errors import DatabaseError
+from milarun.history import deadline
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 DEFAULT_FILE = "history.sqlite"
@@ -118,8 +119,8 @@ def open_db(spec: str | None, create: bool = True) -> Engine:
                     "ingest into a database you can write"
                 )
             opened = _read_only_url(path) if read_only else url
-        elif parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
-            connect = {"connect_timeout": CONNECT_S}  # a server that never answers: an error
+        elif parsed.get_backend_name() == "postgresql":
+            connect = _postgres_options(parsed.query, deadline.seconds())
         # orjson: a year's history of one test decodes 125k JSON cells (steady slices)
         engine = create_engine(
             opened,
@@ -131,12 +132,32 @@ def open_db(spec: str | None, create: bool = True) -> Engine:
         raise DatabaseError(f"--db {shown(url)}: not a database URL ({err})") from None
     if engine.dialect.name == "sqlite":
         _sqlite_setup(engine, read_only)
+    elif engine.dialect.name == "postgresql":  # a frozen server: an error, not a hang
+        deadline.guard(engine, shown(url), deadline.seconds())
     try:
         migrate(engine)
     except exc.SQLAlchemyError as err:
         engine.dispose()
         raise DatabaseError(f"--db {shown(url)}: cannot open ({one_line(err)})") from None
     return engine
+
+
+def _postgres_options(query: Any, limit: float) -> dict[str, Any]:
+    """libpq's timeouts, each unless the URL sets it: CONNECT_S to connect; keepalives that
+    give a peer gone from the network up within about ``limit`` (idle), and as long for sent
+    data to be acknowledged (tcp_user_timeout, ms); statement_timeout (ms) for a server that
+    is alive but stuck. A server that froze is the client's deadline (milarun.history.deadline)."""
+    idle = max(1, int(limit / 2))
+    options = {
+        "connect_timeout": CONNECT_S,
+        "keepalives": 1,
+        "keepalives_idle": idle,
+        "keepalives_interval": max(1, int(limit / 6)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": int(limit * 1000),
+        "options": f"-c statement_timeout={int(limit * 1000)}",
+    }
+    return {k: v for k, v in options.items() if k not in query}
 
 
 def _unwritable(path: Path) -> bool:
