@@ -33,12 +33,14 @@ def _profile(tmp_path: Path) -> Path:
     return prof
 
 
-def _jobs(prof: Path, out: Path, *options: str) -> subprocess.Popen:
+def _jobs(
+    prof: Path, out: Path, *options: str, env: dict[str, str] | None = None
+) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "milarun", "jobs", str(prof), "--devices", "cpu:2", "-o", str(out)]
         + list(options),
         cwd=ROOT,
-        env=cli_env(),
+        env=cli_env(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -105,3 +107,22 @@ def test_held_results_go_to_the_named_folder(tmp_path):
     assert all(str(spare / name) in said for name in moved)
     counted = milarun("report", spare)
     assert counted.returncode == 0 and _counted(counted.stdout), counted.stdout
+
+
+def test_held_results_go_to_the_temp_folder_when_space_never_returns(tmp_path):
+    prof = _profile(tmp_path)
+    temp = tmp_path / "temp"  # TMPDIR of the run: not on the full disk
+    temp.mkdir()
+    with full_tmpfs(tmp_path / "disk", size="2m", fill=False) as disk:
+        out = disk / "out"
+        proc = _jobs(prof, out, "--wait-for-space", "2", env={"TMPDIR": str(temp)})
+        stdout, stderr = proc.communicate(timeout=180)
+        report = milarun("report", out)
+    assert proc.returncode == 0 and "Traceback" not in stdout + stderr, stdout + stderr
+    (folder,) = temp.glob("milarun-unwritten.out.*")
+    moved = load_all(folder)
+    assert len(moved) == 2 and all(r["success"] for r in moved.values())
+    assert f"2 result(s) written to {folder} (not {out}:" in stdout
+    assert "held in memory" in stdout and _counted(stdout)
+    said = " ".join(report.stdout.split())
+    assert f"move them here: mv {folder}/" in said, report.stdout
