@@ -187,6 +187,8 @@ def rank_bids(
     years: Option & float = default(5.0)
     # With --rank and --power-cost: the data centre's power usage effectiveness
     pue: Option & float = default(1.0)
+    # With --rank and --power-cost: the tender asks for the whole node's power (a BMC)
+    node_power: Option & bool = default(False)
 
     if not rank:
         if len(sources) > 1 or sources[0].endswith(".tar.gz"):
@@ -208,7 +210,10 @@ def rank_bids(
 
         check_html_path(Path(html))
     ranked = bids.rank(
-        [Path(s) for s in sources], _prices(price), ranking.Costs(power_cost, years, pue), weights
+        [Path(s) for s in sources],
+        _prices(price),
+        ranking.Costs(power_cost, years, pue, node_power),
+        weights,
     )
     print(render.render(ranked, fmt), end="")
     if html:

@@ -26,6 +26,16 @@ def _watts(entry: dict[str, Any]) -> float | None:
     return float(watts) * side_by_side
 
 
+def _node_watts(entry: dict[str, Any]) -> float | None:
+    """The whole node's power while a test ran, from its BMC (report.nodeenergy): already
+    the machine's, whatever the instances that shared it."""
+    node = entry.get("node_energy")
+    watts = node.get("node_watts") if isinstance(node, dict) else None
+    if watts is None or not results.is_finite(watts) or watts <= 0:
+        return None
+    return float(watts)
+
+
 def figures(path: Path, weights_spec: str | None, price: float | None) -> ranking.BidFigures:
     """One bid's figures from its package (extracted into a temporary folder)."""
     with tempfile.TemporaryDirectory(prefix="milarun-rank-") as tmp:
@@ -47,6 +57,7 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
         for t in scored
     }
     watts = {t: w for t in scored if (w := _watts(summ[t])) is not None}
+    node_watts = {t: w for t in scored if (w := _node_watts(summ[t])) is not None}
     busy = busy_of(summ)
     return ranking.BidFigures(
         name=Path(path).name.removesuffix(".tar.gz"),
@@ -56,6 +67,7 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
         runs=runs,
         weights={t: weights[1][t] for t in scored},
         watts=watts,
+        node_watts=node_watts,
         price=price,
         busy_runs=busy.runs,
         measured_runs=busy.of_runs,

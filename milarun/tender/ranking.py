@@ -1,12 +1,15 @@
 """Ranking bids: score, price, energy cost and total cost of ownership, with uncertainty.
 
 Per bid: the score and its 95% interval (the report's own), price/score, the machine's
-power under the suite (each test's measured GPU watts per instance x the instances that
-ran side by side, averaged over tests as the score is: weighted geometric mean), the energy
+power under the suite (the whole node's from its BMC where every scored test has it, else
+each test's measured GPU watts per instance x the instances that ran side by side; averaged
+over tests as the score is: weighted geometric mean), the energy
 cost of running it all the time for ``years`` (x PUE, at $/kWh), the total cost of
 ownership (price + energy) and TCO/score. Bids are ranked by the best figure every bid
 has: TCO/score (lower is better) when every bid has a price and a measured power and a
-power cost is given, else price/score, else the score (higher is better).
+power cost is given, else price/score, else the score (higher is better). Energy is
+compared like with like: when some bids' power is the node's and others' the GPUs' only (or
+the tender asks for node power, Costs.node_power, and a bid has none), TCO is not ranked on.
 
 Uncertainty: the probability of being best is the share of bootstrap draws (each bid's
 score resampled over its runs, as the report's interval) in which the bid wins; the
@@ -46,6 +49,7 @@ class BidFigures:
     runs: dict[str, stats.RunSet]
     weights: dict[str, float]
     watts: dict[str, float] = field(default_factory=dict)  # machine W per test, where measured
+    node_watts: dict[str, float] = field(default_factory=dict)  # the node's W (its BMC)
     price: float | None = None
     busy_runs: int = 0  # successful runs measured on a busy machine
     measured_runs: int = 0  # successful runs
@@ -68,6 +72,7 @@ class Costs:
     power_cost: float | None = None  # $/kWh
     years: float = 5.0
     pue: float = 1.0
+    node_power: bool = False  # the tender asks for the node's power (a BMC), not the GPUs'
 
 
 @dataclass
@@ -82,6 +87,7 @@ class Row:
     energy_cost: float | None
     tco: float | None
     tco_per_score: float | None
+    power_source: str | None = None  # "node" (its BMC) or "GPUs"; None: no power measured
     rank: int | None = None
     p_best: float | None = None  # None: a busy bid, or fewer than two quiet bids
     busy_runs: int = 0  # its runs measured on a busy machine (BidFigures)
@@ -114,8 +120,21 @@ def _geomean_of_positives(values: dict[str, float], weights: dict[str, float]) -
     return stats.weighted_geomean({t: values[t] for t in tests}, weights)
 
 
+def power_of(bid: BidFigures, costs: Costs) -> tuple[dict[str, float], str | None]:
+    """The per-test power a bid's energy cost is taken from, and whose it is: the node's
+    where its BMC measured every scored test, else (unless the tender asks for the node's)
+    the GPUs'."""
+    scored = [t for t, w in bid.weights.items() if w > 0]
+    if bid.node_watts and all(t in bid.node_watts for t in scored):
+        return bid.node_watts, "node"
+    if costs.node_power or not bid.watts:
+        return {}, None
+    return bid.watts, "GPUs"
+
+
 def _row(bid: BidFigures, costs: Costs) -> Row:
-    watts = _geomean_of_positives(bid.watts, bid.weights)
+    power, source = power_of(bid, costs)
+    watts = _geomean_of_positives(power, bid.weights)
     kwh = watts / 1000 * HOURS_PER_YEAR * costs.years * costs.pue if watts is not None else None
     energy = kwh * costs.power_cost if kwh is not None and costs.power_cost else None
     tco = bid.price + energy if bid.price is not None and energy is not None else None
@@ -126,12 +145,14 @@ def _row(bid: BidFigures, costs: Costs) -> Row:
 
     return Row(
         bid.name, score, bid.score_ci, bid.price, per(bid.price), watts, kwh, energy, tco, per(tco),
+        power_source=source if watts is not None else None,
         busy_runs=bid.busy_runs, measured_runs=bid.measured_runs,
     )  # fmt: skip
 
 
 def _metric(rows: list[Row], costs: Costs) -> str:
-    if costs.power_cost and all(r.tco is not None for r in rows):
+    like_with_like = len({r.power_source for r in rows}) == 1
+    if costs.power_cost and like_with_like and all(r.tco is not None for r in rows):
         return "tco_per_score"
     if all(r.price is not None for r in rows):
         return "price_per_score"
@@ -173,7 +194,7 @@ def _moved_geomean(
 
 
 def _energy_cost(bid: BidFigures, costs: Costs, tests: list[str], moved: np.ndarray) -> np.ndarray:
-    watts = _moved_geomean(bid.watts, bid.weights, tests, moved)
+    watts = _moved_geomean(power_of(bid, costs)[0], bid.weights, tests, moved)
     return watts / 1000 * HOURS_PER_YEAR * costs.years * costs.pue * float(costs.power_cost or 0)
 
 
@@ -184,7 +205,15 @@ def rank_bids(
     rows = [_row(b, costs) for b in bids]
     metric = _metric(rows, costs)
     notes = []
-    if costs.power_cost and metric != "tco_per_score":
+    sources = {r.power_source for r in rows if r.power_source}
+    if costs.power_cost and metric != "tco_per_score" and len(sources) > 1:
+        notes.append(
+            "some bids' power is the whole node's (BMC), others' the GPUs' only: energy is "
+            "not compared like with like, ranked without it"
+        )
+    elif costs.power_cost and metric != "tco_per_score" and costs.node_power:
+        notes.append("the tender asks for node power and not every bid measured it (a BMC)")
+    elif costs.power_cost and metric != "tco_per_score":
         notes.append("not every bid has a price and a measured power: ranked without energy")
     scored = [i for i, r in enumerate(rows) if r.score]
     key = {

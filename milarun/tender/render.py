@@ -48,7 +48,8 @@ def cells(ranking: Ranking) -> list[dict[str, str]]:
                 "ci": f"{fmt.sig(low)} \u2013 {fmt.sig(high)}" if row.score_ci else "-",
                 "price": fmt.num(row.price, ",.0f"),
                 "price_per_score": fmt.num(row.price_per_score, ",.2f"),
-                "watts": fmt.num(row.watts, ",.0f"),
+                "watts": fmt.num(row.watts, ",.0f")
+                + (f" ({row.power_source})" if row.power_source else ""),
                 "energy_cost": fmt.num(row.energy_cost, ",.0f"),
                 "tco": fmt.num(row.tco, ",.0f"),
                 "tco_per_score": fmt.num(row.tco_per_score, ",.2f"),
