@@ -4,6 +4,21 @@ Kept at this path as a stable API while the implementation lives in milarun.meas
 """
 
 from milarun.machine.torchdevice import precision_unavailable
-from milarun.measure.experiment import BadTestArguments, DoesNotFit, Experiment, Timer
+from milarun.measure.experiment import (
+    BadTestArguments,
+    DoesNotFit,
+    EngineMissing,
+    Experiment,
+    ServerFailed,
+    Timer,
+)
 
-__all__ = ["BadTestArguments", "DoesNotFit", "Experiment", "Timer", "precision_unavailable"]
+__all__ = [
+    "BadTestArguments",
+    "DoesNotFit",
+    "EngineMissing",
+    "Experiment",
+    "ServerFailed",
+    "Timer",
+    "precision_unavailable",
+]

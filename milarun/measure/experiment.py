@@ -34,6 +34,25 @@ class DoesNotFit(MemoryError):
     its message the size and the profile that fits (milabench.modern.fits)."""
 
 
+class ServerFailed(RuntimeError):
+    """The server a test started (an inference engine) misbehaved or never came up: the
+    result's failure is ``server``, its message what the server did; ``detail``: what the
+    test measured before (kept in the result by the test)."""
+
+    failure_kind = "server"
+
+    def __init__(self, message: str, detail: Any = None):
+        super().__init__(message)
+        self.detail = detail
+
+
+class EngineMissing(RuntimeError):
+    """The engine a test needs is not installed here: the result's failure is
+    ``unavailable``, its message how to install it."""
+
+    failure_kind = "unavailable"
+
+
 class Timer:
     """A named wall-clock timer; entering it several times adds up."""
 

@@ -166,7 +166,8 @@ def _call(
     except BaseException as err:  # the test's own failure, SystemExit included
         # torch.OutOfMemoryError (CUDA, HIP) by name: the harness imports no torch here
         kind = "oom" if type(err).__name__ == "OutOfMemoryError" else "exception"
-        failure = Failure(kind, f"{type(err).__name__}: {err}")
+        own = getattr(err, "failure_kind", None)  # ServerFailed, EngineMissing: their kind
+        failure = Failure(own or kind, str(err) if own else f"{type(err).__name__}: {err}")
         error = traceback.format_exc()
     finally:
         for sig, handler in previous.items():

@@ -22,6 +22,8 @@ FAILURE_KINDS = (
     "interrupted",
     "too-short",
     "no-rate",  # a steady rate of 0 (no example counted), or beyond any machine
+    "server",  # the inference server a test started misbehaved (measure.loadgen)
+    "unavailable",  # the engine a test needs is not installed (vLLM's own environment)
 )
 
 # Keys every result carries (legacy keys first, then the ones milarun added).

@@ -4,10 +4,19 @@ bf16 model decodes at most ~208 tokens/s per sequence on an H100, ~299 on an H20
 
 from __future__ import annotations
 
+import os
+import sys
+import time
+
+import badservers
+import psutil
 import pytest
 
-from milabench import inference
+from milabench import engines, inference
+from milarun.experiment import ServerFailed
 from milarun.machine.gpu import datasheet
+from milarun.measure import loadgen
+from milarun.measure.ratelog import RateLog
 from milarun.run.profile import arguments_to_argv, load_profile
 from modelrun import assert_rejected, describe, only_result, run_model
 
@@ -19,6 +28,7 @@ def quick_argv(test: str) -> tuple[str, list[str]]:
     return job.experiment, arguments_to_argv(job.arguments)
 
 
+@pytest.mark.slow
 def test_llm_decode_measures_prefill_and_decode_at_each_batch_size(tmp_path):
     experiment, argv = quick_argv("llm-decode")
     done = run_model("run", experiment, "-o", tmp_path, "--", *argv, "--min-slices", "6", env=ENV)
@@ -72,3 +82,138 @@ def test_percentiles_interpolate_as_numpy():
     assert inference.percentile([], 50) is None
     assert inference.percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
     assert inference.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 99) == pytest.approx(4.96)
+
+
+# -- llm-serve ------------------------------------------------------------------------------
+def serve_run(tmp_path, *argv: str, min_slices: str = "6"):
+    done = run_model(
+        "run",
+        "milabench.models.llm_serve:main",
+        "-o",
+        tmp_path,
+        "--",
+        "--model",
+        "tiny",
+        "--input-len",
+        "16",
+        "--output-len",
+        "8",
+        "--concurrency",
+        "2",
+        "--min-slices",
+        min_slices,
+        *argv,
+    )
+    return done, only_result(tmp_path)
+
+
+@pytest.mark.slow
+def test_llm_serve_measures_a_real_transformers_server(tmp_path):
+    """`transformers serve` started by the test on the CPU, a tiny random model: output
+    tokens/s in slices, latency percentiles, goodput; the server's group is gone after."""
+    done, result = serve_run(tmp_path, "--kv-blocks", "32", "--request-timeout", "60")
+    assert done.returncode == 0, describe(done)
+    assert result["success"], result["failure"]
+    metrics = result["metrics"]
+    assert metrics["requests"] >= 1
+    for name in ("ttft", "tpot", "itl"):
+        assert 0 < metrics[f"{name}_p50_ms"] <= metrics[f"{name}_p99_ms"], metrics
+    assert 0 <= metrics["goodput_percent"] <= 100
+    assert len(result["timings"]["train"]["rates"]) >= 6
+    settings = result["efficiency"]["settings"]
+    assert settings["engine"] == "transformers" and settings["engine_version"]
+    assert settings["continuous_batching"] is True and settings["ignore_eos"] is True
+    folder = next(tmp_path.glob("*.files"))
+    assert "Uvicorn running" in (folder / "server.log").read_text()
+    port = next(a for a, b in zip(settings["argv"], settings["argv"][1:]) if a == "--port")
+    assert port  # the server bound a loopback port of its own; it is stopped (below)
+    listening = psutil_ports()
+    assert int(settings["argv"][settings["argv"].index("--port") + 1]) not in listening
+
+
+def psutil_ports() -> set[int]:
+    return {c.laddr.port for c in psutil.net_connections("tcp") if c.status == "LISTEN"}
+
+
+def test_llm_serve_measures_a_server_given_by_url(tmp_path):
+    with badservers.serving("good") as url:
+        done, result = serve_run(tmp_path, "--url", url)
+    assert done.returncode == 0, describe(done)
+    assert result["success"], result["failure"]
+    assert result["metrics"]["goodput_percent"] == 100.0
+    assert result["efficiency"]["settings"]["engine"] == "external"
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "fault"),
+    [
+        ("silent", "no-answer: nothing within 1 s"),
+        ("error", "http-error: status 500"),
+        ("drop", "dropped"),
+        ("garbage", "garbage: not an SSE data line"),
+        ("short", "short: 4 tokens of 8"),
+    ],
+)
+def test_a_misbehaving_server_stops_the_load_with_its_fault(behaviour, fault):
+    """milarun's client against a real server on loopback that breaks the stream."""
+    log = RateLog("train", sync=lambda: None)
+    log.length_rule = None
+    with badservers.serving(behaviour) as url:
+        load = loadgen.Load(url, ["t3 t4"], 8, 2, 0.0, 1.0)
+        with pytest.raises(ServerFailed) as failed:
+            loadgen.run_load(load, log, lambda _: False)
+    message = str(failed.value)
+    assert message.startswith("request ") and fault in message and "\n" not in message
+    assert isinstance(failed.value.detail, loadgen.Outcome)  # what was measured is kept
+
+
+def test_a_misbehaving_server_is_a_server_failure_record(tmp_path):
+    with badservers.serving("error") as url:
+        done, result = serve_run(tmp_path, "--url", url, "--request-timeout", "1")
+    assert done.returncode == 1, describe(done)
+    assert result["success"] is False
+    assert result["failure"] == {
+        "kind": "server",
+        "message": "request 1 (0 finished before it): http-error: status 500: "
+        '{"error": "model exploded"}',
+    }
+    assert result["efficiency"]["settings"]["engine"] == "external"  # what it was recorded
+
+
+def test_a_server_that_exits_at_start_is_a_server_failure(tmp_path):
+    log = tmp_path / "server.log"
+    argv = [sys.executable, "-c", "import sys; print('no GPU here'); sys.exit(3)"]
+    with pytest.raises(ServerFailed) as failed:
+        with engines.started(argv, log, {**os.environ, "MILARUN_SERVE_PORT": "1"}, 30):
+            pass
+    assert str(failed.value) == "the server exited with code 3 before answering: no GPU here"
+
+
+def test_the_server_is_stopped_with_its_whole_group(tmp_path):
+    """A server whose child ignores SIGTERM: both are gone when the block ends."""
+    pids = tmp_path / "pids"
+    child_code = (
+        "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+    )
+    script = (
+        "import http.server, os, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {child_code!r}, {str(pids)!r}])\n"
+        f"while not os.path.exists({str(pids)!r}): time.sleep(0.01)\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.end_headers()\n"
+        "http.server.HTTPServer(('127.0.0.1', int(os.environ['MILARUN_SERVE_PORT'])), H)"
+        ".serve_forever()\n"
+    )
+    port = engines.loopback_port()
+    env = {**os.environ, "MILARUN_SERVE_PORT": str(port)}
+    start = time.monotonic()
+    argv = [sys.executable, "-c", script]
+    with engines.started(argv, tmp_path / "log", env, 30, grace=1.0) as server:
+        assert server.url == f"http://127.0.0.1:{port}"
+        parent, child = server.process.pid, int(pids.read_text())
+        assert psutil.Process(child).status() != "zombie"  # it runs, ignoring SIGTERM
+    for pid in (parent, child):  # gone, or a zombie this container's init never reaps
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
+    assert time.monotonic() - start < 20
