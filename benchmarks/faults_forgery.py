@@ -19,9 +19,9 @@ H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28" / "modern"
 H100_TENDER = ["--profile", "modern", "--repeat", "1", "--allow-overrides"]
 
 
-def _evidence(done) -> str:
-    """The evidence rule's line of `verify`'s output (empty where there is none)."""
-    return next((ln for ln in done.stdout.splitlines() if ln.split()[1:2] == ["evidence"]), "")
+def _evidence(done, rule: str = "evidence") -> str:
+    """A rule's line of `verify`'s output (empty where there is none)."""
+    return next((ln for ln in done.stdout.splitlines() if ln.split()[1:2] == [rule]), "")
 
 
 def _package(tmp: Path, folder: Path, tender_args: list[str]) -> tuple[Path, Path]:
@@ -32,14 +32,20 @@ def _package(tmp: Path, folder: Path, tender_args: list[str]) -> tuple[Path, Pat
     return out, tender
 
 
-def _forged(tmp: Path, edit: Callable[[Path], object], said: str) -> Outcome:
+def _forged(
+    tmp: Path,
+    edit: Callable[[Path], object],
+    said: str,
+    rule: str = "evidence",
+    tender_args: tuple[str, ...] = (),
+) -> Outcome:
     """The H100 package edited by ``edit`` (its run folder), re-hashed: verify must exit 1
-    with the evidence rule FAILed, its line holding ``said``, no traceback, the hashes
-    rule passed."""
-    out, tender = _package(tmp, H100, H100_TENDER)
+    with ``rule`` FAILed, its line holding ``said``, no traceback, the hashes rule passed
+    (``tender_args``: the tender's options besides H100_TENDER)."""
+    out, tender = _package(tmp, H100, [*H100_TENDER, *tender_args])
     bad = bidkit.edited(out, tmp, lambda folder: edit(folder / "run"))
     done = milarun("verify", bad, "--tender", tender)
-    line = _evidence(done)
+    line = _evidence(done, rule)
     failed = [ln.split()[1] for ln in done.stdout.splitlines() if ln.startswith("FAIL")]
     ok = (
         done.returncode == 1
@@ -87,6 +93,94 @@ def count_without_rates(tmp: Path) -> Outcome:
     )
 
 
+# -- issue 46: the forger who edits the FLOPs, the device and the doctor's record --------------
+def flops_divided_gemm(tmp: Path) -> Outcome:
+    """gemm x1.6 with its FLOPs per example divided by 1.6: its FLOP/s stay the true ones,
+    under the peak; milarun's own FLOPs of a gemm example are not his to divide."""
+    return _forged(
+        tmp,
+        lambda run: forgery.scale(run, "modern.gemm", 1.6, log=True, energy=True, flops=True),
+        "efficiency.flops_per_example 625,000,000,000 but milarun's definition of a gemm "
+        "example (10^12 FLOPs) gives 1,000,000,000,000",
+    )
+
+
+def flops_divided_llm(tmp: Path) -> Outcome:
+    return _forged(
+        tmp,
+        lambda run: forgery.scale(run, "modern.llm", 2.0, log=True, energy=True, flops=True),
+        "efficiency.flops_per_example 3,657,185,280 but milarun's PaLM formula 6N + 12 L d s "
+        "per token gives 7,314,370,560",
+    )
+
+
+def device_name_removed(tmp: Path) -> Outcome:
+    """gemm x1.6, efficiency.device_name and the doctor's record deleted: the device is
+    read from the system record, the datasheet peak still applies."""
+
+    def edit(run: Path) -> None:
+        forgery.scale(run, "modern.gemm", 1.6, log=True, derived=True, energy=True)
+        forgery.edit_result(run, "modern.gemm", lambda d: d["efficiency"].pop("device_name"))
+        (run / "doctor-active.json").unlink()
+
+    return _forged(tmp, edit, "108% of the H100-SXM datasheet's dense peak (bf16 989.5 TFLOP/s)")
+
+
+def device_renamed(tmp: Path) -> Outcome:
+    return _forged(
+        tmp,
+        lambda run: forgery.edit_result(
+            run, "modern.llm", lambda d: d["efficiency"].update(device_name="NVIDIA B200")
+        ),
+        "efficiency.device_name 'NVIDIA B200' but system.gpus names 'NVIDIA H100 80GB HBM3'",
+    )
+
+
+def renamed_against_the_run_record(tmp: Path) -> Outcome:
+    return _forged(
+        tmp,
+        lambda run: forgery.edit_result(
+            run, "modern.gemm", lambda d: forgery.rename_gpu(d, "NVIDIA B200")
+        ),
+        "system.gpus names NVIDIA B200 but the run's system record (.sysinfo) names NVIDIA H100",
+    )
+
+
+def monitor_against_the_system_record(tmp: Path) -> Outcome:
+    return _forged(
+        tmp,
+        lambda run: forgery.edit_result(
+            run, "modern.vit", lambda d: forgery.monitor_memory(d, 143_771.0)
+        ),
+        "gpu_monitor samples a GPU of 143,771 MiB but system.gpus says 81,559 MiB",
+    )
+
+
+def doctor_record_deleted(tmp: Path) -> Outcome:
+    """A tender that requires a PASS doctor --active record per device: deleting it FAILs."""
+    return _forged(
+        tmp,
+        lambda run: (run / "doctor-active.json").unlink(),
+        "without a PASS doctor --active record from 1 h before their run to its end: cuda:0",
+        rule="doctor",
+        tender_args=("--require-doctor",),
+    )
+
+
+def energy_scaled_with_the_rate(tmp: Path) -> Outcome:
+    """llm x2 (its FLOP/s too: 65% of the H100's peak, under it) with its energy record's
+    examples scaled and its joules halved (energy per example kept): the joules the monitor's
+    samples give are not."""
+
+    def edit(run: Path) -> None:
+        path = forgery.scale(run, "modern.llm", 2.0, log=True, derived=True, energy=True)
+        forgery.edit_result(run, "modern.llm", lambda d: d["energy"].update(
+            joules=d["energy"]["joules"] / 2, watts=d["energy"]["watts"] / 2))  # fmt: skip
+        assert path.is_file()
+
+    return _forged(tmp, edit, "but gpu_monitor's samples over the steady window give 6,226.092459")
+
+
 def honest_packages(tmp: Path) -> Outcome:
     """The H100 package as it is, and a fresh `jobs quick` run of this machine: the evidence
     rule passes both (other rules, such as busy on a loaded machine, are theirs)."""
@@ -115,5 +209,13 @@ SCENARIOS: dict[str, Callable[[Path], Outcome]] = {
     "forged: log too, monitor left": log_edited_too,
     "forged: above the datasheet": above_the_datasheet,
     "forged: count without rates": count_without_rates,
+    "forged: FLOPs divided, gemm x1.6": flops_divided_gemm,
+    "forged: FLOPs divided, llm x2": flops_divided_llm,
+    "forged: device name and doctor removed": device_name_removed,
+    "forged: efficiency names another GPU": device_renamed,
+    "forged: GPU renamed in the result": renamed_against_the_run_record,
+    "forged: monitor against system record": monitor_against_the_system_record,
+    "forged: doctor record deleted": doctor_record_deleted,
+    "forged: energy scaled with the rate": energy_scaled_with_the_rate,
     "honest bids pass evidence": honest_packages,
 }
