@@ -102,8 +102,16 @@ class Commands:
         spare_out: Option & str = default(None)
         # Seconds to wait for space on a full output disk that holds back finished results
         wait_for_space: Option & float = default(600.0)
+        # The tender this run answers: its challenge is kept in the run manifest (the run
+        # was made for it, after it was issued)
+        # [metavar: FILE]
+        tender: Option & str = default(None)
 
         from milarun.run import plan, suite
+
+        if tender is not None:
+            from milarun.tender.rules import challenge_of
+        challenge = challenge_of(Path(tender)) if tender is not None else None
 
         if (nnodes is None) != (master is None):
             raise errors.UsageError("--nnodes and --master go together (a multi-node run)")
@@ -131,6 +139,7 @@ class Commands:
                 oversubscribe=oversubscribe,
                 spare_out=Path(spare_out) if spare_out else None,
                 wait_for_space=wait_for_space,
+                challenge=challenge,
                 user_args=test_args,
                 rendezvous=(
                     plan.Rendezvous.parse(nnodes, master, node_rank) if nnodes is not None else None

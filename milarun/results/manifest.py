@@ -51,10 +51,12 @@ class RunManifest:
         repeat: int,
         devices: list[str],
         instances: list[tuple[str, str]] | None = None,
+        challenge: str | None = None,
     ) -> RunManifest:
         """Write the manifest of a run about to start; WriteError when the folder cannot
         take it (full disk, read-only), before any job runs. ``instances``: every (result
-        name, job id) the run will record, so that one lost instance of many is named."""
+        name, job id) the run will record, so that one lost instance of many is named;
+        ``challenge``: the tender's random value (`jobs --tender`): the run was made for it."""
         started = time.time()
         data = {
             "kind": KIND,
@@ -71,6 +73,8 @@ class RunManifest:
             "instances": [list(pair) for pair in instances or ()],
             "ended": [],
         }
+        if challenge is not None:
+            data["challenge"] = challenge
         path = Path(outdir) / f"{PREFIX}{utc_stamp(started)}{SUFFIX}"
         found = cls(path, data)
         # the room its updates will take, held from the start: a disk that fills mid-run

@@ -46,6 +46,7 @@ class SuiteRequest:
     oversubscribe: bool = False  # run CPU slices beyond this machine's CPUs or memory
     spare_out: Path | None = None  # where results go that the full results disk cannot take
     wait_for_space: float = held.DEFAULT_WAIT  # seconds, when a held result is a measurement
+    challenge: str | None = None  # the tender's random value, kept in the run manifest
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ def _run_held(
         request.repeat,
         [d.label for d in devs],
         plan.planned_instances(selected, devs, request.repeat, request.rendezvous),
+        challenge=request.challenge,
     )
     record.keep_machine()  # what `milarun package` packs of the run (the tender workflow)
     with open(prof.path, encoding="utf-8", newline="") as f:  # its bytes, for their hash

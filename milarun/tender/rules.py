@@ -273,6 +273,17 @@ def load_tender(path: Path) -> Tender:
     return Tender(data, sha256_bytes(raw))
 
 
+def challenge_of(path: Path) -> str:
+    """The challenge of the tender at ``path`` (`jobs --tender`); TenderError without one."""
+    found = load_tender(path).challenge
+    if found is None:
+        raise TenderError(
+            f"{path}: the tender has no challenge (written before milarun kept one): ask the "
+            "buyer for a tender made by this milarun's `tender init`"
+        )
+    return found
+
+
 def _read_bytes(path: Path) -> bytes:
     try:
         with open(path, "rb") as f:

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 import bidkit
-from conftest import ROOT
+from conftest import ROOT, milarun, one_line_error
 from milarun.errors import TenderError
+from milarun.results import manifest
 from milarun.tender import package, rules, verify
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28" / "modern"
@@ -116,3 +117,28 @@ def test_a_bad_switch_is_a_one_line_error(tmp_path, edit, said):
     path.write_text(json.dumps(tender))
     with pytest.raises(TenderError, match=said):
         rules.load_tender(path)
+
+
+def test_jobs_with_the_tender_records_its_challenge_and_the_run_is_fresh(tmp_path):
+    """The real loop: `tender init --require-challenge`, `jobs --tender`, `package`,
+    `verify`: the fresh rule passes; a tender without a challenge is one line."""
+    tender = tmp_path / "tender.json"
+    init = ["tender", "init", "--profile", "quick", "--name", "polynome", "--repeat", "1"]
+    assert milarun(*init, "--require-challenge", "--allow-overrides", "-o", tender).returncode == 0
+    out = tmp_path / "run"
+    ran = milarun("jobs", "quick", "--name", "polynome", "--devices", "cpu:1", "--tender", tender,
+                  "-o", out, "-d", tmp_path / "data", "--", "--min-slices", "4")  # fmt: skip
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    (kept,) = manifest.run_manifests(out)
+    assert kept[1]["challenge"] == json.loads(tender.read_text())["challenge"]
+    packed = package.make_package(out, tmp_path / "bid.tar.gz", tender).out
+    fresh = next(c for c in verify.verify(packed, tender).checks if c.rule == "fresh")
+    assert fresh.ok and fresh.evidence.startswith("1 run(s) carry the tender's challenge")
+
+    old = tmp_path / "old.json"
+    data = json.loads(tender.read_text())
+    del data["challenge"], data["require_challenge"]
+    old.write_text(json.dumps(data))
+    said = one_line_error(milarun("jobs", "quick", "--tender", old, "-o", tmp_path / "x"))
+    assert said.endswith("the tender has no challenge (written before milarun kept one): ask "
+                         "the buyer for a tender made by this milarun's `tender init`")  # fmt: skip
