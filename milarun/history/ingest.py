@@ -81,6 +81,15 @@ def _gpu(view: read.ResultView) -> tuple[str | None, str | None]:
     )
 
 
+def _energy(gpu: Any, node: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The energy column: the GPUs' record, with the node's (its BMC) under ``node`` where it
+    has a figure (no schema change: one JSON column holds both)."""
+    found = dict(gpu.record) if gpu is not None and gpu.joules else {}
+    if node and results.is_finite(node.get("examples_per_joule")):
+        found["node"] = dict(node)
+    return found or None
+
+
 def _text(value: Any, limit: int) -> str | None:
     return value[:limit] if isinstance(value, str) else None
 
@@ -125,7 +134,7 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         driver=_text(view.system.get("driver"), 64),
         flags=throttle.flags(train) or None,
         throttle=dict(train.throttle or {}) or None,
-        energy=dict(energy.record) if energy is not None and energy.joules else None,
+        energy=_energy(energy, view.node_energy),
         diagnostics=dict(train.record) or None,
     )
 

@@ -80,6 +80,16 @@ class Instance:
     driver: str | None
     flags: Sequence[str] | None
     throttle: Any
+    energy: Any = None  # the GPUs' energy record, the node's (its BMC) under "node"
+
+    @property
+    def node_examples_per_joule(self) -> float | None:
+        """Examples per joule at the node's plug (milarun.measure.nodepower), where measured."""
+        node = self.energy.get("node") if isinstance(self.energy, dict) else None
+        value: Any = node.get("examples_per_joule") if isinstance(node, dict) else None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None
+        return float(value) if math.isfinite(value) and value > 0 else None
 
     @property
     def unit(self) -> str:
@@ -126,6 +136,12 @@ class Point:
         return math.fsum(rates) / len(rates) if rates else None
 
     @property
+    def node_perf_per_watt(self) -> float | None:
+        """The mean node examples/J of its instances that have one (a BMC measured them)."""
+        found = [v for i in self.instances if (v := i.node_examples_per_joule) is not None]
+        return math.fsum(found) / len(found) if found else None
+
+    @property
     def interval(self) -> tuple[float, float] | None:
         """95%: the bootstrap over instances (several), else over the one's slices."""
         rates = self.rates
@@ -162,6 +178,7 @@ def _query(filters: Filters):  # noqa: ANN202 (a Select of 15 columns)
             Result.driver,
             Result.flags,
             Result.throttle,
+            Result.energy,
         )
         .join(Run, Result.run_id == Run.id)
         .join(Machine, Run.machine_id == Machine.id)

@@ -47,11 +47,16 @@ def p_value(point: Point) -> str:
     return fmt.p_value(point.p_value)
 
 
-def point_line(point: Point) -> str:
+NODE_COLUMN = "node ex/J"  # examples per joule at the node's plug (a BMC), where measured
+
+
+def point_line(point: Point, node: bool = False) -> str:
+    """One point; ``node``: with its node examples/J (its series has some)."""
+    per_joule = f"{fmt.sig(point.node_perf_per_watt):>9}  " if node else ""
     return (
         f"{when(point.when):<16}  {point.run_id:>5} {point.repeat:>5}  "
         f"{rate_text(point.rate):>12}  {interval(point):>15}  {len(point.instances):>3} "
-        f"{point.failures:>4}  {change(point):>7} {p_value(point):>8}  "
+        f"{point.failures:>4}  {change(point):>7} {p_value(point):>8}  {per_joule}"
         f"{point.verdict}" + (f"  ({'; '.join(point.notes)})" if point.notes else "")
     )
 
@@ -61,8 +66,10 @@ def history_text(series: dict[str, list[Point]]) -> str:
         return "no results in the database match\n"
     lines = []
     for name, points in series.items():
-        lines += ["", name, HEADER]
-        lines += [point_line(p) for p in points]
+        node = any(p.node_perf_per_watt is not None for p in points)
+        header = HEADER.replace("  verdict", f"  {NODE_COLUMN:>9}  verdict") if node else HEADER
+        lines += ["", name, header]
+        lines += [point_line(p, node) for p in points]
     counts: dict[str, int] = {}
     for points in series.values():
         for p in points:

@@ -1,0 +1,53 @@
+"""Node energy (a BMC, issue 51) in the results database: ingested with the result, read back
+as each point's node examples per joule, shown by `milarun history` beside the rate."""
+
+from __future__ import annotations
+
+from conftest import milarun
+from resultfactory import run_folder
+
+DAY = 86_400.0
+T0 = 1_767_225_600.0  # 2026-01-01
+
+
+def node_energy(per_joule: float) -> dict:
+    return {
+        "joules": 18_000.0,
+        "seconds": 9.0,
+        "watts": 2000.0,
+        "instances": 1,
+        "share_joules": 18_000.0,
+        "gpu_joules": None,
+        "rest_joules": None,
+        "examples": per_joule * 18_000.0,
+        "examples_per_joule": per_joule,
+        "method": "counter",
+        "readings": 9,
+        "source": "redfish /redfish/v1/Chassis/1 EnvironmentMetrics",
+        "reason": None,
+    }
+
+
+def test_history_shows_node_examples_per_joule(tmp_path):
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    extras = [{"node_energy": node_energy(0.05)}, {"node_energy": node_energy(0.04)}, {}]
+    for day, extra in enumerate(extras):
+        folder = run_folder(tmp_path / f"day{day}", {"quick.a": [100.0]}, T0 + day * DAY, **extra)
+        done = milarun("db", "ingest", folder, "--db", url)
+        assert done.returncode == 0, done.stderr
+    shown = milarun("history", "--db", url)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "node ex/J" in lines[1], shown.stdout
+    column = lines[1].index("node ex/J") + len("node ex/J")
+    rows = [line for line in lines if line.startswith("2026-01-0")]
+    cells = [row[column - 9 : column].strip() for row in rows]
+    assert cells == ["0.05", "0.04", "-"]  # no BMC the third day
+
+
+def test_a_series_without_node_energy_keeps_its_columns(tmp_path):
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    folder = run_folder(tmp_path / "day0", {"quick.a": [100.0]}, T0)
+    assert milarun("db", "ingest", folder, "--db", url).returncode == 0
+    shown = milarun("history", "--db", url)
+    assert shown.returncode == 0 and "node ex/J" not in shown.stdout
