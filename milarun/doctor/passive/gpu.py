@@ -26,7 +26,7 @@ def _plural(n: int, word: str) -> str:
 
 # -- the backend and torch see the same GPUs ----------------------------------------------
 def _tool(backend: Backend) -> str:
-    return "`amd-smi list`" if backend.vendor == "amd" else "`nvidia-smi`"
+    return backend.list_tool
 
 
 def inventory(
@@ -35,7 +35,7 @@ def inventory(
     """Checks that the backend and torch see the same GPUs, and the backend's GPUs (empty:
     no GPU checks follow, because there is no GPU or the backend cannot read them)."""
     if not backend.usable:
-        return [_without_backend(backend.reason, torch, dev_files)], []
+        return [_without_backend(backend.reason, torch, dev_files, backend)], []
     label = backend.label
     try:
         gpus = backend.gpus()
@@ -49,7 +49,7 @@ def inventory(
             )
         ], []
     if not gpus:
-        alone = _without_backend(f"{label} sees no GPU", torch, dev_files, backend.vendor)
+        alone = _without_backend(f"{label} sees no GPU", torch, dev_files, backend)
         return [alone], []
     if torch.error:  # the versions check fails with it: say it once
         names = ", ".join(sorted({g.name for g in gpus}))
@@ -65,14 +65,14 @@ def inventory(
 
 
 def _without_backend(
-    reason: str | None, torch: TorchGPUs, dev_files: list[str], vendor: str | None = None
+    reason: str | None, torch: TorchGPUs, dev_files: list[str], backend: Backend
 ) -> Check:
     seen = [f"{', '.join(dev_files)} present"] if dev_files else []
     if torch.count:
         seen.append(f"torch sees {_plural(torch.count, 'GPU')}")
     if not seen:
         return Check("GPUs", INFO, "no GPU: this machine benchmarks CPU slices (--devices cpu:N)")
-    if torch.versions.get("hip") and vendor != "amd":  # AMD GPUs, AMD SMI not loaded
+    if torch.versions.get("hip") and not backend.rocm:  # AMD GPUs, AMD SMI not loaded
         return Check(
             "GPUs",
             WARN,
@@ -81,22 +81,7 @@ def _without_backend(
             "install ROCm's amdsmi Python library (`amd-smi list` must list the GPUs), or "
             "give `jobs` the ids: --devices 0,1,...",
         )
-    if vendor == "amd":
-        return Check(
-            "GPUs",
-            FAIL,
-            f"{reason}, but {'; '.join(seen)}",
-            "make `amd-smi list` list the GPUs (the amdgpu driver loaded, ROCm's amdsmi "
-            "matching it): `jobs` finds GPUs through it",
-        )
-    return Check(
-        "GPUs",
-        FAIL,
-        f"{reason}, but {'; '.join(seen)}",
-        "make `nvidia-smi` list the GPUs (install the driver's libnvidia-ml, matching "
-        "the loaded kernel module, and a matching nvidia-ml-py): `jobs` finds GPUs "
-        "through NVML",
-    )
+    return Check("GPUs", FAIL, f"{reason}, but {'; '.join(seen)}", backend.unlisted_fix)
 
 
 def _match(gpu: GpuInfo, torch: TorchGPUs) -> dict[str, Any] | None:
@@ -130,16 +115,7 @@ def _agreement(gpus: list[GpuInfo], torch: TorchGPUs, backend: Backend) -> Check
         f"{d.get('uuid') or d.get('pci_bus_id')}"
         for d in extra
     ]
-    fix = (
-        "a GPU that AMD SMI lists but HIP cannot open is often in a bad state: read "
-        "`amd-smi metric`, reset it (`sudo amd-smi reset -G`) or reboot; compute partitions "
-        "(CPX) also show up this way"
-        if backend.vendor == "amd"
-        else "a GPU that NVML lists but CUDA cannot open is often in a bad state: read "
-        "`nvidia-smi -q`, reset it (`sudo nvidia-smi -r`) or reboot; MIG slices also "
-        "show up this way"
-    )
-    return Check("GPUs", FAIL, "; ".join(parts), fix)
+    return Check("GPUs", FAIL, "; ".join(parts), backend.unopenable_fix)
 
 
 def _per_gpu(gpus: list[GpuInfo], torch: TorchGPUs) -> list[Check]:
@@ -180,7 +156,7 @@ def versions(backend: Backend, torch: TorchGPUs, gpus: list[GpuInfo]) -> Check:
     if not gpus:
         runtime = f"CUDA {v['cuda']}" if v.get("cuda") else "CPU build"
         return Check("versions", INFO, f"{built} ({runtime}); no GPU driver in use")
-    if backend.vendor == "amd":
+    if backend.rocm:
         return _rocm_versions(backend, v, built)
     try:
         driver = backend.driver()

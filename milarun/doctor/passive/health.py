@@ -10,11 +10,6 @@ from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
 from milarun.machine.gpu import Backend, GpuInfo, Health
 
 HOT_MARGIN = 10  # degrees C under the slowdown threshold at which an idle GPU is too hot
-POWER_FIX = {
-    "nvidia": "`sudo nvidia-smi -i {i} -pl {w:.0f}`",
-    "amd": "`sudo amd-smi set -g {i} -o {w:.0f}`",
-}
-
 Finding = tuple[str, str, str | None]  # status, detail, fix
 
 
@@ -86,7 +81,7 @@ def _clocks(h: Health, i: int, backend: Backend) -> Finding | None:
     now, top, app, default = h.clock, h.max_clock, h.app_clock, h.default_app_clock
     if now is None and top is None:
         return None
-    name = "GFX" if backend.vendor == "amd" else "SM"
+    name = backend.clock_name
     detail = f"{name} {now} MHz now, max {top}" + (f", application {app}" if app else "") + " MHz"
     if app and default and app < default:
         return (
@@ -106,7 +101,7 @@ def _power(h: Health, i: int, backend: Backend) -> Finding | None:
     if default:
         detail += f", default {default:.0f} W"
     if default and limit < default:
-        fix = POWER_FIX.get(backend.vendor or "", POWER_FIX["nvidia"])
+        fix = backend.power_fix
         return WARN, detail + ": the GPU throttles under load", fix.format(i=i, w=default)
     return PASS, detail, None
 

@@ -94,6 +94,19 @@ class AmdSmiBackend(Backend):
     label = "AMD SMI"
     vendor = "amd"
     list_command = "`amd-smi list`"
+    rocm = True
+    clock_name = "GFX"
+    list_tool = "`amd-smi list`"
+    power_fix = "`sudo amd-smi set -g {i} -o {w:.0f}`"
+    unlisted_fix = (
+        "make `amd-smi list` list the GPUs (the amdgpu driver loaded, ROCm's amdsmi matching "
+        "it): `jobs` finds GPUs through it"
+    )
+    unopenable_fix = (
+        "a GPU that AMD SMI lists but HIP cannot open is often in a bad state: read "
+        "`amd-smi metric`, reset it (`sudo amd-smi reset -G`) or reboot; compute partitions "
+        "(CPX) also show up this way"
+    )
     # amd-smi's (`rocm-smi` on older ROCm): metric, process, reset, topology, xgmi
     tools = Tools(
         query="`amd-smi metric -g {i}`",

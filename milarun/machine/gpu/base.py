@@ -150,6 +150,22 @@ class Backend:
     list_command = "`nvidia-smi -L` or `amd-smi list`"  # lists the GPU ids
     selects_by_uuid = False  # instances get their GPU by UUID (else by index)
     tools = PLAIN_TOOLS  # the vendor's commands, for the doctor's fixes
+    # What the doctor says of this vendor's GPUs, so that no consumer tests the vendor: the
+    # plain backend says NVIDIA's (a machine with GPUs but no library is most often one
+    # whose NVML is missing).
+    rocm = False  # the GPUs run HIP/ROCm: the versions are the driver's, HIP's and RCCL's
+    clock_name = "SM"  # the compute clock
+    list_tool = "`nvidia-smi`"  # the command that must list the GPUs
+    power_fix = "`sudo nvidia-smi -i {i} -pl {w:.0f}`"  # the power limit set back to {w} W
+    unlisted_fix = (
+        "make `nvidia-smi` list the GPUs (install the driver's libnvidia-ml, matching the "
+        "loaded kernel module, and a matching nvidia-ml-py): `jobs` finds GPUs through NVML"
+    )
+    unopenable_fix = (
+        "a GPU that NVML lists but CUDA cannot open is often in a bad state: read "
+        "`nvidia-smi -q`, reset it (`sudo nvidia-smi -r`) or reboot; MIG slices also show up "
+        "this way"
+    )
 
     def __init__(self, reason: str | None = None) -> None:
         self.reason = reason or "no GPU management library answers here"
