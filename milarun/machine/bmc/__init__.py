@@ -15,7 +15,7 @@ from milarun.machine.monitors import Monitor
 
 __all__ = ["BmcConfig", "BmcConfigError", "load_config", "node_monitor", "reader"]
 
-NOT_CONFIGURED = "no BMC configured (docs/energy.md: node power)"
+NOT_CONFIGURED = "no BMC configured (docs/reports.md: Node energy)"
 
 
 def reader(config: BmcConfig) -> Any:

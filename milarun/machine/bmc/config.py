@@ -84,10 +84,12 @@ def _read_file(path: Path) -> dict[str, Any]:
     except OSError as err:
         raise BmcConfigError(f"{path}: cannot be read ({err.strerror or err})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise BmcConfigError(f"{path}: not TOML ({err}); see docs/energy.md") from None
+        raise BmcConfigError(
+            f"{path}: not TOML ({err}); see docs/reports.md (Node energy)"
+        ) from None
     table = data.get("bmc")
     if not isinstance(table, dict):
-        raise BmcConfigError(f"{path}: no [bmc] table; see docs/energy.md")
+        raise BmcConfigError(f"{path}: no [bmc] table; see docs/reports.md (Node energy)")
     return table
 
 
