@@ -83,7 +83,7 @@ class Decoder:
     def prefill(self) -> Any:
         import torch
 
-        with torch.inference_mode():
+        with torch.no_grad():
             self.cache.reset()
             out = self.model(
                 input_ids=self.prompts,
@@ -121,7 +121,7 @@ def make_step(model: Any, compile_it: bool) -> Any:
     import torch
 
     def step(tokens: Any, position: Any, cache: Any) -> Any:
-        with torch.inference_mode():
+        with torch.no_grad():
             out = model(
                 input_ids=tokens, past_key_values=cache, cache_position=position, use_cache=True
             )
@@ -129,7 +129,15 @@ def make_step(model: Any, compile_it: bool) -> Any:
 
     if not compile_it:
         return step
-    return torch.compile(step, mode="reduce-overhead", fullgraph=False)
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=False)
+
+    def graphed(tokens: Any, position: Any, cache: Any) -> Any:
+        # A new CUDA-graph step each call; its output is copied out before the next
+        # replay overwrites it (the tokens feed the next step).
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(tokens, position, cache).clone()
+
+    return graphed
 
 
 def record(
