@@ -49,12 +49,24 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def setup_logging() -> None:
-    """Send the ``milarun`` loggers' warnings to stderr, one plain line each (once)."""
+    """Send the ``milarun`` loggers' warnings to stderr, one plain line each (once); then
+    the environment's own warning, if any (warn_cpu_only)."""
     logger = logging.getLogger("milarun")
     if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
         logger.addHandler(_StderrHandler())
     logger.setLevel(logging.WARNING)
     logger.propagate = False  # a library's root handler would print them twice
+    warn_cpu_only()  # milarun's first words: a CPU-only install whose torch was replaced
+
+
+def warn_cpu_only() -> None:
+    """A CPU-only environment (scripts/install-cpu.sh) whose torch a sync replaced: said at
+    every command, never silent (milarun.machine.torchbuild)."""
+    from milarun.machine import torchbuild
+
+    problem = torchbuild.cpu_only_problem()
+    if problem:
+        print(f"milarun: warning: {problem}", file=sys.stderr)
 
 
 MAX_SKIPPED_SHOWN = 20

@@ -27,7 +27,7 @@ from milarun.doctor.check import FAIL, INFO, PASS, STATUSES, WARN, Check, as_roo
 from milarun.doctor.passive.data import data_checks
 from milarun.doctor.passive.gpu import inventory, versions
 from milarun.doctor.passive.health import health
-from milarun.machine import devices, gpu, gpuprobe, isolation
+from milarun.machine import devices, gpu, gpuprobe, isolation, torchbuild
 from milarun.machine.gpu import Backend, GpuInfo
 from milarun.run import profile
 
@@ -110,6 +110,9 @@ def _checks(
         yield from checks
         yield disk_check(request.dataroot, missing, machine.disk_usage, prof.name)
     yield bytecode_check(machine.packages)
+    cpu_only = torchbuild.cpu_only_problem()
+    if cpu_only:  # a CPU-only install (docs/install.md) whose torch a sync replaced
+        yield Check("torch build", FAIL, cpu_only)
 
 
 def _select(
