@@ -19,6 +19,7 @@ import httpx
 
 import bidkit
 from conftest import ROOT, cli_env
+from fullfs import fill_up, full_tmpfs
 
 RATES = {"quick.polynome": 5000.0, "quick.sine_wave": 3000.0}
 
@@ -45,11 +46,26 @@ class Server:
     def start(self, timeout: float = 60) -> Server:
         """Start it (again: the same database, root and port) and wait until it answers."""
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "milarun", "serve", "--port", str(self.port), "--db", self.db,
-             "--root", str(self.root), *self.extra],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=cli_env(),
+            [
+                sys.executable,
+                "-m",
+                "milarun",
+                "serve",
+                "--port",
+                str(self.port),
+                "--db",
+                self.db,
+                "--root",
+                str(self.root),
+                *self.extra,
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=cli_env(),
             start_new_session=True,
-        )  # fmt: skip
+        )
         assert self.process.stdout is not None
         lines = []
         while True:  # what it prints before uvicorn starts: its admin key, then its URL
@@ -86,24 +102,49 @@ class Server:
     def key(self, site: str, *options: str) -> str:
         """A new key through `milarun serve keys add` (its last line)."""
         done = subprocess.run(
-            [sys.executable, "-m", "milarun", "serve", "keys", "add", "--site", site,
-             "--db", self.db, *options],
-            cwd=ROOT, capture_output=True, text=True, env=cli_env(), timeout=120,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "milarun",
+                "serve",
+                "keys",
+                "add",
+                "--site",
+                site,
+                "--db",
+                self.db,
+                *options,
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=cli_env(),
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout.strip().splitlines()[-1]
 
 
-def push(server: Server, source: Path, key: str, *options: str, cache: Path | None = None,
-         timeout: float = 300) -> subprocess.CompletedProcess:  # fmt: skip
+def push(
+    server: Server,
+    source: Path,
+    key: str,
+    *options: str,
+    cache: Path | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess:
     """`milarun push SOURCE --server URL` with the key in $MILARUN_KEY."""
     env = {"MILARUN_KEY": key}
     if cache is not None:
         env["XDG_CACHE_HOME"] = str(cache)
     return subprocess.run(
         [sys.executable, "-m", "milarun", "push", str(source), "--server", server.url, *options],
-        cwd=ROOT, capture_output=True, text=True, env=cli_env(env), timeout=timeout,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=cli_env(env),
+        timeout=timeout,
+    )
 
 
 def run_folder(folder: Path, seed: int = 0, rates: dict[str, float] | None = None) -> Path:
@@ -126,8 +167,11 @@ def uploads_of(db: str, content_hash: str | None = None) -> int:
     try:
         with engine.connect() as conn:
             where = " WHERE content_hash = :h" if content_hash else ""
-            return int(conn.execute(text(f"SELECT count(*) FROM uploads{where}"),
-                                    {"h": content_hash}).scalar_one())  # fmt: skip
+            return int(
+                conn.execute(
+                    text(f"SELECT count(*) FROM uploads{where}"), {"h": content_hash}
+                ).scalar_one()
+            )
     finally:
         engine.dispose()
 
@@ -149,8 +193,12 @@ def killed_mid_upload(server: Server, package: Path, key: str) -> tuple[bool, st
 
     def send() -> None:
         try:
-            httpx.post(f"{server.url}/api/uploads", headers={"Authorization": f"Bearer {key}"},
-                       content=_half_then_wait(body, release), timeout=60)  # fmt: skip
+            httpx.post(
+                f"{server.url}/api/uploads",
+                headers={"Authorization": f"Bearer {key}"},
+                content=_half_then_wait(body, release),
+                timeout=60,
+            )
         except httpx.TransportError as err:
             failed.append(err)
 
@@ -166,52 +214,86 @@ def killed_mid_upload(server: Server, package: Path, key: str) -> tuple[bool, st
     if uploads_of(server.db, digest):
         return False, "a half upload was stored"
     retry = subprocess.Popen(
-        [sys.executable, "-m", "milarun", "push", str(package), "--server", server.url,
-         "--retries", "8"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "milarun",
+            "push",
+            str(package),
+            "--server",
+            server.url,
+            "--retries",
+            "8",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         env=cli_env({"MILARUN_KEY": key}),
-    )  # fmt: skip
+    )
     time.sleep(1.0)  # its first try finds no server
     server.start()
     out, err = retry.communicate(timeout=300)
     stored = uploads_of(server.db, digest)
     spool = list((server.root / "spool").iterdir())
-    ok = (retry.returncode == 0 and "accepted" in out and "retry 1 of 8" in err
-          and stored == 1 and bool(failed) and not spool)  # fmt: skip
+    ok = (
+        retry.returncode == 0
+        and "accepted" in out
+        and "retry 1 of 8" in err
+        and stored == 1
+        and bool(failed)
+        and not spool
+    )
     return ok, f"exit {retry.returncode}, stored {stored}, spool {len(spool)}: {out.strip()[:200]}"
+
+
+def refused_then_stored(
+    server: Server,
+    package: Path,
+    key: str,
+    fault: tuple[Callable[[], None], Callable[[], None]],
+    said: str,
+    retries: int,
+) -> tuple[bool, str]:
+    """``fault`` (make it, mend it) made: the push fails in one line holding ``said`` and
+    where its package is kept, nothing stored; mended, the same package is pushed and stored."""
+    from milarun.server.client import sha256_of
+
+    make, mend = fault
+    make()
+    try:
+        done = push(server, package, key, "--retries", str(retries))
+    finally:
+        mend()
+    line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    refused = (
+        said in line
+        and f"the package is kept: {package}" in line
+        and done.returncode == 1
+        and package.is_file()
+        and not uploads_of(server.db, sha256_of(package))
+    )
+    again = push(server, package, key)
+    ok = refused and again.returncode == 0 and "accepted" in again.stdout
+    return ok, f"{line[:300]} | then: {again.stdout.strip()[:120]} {again.stderr.strip()[-300:]}"
 
 
 def database_unreachable(
     server: Server, package: Path, key: str, cut: Callable[[], None], mend: Callable[[], None]
 ) -> tuple[bool, str]:
-    """The database cut (``cut``): 503 to the push, which keeps its package and says so;
-    mended, the same package is pushed and stored."""
-    cut()
-    try:
-        done = push(server, package, key, "--retries", "1")
-    finally:
-        mend()
-    line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
-    said = ("503: database unavailable" in line and f"the package is kept: {package}" in line
-            and done.returncode == 1 and package.is_file())  # fmt: skip
-    again = push(server, package, key)
-    ok = said and again.returncode == 0 and "accepted" in again.stdout
-    return ok, f"{line[:300]} | then: {again.stdout.strip()[:120]} {again.stderr.strip()[-300:]}"
+    """The database cut: 503 to the push (after its retries), which keeps its package."""
+    return refused_then_stored(server, package, key, (cut, mend), "503: database unavailable", 1)
 
 
-def disk_full(server: Server, package: Path, key: str, fill: Callable[[], None],
-              free: Callable[[], None]) -> tuple[bool, str]:  # fmt: skip
-    """The server's disk full: 507, nothing stored, the package kept; freed, it is stored."""
-    from milarun.server.client import sha256_of
-
-    fill()
-    try:
-        done = push(server, package, key, "--retries", "0")
-    finally:
-        free()
-    line = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
-    said = ("(507): the server's disk is full" in line and "the package is kept" in line
-            and done.returncode == 1 and not uploads_of(server.db, sha256_of(package)))  # fmt: skip
-    again = push(server, package, key)
-    ok = said and again.returncode == 0 and "accepted" in again.stdout
-    return ok, f"{line[:300]} | then: {again.stdout.strip()[:120]} {again.stderr.strip()[-300:]}"
+def disk_full_on_tmpfs(folder: Path, db: str, package: Path) -> tuple[bool, str]:
+    """A server whose --root is a tmpfs (needs root), filled: 507, nothing stored, the
+    package kept; freed, it is stored."""
+    with full_tmpfs(folder, size="8m", fill=False) as root:
+        server = Server(db, root).start()
+        try:
+            fault = (lambda: fill_up(root), lambda: (root / "filler").unlink())
+            return refused_then_stored(
+                server, package, server.key("lab-f"), fault, "(507): the server's disk is full", 0
+            )
+        finally:
+            server.stop()

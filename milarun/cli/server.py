@@ -62,10 +62,13 @@ def keys_add(test_args: list[str]) -> int:
     finally:
         engine.dispose()
     tier = "official" if official else "community"
-    print(f"{issued.scope} key {issued.prefix} for site {issued.site} ({tier}, expires "
-          f"{expires or 'never'}); shown once, only its hash is kept:")  # fmt: skip
+    print(
+        f"{issued.scope} key {issued.prefix} for site {issued.site} ({tier}, expires "
+        f"{expires or 'never'}); shown once, only its hash is kept:"
+    )
     print(issued.key)
     return 0
+
 
 def keys_list(test_args: list[str]) -> int:
     """The keys by prefix (never a secret): site, scope, tier, state."""
@@ -82,12 +85,15 @@ def keys_list(test_args: list[str]) -> int:
     finally:
         engine.dispose()
     for row in rows:
-        print(f"{row['prefix']}  {row['site']:<20} {row['scope']:<6} "
-              f"{'official ' if row['official'] else 'community'} {row['state']:<8} "
-              f"created {_when(row['created_at'])} expires {_when(row['expires_at'])}")  # fmt: skip
+        print(
+            f"{row['prefix']}  {row['site']:<20} {row['scope']:<6} "
+            f"{'official ' if row['official'] else 'community'} {row['state']:<8} "
+            f"created {_when(row['created_at'])} expires {_when(row['expires_at'])}"
+        )
     if not rows:
         print("no key")
     return 0
+
 
 def keys_revoke(test_args: list[str]) -> int:
     """Revoke a key (by its prefix): refused from now on; what it pushed stays."""
@@ -205,12 +211,17 @@ class Progress:
         if percent // 10 != self.shown // 10 or sent == size:
             self.shown = percent
             end = "\n" if sent == size else ""
-            print(f"\rpushing {self.name[:60]}: {percent}% of {size / 2**20:,.1f} MiB", end=end,
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"\rpushing {self.name[:60]}: {percent}% of {size / 2**20:,.1f} MiB",
+                end=end,
+                file=sys.stderr,
+                flush=True,
+            )
 
 
-def push_to(source: Path, server: str, key_file: str | None, params: dict[str, Any],
-            retries: int) -> int:  # fmt: skip
+def push_to(
+    source: Path, server: str, key_file: str | None, params: dict[str, Any], retries: int
+) -> int:
     from milarun.server import client
 
     key = client.read_key(key_file)

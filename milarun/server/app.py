@@ -81,13 +81,16 @@ def authorize(engine: Any, request: Request, scopes: tuple[str, ...]) -> Key:
         if key is None:
             raise unauthorized(f"refused: {why}")
         if key.scope not in scopes:
-            raise HTTPException(403, f"key {key.prefix} is a {key.scope} key: this needs {scopes[-1]}")
+            raise HTTPException(
+                403, f"key {key.prefix} is a {key.scope} key: this needs {scopes[-1]}"
+            )
         session.expunge(key)
         return key
 
 
-def push_of(name: str, tender: str | None, visibility: str, embargo: str | None,
-            price: float | None) -> intake.Push:  # fmt: skip
+def push_of(
+    name: str, tender: str | None, visibility: str, embargo: str | None, price: float | None
+) -> intake.Push:
     """The push's parameters, checked (422 naming the one that is wrong)."""
     if not (0 < len(name) <= MAX_NAME and name.isprintable()):
         raise HTTPException(422, f"name: 1 to {MAX_NAME} printable characters")
@@ -113,7 +116,9 @@ class TooLarge(Exception):
     pass
 
 
-async def spool(chunks: AsyncIterator[bytes], dest: Path, limit: int, deadline: float) -> tuple[str, int]:
+async def spool(
+    chunks: AsyncIterator[bytes], dest: Path, limit: int, deadline: float
+) -> tuple[str, int]:
     """Write the body to ``dest`` as it comes; its SHA-256 and size."""
     digest, size = hashlib.sha256(), 0
     with open(dest, "wb") as out:
@@ -157,15 +162,20 @@ def create_app(settings: Settings) -> FastAPI:
     @app.exception_handler(OSError)
     async def disk(_: Request, err: OSError) -> JSONResponse:
         if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            return JSONResponse({"detail": "the server's disk is full: nothing stored; retry later"},
-                                status_code=507)  # fmt: skip
+            return JSONResponse(
+                {"detail": "the server's disk is full: nothing stored; retry later"},
+                status_code=507,
+            )
         raise err
 
     def limited(key: Key) -> None:
         wait = limiter.take(key.id)
         if wait:
-            raise HTTPException(429, f"key {key.prefix}: too many writes; retry in {wait:.0f} s",
-                                headers={"Retry-After": str(max(1, round(wait)))})  # fmt: skip
+            raise HTTPException(
+                429,
+                f"key {key.prefix}: too many writes; retry in {wait:.0f} s",
+                headers={"Retry-After": str(max(1, round(wait)))},
+            )
 
     @app.post("/api/uploads")
     async def upload(
@@ -187,22 +197,32 @@ def create_app(settings: Settings) -> FastAPI:
                 return JSONResponse(again, status_code=200)
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limits.upload_bytes):
-            raise HTTPException(413, f"upload of {length} bytes: the limit is {limits.upload_bytes:,} bytes")
+            raise HTTPException(
+                413, f"upload of {length} bytes: the limit is {limits.upload_bytes:,} bytes"
+            )
         spooled = root / "spool" / f"{uuid.uuid4().hex}.part"
         try:
             try:
                 found, size = await spool(
-                    request.stream(), spooled, limits.upload_bytes,
+                    request.stream(),
+                    spooled,
+                    limits.upload_bytes,
                     time.monotonic() + limits.upload_seconds,
-                )  # fmt: skip
+                )
             except TooLarge:
-                raise HTTPException(413, f"upload over the limit of {limits.upload_bytes:,} bytes") from None
+                raise HTTPException(
+                    413, f"upload over the limit of {limits.upload_bytes:,} bytes"
+                ) from None
             except TimeoutError:
-                raise HTTPException(408, f"upload slower than {limits.upload_seconds:.0f} s: refused") from None
+                raise HTTPException(
+                    408, f"upload slower than {limits.upload_seconds:.0f} s: refused"
+                ) from None
             if not size:
                 raise HTTPException(422, "empty upload: send a bid package (bid.tar.gz)")
             if len(claimed) == 64 and claimed.lower() != found:
-                raise HTTPException(422, "the bytes received do not hash to X-Content-SHA256: resend")
+                raise HTTPException(
+                    422, "the bytes received do not hash to X-Content-SHA256: resend"
+                )
             async with verifying:
                 answer = await run_in_threadpool(
                     intake.receive, engine, root, spooled, found, key, push, limits
@@ -250,8 +270,21 @@ def _store_tender(engine: Any, root: Path, key: Key, name: str, body: bytes) -> 
     finally:
         path.unlink(missing_ok=True)
     with store.session(engine) as session, session.begin():
-        if session.query(Tender).filter((Tender.name == name) | (Tender.sha256 == tender.sha256)).first():
+        if (
+            session.query(Tender)
+            .filter((Tender.name == name) | (Tender.sha256 == tender.sha256))
+            .first()
+        ):
             raise HTTPException(409, f"tender {name[:80]!r} (or these same rules) is already there")
-        session.add(Tender(name=name, sha256=tender.sha256, body=body.decode(), site_id=key.site_id,
-                           created_at=time.time()))  # fmt: skip
-    return JSONResponse({"tender": name, "sha256": tender.sha256, "url": f"/tenders/{name}"}, status_code=201)
+        session.add(
+            Tender(
+                name=name,
+                sha256=tender.sha256,
+                body=body.decode(),
+                site_id=key.site_id,
+                created_at=time.time(),
+            )
+        )
+    return JSONResponse(
+        {"tender": name, "sha256": tender.sha256, "url": f"/tenders/{name}"}, status_code=201
+    )

@@ -137,7 +137,9 @@ def push(
             why = f"{answer.status_code}: {_detail(answer)}"
             continue
         if answer.status_code >= 400:
-            raise PushError(f"{target.server} refused it ({answer.status_code}): {_detail(answer)}; {kept}")
+            raise PushError(
+                f"{target.server} refused it ({answer.status_code}): {_detail(answer)}; {kept}"
+            )
         found: dict[str, Any] = answer.json()
         return found
     raise PushError(f"{target.server}: not pushed after {retries + 1} tries ({why}); {kept}")

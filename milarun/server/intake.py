@@ -24,17 +24,7 @@ from sqlalchemy.orm import Session
 from milarun.errors import InputError
 from milarun.history import ingest, store
 from milarun.server import verdict
-from milarun.server.models import (
-    ACCEPTED,
-    BID,
-    EMBARGOED,
-    REJECTED,
-    RUN,
-    Key,
-    Site,
-    Tender,
-    Upload,
-)
+from milarun.server.models import ACCEPTED, BID, EMBARGOED, REJECTED, RUN, Key, Site, Tender, Upload
 from milarun.tender import archive, package
 
 
@@ -108,7 +98,9 @@ def _tender(session: Session, wanted: str | None, packed_sha: str | None) -> Ten
     if wanted is not None:
         found = session.scalar(select(Tender).where(Tender.name == wanted))
         if found is None:
-            raise Refused(404, f"no tender named {wanted[:80]!r} on this server: an admin uploads it")
+            raise Refused(
+                404, f"no tender named {wanted[:80]!r} on this server: an admin uploads it"
+            )
         return found
     if packed_sha:
         return session.scalar(select(Tender).where(Tender.sha256 == packed_sha))
@@ -203,9 +195,7 @@ def _report_page(opened: Any, out: Path, title: str) -> None:
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     try:
-        make_report(
-            ReportRequest(opened.root / package.RUN, html=tmp, title=f"milarun: {title}")
-        )
+        make_report(ReportRequest(opened.root / package.RUN, html=tmp, title=f"milarun: {title}"))
         os.replace(tmp, out)
     except InputError:
         tmp.unlink(missing_ok=True)  # no page: the run page says so

@@ -16,6 +16,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -79,11 +80,7 @@ class Issued:
 
 
 def add(
-    session: Session,
-    site: str,
-    scope: str,
-    official: bool = False,
-    expires_at: float | None = None,
+    session: Session, site: str, scope: str, official: bool = False, expires_at: float | None = None
 ) -> Issued:
     """A new key for ``site`` (made when new); the caller commits and shows the key once."""
     if scope not in SCOPES:
@@ -115,7 +112,7 @@ def ensure_admin(session: Session) -> Issued | None:
     return add(session, ADMIN_SITE, ADMIN, official=True)
 
 
-def listed(session: Session, site: str | None = None) -> list[dict[str, object]]:
+def listed(session: Session, site: str | None = None) -> list[dict[str, Any]]:
     """The keys (prefixes, never secrets) of one site, or of every site for an admin."""
     query = select(Key, Site.name).join(Site).order_by(Site.name, Key.id)
     if site is not None:

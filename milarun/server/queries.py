@@ -147,7 +147,7 @@ def test_across_sites(session: Session, test: str) -> dict[str, Any]:
         if result_id not in seen:  # a run pushed in two packages counts once
             seen.add(result_id)
             groups[(_model(system), site)].append(float(rate))
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "gpu": model,
             "site": site,

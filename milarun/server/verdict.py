@@ -19,7 +19,7 @@ from milarun.errors import InputError
 from milarun.history import ingest
 from milarun.report import variants
 from milarun.results import read
-from milarun.run.profile import PROFILE_DIR
+from milarun.run.profile import PROFILE_DIR, load_profile
 from milarun.tender import package, rules, verify
 
 # The rules a pushed run must pass: its files are those hashed, agree with themselves and
@@ -37,7 +37,9 @@ class Verdict:
 
 def run_tender(opened: verify.Opened, work: Path) -> tuple[Path, rules.Tender]:
     """The rules of the shipped profile the run names (InputError: none, or not shipped)."""
-    names = sorted({str(r.get("profile")) for r in opened.bid.get("runs") or [] if r.get("profile")})
+    names = sorted(
+        {str(r.get("profile")) for r in opened.bid.get("runs") or [] if r.get("profile")}
+    )
     if not names:
         raise InputError("its bid.json names no profile: push a folder made by `milarun jobs`")
     name = names[0]
@@ -46,10 +48,23 @@ def run_tender(opened: verify.Opened, work: Path) -> tuple[Path, rules.Tender]:
             f"profile {name[:60]!r} is not one milarun ships: push it as a bid against a tender "
             "an admin uploaded (--tender NAME)"
         )
-    data = rules.make_tender(name, None, repeat=1, allow_overrides=True)
+    data = rules.make_tender(name, None, repeat=1, allow_overrides=True, names=_ran(opened, name))
     path = work / "rules.json"
     path.write_text(json.dumps(data))
     return path, rules.load_tender(path)
+
+
+def _ran(opened: verify.Opened, profile: str) -> list[str]:
+    """The profile's jobs the run ran (a scaling test's ``.k`` left out): its tests, not the
+    whole suite, are what it is verified against."""
+    jobs = load_profile(profile).jobs
+    found = set()
+    for view in read.views(opened.loaded.results):
+        short = view.name.removeprefix(f"{profile}.")
+        base = short if short in jobs else short.rpartition(".")[0]
+        if base in jobs:
+            found.add(base)
+    return sorted(found)
 
 
 def judge(

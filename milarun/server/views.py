@@ -78,10 +78,21 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
         return pages.page(
             "milarun results",
             [
-                Section("Sites", None, Table("sites", [("site", "site"), ("uploads", "uploads"),
-                        ("accepted", "accepted")], sites, {"site": "url"})),  # fmt: skip
-                Section("Latest uploads", "official: pushed with a key an admin marked official; "
-                        "community: every other", pages.uploads_table(recent)),  # fmt: skip
+                Section(
+                    "Sites",
+                    None,
+                    Table(
+                        "sites",
+                        [("site", "site"), ("uploads", "uploads"), ("accepted", "accepted")],
+                        sites,
+                        {"site": "url"},
+                    ),
+                ),
+                Section(
+                    "Latest uploads",
+                    "official: pushed with a key an admin marked official; community: every other",
+                    pages.uploads_table(recent),
+                ),
             ],
             alternates=alternates("/api/sites"),
         )
@@ -94,8 +105,11 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
     @app.get("/sites/{name:path}", response_class=HTML)
     def site_page(name: str, tier: str | None = None) -> str:
         rows = site_data(name, tier)
-        return pages.page(f"site {name}", [Section(None, None, pages.uploads_table(rows))],
-                          alternates=alternates(link("api", "sites", name)))  # fmt: skip
+        return pages.page(
+            f"site {name}",
+            [Section(None, None, pages.uploads_table(rows))],
+            alternates=alternates(link("api", "sites", name)),
+        )
 
     @app.get("/api/sites/{name:path}")
     def site_data(name: str, tier: str | None = None, format: str | None = None) -> Any:
@@ -108,8 +122,17 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
     @app.get("/runs", response_class=HTML)
     def runs_page(tier: str | None = None) -> str:
         rows = runs_data(tier)
-        return pages.page("runs", [Section(None, "each accepted run: its site, devices and suite",
-                          pages.uploads_table(rows, "runs"))], alternates=alternates("/api/runs"))  # fmt: skip
+        return pages.page(
+            "runs",
+            [
+                Section(
+                    None,
+                    "each accepted run: its site, devices and suite",
+                    pages.uploads_table(rows, "runs"),
+                )
+            ],
+            alternates=alternates("/api/runs"),
+        )
 
     @app.get("/api/runs")
     def runs_data(tier: str | None = None, format: str | None = None) -> Any:
@@ -118,17 +141,43 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
 
     def upload_page(found: dict[str, Any], report_url: str) -> str:
         report = found.get("report") or {}
-        about = [f"{k}: {pages.cell(found[k])}" for k in ("site", "kind", "status", "tier",
-                 "suite", "devices", "tender", "score", "pushed_at")]  # fmt: skip
+        about = [
+            f"{k}: {pages.cell(found[k])}"
+            for k in (
+                "site",
+                "kind",
+                "status",
+                "tier",
+                "suite",
+                "devices",
+                "tender",
+                "score",
+                "pushed_at",
+            )
+        ]
         sections = [Section("Verdict", found["reason"] or "every deciding rule passes")]
         if found["status"] == ACCEPTED:
             here = [{"page": "the run's report (milarun report)", "url": report_url}]
-            sections.append(Section(None, None, Table("pages", [("page", "page")], here, {"page": "url"})))
+            sections.append(
+                Section(None, None, Table("pages", [("page", "page")], here, {"page": "url"}))
+            )
         checks = report.get("checks") or []
-        sections.append(Section("Verify report", None, Table("checks", [("rule", "rule"), ("ok", "passed"),
-                        ("evidence", "evidence")], checks), pre=report.get("text") or report.get("error")))  # fmt: skip
-        return pages.page(f"{found['kind']} {found['name']}", sections, intro=about,
-                          alternates=alternates(link("api", "uploads", found["id"]), csv=False))  # fmt: skip
+        sections.append(
+            Section(
+                "Verify report",
+                None,
+                Table(
+                    "checks", [("rule", "rule"), ("ok", "passed"), ("evidence", "evidence")], checks
+                ),
+                pre=report.get("text") or report.get("error"),
+            )
+        )
+        return pages.page(
+            f"{found['kind']} {found['name']}",
+            sections,
+            intro=about,
+            alternates=alternates(link("api", "uploads", found["id"]), csv=False),
+        )
 
     @app.get("/uploads/{content_hash}", response_class=HTML)
     def upload_view(content_hash: str) -> str:
@@ -157,8 +206,16 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
     def tests_page() -> str:
         with store.session(engine) as session:
             rows = [{"test": t, "url": link("tests", t)} for t in queries.tests(session)]
-        return pages.page("tests", [Section(None, "each test's runs across sites",
-                          Table("tests", [("test", "test")], rows, {"test": "url"}))])  # fmt: skip
+        return pages.page(
+            "tests",
+            [
+                Section(
+                    None,
+                    "each test's runs across sites",
+                    Table("tests", [("test", "test")], rows, {"test": "url"}),
+                )
+            ],
+        )
 
     @app.get("/tests/{test:path}", response_class=HTML)
     def test_page(test: str) -> str:
@@ -166,12 +223,32 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
         return pages.page(
             f"{test} across sites",
             [
-                Section("Site-to-site spread per GPU model", "the slowest site's mean rate below the "
-                        "fastest's, as a share of the fastest", Table("spread", [("gpu", "GPU model"),
-                        ("sites", "sites"), ("spread", "spread")], data["spread"])),  # fmt: skip
-                Section("Per site", None, Table("per-site", [("gpu", "GPU model"), ("site", "site"),
-                        ("n", "runs"), ("mean", "mean examples/s"), ("min", "min"), ("max", "max")],
-                        data["sites"]), chart=pages.spread_chart(data["sites"])),  # fmt: skip
+                Section(
+                    "Site-to-site spread per GPU model",
+                    "the slowest site's mean rate below the fastest's, as a share of the fastest",
+                    Table(
+                        "spread",
+                        [("gpu", "GPU model"), ("sites", "sites"), ("spread", "spread")],
+                        data["spread"],
+                    ),
+                ),
+                Section(
+                    "Per site",
+                    None,
+                    Table(
+                        "per-site",
+                        [
+                            ("gpu", "GPU model"),
+                            ("site", "site"),
+                            ("n", "runs"),
+                            ("mean", "mean examples/s"),
+                            ("min", "min"),
+                            ("max", "max"),
+                        ],
+                        data["sites"],
+                    ),
+                    chart=pages.spread_chart(data["sites"]),
+                ),
             ],
             alternates=alternates(link("api", "tests", test)),
         )
@@ -189,12 +266,18 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
         with store.session(engine) as session:
             names = list(session.scalars(select(Tender.name).order_by(Tender.name)))
         rows = [{"tender": n, "url": link("tenders", n)} for n in names]
-        return pages.page("tenders", [Section(None, "each tender's live ranking of its verified bids",
-                          Table("tenders", [("tender", "tender")], rows, {"tender": "url"}))])  # fmt: skip
+        return pages.page(
+            "tenders",
+            [
+                Section(
+                    None,
+                    "each tender's live ranking of its verified bids",
+                    Table("tenders", [("tender", "tender")], rows, {"tender": "url"}),
+                )
+            ],
+        )
 
     def ranked(name: str, power_cost: float | None) -> tuple[Any, list[dict[str, Any]]]:
-        from milarun.tender import bids, ranking
-
         if power_cost is not None and not 0 < power_cost < 100:
             raise HTTPException(422, "power_cost: $/kWh, above 0 and below 100")
         with store.session(engine) as session:
@@ -207,18 +290,10 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
             return None, rows
         cache = (tender.id, tuple(r["id"] for r in accepted), power_cost)
         with ranking_lock:
-            if cache not in rankings:
-                with tempfile.TemporaryDirectory(dir=root / "work") as tmp:
-                    paths = []
-                    for r in accepted:  # each bid shown by its site and name
-                        shown = Path(tmp) / f"{_SAFE.sub('_', r['site'] + '-' + r['name'])[:80]}-{r['id'][:8]}.tar.gz"
-                        shown.symlink_to(root / "packages" / f"{r['id']}.tar.gz")
-                        paths.append(shown)
-                    prices = [r["price"] for r in accepted]
-                    rankings[cache] = bids.rank(
-                        paths, prices if all(p is not None for p in prices) else None,
-                        ranking.Costs(power_cost),
-                    )  # fmt: skip
+            if cache not in rankings:  # a new bid: the tender's older rankings dropped
+                for old in [k for k in rankings if k[0] == tender.id]:
+                    del rankings[old]
+                rankings[cache] = _rank(root, accepted, power_cost)
             return rankings[cache], rows
 
     @app.get("/tenders/{name:path}", response_class=HTML)
@@ -228,11 +303,24 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
         found, rows = ranked(name, power_cost)
         rejected = [r for r in rows if r["status"] != ACCEPTED]
         if found is None:
-            return pages.page(f"tender {name}", [Section("Bids", "no verified bid yet"),
-                              Section("Rejected", None, pages.uploads_table(rejected, "rejected"))])  # fmt: skip
+            return pages.page(
+                f"tender {name}",
+                [
+                    Section("Bids", "no verified bid yet"),
+                    Section("Rejected", None, pages.uploads_table(rejected, "rejected")),
+                ],
+            )
         text = render.to_html(found, f"tender {name}: ranking of verified bids")
-        extra = pages.page("", [Section("Bids refused by verify (never ranked)", None,
-                           pages.uploads_table(rejected, "rejected"))])  # fmt: skip
+        extra = pages.page(
+            "",
+            [
+                Section(
+                    "Bids refused by verify (never ranked)",
+                    None,
+                    pages.uploads_table(rejected, "rejected"),
+                )
+            ],
+        )
         body = extra.split("<body>", 1)[1].split("</body>", 1)[0].split("</nav>", 1)[1]
         return text.replace("</body>", body + "</body>", 1)
 
@@ -249,5 +337,23 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
 def _report_file(root: Path, content_hash: str) -> Response:
     path = root / "pages" / f"{content_hash}.html"
     if not path.is_file():
-        raise HTTPException(404, "no report page for this upload (rejected, or no result to report)")
+        raise HTTPException(
+            404, "no report page for this upload (rejected, or no result to report)"
+        )
     return FileResponse(path, media_type="text/html")
+
+
+def _rank(root: Path, accepted: list[dict[str, Any]], power_cost: float | None) -> Any:
+    """The ranking of the accepted bids' packages, each shown by its site and name."""
+    from milarun.tender import bids, ranking
+
+    with tempfile.TemporaryDirectory(dir=root / "work") as tmp:
+        paths = []
+        for r in accepted:
+            name = _SAFE.sub("_", f"{r['site']}-{r['name']}")[:80]
+            shown = Path(tmp) / f"{name}-{r['id'][:8]}.tar.gz"
+            shown.symlink_to(root / "packages" / f"{r['id']}.tar.gz")
+            paths.append(shown)
+        prices = [r["price"] for r in accepted]
+        known = prices if all(p is not None for p in prices) else None
+        return bids.rank(paths, known, ranking.Costs(power_cost))

@@ -16,7 +16,7 @@ import pytest
 
 import bidkit
 import serverkit
-from conftest import one_line_error, milarun
+from conftest import milarun, one_line_error
 from serverkit import Server
 
 HOSTILE = "<script>alert(1)</script>'; DROP TABLE uploads; --"
@@ -27,8 +27,11 @@ LIMIT = 1 << 20  # --max-upload-mb 1
 def small(tmp_path_factory):
     """A server with a 1 MiB upload limit and 6 writes a minute per key."""
     top = tmp_path_factory.mktemp("small")
-    running = Server(f"sqlite:///{top / 'results.sqlite'}", top / "root",
-                     extra=("--max-upload-mb", "1", "--pushes-per-minute", "6")).start()  # fmt: skip
+    running = Server(
+        f"sqlite:///{top / 'results.sqlite'}",
+        top / "root",
+        extra=("--max-upload-mb", "1", "--pushes-per-minute", "6"),
+    ).start()
     try:
         yield running
     finally:
@@ -46,8 +49,9 @@ def uploads(server: Server) -> int:
         return int(conn.execute("SELECT count(*) FROM uploads").fetchone()[0])
 
 
-def post(server: Server, key: str | None, body: bytes, path: str = "/api/uploads",
-         **params: str) -> httpx.Response:  # fmt: skip
+def post(
+    server: Server, key: str | None, body: bytes, path: str = "/api/uploads", **params: str
+) -> httpx.Response:
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
     return httpx.post(server.url + path, params=params, headers=headers, content=body, timeout=60)
 
@@ -63,7 +67,9 @@ def test_writes_without_a_valid_key_are_refused_and_store_nothing(small, package
     done = milarun("serve", "keys", "revoke", prefix, "--db", small.db)
     assert done.returncode == 0 and f"key {prefix} revoked" in done.stdout
     answer = post(small, revoked, body)
-    assert answer.status_code == 401 and answer.json()["detail"] == f"refused: key {prefix} is revoked"
+    assert (
+        answer.status_code == 401 and answer.json()["detail"] == f"refused: key {prefix} is revoked"
+    )
     expired = small.key("lab-e", "--expires", "2099-01-01")
     with sqlite3.connect(small.db.removeprefix("sqlite:///")) as conn:  # its date has come
         conn.execute("UPDATE keys SET expires_at = 1 WHERE prefix = ?", (expired.split("_")[1],))
@@ -75,8 +81,9 @@ def test_writes_without_a_valid_key_are_refused_and_store_nothing(small, package
     listed = httpx.get(f"{small.url}/api/keys", headers={"Authorization": f"Bearer {pusher}"})
     assert [k["site"] for k in listed.json()] == ["lab-p"]  # never another site's keys
     assert all("secret" not in str(k) and pusher not in str(k) for k in listed.json())
-    past = one_line_error(milarun("serve", "keys", "add", "--site", "x", "--expires",
-                                  "2000-01-01", "--db", small.db))  # fmt: skip
+    past = one_line_error(
+        milarun("serve", "keys", "add", "--site", "x", "--expires", "2000-01-01", "--db", small.db)
+    )
     assert "--expires: that date is past" in past
     assert "a site name is" in one_line_error(
         milarun("serve", "keys", "add", "--site", HOSTILE, "--db", small.db)
@@ -102,8 +109,12 @@ def test_oversized_and_malformed_uploads_are_refused_with_a_clear_message(small,
         for i in range(0, len(big), 65536):
             yield big[i : i + 65536]
 
-    streamed = httpx.post(f"{small.url}/api/uploads", headers={"Authorization": f"Bearer {key}"},
-                          content=chunks(), timeout=60)  # fmt: skip
+    streamed = httpx.post(
+        f"{small.url}/api/uploads",
+        headers={"Authorization": f"Bearer {key}"},
+        content=chunks(),
+        timeout=60,
+    )
     assert streamed.status_code == 413 and "over the limit" in streamed.json()["detail"]
     assert post(small, key, b"").json()["detail"].startswith("empty upload")
     junk = post(small, key, os.urandom(5000), name="junk.tar.gz")
@@ -127,8 +138,12 @@ def test_a_key_past_its_rate_is_refused(small):
 def test_hostile_names_are_escaped_on_every_page(server, tmp_path):
     admin = {"Authorization": f"Bearer {server.admin}"}
     tender = bidkit.tender(tmp_path / "tender.json", ["polynome", "sine_wave"], repeat=1)
-    made = httpx.post(f"{server.url}/api/tenders", params={"name": HOSTILE}, headers=admin,
-                      content=tender.read_bytes())  # fmt: skip
+    made = httpx.post(
+        f"{server.url}/api/tenders",
+        params={"name": HOSTILE},
+        headers=admin,
+        content=tender.read_bytes(),
+    )
     assert made.status_code == 201, made.text
     key = server.key("lab-h")
     folder = serverkit.run_folder(tmp_path / "run", seed=3)
@@ -139,8 +154,16 @@ def test_hostile_names_are_escaped_on_every_page(server, tmp_path):
     bad = post(server, key, bid.read_bytes(), visibility=HOSTILE)
     assert bad.status_code == 422 and "visibility" in bad.json()["detail"]
     upload = pushed.json()["id"]
-    pages = ["/", "/runs", "/sites/lab-h", f"/uploads/{upload}", "/tests", "/tenders",
-             f"/tenders/{quote(HOSTILE, safe='')}", "/tests/quick.polynome"]  # fmt: skip
+    pages = [
+        "/",
+        "/runs",
+        "/sites/lab-h",
+        f"/uploads/{upload}",
+        "/tests",
+        "/tenders",
+        f"/tenders/{quote(HOSTILE, safe='')}",
+        "/tests/quick.polynome",
+    ]
     for page in pages:
         shown = httpx.get(server.url + page, timeout=120)
         assert shown.status_code == 200, (page, shown.text[:300])

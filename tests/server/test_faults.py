@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 import serverkit
-from fullfs import fill_up, full_tmpfs
 from history.conftest import POSTGRES, _fresh_postgres
 from serverkit import Server
 
@@ -45,9 +44,12 @@ def test_the_database_unreachable_is_503_and_the_client_keeps_its_package(
     server = Server(url, tmp_path / "root").start()
     try:
         ok, said = serverkit.database_unreachable(
-            server, package, server.key("lab-d"), cut,
+            server,
+            package,
+            server.key("lab-d"),
+            cut,
             lambda: sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS true"),
-        )  # fmt: skip
+        )
     finally:
         server.stop()
     assert ok, said
@@ -55,13 +57,6 @@ def test_the_database_unreachable_is_503_and_the_client_keeps_its_package(
 
 @pytest.mark.root("a tmpfs mount")
 def test_a_full_disk_is_507_and_nothing_is_stored(tmp_path, package):
-    with full_tmpfs(tmp_path / "root", size="8m", fill=False) as root:
-        server = Server(f"sqlite:///{tmp_path / 'results.sqlite'}", root).start()
-        try:
-            ok, said = serverkit.disk_full(
-                server, package, server.key("lab-f"), lambda: fill_up(root),
-                lambda: (root / "filler").unlink(),
-            )  # fmt: skip
-        finally:
-            server.stop()
+    db = f"sqlite:///{tmp_path / 'results.sqlite'}"
+    ok, said = serverkit.disk_full_on_tmpfs(tmp_path / "root", db, package)
     assert ok, said

@@ -9,6 +9,7 @@ import pytest
 import bidkit
 import serverkit
 from conftest import one_line_error
+from pages import needs_chromium, show
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +28,16 @@ def test_a_run_pushed_is_on_the_pages_and_a_repush_is_a_no_op(server, lab, tmp_p
     mine = [r for r in runs if r["id"] == upload]
     assert mine and mine[0]["site"] == "lab-a" and mine[0]["tier"] == "official"
     assert mine[0]["suite"] == "quick" and mine[0]["devices"] == "cpu:0, cpu:1"
-    for page in ("/", "/runs", "/sites/lab-a", f"/uploads/{upload}", f"/uploads/{upload}/report",
-                 "/tests", "/tests/quick.polynome", "/tenders"):  # fmt: skip
+    for page in (
+        "/",
+        "/runs",
+        "/sites/lab-a",
+        f"/uploads/{upload}",
+        f"/uploads/{upload}/report",
+        "/tests",
+        "/tests/quick.polynome",
+        "/tenders",
+    ):
         shown = httpx.get(server.url + page)
         assert shown.status_code == 200 and "<html" in shown.text, page
     spread = httpx.get(f"{server.url}/api/tests/quick.polynome").json()
@@ -51,17 +60,24 @@ def faster(result: dict) -> None:
 def test_bids_are_verified_ranked_and_a_forgery_rejected_with_its_reason(server, lab, tmp_path):
     tender = bidkit.tender(tmp_path / "tender.json", ["polynome", "sine_wave"], repeat=1)
     admin = {"Authorization": f"Bearer {server.admin}"}
-    made = httpx.post(f"{server.url}/api/tenders", params={"name": "call-2027"}, headers=admin,
-                      content=tender.read_bytes())  # fmt: skip
+    made = httpx.post(
+        f"{server.url}/api/tenders",
+        params={"name": "call-2027"},
+        headers=admin,
+        content=tender.read_bytes(),
+    )
     assert made.status_code == 201, made.text
     vendor = server.key("vendor-b")
     packages = []
     for i, (key, rates) in enumerate([(lab, 1.0), (vendor, 1.3)]):
-        folder = serverkit.run_folder(tmp_path / f"bid{i}", seed=i,
-                                      rates={t: r * rates for t, r in serverkit.RATES.items()})  # fmt: skip
+        folder = serverkit.run_folder(
+            tmp_path / f"bid{i}", seed=i, rates={t: r * rates for t, r in serverkit.RATES.items()}
+        )
         packages.append(serverkit.package(folder, tmp_path / f"bid{i}.tar.gz", tender))
         done = serverkit.push(server, packages[-1], key, "--tender", "call-2027", "--price", "1000")
-        assert done.returncode == 0 and done.stdout.startswith("bid accepted"), done.stdout + done.stderr
+        assert done.returncode == 0 and done.stdout.startswith("bid accepted"), (
+            done.stdout + done.stderr
+        )
     forged = bidkit.edited(packages[1], tmp_path, lambda f: bidkit.edit_results(f, faster))
     done = serverkit.push(server, forged, vendor, "--tender", "call-2027")
     assert done.returncode == 1 and "bid rejected" in done.stdout
@@ -90,8 +106,16 @@ def test_private_and_embargoed_runs_are_not_listed(server, lab, tmp_path):
     assert shown.status_code == 200 and "accepted" in shown.text
     assert httpx.get(f"{share}/report").status_code == 200
     later = serverkit.run_folder(tmp_path / "later", seed=6)
-    done = serverkit.push(server, later, lab, "--visibility", "embargoed", "--embargo",
-                          "2099-01-01", cache=tmp_path / "c")  # fmt: skip
+    done = serverkit.push(
+        server,
+        later,
+        lab,
+        "--visibility",
+        "embargoed",
+        "--embargo",
+        "2099-01-01",
+        cache=tmp_path / "c",
+    )
     assert done.returncode == 0, done.stderr
     embargoed = done.stdout.split("/share/")[1].strip()
     listed = httpx.get(f"{server.url}/api/runs").text
@@ -105,3 +129,16 @@ def test_push_without_a_key_is_one_line_and_keeps_nothing(server, tmp_path):
     folder = serverkit.run_folder(tmp_path / "run", seed=9)
     line = one_line_error(serverkit.push(server, folder, ""))
     assert "no key: set MILARUN_KEY or give --key-file" in line
+
+
+@needs_chromium
+def test_the_pages_fit_1400_px_in_chromium(server, lab, tmp_path):
+    folder = serverkit.run_folder(tmp_path / "shown", seed=21)
+    done = serverkit.push(server, folder, lab, cache=tmp_path / "cache")
+    upload = done.stdout.split("/uploads/")[1].strip()
+    for i, page in enumerate(["/", f"/uploads/{upload}", "/tests/quick.polynome", "/runs"]):
+        saved = tmp_path / f"page{i}.html"
+        saved.write_text(httpx.get(server.url + page).text, encoding="utf-8")
+        shown = show(saved, tmp_path / "chromium")
+        assert not shown.too_wide(), (page, shown.too_wide())
+        assert shown.blank() is None, (page, shown.blank())
