@@ -3,7 +3,7 @@
 Kept at this path as a stable API while the implementation lives in milarun.measure.
 """
 
-from milarun.machine.torchdevice import precision_unavailable
+from milarun.machine.torchdevice import fp8_dtype, precision_unavailable
 from milarun.measure.experiment import (
     BadTestArguments,
     DoesNotFit,
@@ -20,5 +20,6 @@ __all__ = [
     "Experiment",
     "ServerFailed",
     "Timer",
+    "fp8_dtype",
     "precision_unavailable",
 ]

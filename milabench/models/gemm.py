@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from milabench import helpers, modern
-from milarun.experiment import BadTestArguments, Experiment, precision_unavailable
+from milarun.experiment import BadTestArguments, Experiment, fp8_dtype, precision_unavailable
 
 TERA = 1e12
 SWEEP = "2048x2048x2048,4096x4096x4096,16384x2048x2048,16384x5632x2048,16384x2048x5632"
@@ -48,7 +48,7 @@ def operands(m: int, n: int, k: int, precision: str, device: Any, gen: Any) -> A
     b = torch.randn(k, n, generator=gen, device=device).to(dtype)
     if precision != "fp8":
         return lambda: torch.matmul(a, b)
-    fp8 = torch.float8_e4m3fnuz if torch.version.hip else torch.float8_e4m3fn
+    fp8 = fp8_dtype(device)  # per architecture: MI300-class fnuz, MI355X and NVIDIA fn
     a8 = a.to(fp8)
     b8 = b.to(fp8).t().contiguous().t()  # column-major second operand, as _scaled_mm wants
     one = torch.ones((), device=device)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from milarun.machine import devices
+from milarun.machine.gpu import datasheet
 
 # Level Zero's visible-devices variable (Intel GPUs): the GPUs torch.xpu sees, read once when
 # it initialises; `jobs` names an instance's GPUs in CUDA_VISIBLE_DEVICES, copied there.
@@ -133,3 +134,14 @@ def precision_unavailable(precision: str, device: Any) -> str | None:
     if not torch.version.hip and (major, minor) < (8, 9):
         return f"FP8 needs compute capability 8.9+; this GPU is {major}.{minor}"
     return None
+
+
+def fp8_dtype(device: Any) -> Any:
+    """The torch dtype of ``device``'s FP8 e4m3 format, per architecture from the datasheet
+    (MI300-class ``float8_e4m3fnuz``; MI355X and NVIDIA ``float8_e4m3fn``); a GPU with no
+    row takes its runtime's (ROCm before CDNA 4: fnuz)."""
+    import torch
+
+    runtime = "amd" if torch.version.hip else "nvidia"
+    name = datasheet.fp8_format(torch.cuda.get_device_name(device), runtime)
+    return getattr(torch, name or "float8_e4m3fn")

@@ -142,3 +142,18 @@ def test_jobs_with_the_tender_records_its_challenge_and_the_run_is_fresh(tmp_pat
     said = one_line_error(milarun("jobs", "quick", "--tender", old, "-o", tmp_path / "x"))
     assert said.endswith("the tender has no challenge (written before milarun kept one): ask "
                          "the buyer for a tender made by this milarun's `tender init`")  # fmt: skip
+
+
+def test_the_h200_bid_made_for_its_tender_passes_every_rule():
+    """A real bid (tests/data/gpu-runs/h200-2026-11-28): made on the H200 for a tender
+    requiring its challenge and a doctor record."""
+    folder = ROOT / "tests" / "data" / "gpu-runs" / "h200-2026-11-28"
+    found = verify.verify(folder / "bid.tar.gz", folder / "tender.json")
+    assert found.passed, verify.to_text(found)
+    said = {c.rule: c.evidence for c in found.checks}
+    assert said["fresh"] == "1 run(s) carry the tender's challenge, started after it was issued"
+    assert said["doctor"] == "1 device(s), each with a PASS doctor --active record"
+    assert said["evidence"].endswith(
+        "FLOPs per example recomputed by milarun for 2, the datasheet peak applied to 2, "
+        "energy bounds (FLOPs per joule, a busy GPU's power) to 2"
+    )

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from milarun.doctor.active.sampling import Recorder, sample_seconds
-from milarun.machine.torchdevice import precision_unavailable
+from milarun.machine.torchdevice import fp8_dtype, precision_unavailable
 
 TERA, GIGA = 1e12, 1e9
 PRECISIONS = ("bf16", "fp16", "tf32", "fp8")
@@ -40,7 +40,7 @@ def product(precision: str, n: int, device: torch.device) -> Any:
     a = torch.randn(n, n, generator=gen, device=device)
     b = torch.randn(n, n, generator=gen, device=device)
     if precision == "fp8":
-        kind = torch.float8_e4m3fnuz if torch.version.hip else torch.float8_e4m3fn
+        kind = fp8_dtype(device)  # per architecture (machine.gpu.datasheet)
         a8, b8 = a.to(kind), b.to(kind).t().contiguous().t()  # b column-major
         one = torch.ones((), device=device)
         return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
