@@ -3,9 +3,10 @@ the node, its GPUs and the rest of the node, and examples per joule at node leve
 
 - energy: the BMC's energy counter where it has one fine enough (its step at most 5% of the
   window's energy), else the power readings integrated (trapezoids, measure.energy.integrate);
-- too few readings (fewer than MIN_READINGS inside the window, or a gap between readings
-  longer than MAX_GAP_SHARE of the window: a BMC that answers slowly or was reset) give no
-  node figure and say so: no figure rather than a wrong one;
+- too few readings (fewer than MIN_READINGS inside the window, or a gap between readings,
+  or between an edge of the window and the reading nearest it, longer than MAX_GAP_SHARE of
+  the window: a BMC that answers slowly or was reset) give no node figure and say so: no
+  figure rather than a wrong one;
 - several benchmark instances share the node at once (`milarun jobs` per-gpu, the count in
   INSTANCES_ENV): each is charged an equal share of the node's energy, and its GPUs' energy
   (the ``energy`` record) is taken from that share; the rest is the rest of the node. A share
@@ -124,6 +125,13 @@ def node_energy_record(
     method = "counter"
     if joules is None:
         method = "power"
+        # an edge of the window with no reading beyond it (the BMC's first answer came just
+        # after the window began): the nearest reading stands for it, as a gap would be
+        edge = MAX_GAP_SHARE * seconds
+        if power and start < power[0][0] <= start + edge:
+            power.insert(0, (start, power[0][1]))
+        if power and end - edge <= power[-1][0] < end:
+            power.append((end, power[-1][1]))
         times = [t for t, _ in power]
         lo = max((t for t in times if t <= start), default=None)
         hi = min((t for t in times if t >= end), default=None)

@@ -173,9 +173,10 @@ def _call(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         timings = exp.finish()
-        for mon in (gpu_mon, cpu_mon, node_mon):
+        for mon in (gpu_mon, cpu_mon):
             if mon.unavailable is None:
                 mon.sample()  # a reading after the run, so the samples bracket its window
+        bmc.last_sample(node_mon)  # the same, bounded in time
         gpu_record, cpu_record, node_record = gpu_mon.stop(), cpu_mon.stop(), node_mon.stop()
     return _Ended(called_at, failure, error, timings, gpu_record, cpu_record, node_record)
 
@@ -201,11 +202,11 @@ def _test_record(
     # The monitor keys each GPU by its CUDA_VISIBLE_DEVICES entry (a UUID under `jobs`):
     # energy and throttle records name it as the operator did.
     labels = {g.uuid or g.id: f"cuda:{g.id}" for g in gpus}
-    return records.ResultRecord(
     gpu_energy = energy.energy_record(device, ended.timings, ended.gpu_monitor, labels)
     node_energy = nodepower.node_energy_record(
         ended.timings, ended.node_monitor, gpu_energy if on_gpu else None
     )
+    return records.ResultRecord(
         name=exp.name,
         job_id=exp.job_id,
         dataroot=str(exp.dataroot),

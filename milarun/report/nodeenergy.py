@@ -49,7 +49,8 @@ def summary_entry(views: list[read.ResultView]) -> dict[str, Any]:
     per_run: dict[str, list[float]] = {k: [] for k in NUMBERS}
     for node in measured:
         seconds = float(node["seconds"])
-        share, gpu = node.get("share_joules"), node.get("gpu_joules")
+        share: Any = node.get("share_joules")  # JSON values: checked before use
+        gpu: Any = node.get("gpu_joules")
         if _positive(node.get("watts")):
             per_run["node_watts"].append(float(node["watts"]))
         if _positive(share):

@@ -11,9 +11,11 @@ import pytest
 
 import bmcsim
 from conftest import load_all, milarun, milarun_process
-from milarun.machine import bmc
+from fakes import FakeNVML
+from milarun.machine import bmc, devices, monitors, torchdevice
 from milarun.machine.bmc import BmcConfig, BmcConfigError, load_config
-from milarun.measure import energy, nodepower
+from milarun.machine.gpu.nvml import NvmlBackend
+from milarun.measure import energy, nodepower, runner
 from milarun.results.records import RateRecord
 
 RUN = ["run", "milabench.models.calibration:main"]
@@ -105,6 +107,7 @@ def test_ipmi_reads_the_power_sensor_where_dcmi_is_refused(tmp_path):
 
 
 # -- whole runs ---------------------------------------------------------------------------
+@pytest.mark.slow  # a real `milarun run` (~10 s)
 def test_a_run_under_redfish_carries_node_energy_from_the_counter(tmp_path):
     with bmcsim.redfish(tmp_path / "mockup") as server, bmcsim.energy_counter(server, 1500.0):
         env = bmcsim.bmc_env("redfish", server.url, "admin", "pw-never-kept")
@@ -122,6 +125,7 @@ def test_a_run_under_redfish_carries_node_energy_from_the_counter(tmp_path):
     assert server.url not in text  # the address stays in the configuration
 
 
+@pytest.mark.slow  # a real `milarun run` (~10 s)
 def test_a_run_under_ipmi_sim_carries_node_energy_from_power_readings(tmp_path):
     with bmcsim.ipmi(tmp_path / "sim", raw=95) as sim:
         env = bmcsim.bmc_env("ipmi", sim.address, bmcsim.IPMI_USER, bmcsim.IPMI_PASSWORD)
@@ -133,6 +137,44 @@ def test_a_run_under_ipmi_sim_carries_node_energy_from_power_readings(tmp_path):
     assert bmcsim.IPMI_PASSWORD not in text
 
 
+def test_a_gpu_run_splits_the_node_into_its_gpus_and_the_rest(tmp_path, monkeypatch):
+    """The runner in process: a fake H100 drawing 400 W (NVML power readings) in a node the
+    Redfish emulator says draws 1,500 W, shared by 2 instances: a share of 750 W, 350 W of it
+    the rest of the node."""
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-h100", "utilization": [99, 0]}
+    fake = FakeNVML([{**h100, "memory": 80 * 2**30, "temperature": 60, "power_usage_mw": 400_000}])
+    real = monitors.gpu_monitor
+    monkeypatch.setattr(
+        monitors,
+        "gpu_monitor",
+        lambda interval: real(backend=NvmlBackend(fake), ids=["0"], interval=0.05),
+    )
+    monkeypatch.setattr(devices, "instance_device_label", lambda environ=None: "cuda:0")
+    monkeypatch.setattr(torchdevice, "torch_device", lambda: "cpu")  # calibration only spins
+    with bmcsim.redfish(tmp_path / "mockup") as server, bmcsim.energy_counter(server, 1500.0):
+        env = bmcsim.bmc_env("redfish", server.url) | {"MILARUN_BMC_INTERVAL": "0.25"}
+        for name, value in {**env, nodepower.INSTANCES_ENV: "2"}.items():
+            monkeypatch.setenv(name, value)
+        result, _ = runner.run_test(
+            "milabench.models.calibration:main",
+            ["--min-slices", "12", "--step-time", "0.02"],
+            "calibration",
+            "0",
+            tmp_path,
+            tmp_path,
+        )
+    node, gpu = result["node_energy"], result["energy"]
+    assert node["reason"] is None and gpu["method"] == "power", (node, gpu)
+    assert node["instances"] == 2 and node["watts"] == pytest.approx(1500.0, rel=0.03)
+    assert node["gpu_joules"] == gpu["joules"]
+    seconds = node["seconds"]
+    assert node["share_joules"] / seconds == pytest.approx(750.0, rel=0.03)
+    assert node["rest_joules"] / seconds == pytest.approx(350.0, rel=0.06)
+    assert node["examples_per_joule"] == pytest.approx(gpu["examples"] / node["share_joules"])
+    assert node["examples_per_joule"] < gpu["examples_per_joule"]  # the plug costs more
+
+
+@pytest.mark.slow  # a real `milarun run` (~10 s)
 def test_a_bmc_that_refuses_gives_a_note_and_the_run_goes_on(tmp_path):
     env = bmcsim.bmc_env("redfish", f"http://127.0.0.1:{bmcsim.free_port()}")
     written, _ = _run(tmp_path, {**env, "MILARUN_BMC_INTERVAL": "0.5", "MILARUN_BMC_TIMEOUT": "1"})
@@ -142,6 +184,7 @@ def test_a_bmc_that_refuses_gives_a_note_and_the_run_goes_on(tmp_path):
     assert "no samples" in node["reason"] and "Connection" in node["reason"]
 
 
+@pytest.mark.slow  # a real `milarun run` (~10 s)
 def test_a_bmc_reset_mid_run_gives_no_node_figure(tmp_path):
     """The BMC goes down for 2.5 s of the 5 s window, then comes back: the reader logs in
     again, and the window has a gap too long to interpolate over."""
@@ -171,9 +214,13 @@ def test_a_bmc_reset_mid_run_gives_no_node_figure(tmp_path):
     assert written["node_monitor"]["samples"][-1]["bmc"]["power"] == 1200.0  # back again
 
 
-def test_no_bmc_leaves_results_as_they_were(tmp_path):
-    written, _ = _run(tmp_path, {"MILARUN_BMC_CONFIG": str(tmp_path / "none.toml")})
-    assert written["node_energy"] is None and written["node_monitor"] is None
+def test_no_bmc_leaves_results_as_they_were(tmp_path, monkeypatch):
+    monkeypatch.setenv("MILARUN_BMC_CONFIG", str(tmp_path / "none.toml"))
+    for name in bmcsim.bmc_env("redfish", "x"):
+        if name != "MILARUN_BMC_CONFIG":
+            monkeypatch.delenv(name, raising=False)
+    record = bmc.node_monitor().start().stop()
+    assert nodepower.node_energy_record(_timings(), record, None) is None
 
 
 # -- the window's node energy from known readings --------------------------------------------
@@ -245,3 +292,16 @@ def test_the_record_is_json():
     found = nodepower.node_energy_record(_timings(), _monitor(readings), None)
     assert found is not None
     assert json.loads(json.dumps(found.to_dict()))["watts"] == pytest.approx(1000.0)
+
+
+def test_a_window_edge_is_held_by_a_reading_near_it_only():
+    # the window is [T0 + 2, T0 + 11] (slices 4-21 of 24 at 0.5 s: rates[-20:-2])
+    found = nodepower.node_energy_record(_timings(), _monitor([]), None)
+    assert found is not None and found.joules is None
+    near = [(T0 + 2.5 + 0.5 * i, {"power": 1000.0}) for i in range(30)]  # from 0.5 s after
+    found = nodepower.node_energy_record(_timings(), _monitor(near), None)
+    assert found is not None and found.reason is None
+    assert found.watts == pytest.approx(1000.0)
+    late = [(T0 + 6.5 + 0.5 * i, {"power": 1000.0}) for i in range(30)]  # half the window
+    found = nodepower.node_energy_record(_timings(), _monitor(late), None)
+    assert found is not None and found.joules is None and "too few" in found.reason

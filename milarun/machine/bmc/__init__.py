@@ -7,13 +7,14 @@ them into the steady window's node energy. Configured in one place: milarun.mach
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
 from milarun.machine.bmc.config import BmcConfig, BmcConfigError, load_config
 from milarun.machine.monitors import Monitor
 
-__all__ = ["BmcConfig", "BmcConfigError", "load_config", "node_monitor", "reader"]
+__all__ = ["BmcConfig", "BmcConfigError", "last_sample", "load_config", "node_monitor", "reader"]
 
 NOT_CONFIGURED = "no BMC configured (docs/reports.md: Node energy)"
 
@@ -49,6 +50,24 @@ def node_monitor(config: BmcConfig | None | str = "load") -> Monitor:
         # the middle of the request: a BMC may take a good part of a second to answer
         return {"bmc": reading, "time": (asked + time.time()) / 2, "source": read.source}
 
-    monitor = Monitor(probe, found.interval)
-    monitor.backend = found.describe()
-    return monitor
+    return BmcMonitor(probe, found.interval, backend=found.describe(), timeout=found.timeout)
+
+
+class BmcMonitor(Monitor):
+    """A Monitor of the BMC, with the time one reading may take."""
+
+    def __init__(self, *args: Any, timeout: float, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.timeout = timeout
+
+
+def last_sample(monitor: Monitor) -> None:
+    """One more reading after the run (so the readings bracket its window), waited for at
+    most the configuration's timeout and a second: a BMC that stopped answering (a dead IPMI
+    session takes pyghmi ~6 s) must not hold the result back."""
+    if monitor.unavailable is not None:
+        return
+    reading = threading.Thread(target=monitor.sample, daemon=True, name="bmc-last")
+    reading.start()
+    timeout = monitor.timeout if isinstance(monitor, BmcMonitor) else 3.0
+    reading.join(timeout + 1.0)

@@ -47,9 +47,13 @@ class RedfishReader:
         from sushy import auth, connector
 
         timeout = self.config.timeout
+        # one attempt per reading (sushy's default, 3 attempts 2 s apart, would hold the
+        # monitor for seconds on a BMC that refuses): the next reading is the retry
         conn = connector.Connector(
             self.config.address.rstrip("/"),
             verify=True,
+            server_side_retries=1,
+            server_side_retries_delay=0.1,
             default_request_timeout=timeout,
             connect_timeout=timeout,
         )
@@ -57,7 +61,8 @@ class RedfishReader:
             self.config.address.rstrip("/"),
             auth=auth.BasicAuth(self.config.username, self.config.password),
             connector=conn,
-            server_side_retries=0,
+            server_side_retries=1,
+            server_side_retries_delay=0.1,
             read_timeout=timeout,
             connect_timeout=timeout,
         )
