@@ -28,17 +28,6 @@ from typing import Any
 from milarun import results
 from milarun.results import series, steady, throttle
 
-# The device interface's clock-event bits (milarun.machine.gpu.base: NVML's
-# nvmlClocksEventReason*, onto which AMD SMI's violation flags are mapped) that mean power or
-# heat slowed the GPU; idle (1), application clocks (2), sync boost (16) and the display
-# clock (256) are not throttling.
-THROTTLE_REASONS = {
-    4: "SwPowerCap",
-    8: "HwSlowdown",
-    32: "SwThermalSlowdown",
-    64: "HwThermalSlowdown",
-    128: "HwPowerBrakeSlowdown",
-}
 NO_GPU = "no GPU: CPU energy is not measured"
 
 
@@ -231,7 +220,7 @@ def _energy(
 
 # -- throttling --------------------------------------------------------------------------
 def _reasons(mask: int) -> list[str]:
-    return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
+    return throttle.names(mask)
 
 
 def sample_spans(times: Sequence[float], interval: float) -> list[tuple[float, float]]:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from milarun.machine.gpu import base
 from milarun.results import steady
 from milarun.results.parts import DiagnosticsRead
 from milarun.results.schema import is_finite
@@ -28,6 +29,26 @@ REASON_TEXT = {
     "HwThermalSlowdown": "hardware thermal slowdown",
     "HwPowerBrakeSlowdown": "power brake",
 }
+
+
+# The device interface's clock-event bits (milarun.machine.gpu.base: NVML's
+# nvmlClocksEventReason*, onto which AMD SMI's violation flags are mapped) that mean power or
+# heat slowed the GPU, by name: the one map the energy record, the report, the tender and the
+# doctor read. Idle (1), application clocks (2), sync boost (16) and the display clock (256)
+# are not throttling.
+BITS = {
+    base.POWER_CAP: POWER_LIMIT,
+    base.HW_SLOWDOWN: "HwSlowdown",
+    base.SW_THERMAL: "SwThermalSlowdown",
+    base.HW_THERMAL: "HwThermalSlowdown",
+    base.POWER_BRAKE: "HwPowerBrakeSlowdown",
+}
+FAULT_BITS = sum(bit for bit, name in BITS.items() if name in FAULTS)  # a slowdown: a fault
+
+
+def names(mask: int) -> list[str]:
+    """The throttle reasons a clock-event mask holds, by name."""
+    return [name for bit, name in BITS.items() if mask & bit]
 
 
 def _count(value: Any) -> int:

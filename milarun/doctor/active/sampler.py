@@ -13,21 +13,22 @@ from typing import Any
 
 from milarun.machine import gpu
 from milarun.machine.gpu import base
+from milarun.results import throttle
 
-# Clock event (throttle) reasons, the backends' bits (NVML's), and what each means here.
+# Clock event (throttle) reasons, the backends' bits (NVML's), and what each means here: the
+# slowdowns as milarun.results.throttle names them (the report and the tender say the same),
+# and the settings that are no slowdown.
 REASONS = {
     0x1: "idle",
     0x2: "application clocks setting",
-    base.POWER_CAP: "software power cap",
-    base.HW_SLOWDOWN: "hardware slowdown",
     0x10: "sync boost",
-    base.SW_THERMAL: "software thermal slowdown",
-    base.HW_THERMAL: "hardware thermal slowdown",
-    base.POWER_BRAKE: "hardware power brake",
     0x100: "display clock setting",
+    **{bit: throttle.REASON_TEXT[name] for bit, name in throttle.BITS.items()},
 }
-BAD_REASONS = base.HW_SLOWDOWN | base.HW_THERMAL | base.POWER_BRAKE  # self-protection: FAIL
-WARN_REASONS = base.SW_THERMAL  # running hot
+# A thermal, hardware or power-brake slowdown FAILs, as the tender's throttle rule FAILs it
+# (results.throttle.FAULTS); the power cap is the operating point.
+BAD_REASONS = throttle.FAULT_BITS
+WARN_REASONS = 0
 
 
 def _uuid(backend: gpu.Backend, handle: Any) -> str | None:
