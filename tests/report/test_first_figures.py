@@ -129,3 +129,13 @@ def test_the_cut_short_list_names_only_instances_without_a_result(tmp_path):
     text = " ".join(done.stdout.split())
     assert "was cut short (SIGINT): each of its tests has a result" in text, done.stdout
     assert "no result for" not in text
+
+
+def test_price_per_score_in_thousands_format(tmp_path):
+    tests = {"quick.a": 3, "quick.b": 3}
+    weights, _ = weights_and_baseline(tmp_path, tests)
+    run = folder_of(tmp_path / "run", tests)
+    done = milarun("report", run, "--weights", weights, "--price", "250000000")
+    assert done.returncode == 0, done.stderr
+    rpp = scores_block(done.stdout)["RPP (Price / Score)"]
+    assert re.fullmatch(r"2,4\d\d,\d\d\d", rpp), rpp  # was 2.488e+06

@@ -28,6 +28,7 @@ from milarun.doctor.active.verdicts import (
 )
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check, worst
 from milarun.machine.gpu.base import PLAIN_TOOLS, Tools
+from milarun.report.render.format import plain
 
 GEMM_PHASES = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8")
 
@@ -140,7 +141,7 @@ def metric(
         share = figure.mean / peak
         status = share_status(share, thresholds)
         statuses.append(status)
-        parts.append(f"{share:.0%} of the {row} datasheet's {peak:,.4g} {unit}{what}")
+        parts.append(f"{share:.0%} of the {row} datasheet's {plain(peak, 4)} {unit}{what}")
         if status != PASS:
             fixes.append(_fix(p))
     judged = sibling(p.label, siblings)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from milarun.doctor.check import FAIL, PASS, WARN
 from milarun.machine.gpu import datasheet
+from milarun.report.render.format import plain
 from milarun.report.significance import significantly_slower, slower_p
 
 SIBLING_FAIL = 0.8  # a flagged unit under 80% of its siblings' median FAILs
@@ -53,8 +54,8 @@ class Figure:
         return cls(mean, ci, n)
 
     def text(self, unit: str) -> str:
-        ci = f" ±{self.ci:,.3g}" if math.isfinite(self.ci) else ""
-        return f"{self.mean:,.4g}{ci} {unit} (95% CI, {self.n} samples)"
+        ci = f" ±{plain(self.ci, 3)}" if math.isfinite(self.ci) else ""  # never e-notation
+        return f"{plain(self.mean, 4)}{ci} {unit} (95% CI, {self.n} samples)"
 
 
 @dataclass(frozen=True)

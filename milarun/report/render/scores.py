@@ -74,7 +74,7 @@ def score_lines(report: Report) -> list[str]:
     if report.price is not None:
         lines.append(("Price ($)", f"{report.price:12,.2f}"))
         rpp = report.price_per_score
-        lines.append(("RPP (Price / Score)", f"{rpp:12,.4g}" if rpp else f"{'-':>12}"))
+        lines.append(("RPP (Price / Score)", f"{fmt.plain(rpp, 4):>12}"))
     lines += render_energy.score_lines(report)
     width = max(len(k) for k, _ in lines) + 2
     # Long lists (missing tests) wrap under their value so the block fits fmt.WIDTH columns.

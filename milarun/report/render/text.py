@@ -271,7 +271,7 @@ def units_section(report: Report) -> list[str]:
     rows = {
         fmt.short(str(test)): {
             "perf": fmt.num(r["perf"]),
-            "per example": fmt.num(r["per_example"], ",.4g"),
+            "per example": fmt.plain(r["per_example"], 4),
             "natural/s": fmt.num(r["natural"]),
             "unit": r["unit"],
         }
