@@ -78,6 +78,21 @@ def disk_fills_spare_folder(tmp: Path) -> Outcome:
 
 
 # -- stop signals to the doctor ---------------------------------------------------------------
+def _probes(proc: subprocess.Popen) -> list[psutil.Process]:
+    found = []
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    for kid in kids:
+        try:
+            if "milarun.doctor.active.probe" in " ".join(kid.cmdline()):
+                found.append(kid)
+        except psutil.Error:  # gone, or a zombie, since
+            pass
+    return found
+
+
 def _doctor_stopped(tmp: Path, words: list[object], sig: int) -> Outcome:
     """``sig`` once a probe runs: exit 128 + sig, one line last, no probe or temp folder left."""
     temp = tmp / "temp"
@@ -88,8 +103,7 @@ def _doctor_stopped(tmp: Path, words: list[object], sig: int) -> Outcome:
     while not (probes and list(temp.glob("milarun-doctor-*/*.spec.json"))):
         if time.monotonic() > deadline or proc.poll() is not None:
             break
-        kids = psutil.Process(proc.pid).children(recursive=True)
-        probes = [k for k in kids if "milarun.doctor.active.probe" in " ".join(k.cmdline())]
+        probes = _probes(proc)
         time.sleep(0.05)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
