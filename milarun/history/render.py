@@ -113,6 +113,8 @@ def _score(report: Any, compared: bool) -> str:
     text = f"{report.score:,.2f}"
     if report.score_ci:
         text += f" [{report.score_ci[0]:,.2f}, {report.score_ci[1]:,.2f}]"
+    elif report.no_interval:  # a test that ran once: an interval of the others is not its
+        text += f" ({report.no_interval})"
     if compared and report.ratio is not None:
         text += f" x{report.ratio:.2f}"
         if report.ratio_ci and all(map(math.isfinite, report.ratio_ci)):

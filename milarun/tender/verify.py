@@ -144,6 +144,7 @@ class Verification:
     margin: float = 0.95
     risk: float = 0.05
     coverage: float | None = None  # scored weight / the tender's weight of the tests run
+    no_interval: str | None = None  # why the score has none (report.Report.no_interval)
 
     @property
     def passed(self) -> bool:
@@ -211,6 +212,7 @@ def verify_opened(
         margin=tender.margin,
         risk=tender.risk,
         coverage=report.coverage,
+        no_interval=report.no_interval,
     )
     packed_for = opened.bid.get("tender_sha256")
     if packed_for and packed_for != tender.sha256:
@@ -292,6 +294,7 @@ def to_text(v: Verification) -> str:
     lines += [f"{'PASS' if c.ok else 'FAIL'}  {c.rule:<{width}}  {c.evidence}" for c in v.checks]
     lines.append("")
     ci = f" (95% CI {_n(v.score_ci[0])} - {_n(v.score_ci[1])})" if v.score_ci else ""
+    ci = ci or (f" ({v.no_interval})" if v.no_interval else "")
     cover = f", coverage {v.coverage:.0%} of the weight" if v.coverage is not None else ""
     lines.append(f"score {_n(v.score)}{ci}{cover}; failure rate {v.failure_rate:.1%}")
     for test, row in v.tests.items():

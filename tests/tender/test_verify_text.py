@@ -43,3 +43,14 @@ def test_help_shows_tender_as_required():
     missing = milarun("verify", "bid.tar.gz")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert "--tender" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_a_score_of_tests_run_once_has_no_interval(tmp_path):
+    """An interval that holds single-run tests fixed is not the score's (issue 49)."""
+    run = bidkit.synthetic_run(tmp_path / "run", {"quick.polynome": 40_000.0}, repeat=1, devices=1)
+    bid = package.make_package(run, tmp_path / "bid.tar.gz").out
+    tender = bidkit.tender(tmp_path / "tender.json", ["polynome"], repeat=1)
+    found = verify.verify(bid, tender)
+    assert found.score is not None and found.score_ci is None
+    line = next(ln for ln in verify.to_text(found).splitlines() if ln.startswith("score "))
+    assert "(no interval: 1 of 1 tests ran once)" in line and "95% CI" not in line, line
