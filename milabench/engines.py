@@ -52,6 +52,18 @@ def vllm_python() -> Path:
     return python
 
 
+def transformers_serving() -> None:
+    """EngineMissing unless ``transformers serve``'s own dependencies are importable here."""
+    import importlib.util
+
+    missing = [m for m in ("fastapi", "uvicorn", "openai") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise EngineMissing(
+            f"transformers serve needs {', '.join(missing)}, not installed for {sys.executable}: "
+            "install transformers[serving] (milarun's lock has it: uv sync)"
+        )
+
+
 def loopback_port() -> int:
     """A port free on 127.0.0.1 now (the server binds it a moment later)."""
     with socket.socket() as probe:
@@ -229,6 +241,8 @@ def serve(args: Any, log: Path, device: str) -> Iterator[Server]:
         return
     import torch
 
+    if args.engine == "transformers":
+        transformers_serving()
     python = vllm_python() if args.engine == "vllm" else Path(sys.executable)
     folder = Path(tempfile.mkdtemp(prefix="milarun-serve-"))
     try:
