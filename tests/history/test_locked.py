@@ -29,26 +29,28 @@ time.sleep(60)
 def held(tmp_path):
     """A database of ours whose write lock another process holds (in WAL mode, as ours)."""
     path = tmp_path / "h.sqlite"
-    store.open_db(str(path)).dispose()
+    engine = store.open_db(str(path))  # its schema made before the lock is taken
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True
     )
     assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
-    yield path, holder
+    yield path, holder, engine
     holder.kill()
     holder.wait()
+    engine.dispose()
 
 
 def test_the_lock_table_names_the_holder(held):
-    path, holder = held
+    path, holder, _ = held
     assert lockholder.write_holders(path) == [holder.pid]
 
 
 def test_a_locked_database_names_its_holder_and_the_way_out(held, tmp_path, monkeypatch):
-    path, holder = held
-    monkeypatch.setattr(store, "BUSY_MS", 300)  # a short wait, not 60 s
+    _, holder, engine = held
+    # a short wait, not 60 s: read as each connection opens, so the pooled ones go
+    monkeypatch.setattr(store, "BUSY_MS", 300)
+    engine.dispose()
     run = ingest.read_run(run_folder(tmp_path / "r1", {"quick.a": [100.0]}, T0))
-    engine = store.open_db(str(path))
     started = time.monotonic()
     with pytest.raises(DatabaseError) as err:
         ingest.ingest(engine, run)
