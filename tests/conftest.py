@@ -98,6 +98,15 @@ def load_all(folder: Path) -> dict[str, dict]:
     return {p.name: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_results_database(tmp_path_factory):
+    """Every test's default results database is its session's own, never the user's
+    (`doctor --active` keeps its fingerprint references there); a test that wants one names
+    it with --db or MILARUN_DB."""
+    if "MILARUN_DB" not in os.environ:
+        os.environ["MILARUN_DB"] = str(tmp_path_factory.mktemp("db") / "history.sqlite")
+
+
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory):
     """One real ``milarun jobs quick --devices cpu:2`` shared by several tests: the harness,

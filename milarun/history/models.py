@@ -98,3 +98,16 @@ class Result(Base):
     run: Mapped[Run] = relationship()
     node: Mapped[Node] = relationship()
     gpu: Mapped[Gpu | None] = relationship()
+
+
+class FingerprintReference(Base):
+    """The silent-data-corruption fingerprint a device model gives on a software stack
+    (milarun.doctor.active.fingerprint), kept from the first clean `doctor --active` run."""
+
+    __tablename__ = "fingerprint_references"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    stack: Mapped[str] = mapped_column(String(512), unique=True)  # model | versions | v
+    fingerprint: Mapped[str] = mapped_column(String(HASH))
+    made_at: Mapped[float] = mapped_column(Float)
+    made_on: Mapped[str] = mapped_column(String(255))  # the host and device that made it

@@ -5,7 +5,9 @@ the GPU ``CUDA_VISIBLE_DEVICES`` names, from healthy H100 SXM figures and the fa
 - ``crash`` + ``crash_signal``: the phase in which the child kills itself with that signal;
 - ``hang``: the phase in which it sleeps; ``errors``: words the memory test reads back wrong;
 - ``cuda_error``: the phase in which it raises CUDA's error (uncaught: it exits 1);
-- ``no_peer`` (the node child): the GPU pairs ("0-1") without peer access.
+- ``no_peer`` (the node child): the GPU pairs ("0-1") without peer access;
+- ``fingerprint``: "flip", a silent-data-corruption fingerprint one bit off the healthy one
+  (the real probe's is doctor.active.fingerprint's; a CPU child computes the real one).
 A CPU child (a GPU's CPU slice) writes healthy CPU figures.
 It runs as a real process (the parent's timeouts, signals and files are the real ones); no
 torch here.
@@ -31,6 +33,7 @@ HEALTHY = {  # an H100 SXM measured by the real probe: ~75% of each datasheet fi
     "d2h": 51.0,
 }
 SAMPLES = 8
+FINGERPRINT = "5eed5eed5eed5eed"  # a healthy H100's, on the fake stack
 KNOB = {"gemm": "gemm", "memory": "memory", "h2d": "link", "d2h": "link"}
 
 
@@ -67,6 +70,14 @@ def gpu(data: dict, fault: dict, rng: random.Random, out: Path) -> None:
         "passes": 5,
         "errors": fault.get("errors", 0),
         "seconds": 2.0,
+    }
+    healthy = int(FINGERPRINT, 16)
+    found = healthy ^ (1 << 12) if fault.get("fingerprint") == "flip" else healthy
+    phases["fingerprint"] = {
+        "fingerprint": f"{found:016x}",
+        "finite": True,
+        "stack": "NVIDIA H100 80GB HBM3 | torch fake | cuda fake | fingerprint v1",
+        "version": 1,
     }
 
 

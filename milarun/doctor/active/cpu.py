@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from milarun.doctor.active import fingerprint
 from milarun.doctor.active.sampling import Recorder, sample_seconds
 from milarun.machine import monitors
 from milarun.measure.confinement import isolation_record
@@ -81,3 +82,4 @@ def measure(recorder: Recorder, spec: dict[str, Any], level: dict[str, float]) -
     recorder.phase("cpu_gemm", with_others(lambda: cpu_gemm(level, n)))
     size = int(spec.get("copy_bytes", COPY_BYTES))
     recorder.phase("cpu_memory_bandwidth", with_others(lambda: cpu_memory_bandwidth(level, size)))
+    recorder.phase("fingerprint", fingerprint.on_numpy)  # silent data corruption

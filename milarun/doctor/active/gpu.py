@@ -9,7 +9,8 @@ Phases, each a list of samples (a CI needs several):
 - ``h2d``, ``d2h``: GB/s of copies from and to pinned host memory, one GPU at a time (the
   parent's lock file): GPUs behind one PCIe switch would otherwise share it.
 - ``pattern``: a memory test over most of the free memory: fixed bit patterns and each
-  word's own address written, read back and the mismatches counted.
+  word's own address written, read back and the mismatches counted;
+- ``fingerprint`` (first): the silent-data-corruption fingerprint (doctor.active.fingerprint).
 The spec's ``device`` may be ``cpu`` (the tests' way to run this code without a GPU): the
 formats the CPU lacks are skipped with the reason, as on a GPU without them.
 """
@@ -17,6 +18,7 @@ formats the CPU lacks are skipped with the reason, as on a GPU without them.
 from __future__ import annotations
 
 import fcntl
+import os
 import time
 from contextlib import contextmanager
 from functools import partial
@@ -24,6 +26,7 @@ from typing import Any
 
 import torch
 
+from milarun.doctor.active import fingerprint
 from milarun.doctor.active.sampling import Recorder, sample_seconds
 from milarun.machine.torchdevice import fp8_dtype, precision_unavailable
 
@@ -178,6 +181,9 @@ def measure(recorder: Recorder, spec: dict[str, Any], level: dict[str, float]) -
         }
     else:
         recorder.data["device"] = {"name": "cpu", "torch": torch.__version__}
+    # first: no cuBLAS handle yet, so the deterministic workspace it asks for is the one made
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    recorder.phase("fingerprint", lambda: fingerprint.on_torch(device))
     for precision in PRECISIONS:
         recorder.phase(f"gemm_{precision}", partial(gemm, precision, device, level, n))
     torch.set_float32_matmul_precision("highest")

@@ -6,7 +6,8 @@ a `jobs --doctor` run folder; one per node under `slurm doctor`'s folder).
      "devices": "0,1", "milarun_version": "...", "verdict": "PASS|WARN|FAIL", "exit_code": 0,
      "checks": [{"name", "status", "detail", "fix"}],
      "measurements": {"cuda:0": {"gemm_bf16": {"unit": "TFLOP/s", "samples": [...]}, ...},
-                      "cpu:1": {"cpu_gemm": {..., "others": 0.03}}}}  (others: CPU slices)
+                      "cpu:1": {"cpu_gemm": {..., "others": 0.03}}},  (others: CPU slices)
+     "fingerprints": {"cuda:0": {"fingerprint", "training", "gemm_chain", "stack"}}}
 
 The measurements keep every sample, so records of several nodes can be compared with the
 same statistics as one node's devices (milarun.doctor.fleet). A record read back is
@@ -104,7 +105,19 @@ def build(
         ],
         "units": units(probed),
         "measurements": measurements(probed),
+        "fingerprints": fingerprints(probed),
     }
+
+
+def fingerprints(probed: list[judge.Probed]) -> dict[str, dict[str, Any]]:
+    """Per device label, its silent-data-corruption fingerprint (doctor.active.fingerprint)."""
+    found = {}
+    for p in probed:
+        phase = p.phase("fingerprint")
+        if isinstance(phase, dict) and isinstance(phase.get("fingerprint"), str):
+            keys = ("fingerprint", "training", "gemm_chain", "stack")
+            found[p.label] = {k: phase.get(k) for k in keys}
+    return found
 
 
 def write(path: Path, record: dict[str, Any]) -> Path:

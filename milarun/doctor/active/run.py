@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors
-from milarun.doctor.active import judge, judge_cpu, judge_node, record
+from milarun.doctor.active import judge, judge_cpu, judge_fingerprint, judge_node, record
 from milarun.doctor.active.children import Child, barrier, make_child, run_children
 from milarun.doctor.active.sampler import Sampler
 from milarun.doctor.check import WARN, Check
@@ -177,6 +177,7 @@ def measure(
             say(f"measuring {len(devs)} CPU slice(s) ({level}, at most {timeout:.0f} s)...")
             probed += run_children(_cpu_children(tmp, devs, level, setup), timeout)
             yield from judge_cpu.cpu_checks(probed)
+            yield from judge_fingerprint.fingerprint_checks(probed)
             return
         if not setup.backend.usable:
             raise errors.DeviceSpecError(
@@ -194,6 +195,7 @@ def measure(
             p.samples, p.xids = sampler.samples[p.label], sampler.xids[p.label]
             p.xid_error = sampler.xid_error
         yield from judge.gpu_checks(probed)
+        yield from judge_fingerprint.fingerprint_checks(probed)
         if len(gpus) >= 2:
             collective = setup.backend.tools.collective
             say(f"measuring the {len(gpus)} GPUs together (P2P, {collective})...")
@@ -210,6 +212,7 @@ def measure(
             else:
                 probed += slices
                 yield from judge_cpu.cpu_checks(slices)
+                yield from judge_fingerprint.fingerprint_checks(slices)
         if setup.dcgmi:
             say(f"dcgmi diag -r {dcgm.RUN_LEVEL[level]}...")
         yield dcgm.diag(setup.dcgmi, level)
