@@ -94,23 +94,12 @@ def count_without_rates(tmp: Path) -> Outcome:
 
 
 # -- issue 46: the forger who edits the FLOPs, the device and the doctor's record --------------
-def flops_divided_gemm(tmp: Path) -> Outcome:
-    """gemm x1.6 with its FLOPs per example divided by 1.6: its FLOP/s stay the true ones,
-    under the peak; milarun's own FLOPs of a gemm example are not his to divide."""
-    return _forged(
-        tmp,
-        lambda run: forgery.scale(run, "modern.gemm", 1.6, log=True, energy=True, flops=True),
-        "efficiency.flops_per_example 625,000,000,000 but milarun's definition of a gemm "
-        "example (10^12 FLOPs) gives 1,000,000,000,000",
-    )
-
-
-def flops_divided_llm(tmp: Path) -> Outcome:
-    return _forged(
-        tmp,
-        lambda run: forgery.scale(run, "modern.llm", 2.0, log=True, energy=True, flops=True),
-        "efficiency.flops_per_example 3,657,185,280 but milarun's PaLM formula 6N + 12 L d s "
-        "per token gives 7,314,370,560",
+def flops_divided(test: str, factor: float, said: str) -> Callable[[Path], Outcome]:
+    """``test`` x ``factor`` with its FLOPs per example, per step and per precision divided
+    by it: its FLOP/s stay the true ones, under every peak; milarun's own FLOPs of the test
+    are not the forger's to divide."""
+    return lambda tmp: _forged(
+        tmp, lambda run: forgery.scale(run, test, factor, log=True, energy=True, flops=True), said
     )
 
 
@@ -126,12 +115,15 @@ def device_name_removed(tmp: Path) -> Outcome:
     return _forged(tmp, edit, "108% of the H100-SXM datasheet's dense peak (bf16 989.5 TFLOP/s)")
 
 
+def _in(test: str, change: Callable[[dict], object]) -> Callable[[Path], object]:
+    """The edit of a run folder that applies ``change`` to ``test``'s result."""
+    return lambda run: forgery.edit_result(run, test, change)
+
+
 def device_renamed(tmp: Path) -> Outcome:
     return _forged(
         tmp,
-        lambda run: forgery.edit_result(
-            run, "modern.llm", lambda d: d["efficiency"].update(device_name="NVIDIA B200")
-        ),
+        _in("modern.llm", lambda d: d["efficiency"].update(device_name="NVIDIA B200")),
         "efficiency.device_name 'NVIDIA B200' but system.gpus names 'NVIDIA H100 80GB HBM3'",
     )
 
@@ -139,9 +131,7 @@ def device_renamed(tmp: Path) -> Outcome:
 def renamed_against_the_run_record(tmp: Path) -> Outcome:
     return _forged(
         tmp,
-        lambda run: forgery.edit_result(
-            run, "modern.gemm", lambda d: forgery.rename_gpu(d, "NVIDIA B200")
-        ),
+        _in("modern.gemm", lambda d: forgery.rename_gpu(d, "NVIDIA B200")),
         "system.gpus names NVIDIA B200 but the run's system record (.sysinfo) names NVIDIA H100",
     )
 
@@ -149,9 +139,7 @@ def renamed_against_the_run_record(tmp: Path) -> Outcome:
 def monitor_against_the_system_record(tmp: Path) -> Outcome:
     return _forged(
         tmp,
-        lambda run: forgery.edit_result(
-            run, "modern.vit", lambda d: forgery.monitor_memory(d, 143_771.0)
-        ),
+        _in("modern.vit", lambda d: forgery.monitor_memory(d, 143_771.0)),
         "gpu_monitor samples a GPU of 143,771 MiB but system.gpus says 81,559 MiB",
     )
 
@@ -209,8 +197,18 @@ SCENARIOS: dict[str, Callable[[Path], Outcome]] = {
     "forged: log too, monitor left": log_edited_too,
     "forged: above the datasheet": above_the_datasheet,
     "forged: count without rates": count_without_rates,
-    "forged: FLOPs divided, gemm x1.6": flops_divided_gemm,
-    "forged: FLOPs divided, llm x2": flops_divided_llm,
+    "forged: FLOPs divided, gemm x1.6": flops_divided(
+        "modern.gemm",
+        1.6,
+        "efficiency.flops_per_example 625,000,000,000 but milarun's definition of a gemm "
+        "example (10^12 FLOPs) gives 1,000,000,000,000",
+    ),
+    "forged: FLOPs divided, llm x2": flops_divided(
+        "modern.llm",
+        2.0,
+        "efficiency.flops_per_example 3,657,185,280 but milarun's PaLM formula 6N + 12 L d s "
+        "per token gives 7,314,370,560",
+    ),
     "forged: device name and doctor removed": device_name_removed,
     "forged: efficiency names another GPU": device_renamed,
     "forged: GPU renamed in the result": renamed_against_the_run_record,

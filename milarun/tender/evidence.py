@@ -86,7 +86,7 @@ def evidence(bid: checks.Bid) -> checks.Check:
 NO_PEAK = "no peak applied"
 
 
-def _machines(manifests: Sequence[tuple[Path, dict[str, Any]]]) -> dict[Path, dict[str, Any]]:
+def machine_records(manifests: Sequence[tuple[Path, dict[str, Any]]]) -> dict[Path, dict[str, Any]]:
     """The system record (``.sysinfo``) kept beside each run manifest, by manifest path."""
     found: dict[Path, dict[str, Any]] = {}
     for path, _ in manifests:
@@ -113,7 +113,7 @@ def problems(
     bounds applied)."""
     applied = applied if applied is not None else Applied()
     spans = [(path.parent, manifest.run_span(data)) for path, data in manifests]
-    kept = _machines(manifests)
+    kept = machine_records(manifests)
     machines = [(path.parent, manifest.run_span(data), kept.get(path)) for path, data in manifests]
     doctors: dict[Path, evidence_figures.Measured] = {}
     found: list[str] = []

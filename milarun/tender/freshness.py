@@ -34,20 +34,25 @@ def fresh(bid: checks.Bid) -> checks.Check:
             stale.append(f"{name}: started before the tender was written")
     if not bid.manifests:
         stale.append("no run manifest")
-    made = len(bid.manifests) - len(stale)
-    if not required:
-        return checks.Check(
-            "fresh",
-            True,
-            f"not required by the tender: {max(made, 0)} of {len(bid.manifests)} run(s) "
-            "carry its challenge",
-        )
-    if stale:
-        shown = "; ".join(stale[: checks.MAX_SHOWN])
-        return checks.Check("fresh", False, f"{len(stale)} run(s) not made for it: {shown}")
-    return checks.Check(
-        "fresh", True, f"{made} run(s) carry the tender's challenge, started after it was issued"
+    made = max(len(bid.manifests) - len(stale), 0)
+    return _verdict(
+        "fresh",
+        required,
+        f"{made} of {len(bid.manifests)} run(s) carry its challenge",
+        f"{len(stale)} run(s) not made for it: " + "; ".join(stale[: checks.MAX_SHOWN]),
+        f"{made} run(s) carry the tender's challenge, started after it was issued",
+        bool(stale),
     )
+
+
+def _verdict(
+    rule: str, required: bool, seen: str, failed: str, passed: str, bad: bool
+) -> checks.Check:
+    """A rule the tender may not require: PASS saying what was ``seen``; else FAIL with
+    ``failed`` where ``bad``, PASS with ``passed`` otherwise."""
+    if not required:
+        return checks.Check(rule, True, f"not required by the tender: {seen}")
+    return checks.Check(rule, not bad, failed if bad else passed)
 
 
 def _started(record: dict[str, object]) -> float | None:
@@ -89,21 +94,14 @@ def doctor(bid: checks.Bid) -> checks.Check:
         if span is None or not any(_vouches(r, view.device, span) for r in records[folder]):
             where = folder.relative_to(bid.root).as_posix()
             missing.append(f"{view.device} in {where}")
-    if not required:
-        return checks.Check(
-            "doctor",
-            True,
-            f"not required by the tender: {len(devices) - len(missing)} of {len(devices)} "
-            "device(s) have a PASS doctor --active record in their run's span",
-        )
-    if missing:
-        shown = ", ".join(missing[: checks.MAX_SHOWN])
-        return checks.Check(
-            "doctor",
-            False,
-            f"{len(missing)} device(s) without a PASS doctor --active record from "
-            f"{DOCTOR_BEFORE / 3600:g} h before their run to its end: {shown}",
-        )
-    return checks.Check(
-        "doctor", True, f"{len(devices)} device(s), each with a PASS doctor --active record"
+    return _verdict(
+        "doctor",
+        required,
+        f"{len(devices) - len(missing)} of {len(devices)} device(s) have a PASS doctor "
+        "--active record in their run's span",
+        f"{len(missing)} device(s) without a PASS doctor --active record from "
+        f"{DOCTOR_BEFORE / 3600:g} h before their run to its end: "
+        + ", ".join(missing[: checks.MAX_SHOWN]),
+        f"{len(devices)} device(s), each with a PASS doctor --active record",
+        bool(missing),
     )

@@ -51,15 +51,7 @@ def open_package(path: Path, dest: Path, limits: archive.Limits = archive.DEFAUL
     # every file read: a digest in a package would be figures no result file holds
     loaded = load_dir(run, digests=False) if run.is_dir() else Loaded(root=run)
     manifests = manifest.run_manifests(run) if run.is_dir() else []
-    machines = []
-    for where, _ in manifests:
-        sysinfo = where.with_name(where.name.removesuffix(manifest.SUFFIX) + ".sysinfo")
-        try:
-            record = results.read_json(sysinfo) if sysinfo.is_file() else None
-        except InputError:
-            record = None
-        if isinstance(record, dict):
-            machines.append(record)
+    machines = list(evidence.machine_records(manifests).values())
     bid = package.checked_bid(_json(dest / package.BID), Path(path))
     declared = None
     if (dest / package.DECLARED).is_file():
