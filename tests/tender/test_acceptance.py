@@ -19,6 +19,7 @@ RESAMPLES = 1000
 # "Within the risk": not significantly above it. Over 4000 bids a true share of 5% is seen
 # above 5% + 2 sd (5.7%) 2.3% of the time; the deterministic seeds make each test repeatable.
 WITHIN = RISK + 2 * math.sqrt(RISK * (1 - RISK) / BIDS)
+SLOW = pytest.mark.slow
 
 
 def judged(rates: np.ndarray, seed: int) -> str:
@@ -41,7 +42,8 @@ def accepted_share(true_rate: float, runs: int, cv: float, seed: int, judge=judg
     return verdicts.count(acceptance.ACCEPT) / BIDS
 
 
-@pytest.mark.parametrize("runs", [3, 5, 10])
+# the larger cases are 10-30 s of bootstraps each: the slow tier (3 runs stays in the fast one)
+@pytest.mark.parametrize("runs", [3, pytest.param(5, marks=SLOW), pytest.param(10, marks=SLOW)])
 def test_wrong_accepts_stay_within_the_risk(runs):
     # the hardest case for the buyer: the true rate exactly at margin x declared
     assert accepted_share(THRESHOLD, runs, cv=0.05, seed=runs) <= WITHIN
@@ -103,7 +105,7 @@ def score_accepted_share(true_rates: dict[str, float], runs: int, seed: int) -> 
     return accepted / (BIDS // 2)
 
 
-@pytest.mark.parametrize("runs", [3, 10])
+@pytest.mark.parametrize("runs", [3, pytest.param(10, marks=SLOW)])
 def test_wrong_score_accepts_stay_within_the_risk(runs):
     within = RISK + 2 * math.sqrt(RISK * (1 - RISK) / (BIDS // 2))
     assert score_accepted_share({"a": 100.0, "b": 5000.0, "c": 40.0}, runs, seed=runs) <= within

@@ -68,7 +68,8 @@ MACHINES: dict[str, tuple[Callable[[], Any], Callable[[], Any], dict[str, float]
 }
 
 # one worker builds the bids once for the module
-pytestmark = pytest.mark.xdist_group(name="tender_cross_vendor")
+# two bids packed and verified (45 s), then 10-17 s a test: the slow tier
+pytestmark = [pytest.mark.xdist_group(name="tender_cross_vendor"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

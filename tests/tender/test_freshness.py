@@ -119,6 +119,7 @@ def test_a_bad_switch_is_a_one_line_error(tmp_path, edit, said):
         rules.load_tender(path)
 
 
+@pytest.mark.slow  # a real `jobs` run, packed and verified
 def test_jobs_with_the_tender_records_its_challenge_and_the_run_is_fresh(tmp_path):
     """The real loop: `tender init --require-challenge`, `jobs --tender`, `package`,
     `verify`: the fresh rule passes; a tender without a challenge is one line."""

@@ -16,6 +16,8 @@ from conftest import ROOT, milarun
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28"
 SUITE = H100 / "modern"
+# each test verifies or reports the whole H100 suite's files: 10-55 s each on 2 cores
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
