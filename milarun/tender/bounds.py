@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from milarun.machine.gpu import datasheet
-from milarun.results import is_finite
+from milarun.results import is_finite, steady
 from milarun.results.parts import gpu_names, number
 from milarun.results.read import ResultView
 from milarun.tender import flops
@@ -37,6 +37,10 @@ ENERGY_MARGIN = 1.5
 # Under a training step a GPU draws most of its board power (the H100 run: 576-701 W of
 # 700 W over the steady windows); an idle one draws ~10%. Under 30%: not the work claimed.
 BUSY_POWER = 0.3
+# NVML's and AMD SMI's utilisation: the share of time a kernel ran. A training step keeps
+# its GPU busy (the H100 and H200 runs: 0.93 to 1.0 over their steady windows); under half:
+# the GPU waited for most of the window, not the device that did the work claimed.
+BUSY_LOAD = 0.5
 MEMORY_TOLERANCE = 0.02  # the monitor's and the system record's memory size, MiB
 
 
@@ -166,6 +170,28 @@ def flops_problem(
     return found, None, []
 
 
+def _window_load(view: ResultView) -> float | None:
+    """The mean utilisation (0-1) the GPU monitor read over the steady window, all GPUs."""
+    found = view.series("train")
+    window = steady.wall_clock_window(found) if found is not None else None
+    samples = view.gpu_monitor.get("samples")
+    if window is None or not isinstance(samples, list):
+        return None
+    start, end = window.spans[0][0], window.spans[-1][1]
+    loads = []
+    for sample in samples:
+        when = number(sample.get("time")) if isinstance(sample, Mapping) else None
+        gpus = sample.get("gpus") if isinstance(sample, Mapping) else None
+        if when is None or not start <= when <= end or not isinstance(gpus, Mapping):
+            continue
+        loads += [
+            load
+            for reading in gpus.values()
+            if isinstance(reading, Mapping) and (load := number(reading.get("load"))) is not None
+        ]
+    return sum(loads) / len(loads) if loads else None
+
+
 def energy_problems(
     view: ResultView, file: str, expected: flops.Expected | None, device: Device
 ) -> tuple[bool, list[str]]:
@@ -186,6 +212,12 @@ def energy_problems(
         return True, [
             f"{file}: its GPU drew {mean_watts:,.0f} W over the steady window, under "
             f"{BUSY_POWER:.0%} of the {device.row} board power ({watts:,.0f} W): not a busy device"
+        ]
+    load = _window_load(view)
+    if load is not None and load < BUSY_LOAD:
+        return True, [
+            f"{file}: its GPU monitor reads a mean utilisation of {load:.0%} over the steady "
+            f"window, under {BUSY_LOAD:.0%}: not a busy device"
         ]
     if per_example is None or peak is None or not is_finite(said.examples):
         return True, []

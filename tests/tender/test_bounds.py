@@ -124,6 +124,7 @@ def test_an_unknown_device_is_said_unbounded(run):
 def test_energy_beyond_the_peak_per_board_watt_fails(run):
     """The joules divided (the monitor's samples and the record edited alike would need the
     power samples too): a busy GPU's power bound catches a small energy."""
+
     def drain(data):
         data["energy"]["joules"] /= 10
         data["energy"]["watts"] /= 10
@@ -131,6 +132,22 @@ def test_energy_beyond_the_peak_per_board_watt_fails(run):
     forgery.edit_result(run, "modern.llm", drain)
     problems, _ = found(run)
     assert any("not a busy device" in p for p in problems), problems
+
+
+def test_an_idle_gpu_over_the_window_fails(run):
+    """The monitor's utilisation made an idle GPU's: not the device that did the work."""
+
+    def idle(data):
+        for sample in data["gpu_monitor"]["samples"]:
+            for reading in sample["gpus"].values():
+                reading["load"] = 0.1
+
+    forgery.edit_result(run, "modern.resnet50", idle)
+    problems, _ = found(run)
+    assert problems == [
+        "modern.resnet50.J0.0.20261128-011401-808622.json: its GPU monitor reads a mean "
+        "utilisation of 10% over the steady window, under 50%: not a busy device"
+    ]
 
 
 def test_an_argument_recorded_against_its_argv_fails(run):
@@ -141,9 +158,7 @@ def test_an_argument_recorded_against_its_argv_fails(run):
     ]
 
 
-def test_verify_names_the_bounds_on_its_pass_line_and_a_tender_may_fail_unknown_devices(
-    tmp_path,
-):
+def test_verify_names_the_bounds_on_its_pass_line_and_a_tender_may_fail_unknown_devices(tmp_path):
     tender = rules.make_tender("modern", None, repeat=1, allow_overrides=True)
     path = rules.write_tender(tmp_path / "tender.json", tender)
     out = package.make_package(H100, tmp_path / "bid.tar.gz", path).out
