@@ -236,3 +236,19 @@ class FakeClock:
 
     def advance(self, dt: float) -> None:
         self.now += dt
+
+
+def run_on_fake_gpu(monkeypatch: Any, nvml: FakeNVML, interval: float = 0.05) -> None:
+    """Make `runner.run_test` in this process see one GPU, cuda:0, read through ``nvml``
+    (its monitor sampling every ``interval`` s); the test's model runs on the CPU."""
+    from milarun.machine import devices, monitors, torchdevice
+    from milarun.machine.gpu.nvml import NvmlBackend
+
+    real = monitors.gpu_monitor
+    monkeypatch.setattr(
+        monitors,
+        "gpu_monitor",
+        lambda **_: real(backend=NvmlBackend(nvml), ids=["0"], interval=interval),
+    )
+    monkeypatch.setattr(devices, "instance_device_label", lambda environ=None: "cuda:0")
+    monkeypatch.setattr(torchdevice, "torch_device", lambda: "cpu")  # calibration only spins

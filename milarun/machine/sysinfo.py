@@ -39,7 +39,8 @@ def _source_version() -> str | None:
     return version if isinstance(version, str) else None
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo, else what platform knows)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -128,7 +129,7 @@ def system_record(backend: gpu.Backend | None = None) -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),
         "os": platform.platform(),
-        "cpu": {"model": _cpu_model(), "count": os.cpu_count(), "physical": physical},
+        "cpu": {"model": cpu_model(), "count": os.cpu_count(), "physical": physical},
         "ram_gb": round(ram / 2**30, 2) if ram else None,
         "python": platform.python_version(),
         "milarun": milarun_version(),

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from milarun import results
@@ -155,31 +155,26 @@ def node_energy_record(
     share = joules / count
     gpu_joules = gpu.joules if gpu is not None and gpu.joules is not None else None
     examples = gpu.examples if gpu is not None and gpu.examples is not None else found.examples
-    if gpu_joules is not None and gpu_joules > share:
-        return NodeEnergy(
-            joules,
-            seconds,
-            joules / seconds,
-            count,
-            share,
-            gpu_joules,
-            method=method,
-            readings=len(inside),
-            source=source,
-            reason=f"the BMC's node energy ({share:,.0f} J for this instance's share) is below "
-            f"its GPUs' own ({gpu_joules:,.0f} J): not a node reading; no node figure",
-        )
-    return NodeEnergy(
+    measured = NodeEnergy(
         joules,
         seconds,
         joules / seconds,
         count,
         share,
         gpu_joules,
-        share - gpu_joules if gpu_joules is not None else None,
-        examples,
-        examples / share if share > 0 and examples else None,
-        method,
-        len(inside),
-        source,
+        method=method,
+        readings=len(inside),
+        source=source,
+    )
+    if gpu_joules is not None and gpu_joules > share:
+        return replace(
+            measured,
+            reason=f"the BMC's node energy ({share:,.0f} J for this instance's share) is below "
+            f"its GPUs' own ({gpu_joules:,.0f} J): not a node reading; no node figure",
+        )
+    return replace(
+        measured,
+        rest_joules=share - gpu_joules if gpu_joules is not None else None,
+        examples=examples,
+        examples_per_joule=examples / share if share > 0 and examples else None,
     )

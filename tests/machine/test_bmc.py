@@ -11,10 +11,9 @@ import pytest
 
 import bmcsim
 from conftest import load_all, milarun, milarun_process
-from fakes import FakeNVML
-from milarun.machine import bmc, devices, monitors, torchdevice
+from fakes import FakeNVML, run_on_fake_gpu
+from milarun.machine import bmc
 from milarun.machine.bmc import BmcConfig, BmcConfigError, load_config
-from milarun.machine.gpu.nvml import NvmlBackend
 from milarun.measure import energy, nodepower, runner
 from milarun.results.records import RateRecord
 
@@ -143,14 +142,7 @@ def test_a_gpu_run_splits_the_node_into_its_gpus_and_the_rest(tmp_path, monkeypa
     the rest of the node."""
     h100 = {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-h100", "utilization": [99, 0]}
     fake = FakeNVML([{**h100, "memory": 80 * 2**30, "temperature": 60, "power_usage_mw": 400_000}])
-    real = monitors.gpu_monitor
-    monkeypatch.setattr(
-        monitors,
-        "gpu_monitor",
-        lambda interval: real(backend=NvmlBackend(fake), ids=["0"], interval=0.05),
-    )
-    monkeypatch.setattr(devices, "instance_device_label", lambda environ=None: "cuda:0")
-    monkeypatch.setattr(torchdevice, "torch_device", lambda: "cpu")  # calibration only spins
+    run_on_fake_gpu(monkeypatch, fake)
     with bmcsim.redfish(tmp_path / "mockup") as server, bmcsim.energy_counter(server, 1500.0):
         env = bmcsim.bmc_env("redfish", server.url) | {"MILARUN_BMC_INTERVAL": "0.25"}
         for name, value in {**env, nodepower.INSTANCES_ENV: "2"}.items():

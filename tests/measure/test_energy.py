@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import load_all, milarun
-from fakes import FakeNVML
-from milarun.machine import devices, monitors, torchdevice
+from fakes import FakeNVML, run_on_fake_gpu
+from milarun.machine import monitors
 from milarun.machine.gpu.nvml import NvmlBackend
 from milarun.measure import energy, runner
 from milarun.measure.diagnostics import steady_state
@@ -331,14 +331,7 @@ def test_real_cpu_run_records_null_energy_with_a_reason(tmp_path):
 def test_run_on_a_fake_gpu_records_energy_and_throttling(tmp_path, monkeypatch):
     """The runner end to end, in process: a fake H100 at 250 W held at its power cap."""
     fake = MovingNVML(power=lambda t: 250.0, reasons=lambda t: POWER_CAP)
-    real = monitors.gpu_monitor
-    monkeypatch.setattr(
-        monitors,
-        "gpu_monitor",
-        lambda interval: real(backend=NvmlBackend(fake), ids=["0"], interval=0.05),
-    )
-    monkeypatch.setattr(devices, "instance_device_label", lambda environ=None: "cuda:0")
-    monkeypatch.setattr(torchdevice, "torch_device", lambda: "cpu")  # calibration only spins
+    run_on_fake_gpu(monkeypatch, fake)
     result, path = runner.run_test(
         "milabench.models.calibration:main",
         ["--min-slices", "5", "--step-time", "0.02"],

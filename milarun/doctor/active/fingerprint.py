@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from milarun.machine.sysinfo import cpu_model
+
 VERSION = 1  # of the computation: a reference is kept per version
 SEED = 51
 BATCH, IN, HIDDEN, OUT = 256, 128, 256, 64
@@ -103,19 +105,6 @@ def _flip_here() -> bool:
     return bool(os.environ.get(FLIP_ENV)) and os.environ.get(FLIP_ENV) == os.environ.get(
         "MILARUN_DEVICE"
     )
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def on_numpy() -> dict[str, Any]:
