@@ -82,6 +82,18 @@ def _write_here(held: list[Instance], outdir: Path) -> list[Instance]:
     return [i for i in held if not _write(i, outdir)]
 
 
+def write_held(held: list[Instance], outdir: Path, say: Callable[[str], None]) -> list[Instance]:
+    """During the run: write the held records the results folder takes now (it had room
+    again); returns those written."""
+    waiting = [i for i in held if i.result and i.result_path is None]
+    if not waiting:
+        return []
+    written = [i for i in waiting if _write(i, outdir)]
+    if written:
+        say(f"{len(written)} held result(s) written in {outdir}: it has room again")
+    return written
+
+
 def _wait_for_space(
     held: list[Instance], outdir: Path, wait: float, say: Callable[[str], None]
 ) -> list[Instance]:

@@ -4,6 +4,7 @@ supervisor, stopped by its stop signals."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -11,7 +12,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 from milarun.run.plan import LaunchOptions
 from milarun.run.profile import Job
@@ -52,15 +54,13 @@ def run_prepare(
             "MILARUN_DATAROOT": str(opts.dataroot),
             "MILARUN_PYTHON": sys.executable,
         }
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as out:
-            out.write(f"$ {command}\n".encode())
-            out.flush()
-            start = out.tell()
+        out, unlogged = _open_log(log_path, command)
+        with out if out is not None else contextlib.nullcontext():
+            start = out.tell() if out is not None else 0
             proc = subprocess.Popen(
                 [sys.executable, "-c", GUARD, command, str(os.getpid())],
                 env=env,
-                stdout=out,
+                stdout=out if out is not None else subprocess.DEVNULL,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
@@ -72,9 +72,7 @@ def run_prepare(
             break
         if code != 0 and command not in opts.prepare_warned:
             opts.prepare_warned.add(command)
-            with open(log_path, "rb") as f:
-                f.seek(start)
-                tail = f.read()[-2000:].decode(errors="replace").strip().splitlines()[-1:]
+            tail = [unlogged] if unlogged else _tail(log_path, start)
             log.warning(
                 "prepare command of %s failed (exit %d, continuing): %s: %s (log: %s)",
                 job.fullname,
@@ -84,6 +82,34 @@ def run_prepare(
                 log_path,
             )
     return outcomes
+
+
+def _open_log(log_path: Path, command: str) -> tuple[BinaryIO | None, str | None]:
+    """The prepare log, its command line written; None and why where the disk cannot take
+    it (full): the command still runs (it may be the cleanup that frees the disk), its
+    output not kept."""
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        out = open(log_path, "ab")  # noqa: SIM115 (the caller closes it after the command)
+    except OSError as err:
+        return None, f"its output not kept: cannot write {log_path} ({err.strerror})"
+    try:
+        out.write(f"$ {command}\n".encode())
+        out.flush()
+    except OSError as err:
+        with contextlib.suppress(OSError):  # its buffer cannot be flushed either
+            out.close()
+        return None, f"its output not kept: cannot write {log_path} ({err.strerror})"
+    return out, None
+
+
+def _tail(log_path: Path, start: int) -> list[str]:
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            return f.read()[-2000:].decode(errors="replace").strip().splitlines()[-1:]
+    except OSError:
+        return []
 
 
 def _wait_prepare(

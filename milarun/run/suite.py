@@ -195,6 +195,10 @@ def _run_held(
             read.ResultView.from_dict(instance.result).success,
             instance.unwritten,
         )
+        # space may have come back since an earlier one was held
+        for inst in held.write_held(unwritten, request.outdir, say):
+            if inst.result_path is not None:
+                record.instance_written(inst.name, inst.job_id, inst.result_path)
 
     def settle(wait: float) -> None:
         where = request.spare_out

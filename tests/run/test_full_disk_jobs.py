@@ -22,14 +22,13 @@ from milarun.results import manifest
 pytestmark = [pytest.mark.root("mounts a tmpfs"), pytest.mark.slow]
 
 
-def _profile(tmp_path: Path) -> Path:
+def _profile(tmp_path: Path, **more: dict) -> Path:
     meet = tmp_path / "meet"  # off the results disk: where the instances meet once measured
     meet.mkdir()
     prof = tmp_path / "p.json"
     arguments = {"--meet": str(meet), "--meet-count": 2, "--min-slices": 4}
-    prof.write_text(
-        json.dumps({"m": {"experiment": "faulty:fills_disk_once_measured", "arguments": arguments}})
-    )
+    fills = {"experiment": "faulty:fills_disk_once_measured", "arguments": arguments}
+    prof.write_text(json.dumps({"m": fills, **more}))
     return prof
 
 
@@ -126,3 +125,21 @@ def test_held_results_go_to_the_temp_folder_when_space_never_returns(tmp_path):
     assert "held in memory" in stdout and _counted(stdout)
     said = " ".join(report.stdout.split())
     assert f"move them here: mv {folder}/" in said, report.stdout
+
+
+def test_held_results_are_written_as_soon_as_a_later_job_frees_space(tmp_path):
+    """The next job's prepare cleans the disk up: the held results are written as its
+    instances end, not at the end of the run, and nothing waits."""
+    out = tmp_path / "disk" / "out"
+    cleanup = {"experiment": "faulty:steps", "prepare": [f"rm -f {out}/filler.*"]}
+    prof = _profile(tmp_path, n={**cleanup, "arguments": {"--min-slices": 4}})
+    with full_tmpfs(tmp_path / "disk", size="2m", fill=False):
+        proc = _jobs(prof, out, "--wait-for-space", "0")
+        stdout, stderr = proc.communicate(timeout=180)
+        written = load_all(out)
+        cuts = manifest.cut_short(out)
+    assert proc.returncode == 0 and "Traceback" not in stdout + stderr, stdout + stderr
+    assert f"2 held result(s) written in {out}: it has room again" in stdout
+    assert "held in memory" not in stdout
+    assert sorted(r["name"] for r in written.values()) == ["p.m", "p.m", "p.n", "p.n"]
+    assert all(r["success"] for r in written.values()) and cuts == []
