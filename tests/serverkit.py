@@ -43,47 +43,36 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def log(self) -> Path:
+        return self.root.parent / f"serve-{self.port}.log"
+
     def start(self, timeout: float = 60) -> Server:
-        """Start it (again: the same database, root and port) and wait until it answers."""
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "milarun",
-                "serve",
-                "--port",
-                str(self.port),
-                "--db",
-                self.db,
-                "--root",
-                str(self.root),
-                *self.extra,
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=cli_env(),
-            start_new_session=True,
-        )
-        assert self.process.stdout is not None
-        lines = []
-        while True:  # what it prints before uvicorn starts: its admin key, then its URL
-            line = self.process.stdout.readline()
-            assert line, f"milarun serve ended: {''.join(lines)}"
-            lines.append(line)
-            if line.startswith("mrk_"):
-                self.admin = line.strip()
-            if line.startswith("milarun results server on"):
-                break
+        """Start it (again: the same database, root and port) and wait until it answers; what
+        it prints goes to ``log`` (a pipe nobody read would stop it once full)."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "a") as out:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable, "-m", "milarun", "serve", "--port", str(self.port),
+                    "--db", self.db, "--root", str(self.root), *self.extra,
+                ],
+                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True, env=cli_env(),
+                start_new_session=True,
+            )  # fmt: skip
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"milarun serve ended: {self.log.read_text()}"
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return self
+                    break
             except httpx.TransportError:
                 time.sleep(0.1)
-        raise AssertionError(f"milarun serve did not answer in {timeout} s")
+        else:
+            raise AssertionError(f"milarun serve did not answer in {timeout} s")
+        keys = [ln for ln in self.log.read_text().splitlines() if ln.startswith("mrk_")]
+        self.admin = keys[0] if keys else self.admin  # printed at its first start only
+        return self
 
     def kill(self) -> None:
         """SIGKILL, as a crash would (no clean shutdown)."""
@@ -176,7 +165,7 @@ def uploads_of(db: str, content_hash: str | None = None) -> int:
         engine.dispose()
 
 
-def _half_then_wait(body: bytes, release: threading.Event):  # noqa: ANN202 (a generator)
+def half_then_wait(body: bytes, release: threading.Event):  # noqa: ANN202 (a generator)
     yield body[: len(body) // 2]
     release.wait(60)
     yield body[len(body) // 2 :]
@@ -196,7 +185,7 @@ def killed_mid_upload(server: Server, package: Path, key: str) -> tuple[bool, st
             httpx.post(
                 f"{server.url}/api/uploads",
                 headers={"Authorization": f"Bearer {key}"},
-                content=_half_then_wait(body, release),
+                content=half_then_wait(body, release),
                 timeout=60,
             )
         except httpx.TransportError as err:

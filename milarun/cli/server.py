@@ -124,6 +124,8 @@ def serve_command(test_args: list[str]) -> int:
     root: Option & str = default(None)
     # Largest upload accepted, in MiB
     max_upload_mb: Option & int = default(512)
+    # Seconds an upload may take to arrive (a stalled client is cut)
+    upload_seconds: Option & float = default(600.0)
     # Writes a key may make per minute
     pushes_per_minute: Option & float = default(60.0)
 
@@ -134,11 +136,13 @@ def serve_command(test_args: list[str]) -> int:
     no_test_args("serve", test_args)
     if not (0 < port < 65536 and 0 < max_upload_mb <= 1 << 20 and pushes_per_minute > 0):
         raise errors.UsageError("--port 1-65535, --max-upload-mb and --pushes-per-minute > 0")
+    if not 0 < upload_seconds <= 86400:
+        raise errors.UsageError(f"--upload-seconds {upload_seconds}: from 0 to 86400")
     db = _db()
     settings = app.Settings(
         db=db,
         root=Path(root) if root else data_root(),
-        limits=intake.Limits(upload_bytes=max_upload_mb << 20),
+        limits=intake.Limits(upload_bytes=max_upload_mb << 20, upload_seconds=upload_seconds),
         pushes_per_minute=pushes_per_minute,
     )
     server_app = app.create_app(settings)

@@ -11,6 +11,7 @@ no row: the run's ingest is one transaction, and a retry completes what was begu
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
@@ -26,6 +27,8 @@ from milarun.history import ingest, store
 from milarun.server import verdict
 from milarun.server.models import ACCEPTED, BID, EMBARGOED, REJECTED, RUN, Key, Site, Tender, Upload
 from milarun.tender import archive, package
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -197,5 +200,7 @@ def _report_page(opened: Any, out: Path, title: str) -> None:
     try:
         make_report(ReportRequest(opened.root / package.RUN, html=tmp, title=f"milarun: {title}"))
         os.replace(tmp, out)
-    except InputError:
+    except Exception as err:  # noqa: BLE001 (the page is an extra: the upload stands without it)
         tmp.unlink(missing_ok=True)  # no page: the run page says so
+        if not isinstance(err, InputError):
+            log.warning("%s: no report page (%s: %s)", title, type(err).__name__, err)

@@ -139,7 +139,7 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
         with store.session(engine) as session:
             return as_data(queries.runs(session, _tier(tier)), format)
 
-    def upload_page(found: dict[str, Any], report_url: str) -> str:
+    def upload_page(found: dict[str, Any], report_url: str, api: str) -> str:
         report = found.get("report") or {}
         about = [
             f"{k}: {pages.cell(found[k])}"
@@ -173,20 +173,19 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
             )
         )
         return pages.page(
-            f"{found['kind']} {found['name']}",
-            sections,
-            intro=about,
-            alternates=alternates(link("api", "uploads", found["id"]), csv=False),
+            f"{found['kind']} {found['name']}", sections, intro=about, alternates=alternates(api)
         )
 
     @app.get("/uploads/{content_hash}", response_class=HTML)
     def upload_view(content_hash: str) -> str:
         found = one_upload(content_hash)
-        return upload_page(found, link("uploads", content_hash, "report"))
+        return upload_page(
+            found, link("uploads", content_hash, "report"), link("api", "uploads", content_hash)
+        )
 
     @app.get("/api/uploads/{content_hash}")
-    def upload_data(content_hash: str) -> Any:
-        return one_upload(content_hash)
+    def upload_data(content_hash: str, format: str | None = None) -> Any:
+        return _with_checks(one_upload(content_hash), format)  # CSV: its verify rules
 
     @app.get("/uploads/{content_hash}/report")
     def report_view(content_hash: str) -> Response:
@@ -196,25 +195,30 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
     @app.get("/share/{token}", response_class=HTML)
     def shared(token: str) -> str:
         found = one_upload(token=token)
-        return upload_page(found, link("share", token, "report"))
+        return upload_page(found, link("share", token, "report"), link("api", "share", token))
+
+    @app.get("/api/share/{token}")
+    def shared_data(token: str, format: str | None = None) -> Any:
+        return _with_checks(one_upload(token=token), format)
 
     @app.get("/share/{token}/report")
     def shared_report(token: str) -> Response:
         return _report_file(root, one_upload(token=token)["id"])
 
-    @app.get("/tests", response_class=HTML)
-    def tests_page() -> str:
+    @app.get("/api/tests")
+    def tests_data(format: str | None = None) -> Any:
         with store.session(engine) as session:
             rows = [{"test": t, "url": link("tests", t)} for t in queries.tests(session)]
+        return as_data(rows, format)
+
+    @app.get("/tests", response_class=HTML)
+    def tests_page() -> str:
+        rows = tests_data()
+        table = Table("tests", [("test", "test")], rows, {"test": "url"})
         return pages.page(
             "tests",
-            [
-                Section(
-                    None,
-                    "each test's runs across sites",
-                    Table("tests", [("test", "test")], rows, {"test": "url"}),
-                )
-            ],
+            [Section(None, "each test's runs across sites", table)],
+            alternates=alternates("/api/tests"),
         )
 
     @app.get("/tests/{test:path}", response_class=HTML)
@@ -261,11 +265,15 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
             raise HTTPException(404, "no accepted public run of that test")
         return as_data(data, format, "sites")
 
-    @app.get("/tenders", response_class=HTML)
-    def tenders_page() -> str:
+    @app.get("/api/tenders")
+    def tenders_data(format: str | None = None) -> Any:
         with store.session(engine) as session:
             names = list(session.scalars(select(Tender.name).order_by(Tender.name)))
-        rows = [{"tender": n, "url": link("tenders", n)} for n in names]
+        return as_data([{"tender": n, "url": link("tenders", n)} for n in names], format)
+
+    @app.get("/tenders", response_class=HTML)
+    def tenders_page() -> str:
+        rows = tenders_data()
         return pages.page(
             "tenders",
             [
@@ -275,6 +283,7 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
                     Table("tenders", [("tender", "tender")], rows, {"tender": "url"}),
                 )
             ],
+            alternates=alternates("/api/tenders"),
         )
 
     def ranked(name: str, power_cost: float | None) -> tuple[Any, list[dict[str, Any]]]:
@@ -332,6 +341,12 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
         data = render.to_records(found) if found is not None else {"bids": []}
         data["uploads"] = rows
         return as_data(data, format, "bids")
+
+
+def _with_checks(found: dict[str, Any], format: str | None) -> Any:
+    return as_data(
+        {**found, "checks": (found["report"] or {}).get("checks") or []}, format, "checks"
+    )
 
 
 def _report_file(root: Path, content_hash: str) -> Response:

@@ -9,6 +9,7 @@ import io
 import os
 import sqlite3
 import tarfile
+import threading
 from urllib.parse import quote
 
 import httpx
@@ -25,12 +26,12 @@ LIMIT = 1 << 20  # --max-upload-mb 1
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    """A server with a 1 MiB upload limit and 6 writes a minute per key."""
+    """A server with a 1 MiB upload limit, 2 s an upload and 6 writes a minute per key."""
     top = tmp_path_factory.mktemp("small")
     running = Server(
         f"sqlite:///{top / 'results.sqlite'}",
         top / "root",
-        extra=("--max-upload-mb", "1", "--pushes-per-minute", "6"),
+        extra=("--max-upload-mb", "1", "--pushes-per-minute", "6", "--upload-seconds", "2"),
     ).start()
     try:
         yield running
@@ -174,3 +175,20 @@ def test_hostile_names_are_escaped_on_every_page(server, tmp_path):
     assert listed[0]["name"] == HOSTILE and uploads(server) >= 1  # the table is still there
     missing = httpx.get(f"{server.url}/sites/{quote(HOSTILE, safe='')}")
     assert missing.status_code == 404 and "<script>" not in missing.text
+
+
+def test_a_stalled_upload_is_cut_and_nothing_stored(small, package):
+    key = small.key("lab-s")
+    release = threading.Event()
+    threading.Timer(4.0, release.set).start()  # the second half, after the server's 2 s
+    try:
+        answer = httpx.post(
+            f"{small.url}/api/uploads",
+            headers={"Authorization": f"Bearer {key}"},
+            content=serverkit.half_then_wait(package.read_bytes(), release),
+            timeout=30,
+        )
+        assert answer.status_code == 408 and "slower than 2 s" in answer.json()["detail"]
+    except httpx.TransportError:  # cut while it still sent: the same to the server
+        pass
+    assert uploads(small) == 0 and not list((small.root / "spool").iterdir())

@@ -42,6 +42,9 @@ def test_a_run_pushed_is_on_the_pages_and_a_repush_is_a_no_op(server, lab, tmp_p
         assert shown.status_code == 200 and "<html" in shown.text, page
     spread = httpx.get(f"{server.url}/api/tests/quick.polynome").json()
     assert [r["site"] for r in spread["sites"]] == ["lab-a"] and spread["sites"][0]["n"] == 2
+    assert "quick.polynome" in [t["test"] for t in httpx.get(f"{server.url}/api/tests").json()]
+    rules = httpx.get(f"{server.url}/api/uploads/{upload}?format=csv").text.splitlines()
+    assert rules[0] == "rule,ok,evidence" and any(r.startswith("evidence,True,") for r in rules)
     csv = httpx.get(f"{server.url}/api/runs?format=csv").text.splitlines()
     assert csv[0].startswith("id,site,name") and any(upload in line for line in csv)
     again = serverkit.push(server, folder, lab, cache=tmp_path / "cache")
@@ -90,6 +93,7 @@ def test_bids_are_verified_ranked_and_a_forgery_rejected_with_its_reason(server,
     assert best["name"].startswith("vendor-b") and best["rank"] == 1
     rejected = [u for u in ranking["uploads"] if u["status"] == "rejected"]
     assert len(rejected) == 1 and "evidence" in rejected[0]["reason"]
+    assert "call-2027" in [t["tender"] for t in httpx.get(f"{server.url}/api/tenders").json()]
     page = httpx.get(f"{server.url}/tenders/call-2027").text
     assert "P(best)" in page and "never ranked" in page
 
@@ -105,6 +109,7 @@ def test_private_and_embargoed_runs_are_not_listed(server, lab, tmp_path):
     shown = httpx.get(share)
     assert shown.status_code == 200 and "accepted" in shown.text
     assert httpx.get(f"{share}/report").status_code == 200
+    assert httpx.get(share.replace("/share/", "/api/share/")).json()["visibility"] == "private"
     later = serverkit.run_folder(tmp_path / "later", seed=6)
     done = serverkit.push(
         server,
