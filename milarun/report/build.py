@@ -18,6 +18,7 @@ import pandas as pd
 from milarun.report import busy as report_busy
 from milarun.report import comparability, perf, stats, tables, units
 from milarun.report import energy as report_energy
+from milarun.report import inference as report_inference
 from milarun.report import nodes as report_nodes
 from milarun.report.nodes import NodeReport
 from milarun.report.runs import RunsSection, Series, runs_section
@@ -61,6 +62,7 @@ class Report:
     gpu_tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     scaling: pd.DataFrame = field(default_factory=pd.DataFrame)
     natural: pd.DataFrame = field(default_factory=pd.DataFrame)  # see milarun.report.units
+    inference: pd.DataFrame = field(default_factory=pd.DataFrame)  # milarun.report.inference
     quality: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: list[str] = field(default_factory=list)
     busy: report_busy.Busy = field(default_factory=lambda: report_busy.Busy((), 0, 0))
@@ -200,6 +202,7 @@ def build_report(
         report.gpu_tables = tables.gpu_tables(summary)
     report.scaling = tables.scaling_table(summary)
     report.natural = units.natural_table(summary)
+    report.inference = report_inference.inference_table(summary)
     report.quality = tables.quality_table(summary)
     report.warnings += tables.variant_warnings(summary) + tables.quality_warnings(summary)
     energy = report_energy.energy_section(summary, weight_map if weights else None, power_cost)

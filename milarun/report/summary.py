@@ -21,6 +21,7 @@ from typing import Any
 from milarun import results
 from milarun.errors import EmptyResults, SummaryError
 from milarun.report import energy, measured_peak, units, variants
+from milarun.report import inference as report_inference
 from milarun.report.summary_file import load_summary_file
 from milarun.results import read
 from milarun.results import throttle as gpu_throttle
@@ -126,6 +127,9 @@ def _entry(
         entry["throughput"] = stats(totals)
     if spans:
         entry["nodes"] = max(spans)
+    served = report_inference.summary_entry(good)
+    if served is not None:  # an inference test: latency, goodput, MBU (report.inference)
+        entry["inference"] = served
     found = units.natural(good)
     if found:  # the test counts in a legacy unit: the natural one per counted example
         entry["natural"] = found

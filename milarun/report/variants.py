@@ -1,7 +1,9 @@
 """Like with like inside a results folder: runs of one test made with other settings (other
 arguments, data, precision settings, nocache or milarun version) are never averaged together.
 
-The runs of a test are grouped by what they measured; the group with the most runs keeps the
+The runs of a test are grouped by what they measured (an inference test: its engine, the
+engine's version, precision, KV dtype, input/output lengths and concurrency too, so fp8 and
+bf16 never share a line); the group with the most runs keeps the
 test's name (the one the weights score), each other group becomes a test of its own, named
 by what differs (``quick.polynome [--batch-size 64]``), unweighted, with a warning. A rerun
 with other arguments, or another run of the day in the same folder, cannot move the
@@ -55,6 +57,9 @@ def setup(result: Mapping[str, Any]) -> dict[str, Any]:
         found["nocache"] = nocache
     if view.milarun_version is not None:
         found["milarun"] = view.milarun_version
+    served = view.inference
+    if served is not None:  # engine, version, precision, lengths, concurrency: like with like
+        found["engine"] = (served.key(), served.describe())
     return found
 
 
@@ -80,6 +85,8 @@ def _describe(setup_: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
         parts.append("tf32 " + "/".join("on" if v else "off" for v in setup_["tf32"]))
     if setup_.get("nocache") != reference.get("nocache") and "nocache" in setup_:
         parts.append("nocache" if setup_["nocache"] else "no nocache")
+    if setup_.get("engine") != reference.get("engine") and setup_.get("engine"):
+        parts.append(setup_["engine"][1])
     if setup_.get("milarun") != reference.get("milarun") and setup_.get("milarun"):
         parts.append(f"milarun {setup_['milarun']}")
     return ", ".join(parts) or "other settings"

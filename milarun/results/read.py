@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from milarun.results import steady
+from milarun.results.inference import InferenceRead
 from milarun.results.parts import (
     CallRead,
     DatasetRead,
@@ -203,6 +204,12 @@ class ResultView:
     @property
     def isolation(self) -> IsolationRead | None:
         return IsolationRead.from_dict(self.data.get("isolation"))
+
+    @property
+    def inference(self) -> InferenceRead | None:
+        """An inference test's engine, comparison key and latency figures; None otherwise."""
+        settings = as_map(self.data.get("efficiency")).get("settings")
+        return InferenceRead.from_result(settings, self.metrics)
 
     @property
     def startup(self) -> StartupRead:

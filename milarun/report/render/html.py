@@ -15,6 +15,7 @@ from milarun.report.about import natural_key
 from milarun.report.build import Report
 from milarun.report.render import charts as render_charts
 from milarun.report.render import format as fmt
+from milarun.report.render import inference as render_inference
 from milarun.report.render import nodes as render_nodes
 from milarun.report.render import runs as render_runs
 from milarun.report.render import text as render
@@ -167,6 +168,8 @@ def to_html(report: Report) -> str:
             baseline=fmt.file_shown(report.baseline_source, report.source, BASELINE_DIR),
             quality=_quality(report),
             energy=_energy(report),
+            inference=render_inference.html_rows(report),
+            inference_note=" ".join(render_inference.NOTE),
             nodes=report.nodes,
             explain_flags=render_nodes.explain(),
         )

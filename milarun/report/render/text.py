@@ -15,6 +15,7 @@ from milarun.report import energy as report_energy
 from milarun.report.build import Report
 from milarun.report.render import energy as render_energy
 from milarun.report.render import format as fmt
+from milarun.report.render import inference as render_inference
 from milarun.report.render import nodes as render_nodes
 from milarun.report.render import runs as render_runs
 from milarun.report.render.scores import score_lines
@@ -175,6 +176,7 @@ def to_text(report: Report) -> str:
                 "on the same device in the same precision (not for gemm itself)",
             ]
     out += render_energy.text_section(report)
+    out += render_inference.text_section(report)
     if not report.scaling.empty:
         out += fmt.section("Scaling (examples/s; per rank is the scored, legacy figure)")
         out.append(scaling_text(report.scaling))
@@ -261,6 +263,7 @@ def to_records(report: Report) -> dict[str, Any]:
         **render_runs.records(report),
     }
     render_energy.add_records(data, report)
+    render_inference.add_records(data, report)
     return data
 
 
