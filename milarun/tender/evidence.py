@@ -43,14 +43,18 @@ class Applied:
     flops: int = 0  # FLOPs per example recomputed by milarun
     peaks: int = 0  # a datasheet row known for the device the system record names
     energy: int = 0  # FLOPs per joule and the busy device's power bounded
+    on_bid: int = 0  # of ``peaks``: bounding the bid's own FLOPs (milarun has no figure)
+    doctor: int = 0  # a PASS doctor record's GEMM peak of the device in the run folder
     # why a bound was not applied, and to how many results
     unbounded: Counter[str] = dataclasses.field(default_factory=Counter)
 
     def text(self, checked: int) -> str:
+        on_bid = f" ({self.on_bid} on the bid's own FLOPs)" if self.on_bid else ""
         applied = (
             f"FLOPs per example recomputed by milarun for {self.flops}, the datasheet peak "
-            f"applied to {self.peaks}, energy bounds (FLOPs per joule, a busy GPU's power) to "
-            f"{self.energy}"
+            f"applied to {self.peaks}{on_bid}, energy bounds (FLOPs per joule, a busy GPU's "
+            f"power and utilisation) to {self.energy}, the doctor's measured GEMM peak to "
+            f"{self.doctor}"
         )
         if not self.unbounded:
             return applied
@@ -179,6 +183,8 @@ def result_problems(
     found += _time_problems(view, records, path, file, spans)
     applied.flops += expected is not None
     applied.peaks += device.row is not None
+    applied.on_bid += device.row is not None and expected is None
+    applied.doctor += bool(measured.get(view.device))
     applied.energy += bounded
     if not_recomputed:
         applied.unbounded[f"FLOPs not recomputed: {not_recomputed}"] += 1

@@ -41,7 +41,8 @@ def test_the_honest_run_is_bounded_by_milarun_alone(run):
     assert problems == []
     assert said == (
         "FLOPs per example recomputed by milarun for 7, the datasheet peak applied to 7, "
-        "energy bounds (FLOPs per joule, a busy GPU's power) to 7"
+        "energy bounds (FLOPs per joule, a busy GPU's power and utilisation) to 7, the "
+        "doctor's measured GEMM peak to 7"
     )
 
 

@@ -59,7 +59,8 @@ def test_the_h100_package_passes_the_evidence_rule(h100):
     assert line.ok and line.evidence == (
         "7 result(s): each rate and count agrees with its log and its run manifest; 7 with "
         "their GPU monitor's energy; FLOPs per example recomputed by milarun for 7, the "
-        "datasheet peak applied to 7, energy bounds (FLOPs per joule, a busy GPU's power) to 7"
+        "datasheet peak applied to 7, energy bounds (FLOPs per joule, a busy GPU's power and "
+        "utilisation) to 7, the doctor's measured GEMM peak to 7"
     ), line
     assert found.passed, verify.to_text(found)
 

@@ -156,5 +156,6 @@ def test_the_h200_bid_made_for_its_tender_passes_every_rule():
     assert said["doctor"] == "1 device(s), each with a PASS doctor --active record"
     assert said["evidence"].endswith(
         "FLOPs per example recomputed by milarun for 2, the datasheet peak applied to 2, "
-        "energy bounds (FLOPs per joule, a busy GPU's power) to 2"
+        "energy bounds (FLOPs per joule, a busy GPU's power and utilisation) to 2, the "
+        "doctor's measured GEMM peak to 2"
     )
