@@ -75,6 +75,9 @@ def test_writes_without_a_valid_key_are_refused_and_store_nothing(small, package
     with sqlite3.connect(small.db.removeprefix("sqlite:///")) as conn:  # its date has come
         conn.execute("UPDATE keys SET expires_at = 1 WHERE prefix = ?", (expired.split("_")[1],))
     assert "is expired" in post(small, expired, body).json()["detail"]
+    shown = milarun("serve", "keys", "list", "--db", small.db).stdout
+    assert f"{prefix}  lab-r" in shown and "revoked" in shown and "expired" in shown
+    assert revoked not in shown and expired not in shown  # prefixes only, never a key
     pusher = small.key("lab-p")
     wrong = post(small, pusher, b"{}", "/api/tenders", name="t")
     assert wrong.status_code == 403 and "needs admin" in wrong.json()["detail"]

@@ -3,6 +3,8 @@ pushed against a tender is verified and ranked, a forged bid is rejected with it
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -28,6 +30,8 @@ def test_a_run_pushed_is_on_the_pages_and_a_repush_is_a_no_op(server, lab, tmp_p
     mine = [r for r in runs if r["id"] == upload]
     assert mine and mine[0]["site"] == "lab-a" and mine[0]["tier"] == "official"
     assert mine[0]["suite"] == "quick" and mine[0]["devices"] == "cpu:0, cpu:1"
+    community = httpx.get(f"{server.url}/api/runs", params={"tier": "community"}).json()
+    assert upload not in [r["id"] for r in community]  # lab-a's key is official
     for page in (
         "/",
         "/runs",
@@ -147,3 +151,17 @@ def test_the_pages_fit_1400_px_in_chromium(server, lab, tmp_path):
         shown = show(saved, tmp_path / "chromium")
         assert not shown.too_wide(), (page, shown.too_wide())
         assert shown.blank() is None, (page, shown.blank())
+
+
+def test_a_real_jobs_quick_run_is_on_the_pages_within_seconds(quick_run, server, lab, tmp_path):
+    """The issue's done-when: `milarun jobs quick` then `milarun push`, and the run is there."""
+    done, folder = quick_run
+    assert done.returncode == 0, done.stderr[-2000:]
+    start = time.monotonic()
+    pushed = serverkit.push(server, folder, lab, cache=tmp_path / "cache")
+    assert pushed.returncode == 0 and pushed.stdout.startswith("run accepted"), pushed.stdout
+    upload = pushed.stdout.split("/uploads/")[1].strip()
+    report = httpx.get(f"{server.url}/api/uploads/{upload}").json()["report"]
+    assert {c["rule"]: c["ok"] for c in report["checks"]}["evidence"] is True
+    assert httpx.get(f"{server.url}/uploads/{upload}/report").status_code == 200
+    assert time.monotonic() - start < 60
