@@ -120,9 +120,11 @@ def receive(
     limits: Limits,
 ) -> dict[str, Any]:
     """Verify and store the spooled package; the answer to the push."""
-    again = known(engine, content_hash)
+    again = known(engine, content_hash, key.site_id)
     if again is not None:
         return again
+    if known(engine, content_hash) is not None:  # its share link is not this site's to see
+        raise Refused(409, f"{push.name}: these bytes were pushed by another site: not stored")
     site = _site_name(engine, key.site_id)
     with verdict.scratch(root) as tmp:
         work = Path(tmp)
@@ -179,9 +181,9 @@ def receive(
             session.flush()
             return described(upload, site)
     except exc.IntegrityError:  # the same bytes pushed at the same time: the other one won
-        again = known(engine, content_hash)
+        again = known(engine, content_hash, key.site_id)
         if again is None:
-            raise
+            raise Refused(409, f"{push.name}: these bytes were pushed by another site") from None
         return again
 
 

@@ -155,6 +155,8 @@ def test_hostile_names_are_escaped_on_every_page(server, tmp_path):
     pushed = post(server, key, bid.read_bytes(), name=HOSTILE, tender=HOSTILE)
     assert pushed.status_code == 201 and pushed.json()["status"] == "accepted", pushed.text
     assert pushed.json()["name"] == HOSTILE  # stored as text, as given
+    other = post(server, server.key("lab-o"), bid.read_bytes())
+    assert other.status_code == 409 and "share" not in other.text  # not another site's link
     bad = post(server, key, bid.read_bytes(), visibility=HOSTILE)
     assert bad.status_code == 422 and "visibility" in bad.json()["detail"]
     upload = pushed.json()["id"]
