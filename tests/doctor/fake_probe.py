@@ -6,6 +6,7 @@ the GPU ``CUDA_VISIBLE_DEVICES`` names, from healthy H100 SXM figures and the fa
 - ``hang``: the phase in which it sleeps; ``errors``: words the memory test reads back wrong;
 - ``cuda_error``: the phase in which it raises CUDA's error (uncaught: it exits 1);
 - ``no_peer`` (the node child): the GPU pairs ("0-1") without peer access;
+- ``nccl`` (the node child): {"algorithms": [...], "busbw": GB/s} in place of a ring at 360;
 - ``fingerprint``: "flip", a silent-data-corruption fingerprint one bit off the healthy one
   (the real probe's is doctor.active.fingerprint's; a CPU child computes the real one).
 A CPU child (a GPU's CPU slice) writes healthy CPU figures.
@@ -95,12 +96,20 @@ def node(data: dict, faults: dict, rng: random.Random) -> None:
                     "samples": samples(18.0 if slow else 370.0, rng),
                 }
     data["phases"]["p2p"] = {"pairs": pairs}
+    nccl = next((f["nccl"] for f in faults.values() if "nccl" in f), {})
+    busbw = nccl.get("busbw", 360.0)
     data["phases"]["nccl"] = {
         "unit": "GB/s",
         "bytes": 256 * 2**20,
         "ranks": n,
-        "samples": samples(360.0, rng),
+        "samples": samples(busbw, rng),
         "transports": ["SHM/direct/direct"] if no_peer else ["P2P/CUMEM/read"],
+        "sweep": {str(2**22): busbw * 0.4, str(2**25): busbw * 0.97, str(2**28): busbw},
+        "plateau_bytes": 2**25,
+        "algorithms": nccl.get("algorithms", ["RING"]),
+        "protocols": ["SIMPLE"] if nccl.get("algorithms") else ["LL128"],
+        "chosen_from": "log" if nccl.get("algorithms", ["RING"]) else None,
+        "nvls_available": True,
     }
 
 

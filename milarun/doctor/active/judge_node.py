@@ -8,7 +8,10 @@ from __future__ import annotations
 from milarun.doctor.active.judge import Probed, metric, probe_check
 from milarun.doctor.active.verdicts import Figure
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
+from milarun.machine.gpu import datasheet
 from milarun.machine.gpu.base import PLAIN_TOOLS, Tools
+
+COLLECTIVE_WARN, COLLECTIVE_FAIL = 0.9, 0.7  # of the datasheet's bus bandwidth for the path
 
 
 def skipped(gpus: int, tools: Tools = PLAIN_TOOLS) -> list[Check]:
@@ -80,4 +83,47 @@ def _nccl(p: Probed, nccl: dict) -> Check:
         return Check(
             name, WARN, detail + ": some GPU pairs go through host shared memory (no P2P)", fix
         )
+    return _against_datasheet(p, nccl, name, detail, figure)
+
+
+def _chosen(nccl: dict) -> tuple[str, str]:
+    """The path NCCL took ("nvls" or "nvlink") and how the verdict names its choice."""
+    algorithms = [str(a).upper() for a in nccl.get("algorithms") or []]
+    protocols = [str(x).upper() for x in nccl.get("protocols") or []]
+    nvls = any(a in datasheet.NVLS_ALGORITHMS for a in algorithms)
+    if algorithms:
+        said = f"algorithm {'/'.join(algorithms)}, protocol {'/'.join(protocols) or '?'}"
+        said += f" ({nccl.get('chosen_from') or 'log'})"
+    else:
+        said = "algorithm not in NCCL's log: judged as ring/tree over NVLink" + (
+            " (NVLS was available)" if nccl.get("nvls_available") else ""
+        )
+    return ("nvls" if nvls else "nvlink"), said
+
+
+def _against_datasheet(p: Probed, nccl: dict, name: str, detail: str, figure: Figure) -> Check:
+    """The all-reduce against the bus bandwidth a healthy node of this GPU reaches on the
+    path NCCL chose (machine.gpu.datasheet: with NVLink SHARP or without)."""
+    path, said = _chosen(nccl)
+    plateau = nccl.get("plateau_bytes")
+    detail += f"; {said}"
+    if isinstance(plateau, int) and plateau > 0:
+        detail += f"; plateaus from {plateau / 2**20:,.0f} MiB"
+    backend = nccl.get("backend") or "nccl"
+    if backend != "nccl":  # the tests' gloo between CPU processes: no GPU path to judge
+        return Check(name, PASS, detail + f"; measured with {backend}, not against a datasheet")
+    bound = datasheet.allreduce_busbw(p.name, path)
+    if bound is None:
+        what = p.name or "these GPUs"
+        return Check(name, PASS, detail + f"; no datasheet figure for {what} on {path}")
+    share = figure.mean * 1e9 / bound
+    row = datasheet.row_for(p.name)
+    detail += (
+        f"; {share:.0%} of the {bound / 1e9:,.0f} GB/s a healthy 8-GPU {row} node reaches "
+        f"{'with NVLink SHARP' if path == 'nvls' else 'over NVLink without SHARP'}"
+    )
+    if share < COLLECTIVE_FAIL:
+        return Check(name, FAIL, detail, p.tools.p2p)
+    if share < COLLECTIVE_WARN:
+        return Check(name, WARN, detail, p.tools.p2p)
     return Check(name, PASS, detail)

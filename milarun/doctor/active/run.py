@@ -227,6 +227,7 @@ def _node_probe(
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
     probed = judge.Probed("node", "node", None, None, tools=setup.backend.tools)
+    probed.name = setup.backend.device_name(gpus[0][1])  # the collective's datasheet row
     node = _child(tmp, probed, {"kind": "node", "level": level}, env, setup)
     return run_children([node], timeout)[0]
 

@@ -309,3 +309,40 @@ def pcie_bandwidth(gen: int | None, width: int | None) -> float | None:
     if not gen or not width or gen not in PCIE_LANE_BYTES_PER_S:
         return None
     return PCIE_LANE_BYTES_PER_S[gen] * width
+
+
+# -- collective bandwidth (issue 51) --------------------------------------------------------
+# The all-reduce bus bandwidth (nccl-tests' busbw: bytes x 2(n-1)/n per second) a healthy node
+# of 8 GPUs reaches at its plateau (large messages), by the path NCCL took: "nvls" (NVLink
+# SHARP: the NVSwitch reduces, NCCL's NVLS / NVLS_TREE algorithms) or "nvlink" (ring or tree
+# over NVLink, no in-switch reduction). Sources: 8x H100 SXM ~480 GB/s with NVLS and ~370
+# without (NVIDIA/nccl-tests issues #212 and #309); 8x H200 SXM 475 with NVLS (the same
+# issues' H200 reports); H200 SXM without NVLS: the H100's 370, as both have NVLink 4 through
+# the same NVSwitch generation (900 GB/s per GPU). Across nodes: ~48 GB/s of bus bandwidth per
+# 400 Gb/s NIC (50 GB/s of line rate less the protocol's overhead; nccl-tests PERFORMANCE.md,
+# busbw against the network's bandwidth). docs/doctor.md lists them with these sources.
+ALLREDUCE_BUSBW: dict[tuple[str, str], float] = {
+    ("H100-SXM", "nvls"): 480e9,
+    ("H100-SXM", "nvlink"): 370e9,
+    ("H200-SXM", "nvls"): 475e9,
+    ("H200-SXM", "nvlink"): 370e9,
+}
+NIC_BUSBW_PER_400GBPS = 48e9  # bytes/s of all-reduce bus bandwidth per 400 Gb/s NIC
+NVLS_ALGORITHMS = ("NVLS", "NVLS_TREE")
+
+
+def collective_topology(algorithm: str | None) -> str:
+    """The path a chosen NCCL algorithm takes inside a node: "nvls" (NVLink SHARP) or
+    "nvlink" (ring, tree and anything else, judged against the lower figure)."""
+    return "nvls" if (algorithm or "").upper() in NVLS_ALGORITHMS else "nvlink"
+
+
+def allreduce_busbw(name: str | None, topology: str) -> float | None:
+    """Bytes/s of all-reduce bus bandwidth a healthy 8-GPU node of this model reaches on this
+    path; None where the datasheet has no figure (the verdict then says so)."""
+    return ALLREDUCE_BUSBW.get((row_for(name) or "", topology))
+
+
+def across_nodes_busbw(nics: int, gbps_each: float = 400.0) -> float:
+    """Bytes/s of all-reduce bus bandwidth across nodes with ``nics`` NICs of this speed."""
+    return NIC_BUSBW_PER_400GBPS * nics * gbps_each / 400.0
