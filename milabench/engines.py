@@ -330,6 +330,13 @@ def measure(server: Server, args: Any, log: RateLog, count: int) -> loadgen.Outc
     return loadgen.run_load(load, log, lambda rate_log: rate_log.done)
 
 
+def record_settings(exp: Experiment, settings: dict[str, Any]) -> None:
+    """The engine's settings as ``efficiency.settings`` (the comparison key reads them)."""
+    exp.set_efficiency(
+        efficiency.Efficiency(note="a server's work: no FLOP count", settings=settings)
+    )
+
+
 def record(exp: Experiment, args: Any, outcome: Any, settings: dict[str, Any], device: str) -> None:
     """The latency metrics (of what was measured, even before a failure) and the engine's
     settings (``efficiency.settings``: the comparison key reads them there)."""
@@ -339,21 +346,19 @@ def record(exp: Experiment, args: Any, outcome: Any, settings: dict[str, Any], d
         )
         for name, value in found.items():
             exp.metric(name, value)
-    exp.set_efficiency(
-        efficiency.Efficiency(
-            note="a server's work: no FLOP count",
-            settings={
-                **settings,
-                "engine": settings.get("engine", args.engine),
-                "precision": args.precision,
-                "model": args.model,
-                "device": device,
-                "input_len": args.input_len,
-                "output_len": args.output_len,
-                "concurrency": args.concurrency,
-                "request_rate": args.request_rate,
-                "ttft_limit_s": args.ttft_limit,
-                "tpot_limit_s": args.tpot_limit,
-            },
-        )
+    record_settings(
+        exp,
+        {
+            **settings,
+            "engine": settings.get("engine", args.engine),
+            "precision": args.precision,
+            "model": args.model,
+            "device": device,
+            "input_len": args.input_len,
+            "output_len": args.output_len,
+            "concurrency": args.concurrency,
+            "request_rate": args.request_rate,
+            "ttft_limit_s": args.ttft_limit,
+            "tpot_limit_s": args.tpot_limit,
+        },
     )

@@ -217,3 +217,54 @@ def test_the_server_is_stopped_with_its_whole_group(tmp_path):
     for pid in (parent, child):  # gone, or a zombie this container's init never reaps
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", pid
     assert time.monotonic() - start < 20
+
+
+# -- vLLM: its own environment, absent here --------------------------------------------------
+@pytest.mark.parametrize(
+    ("module", "argv"), [("vllm_offline", []), ("llm_serve", ["--engine", "vllm"])]
+)
+def test_without_vllms_environment_a_test_is_one_unavailable_line(tmp_path, module, argv):
+    done = run_model(
+        "run",
+        f"milabench.models.{module}:main",
+        "-o",
+        tmp_path,
+        "--",
+        "--model",
+        "tiny",
+        "--min-slices",
+        "6",
+        *argv,
+        env={"MILARUN_VLLM_ENV": str(tmp_path / "no-vllm")},
+    )
+    assert done.returncode == 1, describe(done)
+    failure = only_result(tmp_path)["failure"]
+    assert failure == {
+        "kind": "unavailable",
+        "message": f"vLLM is not installed at {tmp_path / 'no-vllm'} (MILARUN_VLLM_ENV): "
+        "create it with scripts/vllm-env.sh (its own venv, vLLM's own torch)",
+    }
+
+
+def test_a_vllm_environment_without_vllm_is_a_server_failure(tmp_path):
+    """An environment whose Python has no vLLM: the child exits before its ready line."""
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").symlink_to(sys.executable)
+    done = run_model(
+        "run",
+        "milabench.models.vllm_offline:main",
+        "-o",
+        tmp_path / "out",
+        "--",
+        "--model",
+        "tiny",
+        "--min-slices",
+        "6",
+        env={"MILARUN_VLLM_ENV": str(env)},
+    )
+    assert done.returncode == 1, describe(done)
+    failure = only_result(tmp_path / "out")["failure"]
+    assert failure["kind"] == "server"
+    assert failure["message"].startswith("vLLM exited (code 1) before its ready line: ")
+    assert "No module named 'vllm'" in failure["message"]
