@@ -143,10 +143,13 @@ def test_across_sites(session: Session, test: str) -> dict[str, Any]:
     )
     seen: set[int] = set()
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for result_id, rate, _, site, system in session.execute(query).all():
+    latest: dict[tuple[str, str], float] = {}
+    for result_id, rate, finished, site, system in session.execute(query).all():
         if result_id not in seen:  # a run pushed in two packages counts once
             seen.add(result_id)
-            groups[(_model(system), site)].append(float(rate))
+            group = (_model(system), site)
+            groups[group].append(float(rate))
+            latest[group] = max(latest.get(group, 0.0), float(finished))
     rows: list[dict[str, Any]] = [
         {
             "gpu": model,
@@ -155,6 +158,7 @@ def test_across_sites(session: Session, test: str) -> dict[str, Any]:
             "mean": statistics.fmean(rates),
             "min": min(rates),
             "max": max(rates),
+            "latest": time.strftime("%Y-%m-%d %H:%M", time.gmtime(latest[(model, site)])),
         }
         for (model, site), rates in sorted(groups.items())
     ]

@@ -248,6 +248,7 @@ def add_routes(app: FastAPI, engine: Engine, root: Path) -> None:  # noqa: C901 
                             ("mean", "mean examples/s"),
                             ("min", "min"),
                             ("max", "max"),
+                            ("latest", "latest run (UTC)"),
                         ],
                         data["sites"],
                     ),
