@@ -133,18 +133,6 @@ def token_ids(vocab: int, batch: int, length: int, seed: int, device: Any) -> An
     return torch.randint(3, vocab, (batch, length), generator=gen, device=device)
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The ``q``-th percentile (0-100, linear interpolation as numpy's default); None
-    without values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
 def rate_of(log: Any) -> float | None:
     """The steady rate, else (a run too short for a window) examples over in-block time
     after the warm-up block."""

@@ -79,9 +79,9 @@ def test_the_8b_decode_ceiling_is_the_issues_anchor(device, anchor, ours):
 
 
 def test_percentiles_interpolate_as_numpy():
-    assert inference.percentile([], 50) is None
-    assert inference.percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
-    assert inference.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 99) == pytest.approx(4.96)
+    assert loadgen.percentile([], 50) is None
+    assert loadgen.percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
+    assert loadgen.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 99) == pytest.approx(4.96)
 
 
 # -- llm-serve ------------------------------------------------------------------------------
@@ -268,3 +268,16 @@ def test_a_vllm_environment_without_vllm_is_a_server_failure(tmp_path):
     assert failure["kind"] == "server"
     assert failure["message"].startswith("vLLM exited (code 1) before its ready line: ")
     assert "No module named 'vllm'" in failure["message"]
+
+
+def test_latency_metrics_and_goodput_follow_the_limits():
+    """Two requests due at 0: one within both limits, one whose first token took 3 s."""
+    fast = loadgen.Request(0, 0.0, measured=True, token_times=[0.5, 0.55, 0.6], done=0.6)
+    slow = loadgen.Request(1, 0.0, measured=True, token_times=[3.0, 3.2, 3.4], done=3.4)
+    ramp = loadgen.Request(2, 0.0, measured=False, token_times=[9.0, 9.1], done=9.1)
+    found = loadgen.latency_metrics([fast, slow, ramp], 2.0, 0.1, span=2.0)
+    assert found["requests"] == 2  # the ramp-up's request is left out
+    assert found["ttft_p50_ms"] == pytest.approx(1750.0)
+    assert found["tpot_p99_ms"] == pytest.approx(50 + 0.99 * 150)
+    assert found["goodput_percent"] == 50.0
+    assert found["goodput_tokens_per_s"] == pytest.approx(1.5)  # 3 tokens in 2 s
