@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from test_busy_report import diagnostics
 
 from conftest import milarun
@@ -23,12 +24,16 @@ def folder_of(root, runs: dict[str, int], busy: set[str] = frozenset()):
     return root
 
 
-def weights_and_baseline(tmp_path, tests):
-    weights = tmp_path / "weights.json"
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """Weights and a baseline (made by `milarun summary`) of quick.a, quick.b and quick.c,
+    made once: each test's own folder is what differs."""
+    root = tmp_path_factory.mktemp("first-figures")
+    tests = ("quick.a", "quick.b", "quick.c")
+    weights = root / "weights.json"
     weights.write_text(json.dumps({t: {"weight": 1} for t in tests}))
-    baseline = tmp_path / "baseline.json"
-    base_run = folder_of(tmp_path / "base", dict.fromkeys(tests, 3))
-    made = milarun("summary", base_run, "-o", baseline)
+    baseline = root / "baseline.json"
+    made = milarun("summary", folder_of(root / "base", dict.fromkeys(tests, 3)), "-o", baseline)
     assert made.returncode == 0, made.stderr
     return weights, baseline
 
@@ -47,10 +52,10 @@ def perf_cell(text: str, test: str) -> str:
     return row
 
 
-def test_a_busy_run_is_marked_beside_its_score_ratio_and_busy_perf(tmp_path):
+def test_a_busy_run_is_marked_beside_its_score_ratio_and_busy_perf(tmp_path, shared):
     tests = {"quick.a": 3, "quick.b": 3, "quick.c": 3}
     run = folder_of(tmp_path / "run", tests, busy={"quick.a"})
-    weights, baseline = weights_and_baseline(tmp_path, tests)
+    weights, baseline = shared
     html = tmp_path / "report.html"
     done = milarun("report", run, "--weights", weights, "--compare", baseline, "--html", html)
     assert done.returncode == 0, done.stderr
@@ -70,9 +75,9 @@ def test_a_busy_run_is_marked_beside_its_score_ratio_and_busy_perf(tmp_path):
     assert scores_html.count('<span class="busy">busy: 1 of 3 tests') == 2  # score, ratio
 
 
-def test_a_quiet_run_has_no_mark(tmp_path):
-    tests = {"quick.a": 3, "quick.b": 3}
-    weights, baseline = weights_and_baseline(tmp_path, tests)
+def test_a_quiet_run_has_no_mark(tmp_path, shared):
+    tests = {"quick.a": 3, "quick.b": 3, "quick.c": 3}
+    weights, baseline = shared
     done = milarun(
         "report", folder_of(tmp_path / "run", tests), "--weights", weights, "--compare", baseline
     )
@@ -83,9 +88,9 @@ def test_a_quiet_run_has_no_mark(tmp_path):
     assert "95% CI" in scores["Ratio"]
 
 
-def test_no_interval_when_a_scored_test_ran_once(tmp_path):
+def test_no_interval_when_a_scored_test_ran_once(tmp_path, shared):
     tests = {"quick.a": 3, "quick.b": 1, "quick.c": 1}
-    weights, baseline = weights_and_baseline(tmp_path, tests)
+    weights, baseline = shared
     run = folder_of(tmp_path / "run", tests)
     done = milarun("report", run, "--weights", weights, "--compare", baseline)
     assert done.returncode == 0, done.stderr
@@ -131,9 +136,9 @@ def test_the_cut_short_list_names_only_instances_without_a_result(tmp_path):
     assert "no result for" not in text
 
 
-def test_price_per_score_in_thousands_format(tmp_path):
-    tests = {"quick.a": 3, "quick.b": 3}
-    weights, _ = weights_and_baseline(tmp_path, tests)
+def test_price_per_score_in_thousands_format(tmp_path, shared):
+    tests = {"quick.a": 3, "quick.b": 3, "quick.c": 3}
+    weights, _ = shared
     run = folder_of(tmp_path / "run", tests)
     done = milarun("report", run, "--weights", weights, "--price", "250000000")
     assert done.returncode == 0, done.stderr
