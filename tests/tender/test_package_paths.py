@@ -7,7 +7,6 @@ import json
 import tarfile
 
 import bidkit
-
 from milarun.tender import package
 
 
