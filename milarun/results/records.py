@@ -35,6 +35,9 @@ ENV_PREFIXES = (
 # Never kept, whatever the prefix: a credential (MILARUN_BMC_PASSWORD) has no place in a
 # result, nor where the BMC is and who logs in (milarun.machine.bmc.config).
 SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "CREDENTIAL", "PASSWD", "BMC_ADDRESS", "BMC_USER")
+# ... nor how many instances shared the node with this one (measure.nodepower): a rerun of
+# it runs alone, and its result's node_energy says how many there were.
+NOT_RECORDED = ("MILARUN_NODE_INSTANCES",)
 
 
 # -- measurement records (a result's ``timings`` entries) ------------------------------
@@ -110,7 +113,9 @@ def recorded_environ(environ: Mapping[str, str]) -> dict[str, str]:
     return {
         k: v
         for k, v in sorted(environ.items())
-        if k.startswith(ENV_PREFIXES) and not any(w in k.upper() for w in SECRET_WORDS)
+        if k.startswith(ENV_PREFIXES)
+        and k not in NOT_RECORDED
+        and not any(w in k.upper() for w in SECRET_WORDS)
     }
 
 
