@@ -166,6 +166,28 @@ def test_a_gpu_run_splits_the_node_into_its_gpus_and_the_rest(tmp_path, monkeypa
     assert node["examples_per_joule"] < gpu["examples_per_joule"]  # the plug costs more
 
 
+@pytest.mark.slow  # a real `milarun jobs` of two instances (~30 s)
+def test_jobs_side_by_side_share_the_node(tmp_path):
+    """Two per-gpu instances (CPU slices) at once under one BMC: each is charged half the
+    node, and the report adds the Node energy section."""
+    out = tmp_path / "out"
+    with bmcsim.redfish(tmp_path / "mockup") as server, bmcsim.energy_counter(server, 1000.0):
+        env = bmcsim.bmc_env("redfish", server.url) | {"MILARUN_BMC_INTERVAL": "0.25"}
+        done = milarun(
+            "jobs", "quick", "--name", "calibration", "--devices", "cpu:2", "--no-cgexec",
+            "-o", out, "--", "--min-slices", "12", env=env, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = [r for r in load_all(out).values() if r.get("name") == "quick.calibration"]
+    assert len(found) == 2
+    for result in found:
+        node = result["node_energy"]
+        assert node["instances"] == 2 and node["reason"] is None, node
+        assert node["share_joules"] == pytest.approx(node["joules"] / 2)
+        assert "MILARUN_NODE_INSTANCES" not in result["environ"]
+    assert "Node energy over the steady window" in done.stdout
+
+
 @pytest.mark.slow  # a real `milarun run` (~10 s)
 def test_a_bmc_that_refuses_gives_a_note_and_the_run_goes_on(tmp_path):
     env = bmcsim.bmc_env("redfish", f"http://127.0.0.1:{bmcsim.free_port()}")
