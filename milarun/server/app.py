@@ -228,6 +228,16 @@ def create_app(settings: Settings) -> FastAPI:
             spooled.unlink(missing_ok=True)
         return JSONResponse(answer, status_code=200 if answer["already_there"] else 201)
 
+    @app.get("/api/push/{content_hash}")
+    def before_push(request: Request, content_hash: str) -> dict[str, Any]:
+        """What a client asks before it sends: whether its site pushed these bytes already,
+        and the largest upload taken (a body refused half-sent is a broken pipe to it)."""
+        key = authorize(engine, request, (PUSH, ADMIN))
+        return {
+            "upload": intake.known(engine, content_hash.lower()[:64], key.site_id),
+            "limit_bytes": settings.limits.upload_bytes,
+        }
+
     @app.post("/api/tenders")
     async def add_tender(request: Request, name: str) -> JSONResponse:
         key = await run_in_threadpool(authorize, engine, request, (ADMIN,))

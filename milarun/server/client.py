@@ -112,8 +112,9 @@ def push(
     """Send ``package``; the server's answer. PushError (the package kept) when it fails."""
     digest = sha256_of(package)
     url = target.server.rstrip("/") + "/api/uploads"
+    auth = {"Authorization": f"Bearer {target.key}"}
     headers = {
-        "Authorization": f"Bearer {target.key}",
+        **auth,
         "X-Content-SHA256": digest,
         "Content-Type": "application/gzip",
         "Content-Length": str(package.stat().st_size),
@@ -127,6 +128,16 @@ def push(
             time.sleep(wait)
         try:
             with httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0)) as client:
+                before = client.get(f"{target.server.rstrip('/')}/api/push/{digest}", headers=auth)
+                if before.status_code == 200:  # else the upload's own answer says why
+                    known = before.json()
+                    if known["upload"] is not None:  # a try before got through
+                        return dict(known["upload"])
+                    if package.stat().st_size > known["limit_bytes"]:
+                        raise PushError(
+                            f"{package}: {package.stat().st_size:,} bytes, over the server's "
+                            f"limit of {known['limit_bytes']:,} bytes; {kept}"
+                        )
                 answer = client.post(
                     url, params=target.params, headers=headers, content=_chunks(package, progress)
                 )

@@ -197,3 +197,12 @@ def test_a_stalled_upload_is_cut_and_nothing_stored(small, package):
     except httpx.TransportError:  # cut while it still sent: the same to the server
         pass
     assert uploads(small) == 0 and not list((small.root / "spool").iterdir())
+
+
+def test_push_says_a_package_is_over_the_servers_limit_before_sending_it(small, tmp_path):
+    folder = serverkit.run_folder(tmp_path / "run", seed=4)
+    (folder / "noise.bin").write_bytes(os.urandom(LIMIT + 4096))  # packed with the results
+    bundle = serverkit.package(folder, tmp_path / "big.tar.gz")
+    line = one_line_error(serverkit.push(small, bundle, small.key("lab-big")))
+    assert "over the server's limit of 1,048,576 bytes; the package is kept: " in line
+    assert uploads(small) == 0 and bundle.is_file()
