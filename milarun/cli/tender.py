@@ -49,6 +49,12 @@ class TenderCommands:
         min_sm_clock: Option & float = default(None)
         # A floor, off by default: steady slices at the GPU's power limit at most this share
         max_power_limit: Option & float = default(None)
+        # Inference tests: every run's time to first token at p99 (ms) at most this
+        max_ttft_p99: Option & float = default(None)
+        # Inference tests: every run's time per output token at p99 (ms) at most this
+        max_tpot_p99: Option & float = default(None)
+        # llm-serve: every run's share of requests within its latency limits (%) at least this
+        min_goodput: Option & float = default(None)
         # Acceptance: a declared figure passes when P(true < margin x declared) < risk
         margin: Option & float = default(0.95)
         # Acceptance: the buyer's risk of accepting a figure that is not met
@@ -85,6 +91,11 @@ class TenderCommands:
             require_challenge=require_challenge,
             require_doctor=require_doctor,
             unknown_device_fails=unknown_device_fails,
+            latency={
+                "max_ttft_p99_ms": max_ttft_p99,
+                "max_tpot_p99_ms": max_tpot_p99,
+                "min_goodput_percent": min_goodput,
+            },
         )
         rules.write_tender(Path(out), tender)
         tests = tender["profile"]["tests"]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from milarun.results import manifest, read
 from milarun.tender import archive
+from milarun.tender.latency_rules import latency
 from milarun.tender.measured_rules import busy, comparability, consistency, steady, throttle
 from milarun.tender.package import PROFILE, WEIGHTS
 from milarun.tender.rule import MAX_SHOWN, Bid, Check, as_dict, as_list, base_test
@@ -225,5 +226,6 @@ RULES: tuple[Callable[[Bid], Check], ...] = (
     busy,
     consistency,
     comparability,
+    latency,
     machine_records,
 )

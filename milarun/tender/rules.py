@@ -32,6 +32,13 @@ MAX_SM_CLOCK_MHZ = 10_000
 MAX_REPEAT = 10_000
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHALLENGE = re.compile(r"[0-9a-f]{32}")
+# Optional limits on the inference tests' figures (milarun.tender.latency_rules): key, the
+# `tender init` option, the largest value it takes; absent or null: no limit.
+LATENCY_LIMITS = (
+    ("max_ttft_p99_ms", "--max-ttft-p99", 3_600_000.0),
+    ("max_tpot_p99_ms", "--max-tpot-p99", 3_600_000.0),
+    ("min_goodput_percent", "--min-goodput", 100.0),
+)
 # the options a tender written before them lacks: absent reads as false
 OPTIONAL_SWITCHES = ("unknown_device_fails", "require_challenge", "require_doctor")
 
@@ -59,6 +66,12 @@ ABOUT = {
     "its run folder, made from an hour before the run started to its end",
     "unknown_device_fails": "a result on a device with no row in milarun's datasheet FAILs "
     "(otherwise its rates are bounded by no peak, and verify says so)",
+    "max_ttft_p99_ms": "every inference run's time to first token at p99 (ms) at most this "
+    "(null: no limit; MLPerf's server limit for Llama-3.1-8B is 2000)",
+    "max_tpot_p99_ms": "every inference run's time per output token at p99 (ms) at most this "
+    "(null: no limit; MLPerf's: 100)",
+    "min_goodput_percent": "every llm-serve run's share of requests within its latency limits "
+    "at least this (null: no floor)",
     "acceptance": "declared figures: ACCEPT when P(true < margin x declared) < risk, REJECT "
     "when P(true >= margin x declared) < risk: read off the (1 - 2 x risk) interval of the "
     "mean over runs (Student t; widened to the bootstrap-t from 10 runs), printed by verify",
@@ -181,9 +194,16 @@ def make_tender(
     require_challenge: bool = False,
     require_doctor: bool = False,
     unknown_device_fails: bool = False,
+    latency: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
-    """The tender's JSON object; TenderError naming the option for a value out of range."""
+    """The tender's JSON object; TenderError naming the option for a value out of range.
+    ``latency``: the inference limits of LATENCY_LIMITS the buyer sets."""
     _check_numbers(repeat, max_failure_rate, min_steady_slices, max_throttled_share, margin, risk)
+    limits = {key: (latency or {}).get(key) for key, _, _ in LATENCY_LIMITS}
+    for key, option, high in LATENCY_LIMITS:
+        value = limits[key]
+        if value is not None and not (math.isfinite(value) and 0 < value <= high):
+            raise TenderError(f"{option} {value}: must be a number above 0, at most {high:g}")
     for option, value, high in (
         ("--min-sm-clock", min_sm_clock_mhz, MAX_SM_CLOCK_MHZ),
         ("--max-power-limit", max_power_limit_share, 1),
@@ -233,6 +253,7 @@ def make_tender(
         "require_challenge": require_challenge,
         "require_doctor": require_doctor,
         "unknown_device_fails": unknown_device_fails,
+        **limits,
         "about": ABOUT,
     }
 
@@ -345,6 +366,7 @@ def tender_problem(data: Any) -> str | None:
     floors: list[tuple[str, float]] = [
         ("min_sm_clock_mhz", MAX_SM_CLOCK_MHZ),
         ("max_power_limit_share", 1.0),
+        *((key, high) for key, _, high in LATENCY_LIMITS),
     ]
     for name, most in floors:
         if data.get(name) is not None:  # a floor the buyer set; absent or null: none
