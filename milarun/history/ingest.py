@@ -82,11 +82,11 @@ def _gpu(view: read.ResultView) -> tuple[str | None, str | None]:
 
 
 def _energy(gpu: Any, node: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The energy column: the GPUs' record, with the node's (its BMC) under ``node`` where it
+    """The energy column: the GPUs' record, with the node's (its BMC) under ``bmc`` where it
     has a figure (no schema change: one JSON column holds both)."""
     found = dict(gpu.record) if gpu is not None and gpu.joules else {}
     if node and results.is_finite(node.get("examples_per_joule")):
-        found["node"] = dict(node)
+        found["bmc"] = dict(node)
     return found or None
 
 

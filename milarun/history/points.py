@@ -80,12 +80,12 @@ class Instance:
     driver: str | None
     flags: Sequence[str] | None
     throttle: Any
-    energy: Any = None  # the GPUs' energy record, the node's (its BMC) under "node"
+    energy: Any = None  # the GPUs' energy record, the node's (its BMC) under "bmc"
 
     @property
     def node_examples_per_joule(self) -> float | None:
         """Examples per joule at the node's plug (milarun.measure.nodepower), where measured."""
-        node = self.energy.get("node") if isinstance(self.energy, dict) else None
+        node = self.energy.get("bmc") if isinstance(self.energy, dict) else None
         value: Any = node.get("examples_per_joule") if isinstance(node, dict) else None
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None
