@@ -206,3 +206,28 @@ def test_push_says_a_package_is_over_the_servers_limit_before_sending_it(small, 
     line = one_line_error(serverkit.push(small, bundle, small.key("lab-big")))
     assert "over the server's limit of 1,048,576 bytes; the package is kept: " in line
     assert uploads(small) == 0 and bundle.is_file()
+
+
+def test_bad_command_lines_are_one_line_errors(tmp_path):
+    down = one_line_error(
+        milarun(
+            "serve",
+            "--db",
+            "postgresql+psycopg://nobody@127.0.0.1:1/x",
+            "--root",
+            tmp_path / "root",
+        )
+    )
+    assert "cannot open" in down and "127.0.0.1:1" in down
+    assert "--port" in one_line_error(milarun("serve", "--port", "0", "--root", tmp_path))
+    env = {"MILARUN_KEY": "mrk_x"}
+    assert "give a URL" in one_line_error(
+        milarun("push", tmp_path, "--server", "example.org", env=env)
+    )
+    missing = one_line_error(milarun("push", tmp_path / "nope", "--server", "http://x", env=env))
+    assert "no such results folder or bid package" in missing
+    empty = tmp_path / "empty.key"
+    empty.write_text("\n")
+    assert "empty; put the key alone in it" in one_line_error(
+        milarun("push", tmp_path, "--server", "http://x", "--key-file", empty)
+    )
