@@ -144,3 +144,10 @@ def test_price_per_score_in_thousands_format(tmp_path, shared):
     assert done.returncode == 0, done.stderr
     rpp = scores_block(done.stdout)["RPP (Price / Score)"]
     assert re.fullmatch(r"2,4\d\d,\d\d\d", rpp), rpp  # was 2.488e+06
+
+
+def test_significant_figures_never_in_e_notation():
+    from milarun.report.render import format as fmt
+
+    shown = {v: fmt.sig(v) for v in (999.6, 0.00001234, 0.364, 12_345.6)}
+    assert shown == {999.6: "1,000", 0.00001234: "0.0000123", 0.364: "0.364", 12_345.6: "12,346"}

@@ -34,10 +34,9 @@ def count(value: Any) -> str:
 
 
 def sig(value: Any, digits: int = 3) -> str:
-    """A number to ``digits`` significant digits, with thousands separators when large."""
-    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "-"
-    return f"{value:,.0f}" if abs(value) >= 10**digits else f"{value:.{digits}g}"
+    """A number to ``digits`` significant digits, with thousands separators when large
+    (plain: never e-notation, which 999.6 and 0.00001 took)."""
+    return plain(value, digits)
 
 
 def plain(value: Any, digits: int = 6) -> str:
