@@ -57,6 +57,7 @@ def post(
     return httpx.post(server.url + path, params=params, headers=headers, content=body, timeout=60)
 
 
+@pytest.mark.slow
 def test_writes_without_a_valid_key_are_refused_and_store_nothing(small, package, tmp_path):
     body = package.read_bytes()
     assert post(small, None, body).status_code == 401

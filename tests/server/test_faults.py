@@ -18,11 +18,13 @@ def package(tmp_path_factory):
     return serverkit.package(serverkit.run_folder(top / "run", seed=11), top / "run.tar.gz")
 
 
+@pytest.mark.slow
 def test_a_server_killed_mid_upload_stores_nothing_and_the_retry_completes(server, package):
     ok, said = serverkit.killed_mid_upload(server, package, server.key("lab-k"))
     assert ok, said
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", [POSTGRES])
 def test_the_database_unreachable_is_503_and_the_client_keeps_its_package(
     backend, request, tmp_path, package
@@ -55,6 +57,7 @@ def test_the_database_unreachable_is_503_and_the_client_keeps_its_package(
     assert ok, said
 
 
+@pytest.mark.slow
 @pytest.mark.root("a tmpfs mount")
 def test_a_full_disk_is_507_and_nothing_is_stored(tmp_path, package):
     db = f"sqlite:///{tmp_path / 'results.sqlite'}"

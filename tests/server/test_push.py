@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 import bidkit
+import forgery
 import serverkit
-from conftest import one_line_error
+from conftest import ROOT, one_line_error
 from pages import needs_chromium, show
 
 
@@ -64,6 +65,7 @@ def faster(result: dict) -> None:
     train["rates"] = [r * 1.2 for r in train["rates"]]
 
 
+@pytest.mark.slow
 def test_bids_are_verified_ranked_and_a_forgery_rejected_with_its_reason(server, lab, tmp_path):
     tender = bidkit.tender(tmp_path / "tender.json", ["polynome", "sine_wave"], repeat=1)
     admin = {"Authorization": f"Bearer {server.admin}"}
@@ -165,3 +167,42 @@ def test_a_real_jobs_quick_run_is_on_the_pages_within_seconds(quick_run, server,
     assert {c["rule"]: c["ok"] for c in report["checks"]}["evidence"] is True
     assert httpx.get(f"{server.url}/uploads/{upload}/report").status_code == 200
     assert time.monotonic() - start < 60
+
+
+H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28" / "modern"
+
+
+@pytest.mark.slow
+def test_the_h100_bid_is_accepted_and_its_forgeries_rejected(server, tmp_path):
+    """The real H100 run as a bid, and the forgeries of benchmarks/faults_forgery.py: the
+    rates and count scaled (the log says the true ones), gemm above the datasheet with every
+    file the forger can reach edited to match."""
+    from milarun.tender import rules
+
+    tender = rules.write_tender(
+        tmp_path / "tender.json", rules.make_tender("modern", None, repeat=1, allow_overrides=True)
+    )  # the run's --min-slices 22 is an argument of its own
+    made = httpx.post(f"{server.url}/api/tenders", params={"name": "h100-call"},
+                      headers={"Authorization": f"Bearer {server.admin}"},
+                      content=tender.read_bytes())  # fmt: skip
+    assert made.status_code == 201, made.text
+    key = server.key("vendor-h")
+    honest = serverkit.package(H100, tmp_path / "h100.tar.gz", tender)
+    done = serverkit.push(server, honest, key, "--tender", "h100-call")
+    assert done.stdout.startswith("bid accepted"), done.stdout + done.stderr
+    forgeries = {
+        "rates": (lambda run: forgery.scale(run, "modern.llm", 1.2), "logs/modern.llm.J0.0.log"),
+        "gemm": (
+            lambda run: forgery.scale(run, "modern.gemm", 1.6, log=True, derived=True, energy=True),
+            "datasheet's dense peak",
+        ),
+    }
+    for name, (edit, said) in forgeries.items():
+        work = tmp_path / name
+        work.mkdir()
+        forged = bidkit.edited(honest, work, lambda folder, edit=edit: edit(folder / "run"))
+        done = serverkit.push(server, forged, key, "--tender", "h100-call")
+        why = done.stdout.splitlines()[-1]
+        assert done.returncode == 1 and why.startswith("why: evidence: ") and said in why, why
+    ranking = httpx.get(f"{server.url}/api/tenders/h100-call").json()
+    assert [b["name"].split("-")[:2] for b in ranking["bids"]] == [["vendor", "h"]]
