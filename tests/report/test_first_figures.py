@@ -103,6 +103,7 @@ def test_no_interval_when_a_scored_test_ran_once(tmp_path, shared):
         "scores"
     ]
     assert records["score_ci95"] is None and records["score"] is not None
+    assert records["no_interval"] == "no interval: 2 of 3 tests ran once"
 
 
 def interrupted_manifest(folder, instances):

@@ -233,6 +233,7 @@ def to_records(report: Report) -> dict[str, Any]:
             **({"interrupted": report.interrupted} if report.interrupted else {}),
             "score": report.score,
             "score_ci95": report.score_ci,
+            **({"no_interval": report.no_interval} if report.no_interval else {}),
             "coverage": report.coverage,
             "scored": report.scored,
             "missing": report.missing,
