@@ -13,10 +13,11 @@ import pytest
 
 import bidkit
 import forgery
-from conftest import ROOT
+from conftest import ROOT, milarun
 from milarun.results import manifest
 from milarun.results.folder import load_dir
-from milarun.tender import evidence, package, rules, verify
+from milarun.results.read import ResultView
+from milarun.tender import evidence, flops, package, rules, verify
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28" / "modern"
 
@@ -182,3 +183,17 @@ def test_verify_names_the_bounds_on_its_pass_line_and_a_tender_may_fail_unknown_
     assert not line.ok
     said = "no peak applied: unknown device Acme X1: the tender bounds every device"
     assert said in line.evidence
+
+
+@pytest.mark.slow
+def test_the_counted_table_is_what_this_release_counts(tmp_path):
+    """A real ResNet-50 step counted here (CPU, batch 2): FLOPs per example do not depend on
+    the batch or the device, so this release's count is the table's figure for the H100."""
+    out = tmp_path / "r50.json"
+    done = milarun("run", "milabench.models.resnet50:main", "-o", out, "--",
+                   "--batch-size", "2", "--max-count", "8")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    view = ResultView.from_dict(json.loads(out.read_text()))
+    expected = flops.expected(view)
+    assert isinstance(expected, flops.Expected) and expected.how == flops.COUNTED_HOW
+    assert view.efficiency is not None and view.efficiency.flops_per_example == expected.value
