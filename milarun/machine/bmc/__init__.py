@@ -43,12 +43,15 @@ def node_monitor(config: BmcConfig | None | str = "load") -> Monitor:
     if os.environ.get("RANK", "0") != "0":
         return Monitor(dict, found.interval, unavailable="read by rank 0 only")
     read = reader(found)
+    one_at_a_time = threading.Lock()  # the reading after the run and the thread's own
 
     def probe() -> dict[str, Any]:
-        asked = time.time()
-        reading = read.read()
+        with one_at_a_time:
+            asked = time.time()
+            reading = read.read()
+            answered = time.time()
         # the middle of the request: a BMC may take a good part of a second to answer
-        return {"bmc": reading, "time": (asked + time.time()) / 2, "source": read.source}
+        return {"bmc": reading, "time": (asked + answered) / 2, "source": read.source}
 
     return BmcMonitor(probe, found.interval, backend=found.describe(), timeout=found.timeout)
 
