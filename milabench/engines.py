@@ -52,6 +52,15 @@ def vllm_python() -> Path:
     return python
 
 
+def die_with_parent() -> None:
+    """In the engine's process before it runs (``preexec_fn``): Linux sends it SIGKILL when
+    the test process dies, even by SIGKILL, which no ``finally`` outlives."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def transformers_serving() -> None:
     """EngineMissing unless ``transformers serve``'s own dependencies are importable here."""
     import importlib.util
@@ -186,7 +195,12 @@ def started(
     port = env["MILARUN_SERVE_PORT"]
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
         )
     server = Server(f"http://127.0.0.1:{port}", process, log)
     try:

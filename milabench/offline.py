@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from milabench import inference
-from milabench.engines import REPO, Server, prompts, stop, vllm_python, write_tokenizer
+from milabench.engines import (
+    REPO,
+    Server,
+    die_with_parent,
+    prompts,
+    stop,
+    vllm_python,
+    write_tokenizer,
+)
 from milarun.experiment import ServerFailed
 from milarun.measure.ratelog import RateLog
 
@@ -46,7 +54,12 @@ def run_offline(args: Any, log: RateLog, server_log: Path) -> dict[str, Any]:
         env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
         with open(server_log, "ab") as err:
             process = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=err, env=env, start_new_session=True
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         assert process.stdout is not None
         lines = selectors.DefaultSelector()

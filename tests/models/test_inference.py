@@ -5,6 +5,7 @@ bf16 model decodes at most ~208 tokens/s per sequence on an H100, ~299 on an H20
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 
@@ -12,6 +13,7 @@ import badservers
 import psutil
 import pytest
 
+from conftest import ROOT
 from milabench import engines, inference
 from milarun.experiment import ServerFailed
 from milarun.machine.gpu import datasheet
@@ -281,3 +283,38 @@ def test_latency_metrics_and_goodput_follow_the_limits():
     assert found["tpot_p99_ms"] == pytest.approx(50 + 0.99 * 150)
     assert found["goodput_percent"] == 50.0
     assert found["goodput_tokens_per_s"] == pytest.approx(1.5)  # 3 tokens in 2 s
+
+
+def test_the_server_dies_with_a_killed_test_process(tmp_path):
+    """SIGKILL leaves no ``finally`` to run: the engine goes with its parent all the same."""
+    server = (
+        "import http.server, os\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.end_headers()\n"
+        "http.server.HTTPServer(('127.0.0.1', int(os.environ['MILARUN_SERVE_PORT'])), H)"
+        ".serve_forever()\n"
+    )
+    parent = (
+        "import os, sys, time\n"
+        "from milabench import engines\n"
+        "env = {**os.environ, 'MILARUN_SERVE_PORT': str(engines.loopback_port())}\n"
+        f"argv = [sys.executable, '-c', {server!r}]\n"
+        f"with engines.started(argv, {str(tmp_path / 'log')!r}, env, 30) as s:\n"
+        "    print(s.process.pid, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    test = subprocess.Popen(
+        [sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    engine = int(test.stdout.readline())
+    assert psutil.Process(engine).status() != "zombie"
+    test.kill()
+    test.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and psutil.pid_exists(engine):
+        if psutil.Process(engine).status() == "zombie":
+            break
+        time.sleep(0.05)
+    assert not psutil.pid_exists(engine) or psutil.Process(engine).status() == "zombie"
