@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from markupsafe import Markup
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from milarun.report.render import charts
 from milarun.report.render import format as fmt
@@ -23,7 +24,17 @@ class Table:
     columns: list[tuple[str, str]]
     rows: list[dict[str, Any]]
     links: dict[str, str] = field(default_factory=dict)  # column -> the row's key of its URL
-    names: tuple[str, ...] = ("site", "name", "gpu", "test", "devices", "reason", "tender")
+    names: tuple[str, ...] = (
+        "site",
+        "name",
+        "gpu",
+        "test",
+        "devices",
+        "reason",
+        "tender",
+        "rule",
+        "evidence",
+    )
 
 
 @dataclass
@@ -125,4 +136,5 @@ def spread_chart(rows: list[dict[str, Any]]) -> Markup | None:
     ax.set_yticks(ys, labels)
     ax.invert_yaxis()
     ax.set_xlabel("examples/s (mean, min-max)")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: fmt.num(value, ",.4g")))
     return charts.svg(fig)
