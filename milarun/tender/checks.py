@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 
 from milarun.results import manifest, read
-from milarun.tender import archive
+from milarun.tender import archive, rules
 from milarun.tender.latency_rules import latency
 from milarun.tender.measured_rules import busy, comparability, consistency, steady, throttle
 from milarun.tender.package import PROFILE, WEIGHTS
@@ -34,12 +34,45 @@ def hashes(bid: Bid) -> Check:
 
 
 def version(bid: Bid) -> Check:
+    """Every result ran the tender's milarun, and so does this verify: the FLOPs table and
+    the bounds it applies are its release's. Another version FAILs; another commit of the
+    same version (a source checkout) is said on the line, the verdict left to the buyer."""
     found = Counter(str(v.milarun_version) for v in bid.views)
     other = {v: n for v, n in found.items() if v != bid.tender.version}
-    if not other:
-        return Check("version", True, f"every result ran milarun {bid.tender.version}")
-    shown = ", ".join(f"{n} on {v}" for v, n in sorted(other.items()))
-    return Check("version", False, f"the tender asks for {bid.tender.version}: {shown}")
+    if other:
+        shown = ", ".join(f"{n} on {v}" for v, n in sorted(other.items()))
+        return Check("version", False, f"the tender asks for {bid.tender.version}: {shown}")
+    mine = rules.release()
+    if mine["version"] != bid.tender.version:
+        return Check(
+            "version",
+            False,
+            f"the tender names milarun {bid.tender.version} but this verify runs milarun "
+            f"{mine['version']}: its FLOPs and bounds are another release's; verify with "
+            f"milarun {bid.tender.version}",
+        )
+    said = f"every result ran milarun {bid.tender.version}"
+    commit, modified = bid.tender.release
+    if commit is None:
+        return Check("version", True, said)
+    note = _commit_note(commit, modified, mine["commit"], mine["modified"])
+    return Check("version", True, f"{said}; {note}" if note else said)
+
+
+def _commit_note(
+    commit: str, modified: bool | None, mine: str | None, mine_modified: bool | None
+) -> str | None:
+    """What the line says of the tender's commit against this verify's, or None (same)."""
+    if mine is None:
+        return f"note: the tender names commit {commit[:12]}, this verify's is not known"
+    if mine != commit:
+        return (
+            f"note: the tender names commit {commit[:12]}, this verify runs {mine[:12]} "
+            "(same version: its FLOPs table and bounds may differ)"
+        )
+    if modified or mine_modified:
+        return f"note: commit {commit[:12]} with modified files (the tender's or this verify's)"
+    return None
 
 
 def _file_sha(bid: Bid, name: str) -> str | None:

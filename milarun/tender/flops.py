@@ -6,10 +6,14 @@ from the result's ``efficiency``: what the ``evidence`` rule bounds a rate with.
 - llm, llm-scaling: the PaLM formula the tests use (6 N + 12 L d s per token, N the
   parameters without the input embedding), N counted here from the Llama configuration the
   arguments make (no bias, untied output layer, RMSNorm weights).
-- the counted tests (BERT, ViT, ResNet-50, diffusion): torch's FlopCounterMode over one
-  training step, a function of the model's shape arguments: COUNTED holds the figures this
-  release counted (the H100 modern run of 2026-11-28, torch 2.11), each for the arguments
-  it was counted with. Other arguments: not recomputed, and verify says so.
+- every other test that records counted FLOPs (the modern BERT, ViT, ResNet-50, diffusion,
+  the 2020 models): torch's FlopCounterMode over one training step, a function of the
+  test's shape arguments (shape_key: its recorded arguments but the batch, run length,
+  optimizer...). flops-counted.json, shipped with the release and made by
+  scripts/count-flops.py on a real counted step, holds the figures this release counts,
+  each for the arguments it was counted with; FLOPs per example do not depend on the batch
+  (the script checks it on each entry) nor on the device. Other arguments: not recomputed,
+  and verify says so.
 
 A test's recorded arguments are also read against its argv: a shape argument the argv sets
 must be recorded with that value (a forger who edits the recorded ``seq_len`` to match a
@@ -18,8 +22,11 @@ smaller FLOPs figure is caught there).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from milarun.results.read import ResultView
@@ -28,9 +35,7 @@ TERA = 1e12
 LLAMA = "PaLM formula 6N + 12 L d s per token"
 COUNTED_HOW = "FlopCounterMode count of this release"
 
-# experiment function -> its shape arguments -> (those arguments' values, FLOPs per example,
-# precision). Counted with the arguments of the modern profile (milarun/profiles/modern.json)
-# on the H100 run kept in tests/data/gpu-runs/h100-2026-11-28.
+# The arguments a test's argv is checked against (the shapes a forger would edit).
 SHAPES: dict[str, tuple[str, ...]] = {
     "milabench.models.bert:main": (
         "seq_len", "hidden", "layers", "heads", "intermediate", "vocab", "precision",
@@ -45,34 +50,40 @@ SHAPES: dict[str, tuple[str, ...]] = {
         "heads", "norm_groups", "precision",
     ),
 }  # fmt: skip
-COUNTED: dict[str, list[tuple[dict[str, Any], float]]] = {
-    "milabench.models.bert:main": [
-        (
-            {"seq_len": 512, "hidden": 1024, "layers": 24, "heads": 16, "intermediate": 4096,
-             "vocab": 30522, "precision": "bf16"},
-            1117142384640.0,
-        ),
-    ],
-    "milabench.models.vit:main": [
-        (
-            {"model": "vit_base_patch16_224", "image_size": 224, "patch_size": None,
-             "embed_dim": None, "depth": None, "heads": None, "num_classes": 1000,
-             "precision": "bf16"},
-            105867085824.0,
-        ),
-    ],
-    "milabench.models.resnet50:main": [
-        ({"image_size": 224, "num_classes": 1000, "precision": "bf16"}, 24299077632.0),
-    ],
-    "milabench.models.diffusion:main": [
-        (
-            {"latent_size": 64, "text_length": 77, "channels": [320, 640, 1280, 1280],
-             "layers_per_block": 2, "cross_attention_dim": 768, "heads": 8, "norm_groups": 32,
-             "precision": "bf16"},
-            2469799198720.0,
-        ),
-    ],
-}  # fmt: skip
+# Recorded arguments that change nothing a step's FLOPs per example count: the batch (the
+# counted FLOPs per example are checked equal at two batches for every table entry, by
+# scripts/count-flops.py), run length, optimizer, loader, memory layout, compile (the
+# counted step is the eager one), the tf32 switch and the recorded descriptions. Any other
+# argument is part of an entry's key: an argument set the table lacks is not recomputed.
+NOT_SHAPE = frozenset(
+    {
+        "batch_size", "max_count", "min_slices", "ci_target", "seed", "lr", "momentum",
+        "weight_decay", "workers", "no_channels_last", "compile", "tf32", "precision_used",
+        "workload", "clip", "log_interval", "data",
+    }
+)  # fmt: skip
+TABLE = Path(__file__).with_name("flops-counted.json")  # made by scripts/count-flops.py
+# Precisions an argument names outright: the peak that bounds the count. "auto" and fp32
+# depend on the device (fp16 or tf32 on a GPU): those entries leave the bid's split in force.
+NAMED_PRECISIONS = ("bf16", "fp16")
+
+
+def shape_key(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The recorded arguments of a call that can change its FLOPs per example."""
+    return {k: v for k, v in sorted(arguments.items()) if k not in NOT_SHAPE}
+
+
+@cache
+def counted() -> dict[str, list[tuple[dict[str, Any], float]]]:
+    """The shipped table: experiment function -> (shape key, FLOPs per example) counted."""
+    table: dict[str, list[tuple[dict[str, Any], float]]] = {}
+    for entry in json.loads(TABLE.read_text())["entries"]:
+        table.setdefault(entry["function"], []).append(
+            (entry["arguments"], float(entry["flops_per_example"]))
+        )
+    return table
+
+
 LLAMA_TESTS = ("milabench.models.llm:main", "milabench.models.llm_scaling:main")
 LLAMA_ARGS = ("seq_len", "hidden", "layers", "heads", "kv_heads", "intermediate", "vocab")
 
@@ -136,9 +147,6 @@ def expected(view: ResultView) -> Expected | str:
     test = function.rpartition(".")[2].partition(":")[0] or function[:60]
     if function == "milabench.models.gemm:main":
         return Expected(TERA, "definition of a gemm example (10^12 FLOPs)", "bf16")
-    keys = LLAMA_ARGS if function in LLAMA_TESTS else SHAPES.get(function)
-    if keys is None:
-        return f"no FLOPs formula or table for {test}"
     if function in LLAMA_TESTS:
         if not all(isinstance(args.get(k), int) and args[k] > 0 for k in LLAMA_ARGS):
             return f"{test}: its Llama shape arguments are not positive whole numbers"
@@ -146,7 +154,14 @@ def expected(view: ResultView) -> Expected | str:
         return Expected(
             llama_flops_per_token(args), LLAMA, precision if isinstance(precision, str) else None
         )
-    for shape, value in COUNTED.get(function, []):
-        if all(args.get(k) == v for k, v in shape.items()):
-            return Expected(value, COUNTED_HOW, str(shape["precision"]))
+    entries = counted().get(function)
+    if entries is None:
+        return f"no FLOPs formula or table for {test}"
+    key = shape_key(args)
+    for shape, value in entries:
+        if shape == key:
+            precision = key.get("precision")
+            return Expected(
+                value, COUNTED_HOW, precision if precision in NAMED_PRECISIONS else None
+            )
     return f"{test} with other arguments than this release counted"

@@ -19,7 +19,7 @@ from typing import Any
 
 from milarun import results
 from milarun.errors import TenderError
-from milarun.machine import sysinfo
+from milarun.machine import provenance, sysinfo
 from milarun.report import build
 from milarun.report.weights import WEIGHTS_DIR, load_weights
 from milarun.run.profile import load_profile
@@ -40,10 +40,17 @@ LATENCY_LIMITS = (
     ("min_goodput_percent", "--min-goodput", 100.0),
 )
 # the options a tender written before them lacks: absent reads as false
-OPTIONAL_SWITCHES = ("unknown_device_fails", "require_challenge", "require_doctor")
+OPTIONAL_SWITCHES = (
+    "unknown_device_fails",
+    "require_challenge",
+    "require_doctor",
+    "require_node_power",
+)
 
 ABOUT = {
     "milarun_version": "the milarun version every result must record",
+    "milarun_release": "the release that made this tender (version, git commit where it ran "
+    "from a checkout): its FLOPs table and bounds are the ones verify must apply",
     "profile": "the profile as shipped: name, SHA-256 of its file, the selected tests and "
     "each job's experiment, partition and argv (the arguments a run must have)",
     "weights": "the weights as shipped: name, SHA-256 of its file, and the values scored with",
@@ -66,6 +73,8 @@ ABOUT = {
     "its run folder, made from an hour before the run started to its end",
     "unknown_device_fails": "a result on a device with no row in milarun's datasheet FAILs "
     "(otherwise its rates are bounded by no peak, and verify says so)",
+    "require_node_power": "every scored run carries the whole node's energy from its BMC "
+    "(node perf/W), and the ranking's energy cost and TCO are the node's",
     "max_ttft_p99_ms": "every inference run's time to first token at p99 (ms) at most this "
     "(null: no limit; MLPerf's server limit for Llama-3.1-8B is 2000)",
     "max_tpot_p99_ms": "every inference run's time per output token at p99 (ms) at most this "
@@ -101,6 +110,18 @@ class Tender:
     @property
     def version(self) -> str:
         return str(self.data["milarun_version"])
+
+    @property
+    def release(self) -> tuple[str | None, bool | None]:
+        """The git commit of the release that made the tender and whether it was modified
+        (None, None: a tender made before it named them, or from an installed wheel)."""
+        named = self.data.get("milarun_release")
+        named = named if isinstance(named, dict) else {}
+        commit, modified = named.get("commit"), named.get("modified")
+        return (
+            commit[:40] if isinstance(commit, str) else None,
+            modified if isinstance(modified, bool) else None,
+        )
 
     @property
     def profile_name(self) -> str:
@@ -194,6 +215,7 @@ def make_tender(
     require_challenge: bool = False,
     require_doctor: bool = False,
     unknown_device_fails: bool = False,
+    require_node_power: bool = False,
     latency: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
     """The tender's JSON object; TenderError naming the option for a value out of range.
@@ -226,6 +248,7 @@ def make_tender(
         "format": FORMAT,
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "milarun_version": sysinfo.milarun_version(),
+        "milarun_release": release(),
         "profile": {
             "name": prof.name,
             "sha256": sha256_bytes(prof.path.read_bytes()),
@@ -253,8 +276,20 @@ def make_tender(
         "require_challenge": require_challenge,
         "require_doctor": require_doctor,
         "unknown_device_fails": unknown_device_fails,
+        "require_node_power": require_node_power,
         **limits,
         "about": ABOUT,
+    }
+
+
+def release() -> dict[str, Any]:
+    """This milarun's release: its version and, from a source checkout, its git commit
+    (None from an installed wheel) and whether its files differ from that commit."""
+    found = provenance.git_commit()
+    return {
+        "version": sysinfo.milarun_version(),
+        "commit": found["commit"] if found else None,
+        "modified": found["modified"] if found else None,
     }
 
 

@@ -197,3 +197,49 @@ def test_the_counted_table_is_what_this_release_counts(tmp_path):
     expected = flops.expected(view)
     assert isinstance(expected, flops.Expected) and expected.how == flops.COUNTED_HOW
     assert view.efficiency is not None and view.efficiency.flops_per_example == expected.value
+
+
+def test_the_counted_table_keys_every_entry_by_its_shape_arguments():
+    """Each entry of the shipped table is found again from its own arguments plus the ones
+    that change nothing counted (a batch, a run length): the lookup verify makes."""
+    for function, entries in flops.counted().items():
+        for shape, value in entries:
+            args = {**shape, "batch_size": 3, "max_count": 10, "seed": 1, "lr": 0.1}
+            view = ResultView.from_dict({"call": {"function": function, "arguments": args}})
+            found = flops.expected(view)
+            assert isinstance(found, flops.Expected) and found.value == value, function
+            other = ResultView.from_dict(
+                {"call": {"function": function, "arguments": {**args, "unheard_of": 1}}}
+            )
+            assert "other arguments than this release counted" in str(flops.expected(other))
+
+
+def test_verify_names_the_release_and_fails_another_version(tmp_path):
+    """The tender names the release that made it; a verify of another version FAILs (its
+    FLOPs table and bounds are another release's)."""
+    tender = rules.make_tender("modern", None, repeat=1, allow_overrides=True)
+    assert tender["milarun_release"]["version"] == tender["milarun_version"]
+    path = rules.write_tender(tmp_path / "tender.json", tender)
+    out = package.make_package(H100, tmp_path / "bid.tar.gz", path).out
+    line = next(c for c in verify.verify(out, path).checks if c.rule == "version")
+    assert line.ok and line.evidence.startswith("every result ran milarun 0.1.0"), line
+    other = {**tender, "milarun_release": {"version": "0.1.0", "commit": "f" * 40}}
+    line = next(
+        c
+        for c in verify.verify(out, rules.write_tender(tmp_path / "c.json", other)).checks
+        if c.rule == "version"
+    )
+    assert line.ok and "the tender names commit ffffffffffff, this verify runs" in line.evidence
+
+    def newer(folder: Path) -> None:
+        for result in (folder / "run").glob("modern.*.json"):
+            data = json.loads(result.read_text())
+            result.write_text(json.dumps({**data, "milarun_version": "0.2.0"}))
+
+    later = {**tender, "milarun_version": "0.2.0", "milarun_release": {"version": "0.2.0"}}
+    later_path = rules.write_tender(tmp_path / "later.json", later)
+    bad = bidkit.edited(out, tmp_path, newer)
+    line = next(c for c in verify.verify(bad, later_path).checks if c.rule == "version")
+    assert not line.ok and line.evidence.startswith(
+        "the tender names milarun 0.2.0 but this verify runs milarun 0.1.0"
+    ), line
