@@ -41,10 +41,12 @@ def synthetic_run(
     watts: float | None = None,
     seed: int = 0,
     complete: bool = True,
+    node_watts: float | None = None,
 ) -> Path:
     """A run folder of ``repeat`` runs of each test on ``devices`` CPU slices; each run's
     steady rate is the test's rate x (1 + noise x N(0, 1)); ``watts``: each instance's
-    measured GPU power (an energy record), else none."""
+    measured GPU power (an energy record), else none; ``node_watts``: the whole node's power
+    from a BMC (a node_energy record, the instances sharing it), else none."""
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     labels = [f"cpu:{d}" for d in range(devices)]
@@ -74,6 +76,8 @@ def synthetic_run(
                 "examples_per_joule": steady / watts,
                 "method": "counter",
             }
+        if node_watts is not None:
+            extra["node_energy"] = node_energy(node_watts, steady, devices)
         data = result(
             test, job_id, None, rates=rate_series(steady), device=f"cpu:{device}", **extra
         )
@@ -91,6 +95,21 @@ def synthetic_run(
     else:
         record.finish("interrupted", "SIGTERM")
     return folder
+
+
+def node_energy(node_watts: float, rate: float, instances: int) -> dict[str, Any]:
+    """A result's node_energy as measure.nodepower writes it: a BMC's counter over the 9 s
+    steady window of a made rate series (18 slices of 0.5 s), the node shared by
+    ``instances``."""
+    seconds = 9.0
+    share = node_watts * seconds / instances
+    return {
+        "joules": node_watts * seconds, "seconds": seconds, "watts": node_watts,
+        "instances": instances, "share_joules": share, "gpu_joules": None,
+        "rest_joules": None, "examples": rate * seconds,
+        "examples_per_joule": rate * seconds / share, "method": "counter", "readings": 36,
+        "source": "redfish /redfish/v1/Chassis/1 EnvironmentMetrics", "reason": None,
+    }  # fmt: skip
 
 
 def write_log(folder: Path, data: dict[str, Any], path: Path) -> Path:

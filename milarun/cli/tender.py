@@ -66,6 +66,9 @@ class TenderCommands:
         require_doctor: Option & bool = default(False)
         # A result on a device milarun's datasheet does not know FAILs (no peak bounds it)
         unknown_device_fails: Option & bool = default(False)
+        # Every scored run needs the whole node's energy from its BMC; the ranking's TCO is
+        # then the node's
+        require_node_power: Option & bool = default(False)
         # The tender file to write (never over an existing file)
         # [alias: -o]
         out: Option & str
@@ -91,6 +94,7 @@ class TenderCommands:
             require_challenge=require_challenge,
             require_doctor=require_doctor,
             unknown_device_fails=unknown_device_fails,
+            require_node_power=require_node_power,
             latency={
                 "max_ttft_p99_ms": max_ttft_p99,
                 "max_tpot_p99_ms": max_tpot_p99,

@@ -1,6 +1,7 @@
 """The history as one self-contained HTML page (jinja2, autoescaped; charts as inline SVG
 drawn by matplotlib): per series its rate over time with the 95% band, each point coloured
-by its verdict, and the table of points with their notes. Formatting only."""
+by its verdict, and the table of points with their notes (and their node examples per joule
+where a BMC measured some of the series' points). Formatting only."""
 
 from __future__ import annotations
 
@@ -82,6 +83,7 @@ def _environment() -> jinja2.Environment:
     env.filters.update(
         sig=render.rate_text, when=render.when, interval=render.interval, change=render.change
     )
+    env.filters["figure"] = fmt.sig
     env.filters["verdict_class"] = CLASSES.get
     return env
 
@@ -94,7 +96,12 @@ def page_html(
     )
     charted = set(alerting[:MAX_CHARTS])
     shown: list[dict[str, Any]] = [
-        {"name": name, "points": points, "chart": chart(points) if name in charted else None}
+        {
+            "name": name,
+            "points": points,
+            "chart": chart(points) if name in charted else None,
+            "node": any(p.node_perf_per_watt is not None for p in points),  # a BMC's column
+        }
         for name, points in series.items()
     ]
     chosen = {k: v for k, v in vars(filters).items() if v is not None and k != "since"}
@@ -111,6 +118,7 @@ def page_html(
             colours=COLOURS,
             made=render.when(time.time()),
             uncharted=max(len(series) - MAX_CHARTS, 0),
+            node_column=render.NODE_COLUMN,
         )
     )
 

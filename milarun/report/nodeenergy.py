@@ -31,23 +31,29 @@ def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
+def measured(node: Mapping[str, Any]) -> bool:
+    """Whether a result's ``node_energy`` holds a node figure (examples per joule over a
+    steady window), not only the reason its BMC gave none."""
+    return _positive(node.get("examples_per_joule")) and _positive(node.get("seconds"))
+
+
 def summary_entry(views: list[read.ResultView]) -> dict[str, Any]:
     """A test's ``node_energy``: the mean over its runs that have a node figure, and the
     reasons of those that asked their BMC and got none; nothing where no run had a BMC."""
-    measured, reasons = [], Counter[str]()
+    found_in, reasons = [], Counter[str]()
     for view in views:
         node = view.node_energy
         if not node:
             continue
-        if _positive(node.get("examples_per_joule")) and _positive(node.get("seconds")):
-            measured.append(node)
+        if measured(node):
+            found_in.append(node)
         elif isinstance(node.get("reason"), str):
             reasons[node["reason"][:300]] += 1
-    if not measured and not reasons:
+    if not found_in and not reasons:
         return {}
-    found: dict[str, Any] = {"n": len(measured)}
+    found: dict[str, Any] = {"n": len(found_in)}
     per_run: dict[str, list[float]] = {k: [] for k in NUMBERS}
-    for node in measured:
+    for node in found_in:
         seconds = float(node["seconds"])
         share: Any = node.get("share_joules")  # JSON values: checked before use
         gpu: Any = node.get("gpu_joules")
@@ -60,7 +66,7 @@ def summary_entry(views: list[read.ResultView]) -> dict[str, Any]:
                 per_run["rest_watts"].append((float(share) - float(gpu)) / seconds)
         per_run["examples_per_joule"].append(float(node["examples_per_joule"]))
     found.update({k: _mean(v) for k, v in per_run.items()})
-    found["method"] = ",".join(sorted({str(n.get("method")) for n in measured})) or None
+    found["method"] = ",".join(sorted({str(n.get("method")) for n in found_in})) or None
     if reasons:
         found["notes"] = [
             f"{why} ({n} run{'s' * (n > 1)})" for why, n in reasons.most_common(MAX_NOTES)

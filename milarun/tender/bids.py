@@ -46,6 +46,7 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
         summ = summary.summarize(loaded.results)
         # verified as opened here: a second opening streamed and read the whole package again
         verified_ok, verified = verified_against_packed(path, opened)
+        asks_node_power = _asks_node_power(opened)
     weights = load_weights(weights_spec) if weights_spec else default_weights(list(summ))
     if weights is None:
         raise TenderError(f"{path}: tests of several suites: give --weights")
@@ -75,7 +76,17 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
         about=about.about(loaded.results, many_nodes=False),
         verified=verified,
         verified_ok=verified_ok,
+        node_power_asked=asks_node_power,
     )
+
+
+def _asks_node_power(opened: verify.Opened) -> bool:
+    """Whether the tender packed with the bid requires the node's power (a BMC)."""
+    tender = opened.root / package.TENDER
+    try:
+        return tender.is_file() and rules.load_tender(tender).switch("require_node_power")
+    except InputError:
+        return False  # verified_against_packed says why it could not be read
 
 
 def verified_against_packed(path: Path, opened: verify.Opened) -> tuple[bool | None, str]:

@@ -1,21 +1,27 @@
-"""Two rules of ``milarun verify`` that tie a bid to this tender and to a healthy machine,
-each applied only where the tender asks for it (and otherwise saying what it found):
+"""The rules of ``milarun verify`` a tender may require, each applied only where it asks for
+it (and otherwise saying what it found): two tie a bid to this tender and to a healthy
+machine, one asks for the whole node's power:
 
 - ``fresh``: every run manifest carries the tender's random challenge (``jobs --tender
   FILE`` records it) and started after the tender was written: the runs were made for this
   call, not taken from an older campaign.
 - ``doctor``: every device a successful result ran on has a PASS ``doctor --active`` record
   in its run folder, made from DOCTOR_BEFORE before its run started to the run's end.
+- ``node-power``: every scored run (a successful run of a test the tender weighs) carries the
+  node's energy from its BMC (milarun.measure.nodepower): the ranking's TCO is the node's.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+from collections import defaultdict
 from pathlib import Path
 
+from milarun.report import nodeenergy
 from milarun.results import manifest
 from milarun.results.read import ResultView
 from milarun.tender import checks, evidence_figures
+from milarun.tender.rule import some
 
 CLOCK = 60.0  # a run's clock may be stepped while it runs (NTP): evidence.CLOCK
 DOCTOR_BEFORE = 3600.0  # an operator checks the machine, then starts the run
@@ -104,4 +110,31 @@ def doctor(bid: checks.Bid) -> checks.Check:
         + ", ".join(missing[: checks.MAX_SHOWN]),
         f"{len(devices)} device(s), each with a PASS doctor --active record",
         bool(missing),
+    )
+
+
+def node_power(bid: checks.Bid) -> checks.Check:
+    """The node's energy (its BMC) in every scored run (``require_node_power``); a test
+    lacking it is named with its runs and the reason they give."""
+    required, weights = bid.tender.switch("require_node_power"), bid.tender.weights
+    scored = [v for v in bid.views if v.rate() is not None and weights.get(v.name, 0) > 0]
+    runs: dict[str, int] = defaultdict(int)
+    lacking: dict[str, list[str]] = defaultdict(list)
+    for view in scored:
+        runs[view.name] += 1
+        node = view.node_energy
+        if not nodeenergy.measured(node):
+            lacking[view.name].append(str(node.get("reason") or "no BMC configured")[:80])
+    without = [
+        f"{test} ({len(why)} of {runs[test]} run(s): {why[0]})" for test, why in lacking.items()
+    ]
+    have = len(scored) - sum(len(why) for why in lacking.values())
+    return _verdict(
+        "node-power",
+        required,
+        f"{have} of {len(scored)} scored run(s) carry the node's energy from its BMC",
+        f"{len(without)} test(s) without the node's energy from a BMC in every scored run: "
+        + some(sorted(without)),
+        f"{len(scored)} scored run(s), each with the node's energy from its BMC",
+        bool(without),
     )

@@ -26,7 +26,7 @@ them is a verdict (docs/busy-and-acceptance.md). A note names it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -59,6 +59,7 @@ class BidFigures:
     about: About | None = None
     verified: str = ""
     verified_ok: bool | None = None
+    node_power_asked: bool = False  # the tender packed with it requires node power
 
     @property
     def busy(self) -> bool:
@@ -201,7 +202,9 @@ def _energy_cost(bid: BidFigures, costs: Costs, tests: list[str], moved: np.ndar
 def rank_bids(
     bids: list[BidFigures], costs: Costs, resamples: int = stats.RESAMPLES, seed: int = stats.SEED
 ) -> Ranking:
-    """Rank the bids, with the probability of being best and the winner's stability."""
+    """Rank the bids, with the probability of being best and the winner's stability; on
+    the node's power where a bid's packed tender requires it, as with Costs.node_power."""
+    costs = replace(costs, node_power=costs.node_power or any(b.node_power_asked for b in bids))
     rows = [_row(b, costs) for b in bids]
     metric = _metric(rows, costs)
     notes = []

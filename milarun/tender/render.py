@@ -65,6 +65,7 @@ def _header_lines(ranking: Ranking) -> list[str]:
     if costs.power_cost:
         lines.append(
             f"energy: ${costs.power_cost:g}/kWh over {costs.years:g} year(s) at PUE {costs.pue:g}"
+            + (", on the whole node's power (the tender asks for it)" if costs.node_power else "")
         )
     if ranking.stability is not None:
         lines.append(

@@ -23,7 +23,7 @@ from milarun.report.render import format as fmt
 from milarun.results import manifest, read
 from milarun.results.folder import Loaded, load_dir
 from milarun.tender import acceptance, archive, checks, evidence, package, rules
-from milarun.tender.freshness import doctor, fresh
+from milarun.tender.freshness import doctor, fresh, node_power
 
 RULE_FAILED, REJECTED, INCONCLUSIVE = 1, 3, 4
 
@@ -179,7 +179,7 @@ def verify_opened(
     )
     devices = checks.devices(bid)
     bid.loaded, bid.summary, report, bid.extra_tests = rederive(tender, opened.loaded, devices)
-    found = [rule(bid) for rule in (*checks.RULES, evidence.evidence, fresh, doctor)]
+    found = [rule(bid) for rule in (*checks.RULES, evidence.evidence, fresh, doctor, node_power)]
     table = report.table
     tests = {
         str(t): {
