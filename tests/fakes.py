@@ -105,7 +105,8 @@ class FakeNVML:
 
     def nvmlDeviceGetPciInfo(self, handle):  # pynvml's busId is bytes (a char array)
         bus = self._gpu(handle).get("pci_bus_id", "00000000:00:00.0")
-        return SimpleNamespace(busId=bus.encode())
+        # pciDeviceId: the device id in its high 16 bits, the vendor's (0x10de) in its low
+        return SimpleNamespace(busId=bus.encode(), pciDeviceId=self._gpu(handle).get("pci_id"))
 
     # -- what the monitors sample
     def nvmlDeviceGetUtilizationRates(self, handle):

@@ -109,7 +109,12 @@ def _gpu_info(backend: gpu.Backend | None = None) -> dict[str, Any]:
     try:
         driver = backend.driver()
         gpus = [
-            {"index": g.index, "name": g.name, "memory_mb": g.memory / 2**20}
+            {
+                "index": g.index,
+                "name": g.name,
+                "memory_mb": g.memory / 2**20,
+                **({"pci_device_id": g.pci_device_id} if g.pci_device_id else {}),
+            }
             for g in backend.gpus()
         ]
         return {"driver": driver, "gpus": gpus, "gpu_backend": backend.name}

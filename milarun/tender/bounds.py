@@ -51,6 +51,7 @@ class Device:
     name: str | None
     row: str | None
     why: str | None = None
+    pci_why: str | None = None  # why its PCI device id was not checked
 
 
 def _n(value: float) -> str:
@@ -95,7 +96,40 @@ def device_of(
     if isinstance(said, str) and said != name:
         problems.append(f"{file}: efficiency.device_name {said!r} but system.gpus names {name!r}")
     row = datasheet.row_for(name)
-    return Device(name, row, None if row else f"unknown device {name}"), problems
+    pci_why, pci_problems = _pci_problems(file, mine, run_system, row)
+    return (
+        Device(name, row, None if row else f"unknown device {name}", pci_why),
+        problems + pci_problems,
+    )
+
+
+def _pci_ids(gpus: list[Mapping[str, Any]]) -> set[str]:
+    return {i for g in gpus if (i := datasheet.pci_device_id(g.get("pci_device_id")))}
+
+
+def _pci_problems(
+    file: str, mine: list[Mapping[str, Any]], run_system: Any, row: str | None
+) -> tuple[str | None, list[str]]:
+    """The PCI device ids the result's and the run's system records give (the backends'
+    inventory) against each other and the datasheet row's: (why not checked, problems)."""
+    ids = _pci_ids(mine)
+    if not ids:  # records made before milarun read it (the H100 run of 2026-11-28)
+        return "PCI device id not in the system record", []
+    theirs = _pci_ids(_system_gpus(run_system)) if isinstance(run_system, Mapping) else set()
+    if theirs and not ids <= theirs:
+        return None, [
+            f"{file}: system.gpus PCI device id {', '.join(sorted(ids))} but the run's system "
+            f"record (.sysinfo) says {', '.join(sorted(theirs))}"
+        ]
+    known = datasheet.PCI_DEVICE_IDS.get(row or "")
+    if not known:
+        return f"no PCI device id in the datasheet for {row or 'an unknown device'}", []
+    if not ids <= set(known):
+        return None, [
+            f"{file}: system.gpus PCI device id {', '.join(sorted(ids))} is not the {row} "
+            f"datasheet row's ({', '.join(known)})"
+        ]
+    return None, []
 
 
 def _monitor_problems(

@@ -190,6 +190,8 @@ def result_problems(
         applied.unbounded[f"FLOPs not recomputed: {not_recomputed}"] += 1
     if device.why:
         applied.unbounded[f"{NO_PEAK}: {device.why}"] += 1
+    if device.pci_why and not device.why:
+        applied.unbounded[f"device id check: {device.pci_why}"] += 1
     energy = view.energy
     return found, energy is not None and results.is_finite(energy.joules)
 

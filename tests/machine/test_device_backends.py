@@ -86,12 +86,27 @@ def test_amd_smi_answers_where_nvml_fails(monkeypatch):
     assert isinstance(backend, AmdSmiBackend) and backend.usable
     first = backend.gpus()[0]
     assert first == GpuInfo(
-        0, "AMD Instinct MI300X", mi300x(0)["uuid"], "00000000:0C:00.0", 196592 * 2**20, None
+        0,
+        "AMD Instinct MI300X",
+        mi300x(0)["uuid"],
+        "00000000:0C:00.0",
+        196592 * 2**20,
+        None,
+        "0x74a1",
     )
     assert backend.driver() == "6.10.5" and backend.firmware(first.handle).startswith("022.")
     record = sysinfo.system_record()
     assert record["gpu_backend"] == "amdsmi" and record["driver"] == "6.10.5"
     assert [g["name"] for g in record["gpus"]] == ["AMD Instinct MI300X"] * 2
+    assert [g["pci_device_id"] for g in record["gpus"]] == ["0x74a1"] * 2  # asic_info's
+
+
+def test_nvml_reads_the_pci_device_id_into_the_inventory():
+    """NVML's pciDeviceId (device << 16 | vendor 0x10de) is the inventory's 0x2330, the
+    H100 SXM5's; a driver that gives none leaves it None (the plain backend lists nothing)."""
+    (first,) = NvmlBackend(FakeNVML([{**H100, "pci_id": 0x233010DE}])).gpus()
+    assert first.pci_device_id == "0x2330"
+    assert NvmlBackend(FakeNVML([H100])).gpus()[0].pci_device_id is None
 
 
 def test_the_plain_backend_says_why_where_no_library_answers(monkeypatch):

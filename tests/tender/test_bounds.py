@@ -43,8 +43,25 @@ def test_the_honest_run_is_bounded_by_milarun_alone(run):
     assert said == (
         "FLOPs per example recomputed by milarun for 7, the datasheet peak applied to 7, "
         "energy bounds (FLOPs per joule, a busy GPU's power and utilisation) to 7, the "
-        "doctor's measured GEMM peak to 7"
+        "doctor's measured GEMM peak to 7; not applied: device id check: PCI device id not "
+        "in the system record (7)"
     )
+
+
+@pytest.mark.parametrize(("pci", "said"), [("0x2330", None), ("0x2331", "is not the H100-SXM")])
+def test_the_pci_device_id_is_the_datasheet_row_s(run, pci, said):
+    """A system record with the PCI device id (recorded since issue 46; the H100 run
+    predates it): the H100 SXM's passes, an H100 PCIe's id under the SXM's name FAILs."""
+    for path in run.glob("modern.*.json"):
+        data = json.loads(path.read_text())
+        data["system"]["gpus"][0]["pci_device_id"] = pci
+        path.write_text(json.dumps(data))
+    problems, applied = found(run)
+    assert "device id check" not in applied
+    if said is None:
+        assert problems == []
+    else:
+        assert len(problems) == 7 and said in problems[0], problems
 
 
 @pytest.mark.parametrize(

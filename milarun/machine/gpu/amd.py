@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from milarun.machine.gpu import datasheet
 from milarun.machine.gpu.base import (
     HW_SLOWDOWN,
     HW_THERMAL,
@@ -149,6 +150,7 @@ class AmdSmiBackend(Backend):
         lib, gpus = self.lib, []
         for i, h in enumerate(self.handles()):
             mib = lib.amdsmi_get_gpu_vram_info(h)["vram_size"]
+            asic = self._get("amdsmi_get_gpu_asic_info", h)
             gpus.append(
                 GpuInfo(
                     i,
@@ -157,6 +159,7 @@ class AmdSmiBackend(Backend):
                     bus_id(lib.amdsmi_get_gpu_device_bdf(h)),
                     int(mib) * 2**20,
                     h,
+                    datasheet.pci_device_id(asic.get("device_id") if asic else None),
                 )
             )
         return gpus

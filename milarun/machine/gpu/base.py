@@ -43,6 +43,7 @@ class GpuInfo:
     pci_bus_id: str  # normalised: 00000000:00:06.0
     memory: int  # bytes
     handle: Any = field(compare=False, repr=False)
+    pci_device_id: str | None = None  # 0x2330 (datasheet.pci_device_id); None: not read
 
 
 @dataclass(frozen=True)

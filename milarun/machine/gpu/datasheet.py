@@ -161,6 +161,32 @@ BOARD_POWER_W: dict[str, float] = {
     "Gaudi3": 900.0,
 }
 
+# PCI device ids per row (PCI ID Repository, pci-ids.ucw.cz, vendors 10de and 1002: GV100
+# SXM2 16/32GB 1db1/1db5, PCIe 16/32GB 1db4/1db6; GA100 SXM4 40/80GB 20b0/20b2, PCIe
+# 40/80GB 20f1/20b5; GH100 H100 SXM5 80GB 2330, H100 PCIe 2331, H200 SXM 141GB 2335;
+# Aqua Vanjaram MI300X 74a1, as its amdsmi asic_info reports it). Rows absent: not known.
+PCI_DEVICE_IDS: dict[str, tuple[str, ...]] = {
+    "V100-SXM2": ("0x1db1", "0x1db5"),
+    "V100-PCIe": ("0x1db4", "0x1db6"),
+    "A100-SXM": ("0x20b0", "0x20b2"),
+    "A100-PCIe": ("0x20f1", "0x20b5"),
+    "H100-SXM": ("0x2330",),
+    "H100-PCIe": ("0x2331",),
+    "H200-SXM": ("0x2335",),
+    "MI300X": ("0x74a1",),
+}
+
+
+def pci_device_id(value: object) -> str | None:
+    """A PCI device id as ``0x2330``: NVML's pciDeviceId (device << 16 | vendor), amdsmi's
+    ``0x74a1`` or a recorded string; None for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return f"0x{(value >> 16 if value > 0xFFFF else value):04x}"
+    if isinstance(value, str) and re.fullmatch(r"0x[0-9a-fA-F]{1,8}", value.strip()):
+        return pci_device_id(int(value.strip(), 16))
+    return None
+
+
 # The FP8 e4m3 format of each architecture with FP8 units, as a torch dtype name. NVIDIA
 # Hopper, Ada and Blackwell implement the OCP FP8 spec (e4m3 with NaN, no infinity:
 # float8_e4m3fn; CUDA's __nv_fp8_e4m3). AMD CDNA 3 (MI300X, MI325X; gfx942) implements the

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from milarun.machine.gpu import datasheet
 from milarun.machine.gpu.base import Backend, Events, GpuInfo, Health, Tools, bus_id, read, text
 
 # pynvml's constants, by their names there (a fake NVML need not define them).
@@ -80,14 +81,16 @@ class NvmlBackend(Backend):
         nvml, gpus = self.nvml, []
         for i in range(nvml.nvmlDeviceGetCount()):
             h = nvml.nvmlDeviceGetHandleByIndex(i)
+            pci = nvml.nvmlDeviceGetPciInfo(h)
             gpus.append(
                 GpuInfo(
                     i,
                     text(nvml.nvmlDeviceGetName(h)),
                     text(nvml.nvmlDeviceGetUUID(h)),
-                    bus_id(nvml.nvmlDeviceGetPciInfo(h).busId),
+                    bus_id(pci.busId),
                     int(nvml.nvmlDeviceGetMemoryInfo(h).total),
                     h,
+                    datasheet.pci_device_id(getattr(pci, "pciDeviceId", None)),
                 )
             )
         return gpus
