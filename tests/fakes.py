@@ -28,8 +28,9 @@ class FakeNVML:
     may add what the H100 file lacks: ``memory_used`` (bytes; 0 if absent),
     ``remapped_rows`` (corrected, uncorrected, pending, failure; none if absent),
     ``default_app_clock_sm`` (the application clock if absent), ``retired_pending`` and
-    ``slowdown_temperature``, ``vbios``. Any other reading its dict lacks raises NotSupported, as
-    pynvml does for a reading a GPU does not offer.
+    ``slowdown_temperature``, ``vbios``, ``processes`` (the pids computing on it). Any other
+    reading its dict lacks raises NotSupported, as pynvml does for a reading a GPU does not
+    offer.
 
     Handles are ``("handle", index)``. Every handle lookup is recorded in ``asked`` (indices
     or UUIDs), every reading in ``read`` (device indices). ``fail_handles``: every handle
@@ -181,6 +182,9 @@ class FakeNVML:
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, handle):
         return self._reading(handle, "retired_pending")  # Hopper remaps rows instead
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):  # ``processes``: their pids
+        return [SimpleNamespace(pid=pid) for pid in self._reading(handle, "processes")]
 
     def nvmlDeviceGetTemperatureThreshold(self, handle, threshold):
         assert threshold == 1  # NVML_TEMPERATURE_THRESHOLD_SLOWDOWN

@@ -144,6 +144,34 @@ def others_share(cpus: int, wall: float, busy: float, own: float) -> float:
     return min(max((busy - own) / (wall * cpus), 0.0), 1.0) if wall > 0 and cpus > 0 else 0.0
 
 
+class OthersShare:
+    """From its making on: the share of ``cpus`` that other processes (and the VM's host:
+    steal) took, our own CPU seconds (``own``, a clock of them) set apart."""
+
+    def __init__(self, cpus: list[int], own: Callable[[], float]) -> None:
+        self.cpus, self.own = cpus, own
+        self.started, self.busy, self.own_s = time.monotonic(), cpus_busy_seconds(cpus), own()
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def share(self) -> float:
+        return others_share(
+            len(self.cpus),
+            self.seconds,
+            cpus_busy_seconds(self.cpus) - self.busy,
+            self.own() - self.own_s,
+        )
+
+
+def tree_cpu_seconds() -> float:
+    """This process's CPU seconds and its children's, once waited for (a clock of ``own``
+    for OthersShare where the children's work is ours)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def cpu_monitor(interval: float = 1.0) -> Monitor:
     """psutil monitor of this process tree's CPU use and memory, and the host's RAM."""
     try:

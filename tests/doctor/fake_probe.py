@@ -4,6 +4,7 @@ the GPU ``CUDA_VISIBLE_DEVICES`` names, from healthy H100 SXM figures and the fa
 - ``gemm`` / ``memory`` / ``link`` (both host-link directions): a factor on those figures;
 - ``crash`` + ``crash_signal``: the phase in which the child kills itself with that signal;
 - ``hang``: the phase in which it sleeps; ``errors``: words the memory test reads back wrong;
+- ``seconds``: how long the child takes (sleeping), as a real probe takes tens of seconds;
 - ``cuda_error``: the phase in which it raises CUDA's error (uncaught: it exits 1);
 - ``no_peer`` (the node child): the GPU pairs ("0-1") without peer access;
 - ``nccl`` (the node child): {"algorithms": [...], "busbw": GB/s} in place of a ring at 360;
@@ -66,6 +67,7 @@ def gpu(data: dict, fault: dict, rng: random.Random, out: Path) -> None:
             phases.setdefault("host_link", {})[name] = found
         else:
             phases[name] = found
+    time.sleep(fault.get("seconds", 0))
     phases["pattern"] = {
         "bytes": 40 * 2**30,
         "passes": 5,

@@ -126,7 +126,8 @@ def test_a_slice_with_a_cpu_hog_on_its_cores_fails_the_sibling_test(slices, monk
     assert slow.status == "FAIL", slow  # about half its sibling's rate: under 0.8 of it
     assert "significantly slower" in slow.detail and "other processes took" in slow.detail
     assert "ps -eo" in str(slow.fix)
-    assert lines["cpu:0 gemm fp32"].status == "PASS"
+    quiet = lines["cpu:0 gemm fp32"]  # no verdict where others took a quarter of it too
+    assert quiet.status == "PASS" or "not verdict-grade, the machine was busy" in quiet.detail
     assert found["exit_code"] == 1 and found["verdict"] == "FAIL"
     json.dumps(found)  # the record is plain JSON
 

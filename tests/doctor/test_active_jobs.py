@@ -31,9 +31,13 @@ def test_jobs_doctor_records_the_checks_then_runs(tmp_path):
     out = tmp_path / "out"
     done = milarun("jobs", prof, "--devices", "cpu:1", "--doctor", "quick", "-o", out)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "PASS  cpu:0 gemm fp32" in done.stdout
     found = record.read(out / "doctor-active.json")
-    assert found["verdict"] == "PASS" and set(found["measurements"]) == {"cpu:0"}
+    assert "cpu:0 gemm fp32" in done.stdout
+    # on a busy machine (others took a quarter of its CPU) a figure has no verdict: WARN, why
+    busy = [c for c in found["checks"] if "not verdict-grade, the machine was busy" in c["detail"]]
+    assert all(c["status"] in ("PASS", "INFO") or c in busy for c in found["checks"]), found
+    assert found["verdict"] == ("WARN" if busy else "PASS")
+    assert set(found["measurements"]) == {"cpu:0"}
     assert len(list(out.glob("cal.cal.J0.0.*.json"))) == 1  # the run's result, beside it
     report = milarun("report", out)
     assert report.returncode == 0 and "skipped" not in report.stderr

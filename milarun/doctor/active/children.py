@@ -49,6 +49,7 @@ def _start(child: Child) -> None:
             preexec_fn=watchdog.die_with_parent(os.getpid(), then=child.preexec),
         )
     child.started = time.monotonic()
+    child.probed.pid = child.process.pid  # the GPU's listed processes: this one is the probe
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

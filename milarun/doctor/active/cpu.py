@@ -61,15 +61,9 @@ def with_others(measure: Callable[[], dict[str, Any]]) -> Callable[[], dict[str,
     siblings says whether something else ran on it (the sibling test cannot tell)."""
 
     def measured() -> dict[str, Any]:
-        cpus = sorted(os.sched_getaffinity(0))
-        start, busy, own = time.monotonic(), monitors.cpus_busy_seconds(cpus), time.process_time()
+        load = monitors.OthersShare(sorted(os.sched_getaffinity(0)), time.process_time)
         found = measure()
-        found["others"] = monitors.others_share(
-            len(cpus),
-            time.monotonic() - start,
-            monitors.cpus_busy_seconds(cpus) - busy,
-            time.process_time() - own,
-        )
+        found["others"] = load.share()
         return found
 
     return measured

@@ -13,6 +13,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
+from milarun.doctor.active import busy
 from milarun.doctor.active.sampler import BAD_REASONS, REASONS, WARN_REASONS
 from milarun.doctor.active.verdicts import (
     CLOCK_SHARE,
@@ -58,6 +59,8 @@ class Probed:
     placement: str | None = None  # CPU slices: the student groups, or "pinned"
     library: str = "NVML"  # the backend that read the GPU, as messages name it
     tools: Tools = PLAIN_TOOLS  # its vendor's commands, for the fixes
+    pid: int | None = None  # the child's process id
+    others: float | None = None  # GPUs: others' share of the probes' CPUs (None: not measured)
 
     def phase(self, name: str) -> dict[str, Any] | None:
         return ((self.data or {}).get("phases") or {}).get(name)
@@ -189,15 +192,16 @@ def gpu_checks(units: list[Probed]) -> list[Check]:
         failed = probe_check(p)
         if failed:
             checks.append(failed)
+        measured: list[Check] = []
         for phase in GEMM_PHASES:
             precision = phase.partition("_")[2]
             peak = gemm_peak(p.name, precision)
             sheet = (peak[0], " dense", peak[1], GEMM_SHARE) if peak else None
             title = f"gemm {precision}"
-            checks += line_of(p, phase, title, samples_of(siblings, phase), "GPU", sheet)
+            measured += line_of(p, phase, title, samples_of(siblings, phase), "GPU", sheet)
         mem = memory_peak(p.name, p.memory)
         sheet = (mem[0], "", mem[1], MEMORY_SHARE) if mem else None
-        checks += line_of(
+        measured += line_of(
             p,
             "memory_bandwidth",
             "memory copy",
@@ -205,7 +209,11 @@ def gpu_checks(units: list[Probed]) -> list[Check]:
             "GPU",
             sheet,
         )
-        checks += _host_link(p, siblings)
+        measured += _host_link(p, siblings)
+        others = busy.gpu_others(p.samples, p.pid)
+        took = busy.gpu_took(p.others, others)  # a busy machine: figures shown, not judged
+        checks += [busy.not_verdict_grade(c, took) for c in measured]
+        checks.append(busy.gpu_load(p.label, p.others, others, p.library, p.command("processes")))
         checks += _pattern(p)
         checks += [c for c in (clocks_check(p), counters_check(p)) if c]
     return checks

@@ -7,10 +7,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
+from milarun.doctor.active.busy import AGAIN, cpus_taken, not_verdict_grade
 from milarun.doctor.active.judge import Probed, line_of, probe_check, samples_of
 from milarun.doctor.active.verdicts import sibling
 from milarun.doctor.check import FAIL, PASS, WARN, Check, as_root
-from milarun.measure.contention import BUSY_LIMIT  # a run's busy flag: the report's threshold
 
 CPU_PHASES = ("cpu_gemm", "cpu_memory_bandwidth")
 
@@ -45,7 +45,6 @@ def cpu_checks(units: list[Probed]) -> list[Check]:
 
 OTHERS_MARGIN = 0.1  # a slice whose CPUs others took 10 points more of than its siblings'
 BUSY = 0.1  # others took a tenth of every slice's CPUs: the slices were not compared alone
-AGAIN = "measure again when nothing else runs on this machine (`top`)"
 
 
 def _others_share(p: Probed, phase: str) -> float | None:
@@ -63,9 +62,9 @@ def _others(
     busy machine, where the one slowed most is chance, not hardware: a FAIL becomes a WARN
     that says to measure again on an idle machine. Neither: a slower socket or a misplaced
     group, as the check said. And any slice whose CPUs others took a quarter or more of (a
-    lone one too): its figure is no verdict, PASS or FAIL, but a WARN "not verdict-grade: the
-    machine was busy", as the report marks a busy run. ``siblings``: the samples the check
-    was judged on."""
+    lone one too): its figure is no verdict but a WARN "not verdict-grade: the machine was
+    busy", as the report marks a busy run (milarun.doctor.active.busy, the GPUs' rule too).
+    ``siblings``: the samples the check was judged on."""
     judged = sibling(p.label, siblings)
     mine = _others_share(p, phase)
     theirs = [s for u in units if u is not p and (s := _others_share(u, phase)) is not None]
@@ -88,14 +87,7 @@ def _others(
                 detail=f"{check.detail}; {took}: a busy machine, no verdict on this slice",
                 fix=AGAIN,
             )
-    if mine is not None and mine >= BUSY_LIMIT and check.status in (PASS, FAIL):
-        # as a busy run in the report: its figure shown, never judged (a lone slice, cpu:1,
-        # has no sibling to be compared with, and moved 4x between two runs on a busy VM)
-        return replace(
-            check,
-            status=WARN,
-            detail=f"{check.detail}; other processes took {mine:.0%} of its CPUs meanwhile: "
-            "not verdict-grade, the machine was busy",
-            fix=AGAIN,
-        )
-    return check
+    # as a busy run in the report: its figure shown, never judged (a lone slice, cpu:1,
+    # has no sibling to be compared with, and moved 4x between two runs on a busy VM)
+    busy = cpus_taken(mine)
+    return not_verdict_grade(check, [busy] if busy else [])

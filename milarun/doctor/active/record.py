@@ -63,6 +63,7 @@ def units(probed: list[judge.Probed]) -> dict[str, dict[str, Any]]:
             "cpus": ((p.data or {}).get("isolation") or {}).get("cpus"),
             "seconds": round(p.seconds, 3),
             "returncode": p.returncode,
+            **({"others": round(p.others, 3)} if p.others is not None else {}),  # GPUs
         }
         for p in probed
     }

@@ -193,7 +193,7 @@ def measure(
         for p, (_, handle, _) in zip(probed, gpus, strict=True):
             p.after = setup.backend.counters(handle)
             p.samples, p.xids = sampler.samples[p.label], sampler.xids[p.label]
-            p.xid_error = sampler.xid_error
+            p.xid_error, p.others = sampler.xid_error, sampler.others
         yield from judge.gpu_checks(probed)
         yield from judge_fingerprint.fingerprint_checks(probed)
         if len(gpus) >= 2:

@@ -1,17 +1,21 @@
 """What the device backend tells about a GPU around and during `doctor --active`'s load (no
 torch here): a thread reading, every ``interval`` seconds while the probes run, each GPU's
 compute clock, clock event (throttle) reasons, temperature, power, utilisation and the PCIe
-link it trained at, and the critical error events (XIDs) the backend reports. The error
-counters read before and after the load, the link's maximum and the memory are the
-backend's (milarun.machine.gpu: NVML, AMD SMI; None where not given).
+link it trained at and the processes on it (where the backend lists them), the critical
+error events (XIDs) the backend reports, and the share of the probes' CPUs other processes
+took meanwhile (milarun.doctor.active.busy). The error counters read before and after the
+load, the link's maximum and the memory are the backend's (milarun.machine.gpu: NVML, AMD
+SMI; None where not given).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
-from milarun.machine import gpu
+from milarun.doctor.active.busy import MIN_SPAN
+from milarun.machine import gpu, monitors
 from milarun.machine.gpu import base
 from milarun.results import throttle
 
@@ -52,6 +56,11 @@ class Sampler:
         self.xid_error = self._events.error
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        # made before the probes start: their CPU seconds, once waited for, are ours
+        self._load = monitors.OthersShare(
+            sorted(os.sched_getaffinity(0)), monitors.tree_cpu_seconds
+        )
+        self.others: float | None = None  # others' share of the probes' CPUs (None: too short)
 
     def _poll_xids(self) -> None:
         for uuid, code in self._events.poll():
@@ -70,6 +79,9 @@ class Sampler:
             self._thread.start()
 
     def stop(self) -> None:
+        """After the probes were waited for (their CPU seconds are then this process's)."""
+        if self._load.seconds >= MIN_SPAN:
+            self.others = self._load.share()
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)

@@ -235,10 +235,11 @@ class Backend:
         }
 
     def load_sample(self, handle: Any) -> dict[str, Any]:
-        """One reading of a GPU under load (the doctor's)."""
+        """One reading of a GPU under load (the doctor's); ``processes``: the ids of the
+        processes computing on it, None where the backend does not list them."""
         return dict.fromkeys(
             ("sm_clock", "reasons", "temperature", "power_w", "utilization", "pcie_gen")
-        ) | {"pcie_width": None}
+        ) | {"pcie_width": None, "processes": None}
 
     def link(self, handle: Any) -> dict[str, Any]:
         """What the PCIe link can do (the GPU and slot's maximum) and the clock's maximum."""

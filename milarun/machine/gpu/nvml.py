@@ -213,6 +213,7 @@ class NvmlBackend(Backend):
         g = self._get
         util = g("nvmlDeviceGetUtilizationRates", handle)
         power = g("nvmlDeviceGetPowerUsage", handle)
+        running = g("nvmlDeviceGetComputeRunningProcesses", handle)
         return {
             "sm_clock": _int(g("nvmlDeviceGetClockInfo", handle, NVML_CLOCK_SM)),
             "reasons": self._reasons(handle),
@@ -221,6 +222,7 @@ class NvmlBackend(Backend):
             "utilization": int(util.gpu) if util is not None else None,
             "pcie_gen": _int(g("nvmlDeviceGetCurrPcieLinkGeneration", handle)),
             "pcie_width": _int(g("nvmlDeviceGetCurrPcieLinkWidth", handle)),
+            "processes": [int(p.pid) for p in running] if running is not None else None,
         }
 
     def link(self, handle: Any) -> dict[str, Any]:
