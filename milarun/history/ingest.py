@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from milarun import results
 from milarun.errors import DatabaseError, EmptyResults, InputError
 from milarun.history import lockholder, store
-from milarun.history.models import Gpu, Machine, Node, Result, Run
+from milarun.history.models import INFERENCE_FIGURES, Gpu, Machine, Node, Result, Run
 from milarun.report import variants
 from milarun.results import manifest, read, throttle, upgrade
 from milarun.results.folder import Skipped, load_dir
@@ -67,6 +67,26 @@ class Row:
     throttle: dict[str, Any] | None
     energy: dict[str, Any] | None
     diagnostics: dict[str, Any] | None
+    inference: str | None = None  # an inference test's comparison key in words
+    output_tokens_per_s: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    goodput_percent: float | None = None
+
+
+def _inference(view: read.ResultView, rate: float | None) -> dict[str, Any]:
+    """An inference test's columns: its key in words (like with like, as the report's), its
+    output tokens/s (its rate: one example is one output token) and latency figures."""
+    served = view.inference
+    if served is None:
+        return {}
+    return {
+        "inference": served.describe()[:255],
+        "output_tokens_per_s": rate,
+        **{k: served.figures.get(k) for k in INFERENCE_FIGURES},
+    }
 
 
 def _gpu(view: read.ResultView) -> tuple[str | None, str | None]:
@@ -136,6 +156,7 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         throttle=dict(train.throttle or {}) or None,
         energy=_energy(energy, view.node_energy),
         diagnostics=dict(train.record) or None,
+        **_inference(view, rate),
     )
 
 

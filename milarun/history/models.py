@@ -16,6 +16,8 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String,
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 HASH = 64  # a sha256 in hex
+# An inference test's latency and goodput columns of a result (ms, %; revision 0005)
+INFERENCE_FIGURES = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "goodput_percent")
 
 
 class Base(DeclarativeBase):
@@ -94,6 +96,15 @@ class Result(Base):
     throttle: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     energy: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     diagnostics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # An inference test (revision 0005): its comparison key in words (a series of its own)
+    # and its figures; the rate above is its output tokens/s too. None for a training test.
+    inference: Mapped[str | None] = mapped_column(String(255))
+    output_tokens_per_s: Mapped[float | None] = mapped_column(Float)
+    ttft_p50_ms: Mapped[float | None] = mapped_column(Float)
+    ttft_p99_ms: Mapped[float | None] = mapped_column(Float)
+    tpot_p50_ms: Mapped[float | None] = mapped_column(Float)
+    tpot_p99_ms: Mapped[float | None] = mapped_column(Float)
+    goodput_percent: Mapped[float | None] = mapped_column(Float)
 
     run: Mapped[Run] = relationship()
     node: Mapped[Node] = relationship()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from milarun.errors import UsageError, unknown_name
-from milarun.history.models import Gpu, Machine, Node, Result, Run
+from milarun.history.models import INFERENCE_FIGURES, Gpu, Machine, Node, Result, Run
 from milarun.report import stats
 
 INSUFFICIENT = "Insufficient data"
@@ -81,6 +81,8 @@ class Instance:
     flags: Sequence[str] | None
     throttle: Any
     energy: Any = None  # the GPUs' energy record, the node's (its BMC) under "bmc"
+    inference: str | None = None  # an inference test's comparison key in words
+    latency: Mapping[str, float] = field(default_factory=dict)  # INFERENCE_FIGURES it has
 
     @property
     def node_examples_per_joule(self) -> float | None:
@@ -157,6 +159,11 @@ class Point:
     def drivers(self) -> set[str]:
         return {i.driver for i in self.instances if i.driver}
 
+    def latency(self, name: str) -> float | None:
+        """An inference figure (INFERENCE_FIGURES), the mean of its measured instances'."""
+        found = [v for i in self.instances if i.rate is not None and (v := i.latency.get(name))]
+        return math.fsum(found) / len(found) if found else None
+
 
 def _query(filters: Filters):  # noqa: ANN202 (a Select of 15 columns)
     query = (
@@ -179,6 +186,8 @@ def _query(filters: Filters):  # noqa: ANN202 (a Select of 15 columns)
             Result.flags,
             Result.throttle,
             Result.energy,
+            Result.inference,
+            *(getattr(Result, name) for name in INFERENCE_FIGURES),
         )
         .join(Run, Result.run_id == Run.id)
         .join(Machine, Run.machine_id == Machine.id)
@@ -204,16 +213,21 @@ def instances(session: Session, filters: Filters, after: float | None = None) ->
     for row in session.execute(query):
         n, total, squares = row[10:13]
         sample = Sample(n, total, squares) if n else None
-        found.append(Instance(*row[:10], sample, *row[13:]))  # type: ignore[call-arg]
+        figures = dict(zip(INFERENCE_FIGURES, row[19:], strict=True))
+        latency = {k: float(v) for k, v in figures.items() if v is not None}
+        found.append(Instance(*row[:10], sample, *row[13:19], latency))  # type: ignore[call-arg]
     return found
 
 
 def _series_key(instance: Instance, by: str) -> str:
+    """Its series' name; an inference test's key (engine, version, precision, lengths,
+    concurrency) is part of it, as in the report: fp8 and bf16 are never one series."""
+    test = f"{instance.test} [{instance.inference}]" if instance.inference else instance.test
     if by == "test":
-        return f"{instance.test} @ {instance.machine}"
+        return f"{test} @ {instance.machine}"
     if by == "node":
-        return f"{instance.test} @ {instance.machine}/{instance.node}"
-    return f"{instance.test} @ {instance.unit}"
+        return f"{test} @ {instance.machine}/{instance.node}"
+    return f"{test} @ {instance.unit}"
 
 
 def build_points(found: Iterable[Instance], by: str) -> dict[str, list[Point]]:

@@ -47,12 +47,34 @@ def p_value(point: Point) -> str:
     return fmt.p_value(point.p_value)
 
 
+# An inference series' figures (its rate is output tokens/s): (column, database figure)
+LATENCY_COLUMNS = (
+    ("TTFT p50", "ttft_p50_ms"),
+    ("p99 ms", "ttft_p99_ms"),
+    ("TPOT p50", "tpot_p50_ms"),
+    ("p99 ms", "tpot_p99_ms"),
+    ("goodput", "goodput_percent"),
+)
+
+
+def latency_cells(point: Point) -> str:
+    """An inference point's TTFT and TPOT p50/p99 (ms) and goodput (%), one cell each."""
+    cells = []
+    for title, name in LATENCY_COLUMNS:
+        value = point.latency(name)
+        text = "-" if value is None else f"{value:.0f}%" if name == "goodput_percent" else None
+        cells.append(f"{text or fmt.sig(value):>{len(title)}}")
+    return "  ".join(cells)
+
+
 NODE_COLUMN = "node ex/J"  # examples per joule at the node's plug (a BMC), where measured
 
 
-def point_line(point: Point, node: bool = False) -> str:
-    """One point; ``node``: with its node examples/J (its series has some)."""
+def point_line(point: Point, node: bool = False, served: bool = False) -> str:
+    """One point; ``node``: with its node examples/J (its series has some); ``served``:
+    with its latency figures (an inference series)."""
     per_joule = f"{fmt.sig(point.node_perf_per_watt):>9}  " if node else ""
+    per_joule += f"{latency_cells(point)}  " if served else ""
     return (
         f"{when(point.when):<16}  {point.run_id:>5} {point.repeat:>5}  "
         f"{rate_text(point.rate):>12}  {interval(point):>15}  {len(point.instances):>3} "
@@ -68,8 +90,14 @@ def history_text(series: dict[str, list[Point]]) -> str:
     for name, points in series.items():
         node = any(p.node_perf_per_watt is not None for p in points)
         header = HEADER.replace("  verdict", f"  {NODE_COLUMN:>9}  verdict") if node else HEADER
+        if any(i.inference for p in points for i in p.instances):  # an inference test
+            header = header.replace("        rate", "tokens/s out")
+        served = any(i.latency for p in points for i in p.instances)
+        if served:
+            titles = "  ".join(title for title, _ in LATENCY_COLUMNS)
+            header = header.replace("  verdict", f"  {titles}  verdict")
         lines += ["", name, header]
-        lines += [point_line(p, node) for p in points]
+        lines += [point_line(p, node, served) for p in points]
     counts: dict[str, int] = {}
     for points in series.values():
         for p in points:

@@ -32,7 +32,7 @@ BUSY_MS = 60_000  # how long an SQLite writer waits for another's transaction
 CONNECT_S = 10  # seconds PostgreSQL has to answer a connection
 _PG_LOCK = 0x6D696C61  # "mila": the advisory lock the migrations run under
 WRITES = "milarun_writes"  # the execution option of a writing transaction
-HEAD = "0004"  # the newest revision in migrations/versions (tests check it is Alembic's head)
+HEAD = "0005"  # the newest revision in migrations/versions (tests check it is Alembic's head)
 
 
 # SQLite's errors for a file that is not (or no longer) a whole database, and what to do
