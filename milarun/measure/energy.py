@@ -46,9 +46,21 @@ class Energy:
     gpus: tuple[str, ...] = ()
     reason: str | None = None
     backend: str | None = None  # the device backend that read the GPUs (nvml, amdsmi)
+    # all the GPUs together, W: the datasheet's board power (machine.gpu.datasheet) and the
+    # limit their drivers enforced, so ``watts`` reads against both; None: not known
+    board_power_w: float | None = None
+    power_limit_w: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        limits = {
+            key: value
+            for key, value in (
+                ("board_power_w", self.board_power_w),
+                ("power_limit_w", self.power_limit_w),
+            )
+            if value is not None
+        }
+        return limits | {
             "joules": self.joules,
             "seconds": self.seconds,
             "watts": self.watts,
@@ -60,6 +72,18 @@ class Energy:
             "reason": self.reason,
             "backend": self.backend,
         }
+
+
+def with_board_power(found: Energy, gpus: Sequence[tuple[float | None, float | None]]) -> Energy:
+    """``found`` with its GPUs' (board power, enforced limit) summed: each sum only where
+    every GPU has its figure."""
+    boards = [b for b, _ in gpus if b is not None]
+    limits = [lim for _, lim in gpus if lim is not None]
+    return replace(
+        found,
+        board_power_w=math.fsum(boards) if gpus and len(boards) == len(gpus) else None,
+        power_limit_w=math.fsum(limits) if gpus and len(limits) == len(gpus) else None,
+    )
 
 
 @dataclass(frozen=True)

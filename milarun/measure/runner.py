@@ -17,6 +17,7 @@ from typing import Any
 
 from milarun import errors, results
 from milarun.machine import bmc, devices, monitors, sysinfo, watchdog
+from milarun.machine.gpu import power
 from milarun.machine.gpuids import instance_gpus
 from milarun.measure import confinement, contention, diagnostics, energy, nodepower, startup
 from milarun.measure.call import check_extra, resolve_function
@@ -203,6 +204,11 @@ def _test_record(
     # energy and throttle records name it as the operator did.
     labels = {g.uuid or g.id: f"cuda:{g.id}" for g in gpus}
     gpu_energy = energy.energy_record(device, ended.timings, ended.gpu_monitor, labels)
+    if on_gpu and gpu_energy.joules is not None:
+        found = power.board_power([g.uuid or g.id for g in gpus])
+        gpu_energy = energy.with_board_power(
+            gpu_energy, [(p.board_power_w, p.power_limit_w) for p in found]
+        )
     node_energy = nodepower.node_energy_record(
         ended.timings, ended.node_monitor, gpu_energy if on_gpu else None
     )

@@ -24,6 +24,7 @@ from milarun.doctor.active.run import run as run_active
 from milarun.doctor.passive.checks import Machine, Request, run_checks
 from milarun.machine import devices, gpu, gpuids, monitors, sysinfo
 from milarun.machine.devices import parse_device_spec
+from milarun.machine.gpu import power
 from milarun.machine.gpu.amd import AmdSmiBackend
 from milarun.machine.gpu.base import POWER_CAP, GpuInfo
 from milarun.machine.gpu.nvml import NvmlBackend
@@ -107,6 +108,23 @@ def test_nvml_reads_the_pci_device_id_into_the_inventory():
     (first,) = NvmlBackend(FakeNVML([{**H100, "pci_id": 0x233010DE}])).gpus()
     assert first.pci_device_id == "0x2330"
     assert NvmlBackend(FakeNVML([H100])).gpus()[0].pci_device_id is None
+
+
+def test_the_energy_record_carries_the_datasheet_board_power_beside_the_limit(monkeypatch):
+    """The MI300X's datasheet board power (750 W) and the limit AMD SMI reads (its
+    power_cap, uW) per GPU, summed in the energy record; a GPU not found: neither."""
+    monkeypatch.setitem(sys.modules, "pynvml", no_nvml())
+    monkeypatch.setitem(sys.modules, "amdsmi", fake_amdsmi([mi300x(0), mi300x(1)]))
+    found = power.board_power(["0", "1", "7"])
+    assert [(p.board_power_w, p.power_limit_w) for p in found[:2]] == [(750.0, 750.0)] * 2
+    assert found[2] == power.BoardPower(None, None, None)
+    measured = energy.Energy(joules=1000.0, seconds=1.0, watts=1000.0)
+    record = energy.with_board_power(
+        measured, [(p.board_power_w, p.power_limit_w) for p in found[:2]]
+    )
+    assert record.to_dict()["board_power_w"] == 1500.0 and record.power_limit_w == 1500.0
+    unknown = energy.with_board_power(measured, [(p.board_power_w, p.power_limit_w) for p in found])
+    assert "board_power_w" not in unknown.to_dict() and unknown.power_limit_w is None
 
 
 def test_the_plain_backend_says_why_where_no_library_answers(monkeypatch):
