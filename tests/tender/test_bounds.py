@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -260,3 +262,19 @@ def test_verify_names_the_release_and_fails_another_version(tmp_path):
     assert not line.ok and line.evidence.startswith(
         "the tender names milarun 0.2.0 but this verify runs milarun 0.1.0"
     ), line
+
+
+@pytest.mark.slow
+def test_the_count_script_recounts_a_table_entry(tmp_path):
+    """scripts/count-flops.py counts a real step of the 2020 toy regression (CPU, batches 1
+    and 2, equal per example) and finds the shipped table's figure, under the same key."""
+    table = tmp_path / "table.json"
+    script = ROOT / "scripts" / "count-flops.py"
+    done = subprocess.run(
+        [sys.executable, script, "--profile", "standard", "--test", "toy_reg", "--table", table],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (entry,) = json.loads(table.read_text())["entries"]
+    shipped = [v for k, v in flops.counted()[entry["function"]] if k == entry["arguments"]]
+    assert shipped == [entry["flops_per_example"]] == [24.0]
