@@ -67,12 +67,17 @@ def argv_for(arguments: dict[str, Any], batch: int) -> list[str]:
     return argv
 
 
+DATAROOT: str | None = None  # --dataroot: where the tests find their (synthetic) data sets
+
+
 def count(function: str, argv: list[str], timeout: float) -> dict[str, Any] | str:
     """One real ``milarun run`` on the CPU: its result, or why there is none."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "MILARUN_COUNT_FLOPS": "1"}
         cmd = ["milarun", "run", function, "-o", str(out), "--", *argv]
+        if DATAROOT:
+            cmd[2:2] = ["-d", DATAROOT]
         try:
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -92,7 +97,8 @@ def entry_for(test: str, function: str, arguments: dict[str, Any], batches: list
             return found
         eff = found.get("efficiency") or {}
         if not isinstance(eff.get("flops_per_example"), (int, float)):
-            return f"no counted FLOPs: {eff.get('note')}"
+            failure = (found.get("failure") or {}).get("message")
+            return f"no counted FLOPs: {eff.get('note') or failure}"[:300]
         figures.append(float(eff["flops_per_example"]))
         last = found
     assert last is not None
@@ -116,7 +122,12 @@ def main() -> int:
     parser.add_argument("--batch", action="append", type=int, default=[])
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--table", type=Path, default=flops.TABLE)
+    parser.add_argument(
+        "--dataroot", help="data folder (`milarun dataset NAME --synthetic -d DIR` first)"
+    )
     opts = parser.parse_args()
+    global DATAROOT
+    DATAROOT = opts.dataroot
     batches = opts.batch or [1, 2]
     table = json.loads(opts.table.read_text()) if opts.table.exists() else {"entries": []}
     entries: list[dict[str, Any]] = table["entries"]
