@@ -41,6 +41,9 @@ VLLM_ENV_VARIABLE = "MILARUN_VLLM_ENV"
 VLLM_ENV_DEFAULT = REPO / ".venv-vllm"
 VLLM_HOWTO = "create it with scripts/vllm-env.sh (its own venv, vLLM's own torch)"
 STOP_GRACE = 10.0  # seconds between SIGTERM and SIGKILL of the server's group
+# seconds between two "still waiting" lines while a server starts (a 1B/8B model is written,
+# then loaded before the server binds its port: a minute or more, silent otherwise)
+PROGRESS_EVERY = 15.0
 
 
 def vllm_python() -> Path:
@@ -135,25 +138,43 @@ class Server:
         return " | ".join(line.strip() for line in text[-lines:])[-600:]
 
 
-def wait_ready(server: Server, timeout: float) -> None:
-    """Until GET /health answers 200; ServerFailed when the process exits or the time ends."""
+def wait_ready(server: Server, timeout: float, every: float = PROGRESS_EVERY) -> None:
+    """Until GET /health answers 200, saying every ``every`` s how long it has waited and the
+    server's last log line; ServerFailed when the process exits or the time ends."""
     import httpx
 
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline, said = began + timeout, began
     assert server.process is not None
-    while time.monotonic() < deadline:
-        code = server.process.poll()
-        if code is not None:
-            raise ServerFailed(
-                f"the server exited with code {code} before answering: {server.tail()}"
-            )
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{server.url}/health", timeout=2.0).status_code == 200:
-                return
-        time.sleep(0.25)
+    try:
+        while time.monotonic() < deadline:
+            code = server.process.poll()
+            if code is not None:
+                raise ServerFailed(
+                    f"the server exited with code {code} before answering: {server.tail()}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{server.url}/health", timeout=2.0).status_code == 200:
+                    return
+            if time.monotonic() - said >= every:
+                said = time.monotonic()
+                print(f"waiting for the server: {_waited(server, began, timeout)}", file=sys.stderr)
+            time.sleep(0.25)
+    except BaseException as stopped:  # a signal (the runner's Interrupted): where it stood
+        if not isinstance(stopped, ServerFailed):
+            said = _waited(server, began, timeout)
+            print(f"stopped while waiting for the server: {said}", file=sys.stderr)
+        raise
     raise ServerFailed(
-        f"the server did not answer /health within {timeout:g} s (--startup-timeout): "
-        f"{server.tail()}"
+        f"the server did not answer /health within {timeout:g} s (--startup-timeout); "
+        f"its last log line: {server.tail(1) or '(none)'} (all of it: {server.log})"
+    )
+
+
+def _waited(server: Server, began: float, timeout: float) -> str:
+    return (
+        f"{time.monotonic() - began:.0f} s of {timeout:g} (--startup-timeout), "
+        f"its last log line: {server.tail(1) or '(none yet)'}"
     )
 
 

@@ -191,6 +191,34 @@ def test_a_server_that_exits_at_start_is_a_server_failure(tmp_path):
     assert str(failed.value) == "the server exited with code 3 before answering: no GPU here"
 
 
+def test_a_server_that_never_binds_says_so_while_waiting_and_names_its_last_line(tmp_path, capsys):
+    """The H200 run's llm-serve (issue 48): its server said only `Loading ...@main` while
+    it loaded, and nothing said how long the test had waited; now each wait says it, with
+    the server's last line, and the start's end names that line and --startup-timeout."""
+    log = tmp_path / "server.log"
+    code = "import time; print('[transformers] Loading /tmp/m@main', flush=True); time.sleep(60)"
+    env = {**os.environ, "MILARUN_SERVE_PORT": str(engines.loopback_port())}
+    began = time.monotonic()
+    with pytest.raises(ServerFailed) as failed:
+        with engines.started([sys.executable, "-c", code], log, env, 2.5, grace=1.0):
+            pass
+    assert time.monotonic() - began < 30  # its group is gone, not waited for
+    said = str(failed.value)
+    assert said.startswith("the server did not answer /health within 2.5 s (--startup-timeout)")
+    assert "its last log line: [transformers] Loading /tmp/m@main" in said and str(log) in said
+    assert capsys.readouterr().err.count("waiting for the server: ") == 0  # under 15 s
+    with pytest.raises(ServerFailed):
+        server = engines.Server("http://127.0.0.1:1", None, log)
+        server.process = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+        try:
+            engines.wait_ready(server, 2.0, every=0.5)
+        finally:
+            engines.stop(server.process, 1.0)
+    waits = [line for line in capsys.readouterr().err.splitlines() if "waiting" in line]
+    assert len(waits) >= 2
+    assert all("(--startup-timeout), its last log line: [transformers] Loading" in w for w in waits)
+
+
 def test_the_server_is_stopped_with_its_whole_group(tmp_path):
     """A server whose child ignores SIGTERM: both are gone when the block ends."""
     pids = tmp_path / "pids"
