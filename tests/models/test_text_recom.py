@@ -327,6 +327,7 @@ def test_model_trains_on_synthetic_data(tmp_path, dataroot, model, args):
         assert result["call"]["arguments"]["precision_used"] == "fp16"
 
 
+@pytest.mark.slow  # its CLI path: test_missing_data.py says which fast test has it
 @pytest.mark.parametrize("model", ["wlm", "recom"])
 def test_model_without_data_fails_at_once(tmp_path, model):
     run_without_data(model, tmp_path)

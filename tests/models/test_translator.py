@@ -268,6 +268,7 @@ def test_translator_trains_on_synthetic_data(tmp_path, dataroot):
     assert result["timings"]["train"]["count"] % 16 == 0  # whole batches of 16 pairs
 
 
+@pytest.mark.slow  # its CLI path: test_missing_data.py says which fast test has it
 def test_translator_without_data_fails_at_once(tmp_path):
     run_without_data("translator", tmp_path)
 

@@ -196,6 +196,7 @@ def test_reso_counts_a_whole_batch_each_step(tmp_path, dataroot):
     assert result["metrics"]["per_example.images"] == pytest.approx(BSDS_SIZE / 18)
 
 
+@pytest.mark.slow  # its CLI path: test_missing_data.py says which fast test has it
 @pytest.mark.parametrize("model", ["vae", "reso"])
 def test_model_without_data_fails_at_once(tmp_path, model):
     run_without_data(model, tmp_path)

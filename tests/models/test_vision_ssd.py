@@ -298,6 +298,7 @@ def test_ssd_trains_on_synthetic_coco(dataroot, tmp_path):
     assert result["call"]["arguments"]["image_size"] == 257
 
 
+@pytest.mark.slow  # its CLI path: test_missing_data.py says which fast test has it
 def test_ssd_without_data_fails_at_once(tmp_path):
     run_without_data("ssd", tmp_path, *RUN_ARGS)
 
