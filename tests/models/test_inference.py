@@ -4,9 +4,11 @@ bf16 model decodes at most ~208 tokens/s per sequence on an H100, ~299 on an H20
 
 from __future__ import annotations
 
+import _thread
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import badservers
@@ -217,6 +219,16 @@ def test_a_server_that_never_binds_says_so_while_waiting_and_names_its_last_line
     waits = [line for line in capsys.readouterr().err.splitlines() if "waiting" in line]
     assert len(waits) >= 2
     assert all("(--startup-timeout), its last log line: [transformers] Loading" in w for w in waits)
+    # a signal while it waits (the H200 run's outer timeout): where the start stood is said
+    server.process = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    threading.Timer(1.5, _thread.interrupt_main).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            engines.wait_ready(server, 30.0)
+    finally:
+        engines.stop(server.process, 1.0)
+    said = capsys.readouterr().err
+    assert "stopped while waiting for the server: " in said and "Loading /tmp/m@main" in said
 
 
 def test_the_server_is_stopped_with_its_whole_group(tmp_path):
