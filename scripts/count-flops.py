@@ -129,8 +129,6 @@ def main() -> int:
     global DATAROOT
     DATAROOT = opts.dataroot
     batches = opts.batch or [1, 2]
-    table = json.loads(opts.table.read_text()) if opts.table.exists() else {"entries": []}
-    entries: list[dict[str, Any]] = table["entries"]
     failed = 0
     for profile in opts.profile or ["modern", "standard"]:
         for test, (function, arguments) in profile_tests(profile).items():
@@ -141,6 +139,9 @@ def main() -> int:
                 print(f"{profile}.{test}: not counted: {found}", flush=True)
                 failed += 1
                 continue
+            # read at each entry: another count may have written it meanwhile
+            table = json.loads(opts.table.read_text()) if opts.table.exists() else {"entries": []}
+            entries: list[dict[str, Any]] = table["entries"]
             entries[:] = [
                 e
                 for e in entries
@@ -148,7 +149,7 @@ def main() -> int:
             ]
             entries.append(found)
             entries.sort(key=lambda e: (e["function"], json.dumps(e["arguments"])))
-            written = opts.table.with_suffix(".tmp")
+            written = opts.table.with_suffix(f".{os.getpid()}.tmp")
             written.write_text(json.dumps(table, indent=1) + "\n")
             written.replace(opts.table)  # a reader never sees half a table
             print(f"{profile}.{test}: {found['flops_per_example']:,.0f} FLOPs/example", flush=True)
