@@ -75,7 +75,6 @@ def plan_run(
     overwritten); the name defaults to the test module's. Bad input fails here, before
     anything runs or any folder is made."""
     check_extra(extra)
-    resolve_function(function)
     outdir, outfile = Path(out), None
     if str(out).endswith(".json"):
         outfile = Path(out)
@@ -89,6 +88,7 @@ def plan_run(
     )
     results.safe_name(name, "test name")
     results.safe_name(job_id, "--job-id")
+    resolve_function(function)  # after the checks of text: it imports the test (torch: seconds)
     check_outdir(outdir)
     return RunCall(
         function,
