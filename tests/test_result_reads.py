@@ -22,6 +22,7 @@ KEYS = frozenset(results.RECORD_KEYS) | {results.WRITTEN_BY}
 TENDER_FILE = "a tender file (tender.rules)"
 SUMMARY_ENTRY = "a test's entry of a summary (report.summary), not a result"
 SYSTEM_RECORD = "a machine's inventory (machine.sysinfo) or a run manifest"
+SERVER_ROW = "a row of the results server's tables or pages (server.queries)"
 NOT_RESULTS: dict[tuple[str, str, str], str] = {
     ("milarun/cli/tender.py", "tender['profile']", "name"): TENDER_FILE,
     ("milarun/cli/tender.py", "tender['weights']", "name"): TENDER_FILE,
@@ -62,6 +63,18 @@ NOT_RESULTS: dict[tuple[str, str, str], str] = {
     ("milarun/tender/consistency.py", "parsed", "name"): "a parsed result file name",
     ("milarun/tender/consistency.py", "parsed", "job_id"): "a parsed result file name",
     ("milarun/tender/verify.py", "data", "node"): "a doctor --active record",
+    ("milarun/measure/loadgen.py", "chunk", "error"): "a streamed chunk of the server under test",
+    ("milarun/report/inference.py", "entry", "energy"): SUMMARY_ENTRY,
+    ("milarun/server/intake.py", "like", "suite"): "a run's like-with-like key (history)",
+    ("milarun/server/pages.py", "r", "gpu"): SERVER_ROW,
+    ("milarun/server/queries.py", "r", "gpu"): SERVER_ROW,
+    ("milarun/server/queries.py", "g", "name"): SYSTEM_RECORD,
+    ("milarun/server/verdict.py", "g", "name"): SYSTEM_RECORD,
+    ("milarun/server/views.py", "report", "error"): "a stored verify report",
+    ("milarun/server/views.py", "found", "name"): SERVER_ROW,
+    ("milarun/server/views.py", "r", "name"): SERVER_ROW,
+    ("milarun/tender/bounds.py", "g", "name"): SYSTEM_RECORD,
+    ("milarun/tender/bounds.py", "machine", "system"): SYSTEM_RECORD,
 }
 # The doctor's probes write records of their own (doctor probe records: a probe's device,
 # isolation, ranks, error), and its checks have names.

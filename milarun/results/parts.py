@@ -74,13 +74,19 @@ class CallRead:
 
     function: Any
     argv: tuple[Any, ...] | None  # as written (a hand-edited file's may hold no strings)
+    arguments: dict[str, Any] | None = None  # the parsed arguments, as the test recorded them
 
     @classmethod
     def from_dict(cls, data: Any) -> CallRead | None:
         if not isinstance(data, dict):
             return None
         argv = data.get("argv")
-        return cls(data.get("function"), tuple(argv) if isinstance(argv, list) else None)
+        arguments = data.get("arguments")
+        return cls(
+            data.get("function"),
+            tuple(argv) if isinstance(argv, list) else None,
+            arguments if isinstance(arguments, dict) else None,
+        )
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ class Inbox:
             return
         names = {(i.name, i.job_id) for i in running}
         for pid, result in self.channel.receive():
-            key = (str(result.get("name")), str(result.get("job_id")))
+            view = read.ResultView.from_dict(result)
+            key = (view.name, view.job_id)
             if key in names:
                 self.sent[key] = result
             else:

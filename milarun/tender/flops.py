@@ -117,13 +117,10 @@ def _argv_value(argv: tuple[Any, ...] | None, key: str) -> str | None:
 
 
 def _call(view: ResultView) -> tuple[str | None, Mapping[str, Any] | None]:
-    call = view.data.get("call")
-    function = call.get("function") if isinstance(call, Mapping) else None
-    args = call.get("arguments") if isinstance(call, Mapping) else None
-    return (
-        function if isinstance(function, str) else None,
-        args if isinstance(args, Mapping) else None,
-    )
+    call = view.call
+    if call is None:
+        return None, None
+    return (call.function if isinstance(call.function, str) else None, call.arguments)
 
 
 def argv_problem(view: ResultView) -> str | None:

@@ -25,6 +25,10 @@ from milarun.results.folder import Loaded, load_dir
 from milarun.tender import acceptance, archive, checks, evidence, package, rules
 from milarun.tender.freshness import doctor, fresh, node_power
 
+# Every rule verify applies, in the order it prints them: the package's rules, then those
+# that read the run folder and the tender's requirements.
+VERIFY_RULES = (*checks.RULES, evidence.evidence, fresh, doctor, node_power)
+
 RULE_FAILED, REJECTED, INCONCLUSIVE = 1, 3, 4
 
 
@@ -179,7 +183,7 @@ def verify_opened(
     )
     devices = checks.devices(bid)
     bid.loaded, bid.summary, report, bid.extra_tests = rederive(tender, opened.loaded, devices)
-    found = [rule(bid) for rule in (*checks.RULES, evidence.evidence, fresh, doctor, node_power)]
+    found = [rule(bid) for rule in VERIFY_RULES]
     table = report.table
     tests = {
         str(t): {

@@ -123,11 +123,17 @@ def test_a_slice_with_a_cpu_hog_on_its_cores_fails_the_sibling_test(slices, monk
             hog.wait()
     lines = {c.name: c for c in checks}
     slow = lines["cpu:1 gemm fp32"]
-    assert slow.status == "FAIL", slow  # about half its sibling's rate: under 0.8 of it
-    assert "significantly slower" in slow.detail and "other processes took" in slow.detail
-    assert "ps -eo" in str(slow.fix)
     quiet = lines["cpu:0 gemm fp32"]  # no verdict where others took a quarter of it too
     assert quiet.status == "PASS" or "not verdict-grade, the machine was busy" in quiet.detail
+    assert "significantly slower" in slow.detail and "other processes took" in slow.detail
+    if slow.status == "WARN":
+        # The test's own machine as busy on the sibling's CPUs as the hog made this one (other
+        # tests in parallel): which slice is slowed most is chance there, no verdict (issue 49)
+        assert "a busy machine, no verdict on this slice" in slow.detail, slow
+        assert "not verdict-grade, the machine was busy" in quiet.detail, quiet
+        return
+    assert slow.status == "FAIL", slow  # about half its sibling's rate: under 0.8 of it
+    assert "ps -eo" in str(slow.fix)
     assert found["exit_code"] == 1 and found["verdict"] == "FAIL"
     json.dumps(found)  # the record is plain JSON
 

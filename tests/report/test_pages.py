@@ -97,7 +97,8 @@ def test_numbers_have_thousands_separators(pages, name):
     quality = table_rows(page, "quality")
     assert quality["modern.llm"]["FLOP/s"] == "320T"
     assert quality["modern.llm"]["FLOP/ example"] == "7.31G"
-    assert table_rows(page, "tests")["modern.llm"]["perf"] == "43,690.46"
+    # the H100 llm run was busy (its flags): the mark stands beside the figure (issue 49)
+    assert table_rows(page, "tests")["modern.llm"]["perf"] == "43,690.46 busy"
 
 
 def test_the_long_cells_are_whole(pages):
