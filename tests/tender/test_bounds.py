@@ -210,7 +210,7 @@ def test_the_counted_table_is_what_this_release_counts(tmp_path):
     the batch or the device, so this release's count is the table's figure for the H100."""
     out = tmp_path / "r50.json"
     done = milarun("run", "milabench.models.resnet50:main", "-o", out, "--",
-                   "--batch-size", "2", "--max-count", "8")  # fmt: skip
+                   "--batch-size", "2", "--min-slices", "5")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     view = ResultView.from_dict(json.loads(out.read_text()))
     expected = flops.expected(view)
