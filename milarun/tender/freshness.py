@@ -20,10 +20,11 @@ from pathlib import Path
 from milarun.report import nodeenergy
 from milarun.results import manifest
 from milarun.results.read import ResultView
-from milarun.tender import checks, evidence_figures
+from milarun.tender import checks
+from milarun.tender.evidence import energy_and_peaks
 from milarun.tender.rule import some
 
-CLOCK = 60.0  # a run's clock may be stepped while it runs (NTP): evidence.CLOCK
+CLOCK = 60.0  # a run's clock may be stepped while it runs (NTP): evidence.rule.CLOCK
 DOCTOR_BEFORE = 3600.0  # an operator checks the machine, then starts the run
 
 
@@ -72,7 +73,7 @@ def _started(record: dict[str, object]) -> float | None:
 def _vouches(record: dict[str, object], device: str, span: manifest.RunSpan) -> bool:
     """Whether a doctor record passed ``device`` in the span of its run."""
     measured, when = record.get("measurements"), _started(record)
-    if record.get("verdict") != evidence_figures.DOCTOR_PASS or when is None:
+    if record.get("verdict") != energy_and_peaks.DOCTOR_PASS or when is None:
         return False
     end = span.finished_at if span.finished_at is not None else when
     in_span = span.started_at - DOCTOR_BEFORE <= when <= end + CLOCK
@@ -95,7 +96,7 @@ def doctor(bid: checks.Bid) -> checks.Check:
             continue
         devices.add((folder, view.device))
         if folder not in records:
-            records[folder] = evidence_figures.read_doctors(folder)
+            records[folder] = energy_and_peaks.read_doctors(folder)
         span = next((s for f, s in spans if f == folder and Path(path).name in s.results), None)
         if span is None or not any(_vouches(r, view.device, span) for r in records[folder]):
             where = folder.relative_to(bid.root).as_posix()

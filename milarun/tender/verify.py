@@ -22,7 +22,8 @@ from milarun.report import build, stats, summary
 from milarun.report.render import format as fmt
 from milarun.results import manifest, read
 from milarun.results.folder import Loaded, load_dir
-from milarun.tender import acceptance, archive, checks, evidence, package, rules
+from milarun.tender import acceptance, archive, checks, package, rules
+from milarun.tender.evidence import rule as evidence
 from milarun.tender.freshness import doctor, fresh, node_power
 
 # Every rule verify applies, in the order it prints them: the package's rules, then those

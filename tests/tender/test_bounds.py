@@ -19,7 +19,8 @@ from conftest import ROOT, milarun
 from milarun.results import manifest
 from milarun.results.folder import load_dir
 from milarun.results.read import ResultView
-from milarun.tender import evidence, flops, package, rules, verify
+from milarun.tender import flops, package, rules, verify
+from milarun.tender.evidence import rule as evidence
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28" / "modern"
 

@@ -16,7 +16,8 @@ import forgery
 from conftest import ROOT
 from milarun.results import manifest
 from milarun.results.folder import load_dir
-from milarun.tender import evidence, package, rules, verify
+from milarun.tender import package, rules, verify
+from milarun.tender.evidence import rule as evidence
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28"
 LLM = "modern.llm.J0.0.20261128-011230-779674.json"
@@ -61,7 +62,7 @@ def test_the_h100_package_passes_the_evidence_rule(h100):
         "their GPU monitor's energy; FLOPs per example recomputed by milarun for 7, the "
         "datasheet peak applied to 7, energy bounds (FLOPs per joule, a busy GPU's power and "
         "utilisation) to 7, the doctor's measured GEMM peak to 7"
-        "; not applied: device id check: PCI device id not in the system record (7)"
+        "; not applied: device id check: PCI device id in neither the system record nor the monitor's inventory (7)"
     ), line
     assert found.passed, verify.to_text(found)
 
@@ -183,5 +184,5 @@ def test_a_log_that_is_another_runs_fails(tmp_path):
 
 
 def test_the_evidence_rule_is_one_of_verify(h100):
-    assert Path(evidence.__file__).name == "evidence.py"
+    assert Path(evidence.__file__).parent.name == "evidence"
     assert "evidence" in [c.rule for c in verify.verify(*h100).checks]

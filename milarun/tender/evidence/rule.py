@@ -4,9 +4,9 @@ record the package holds beside it that was written apart from them.
 A result file alone proves nothing: its rates, its count and its times can be edited
 together, and the MANIFEST's hashes made anew (the ``consistency`` rule only sees a result
 that contradicts itself). The same run also wrote, as it measured or from other
-measurements: its console log (milarun.tender.evidence_log), its GPU monitor's samples and
+measurements: its console log (milarun.tender.evidence.console_log), its GPU monitor's samples and
 the energy record made of them, the FLOPs of one step and the device's datasheet and
-measured peaks (milarun.tender.evidence_figures), and the supervisor's run manifest (when
+measured peaks (milarun.tender.evidence.energy_and_peaks), and the supervisor's run manifest (when
 the run started and ended, which result files it recorded). A figure that disagrees with
 any of them beyond the way it is written FAILs, naming the file, the field and both values.
 What this proves and what it cannot: docs/tender-evidence.md.
@@ -27,8 +27,9 @@ from milarun.results import manifest
 from milarun.results.folder import Loaded
 from milarun.results.parts import RateRecordRead
 from milarun.results.read import ResultView
-from milarun.tender import bounds, checks, evidence_figures, package
-from milarun.tender.evidence_log import log_problems
+from milarun.tender import bounds, checks, package
+from milarun.tender.evidence import energy_and_peaks
+from milarun.tender.evidence.console_log import log_problems
 
 # A run's clock may be stepped while it runs (NTP); a minute covers any step of a healthy
 # machine, while a result spliced in from another run is hours or days away.
@@ -119,7 +120,7 @@ def problems(
     spans = [(path.parent, manifest.run_span(data)) for path, data in manifests]
     kept = machine_records(manifests)
     machines = [(path.parent, manifest.run_span(data), kept.get(path)) for path, data in manifests]
-    doctors: dict[Path, evidence_figures.Measured] = {}
+    doctors: dict[Path, energy_and_peaks.Measured] = {}
     found: list[str] = []
     checked = metered = 0
     for data, path in zip(loaded.results, loaded.paths, strict=True):
@@ -128,7 +129,7 @@ def problems(
         checked += 1
         folder = Path(path).parent
         if folder not in doctors:
-            doctors[folder] = evidence_figures.doctor_peaks(evidence_figures.read_doctors(folder))
+            doctors[folder] = energy_and_peaks.doctor_peaks(energy_and_peaks.read_doctors(folder))
         machine = next(
             (m for f, s, m in machines if f == folder and Path(path).name in s.results), None
         )
@@ -144,7 +145,7 @@ def result_problems(
     path: Path,
     run: Path,
     spans: list[tuple[Path, manifest.RunSpan]],
-    measured: evidence_figures.Measured,
+    measured: energy_and_peaks.Measured,
     loaded: Mapping[str, Any] | None = None,
     *,
     machine: Mapping[str, Any] | None = None,
@@ -170,8 +171,8 @@ def result_problems(
     expected, not_recomputed, wrong = bounds.flops_problem(view, file)
     bounded, too_much = bounds.energy_problems(view, file, expected, device)
     found += wrong + log_problems(view, records, run, path)
-    found += evidence_figures.energy_problems(view, records, file) + too_much
-    found += evidence_figures.flops_problems(
+    found += energy_and_peaks.energy_problems(view, records, file) + too_much
+    found += energy_and_peaks.flops_problems(
         view,
         records,
         file,
