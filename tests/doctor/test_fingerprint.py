@@ -104,3 +104,22 @@ def test_an_unusable_database_is_a_warning_not_a_crash(tmp_path, monkeypatch):
     checks, _ = active("0,1", fake_setup(gpus(2)))
     assert checks["fingerprint reference"].status == "WARN"
     assert checks["cuda:0 fingerprint"].status == "INFO"
+
+
+def test_an_install_without_sqlalchemy_still_judges_the_devices_among_themselves(monkeypatch):
+    """A GPU machine whose environment lacked SQLAlchemy crashed `doctor --active` here: the
+    reference store cannot be imported (a real ImportError), the devices are still compared."""
+    import sys
+
+    import milarun.history
+
+    for name in [m for m in sys.modules if m == "sqlalchemy" or m.startswith("sqlalchemy.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "sqlalchemy", None)  # `import sqlalchemy` raises
+    monkeypatch.delitem(sys.modules, "milarun.history.fingerprints", raising=False)
+    monkeypatch.delattr(milarun.history, "fingerprints", raising=False)
+    checks, found = active("0,1,2", fake_setup(gpus(3), {"1": {"fingerprint": "flip"}}))
+    assert checks["fingerprint reference"].status == "WARN"
+    assert "cannot be opened" in checks["fingerprint reference"].detail
+    assert checks["cuda:1 fingerprint"].status == "FAIL"
+    assert checks["cuda:0 fingerprint"].status == "PASS"

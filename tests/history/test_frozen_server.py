@@ -32,7 +32,10 @@ CHILD = textwrap.dedent("""
     url, folder = sys.argv[1], sys.argv[2]
     engine = store.open_db(url)
     with store.session(engine) as session:  # a pooled connection, its backend known
-        print(session.execute(store.text("SELECT pg_backend_pid()")).scalar(), flush=True)
+        backend = session.execute(store.text("SELECT pg_backend_pid()")).scalar()
+    # said once the session is closed (its commit and the pool's rollback done): else the
+    # server could be frozen during them, outside the ingest this test times
+    print(backend, flush=True)
     sys.stdin.readline()  # the server is frozen now
     started = time.monotonic()
     try:

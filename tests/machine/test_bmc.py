@@ -22,9 +22,14 @@ RUN = ["run", "milabench.models.calibration:main"]
 ARGS = ["--", "--min-slices", "12", "--step-time", "0.02"]
 
 
-def _run(tmp_path, env):
+# ipmi_sim answers through a process as loaded as the run's: a window of 28 slices (14 s)
+# allows a gap of 3.5 s between readings, which a loaded 2-core machine was seen to reach (1.9 s)
+ARGS_LONG = ["--", "--min-slices", "30", "--step-time", "0.02"]
+
+
+def _run(tmp_path, env, args=ARGS):
     out = tmp_path / "out"
-    done = milarun(*RUN, "-o", out, *ARGS, env=env, timeout=120)
+    done = milarun(*RUN, "-o", out, *args, env=env, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     ((name, written),) = load_all(out).items()
     return written, (out / name).read_text()
@@ -124,11 +129,11 @@ def test_a_run_under_redfish_carries_node_energy_from_the_counter(tmp_path):
     assert server.url not in text  # the address stays in the configuration
 
 
-@pytest.mark.slow  # a real `milarun run` (~10 s)
+@pytest.mark.slow  # a real `milarun run` (~18 s)
 def test_a_run_under_ipmi_sim_carries_node_energy_from_power_readings(tmp_path):
     with bmcsim.ipmi(tmp_path / "sim", raw=95) as sim:
         env = bmcsim.bmc_env("ipmi", sim.address, bmcsim.IPMI_USER, bmcsim.IPMI_PASSWORD)
-        written, text = _run(tmp_path, {**env, "MILARUN_BMC_INTERVAL": "0.25"})
+        written, text = _run(tmp_path, {**env, "MILARUN_BMC_INTERVAL": "0.25"}, ARGS_LONG)
     node = written["node_energy"]
     assert node["reason"] is None, node
     assert node["method"] == "power" and node["readings"] >= nodepower.MIN_READINGS

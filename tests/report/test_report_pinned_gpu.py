@@ -37,7 +37,7 @@ def _report(name: str, fmt: str, tmp: Path) -> str:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_report_of_real_gpu_files_is_pinned(name, fmt, tmp_path):
     found = _report(name, fmt, tmp_path)
-    path = PINNED / f"{name}.{ {'text': 'txt'}.get(fmt, fmt)}"
+    path = PINNED / f"{name}.{ {'text': 'txt'}.get(fmt, fmt) }"
     if os.environ.get("MILARUN_UPDATE_PINNED") == "1":
         path.parent.mkdir(exist_ok=True)
         path.write_text(found)

@@ -45,8 +45,6 @@ def _model(stack: str) -> str:
 def fingerprint_checks(probed: list[Probed], db: str | None = None) -> list[Check]:
     """One check per device whose probe computed a fingerprint (and one more where the
     reference could not be read or kept)."""
-    from milarun.history import fingerprints  # SQLAlchemy: only when there is one to judge
-
     checks: list[Check] = []
     stacks: dict[str, dict[str, str]] = defaultdict(dict)  # stack -> label -> fingerprint
     for p in probed:
@@ -56,6 +54,16 @@ def fingerprint_checks(probed: list[Probed], db: str | None = None) -> list[Chec
         elif found is not None:
             stacks[found[0]][p.label] = found[1]
     if not stacks:
+        return checks
+    try:
+        # SQLAlchemy: only when there is one to judge; an install without it still judges the
+        # devices among themselves (seen on a GPU machine whose environment lacked it)
+        from milarun.history import fingerprints
+    except ImportError as err:
+        why = f"not read: the results database cannot be opened ({err}): `uv sync` installs it"
+        checks.append(Check("fingerprint reference", WARN, why))
+        for stack, devices in stacks.items():
+            checks += _judge(stack, devices, None)
         return checks
     try:
         kept = fingerprints.references(db, list(stacks))
