@@ -14,7 +14,7 @@ import pytest
 
 from conftest import TESTS
 from fakes import H100, FakeNVML
-from milarun.doctor.active import record, sampling
+from milarun.doctor.active import probe_recorder, record
 from milarun.doctor.active.run import PROBE, Setup
 from milarun.doctor.active.run import run as run_active
 from milarun.doctor.check import Check
@@ -182,10 +182,10 @@ def test_the_record_reads_back_and_refuses_what_is_not_one(tmp_path: Path):
 
 def sampled(detail: str) -> bool:
     """A real probe's figure: the quick level's 8 samples, or down to MIN_SAMPLES where the
-    machine slowed the samples past 3x their planned time (sampling.sample_seconds' bound:
+    machine slowed the samples past 3x their planned time (probe_recorder.sample_seconds' bound:
     a run is bounded by time, never by a count)."""
     found = re.search(r"\(95% CI, (\d+) samples\)", detail)
-    return found is not None and sampling.MIN_SAMPLES <= int(found[1]) <= 8
+    return found is not None and probe_recorder.MIN_SAMPLES <= int(found[1]) <= 8
 
 
 @pytest.mark.slow
@@ -223,7 +223,7 @@ def test_the_real_gpu_probe_through_the_whole_path_on_a_cpu_device():
     )
     assert "5 pattern passes" in memory.detail
     copies = found["measurements"]["cuda:0"]["memory_bandwidth"]["samples"]
-    assert sampling.MIN_SAMPLES <= len(copies) <= 8
+    assert probe_recorder.MIN_SAMPLES <= len(copies) <= 8
     nccl = lines["node nccl"]
     assert nccl.status == "PASS" and "all-reduce bus bandwidth over 2 GPUs, 1 MiB" in nccl.detail
     assert sampled(nccl.detail)

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from milarun import errors, results
-from milarun.doctor.active import judge, sampling
-from milarun.doctor.active.sampler import Sampler
+from milarun.doctor.active import judge, probe_recorder
+from milarun.doctor.active.load_watch import LoadWatch
 from milarun.machine import watchdog
 from milarun.results import jsonfile
 
@@ -71,21 +71,21 @@ def _finish(child: Child, timed_out: bool, timeout: float) -> judge.Probed:
         p.data = None
     p.stderr = child.err.read_bytes()[-STDERR_TAIL:].decode(errors="replace")
     barrier = child.out.parent / BARRIER / child.probed.kind
-    if barrier.is_dir():  # its siblings wait for it no more (sampling.Recorder)
-        (barrier / f"{sampling.GONE}.{child.out.stem}").touch()
+    if barrier.is_dir():  # its siblings wait for it no more (probe_recorder.Recorder)
+        (barrier / f"{probe_recorder.GONE}.{child.out.stem}").touch()
     return p
 
 
 def run_children(
-    children: list[Child], timeout: float, sampler: Sampler | None = None
+    children: list[Child], timeout: float, watch: LoadWatch | None = None
 ) -> list[judge.Probed]:
-    """Start every child (then the GPU sampler: no thread runs while they fork), wait for
+    """Start every child (then the GPUs' load watch: no thread runs while they fork), wait for
     all of them, kill any past ``timeout``."""
     try:
         for child in children:
             _start(child)
-        if sampler is not None:
-            sampler.start()
+        if watch is not None:
+            watch.start()
         pending = list(children)
         while pending:
             for child in list(pending):
@@ -101,8 +101,8 @@ def run_children(
         for child in children:
             if child.process is not None and child.process.poll() is None:
                 _kill(child.process)
-        if sampler is not None:
-            sampler.stop()
+        if watch is not None:
+            watch.stop()
     return [c.probed for c in children]
 
 
@@ -124,7 +124,7 @@ def make_child(
 
 
 def barrier(tmp: Path, count: int, kind: str) -> dict[str, Any]:
-    """Where the children of one kind meet before each phase (sampling.Recorder)."""
+    """Where the children of one kind meet before each phase (probe_recorder.Recorder)."""
     folder = tmp / BARRIER / kind
     folder.mkdir(parents=True, exist_ok=True)
     return {"folder": str(folder), "count": count}

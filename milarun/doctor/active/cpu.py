@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from milarun.doctor.active import fingerprint
-from milarun.doctor.active.sampling import Recorder, sample_seconds
+from milarun.doctor.active.probe_recorder import Recorder, sample_seconds
 from milarun.machine import monitors
 from milarun.measure.confinement import isolation_record
 

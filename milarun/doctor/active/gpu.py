@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from milarun.doctor.active import fingerprint
-from milarun.doctor.active.sampling import Recorder, sample_seconds
+from milarun.doctor.active.probe_recorder import Recorder, sample_seconds
 from milarun.machine.torchdevice import fp8_dtype, precision_unavailable
 
 TERA, GIGA = 1e12, 1e9

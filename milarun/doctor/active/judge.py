@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from milarun.doctor.active import busy
-from milarun.doctor.active.sampler import BAD_REASONS, REASONS, WARN_REASONS
+from milarun.doctor.active.load_watch import BAD_REASONS, REASONS, WARN_REASONS
 from milarun.doctor.active.verdicts import (
     CLOCK_SHARE,
     GEMM_SHARE,

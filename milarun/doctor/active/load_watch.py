@@ -39,7 +39,7 @@ def _uuid(backend: gpu.Backend, handle: Any) -> str | None:
     return base.read(lambda: backend.uuid(handle))
 
 
-class Sampler:
+class LoadWatch:
     """Samples every GPU in ``handles`` (label -> the backend's handle) on a thread until
     stopped."""
 

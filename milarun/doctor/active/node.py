@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from milarun.doctor.active.sampling import Recorder, sample_seconds
+from milarun.doctor.active.probe_recorder import Recorder, sample_seconds
 
 GIGA = 1e9
 P2P_BYTES = 256 * 2**20

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from milarun.doctor.active.sampling import LEVELS, Recorder
+from milarun.doctor.active.probe_recorder import LEVELS, Recorder
 
 
 def main(argv: list[str] | None = None) -> int:

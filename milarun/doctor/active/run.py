@@ -27,7 +27,7 @@ from typing import Any
 from milarun import errors
 from milarun.doctor.active import judge, judge_cpu, judge_fingerprint, judge_node, record
 from milarun.doctor.active.children import Child, barrier, make_child, run_children
-from milarun.doctor.active.sampler import Sampler
+from milarun.doctor.active.load_watch import LoadWatch
 from milarun.doctor.check import WARN, Check
 from milarun.doctor.passive import dcgm
 from milarun.machine import devices, gpu, isolation
@@ -188,12 +188,12 @@ def measure(
         children = _gpu_children(tmp, gpus, level, setup)
         say(f"measuring {len(gpus)} GPU(s) ({level}, at most {timeout:.0f} s)...")
         handles = {dev.label: handle for dev, handle, _ in gpus}
-        sampler = Sampler(setup.backend, handles)
-        probed += run_children(children, timeout, sampler)
+        watch = LoadWatch(setup.backend, handles)
+        probed += run_children(children, timeout, watch)
         for p, (_, handle, _) in zip(probed, gpus, strict=True):
             p.after = setup.backend.counters(handle)
-            p.samples, p.xids = sampler.samples[p.label], sampler.xids[p.label]
-            p.xid_error, p.others = sampler.xid_error, sampler.others
+            p.samples, p.xids = watch.samples[p.label], watch.xids[p.label]
+            p.xid_error, p.others = watch.xid_error, watch.others
         yield from judge.gpu_checks(probed)
         yield from judge_fingerprint.fingerprint_checks(probed)
         if len(gpus) >= 2:
