@@ -11,15 +11,17 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from milarun.machine import devices
 from milarun.machine.slurmenv import node_name
 from milarun.measure.diagnostics import DEFAULT_MIN_SLICES, RunLength
 from milarun.measure.ratelog import SLICE_DURATION, RateLog
-from milarun.results.records import RateRecord, TimerRecord
+from milarun.results.records import Dataset, RateRecord, TimerRecord
 
 if TYPE_CHECKING:
     from milarun.measure.efficiency import Efficiency
@@ -121,6 +123,10 @@ def parse_with_harness_flags(
     return args
 
 
+
+def _no_wait() -> None:
+    """The CPU's synchronizer: its kernels complete before they return."""
+
 class Experiment:
     """What a benchmark receives: arguments, device, timers, rate logs and metrics.
 
@@ -149,7 +155,7 @@ class Experiment:
         self.metrics: dict[str, float] = {}
         self.arguments: dict[str, Any] = {}
         self.synthetic_data: bool | None = None
-        self.dataset: dict[str, Any] | None = None  # see use_dataset
+        self.dataset: Dataset | None = None  # see use_dataset
         self.write_result = True
         self.max_count: int | None = None
         self._clock, self._wallclock = clock, wallclock
@@ -199,6 +205,13 @@ class Experiment:
         self._synchronizer()()
 
     def _synchronizer(self) -> Callable[[], None]:
+        if self._sync is None and self._device is None and "torch" not in sys.modules:
+            if devices.instance_device_label().startswith(devices.CPU_KIND):
+                # A CPU slot whose test has not loaded torch (calibration, the toy tests):
+                # nothing can be queued, and importing torch only to learn that cost each
+                # such run 2.4 s of CPU. A test that loads torch later runs on the CPU, whose
+                # kernels complete before they return.
+                self._sync = _no_wait
         if self._sync is None:
             from milarun.machine import torchdevice
 
@@ -249,7 +262,7 @@ class Experiment:
     def use_dataset(self, name: str, size: int | None, synthetic: bool) -> None:
         """Record the dataset the test reads: the result's ``dataset`` ({"name", "size"
         (training examples), "synthetic"}) and ``synthetic_data``."""
-        self.dataset = {"name": name, "size": size, "synthetic": synthetic}
+        self.dataset = Dataset(name, size, synthetic)
         self.synthetic_data = synthetic
 
     def set_efficiency(self, record: Efficiency) -> None:

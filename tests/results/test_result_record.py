@@ -60,6 +60,9 @@ def test_unknown_values_are_null_and_known_ones_are_filled(records):
     # What the harness cannot know stays empty: the test never parsed its arguments.
     assert harness["call"]["arguments"] is None and harness["metrics"] == {}
     assert written["call"]["arguments"]["min_slices"] == 5
+    # calibration never loads torch, nor does the harness for it on a CPU slot (2.4 s of CPU
+    # a run): no torch threads to say, the installed torch still named
+    assert written["isolation"]["torch_threads"] is None and written["system"]["torch"]
     # Both keep the same subset of the environment (the instance's, for the harness).
     assert harness["environ"]["CUDA_VISIBLE_DEVICES"] == ""
     assert harness["environ"]["MILARUN_DEVICE"] == "cpu:0"
