@@ -22,6 +22,7 @@ from milarun.results import manifest, result_filename
 from milarun.results.read import ResultView
 from milarun.run.profile import find_profile, load_profile
 from milarun.tender import archive, rules
+from milarun.tender.thresholds import TenderRules
 from resultfactory import rate_series, result, write
 
 PROFILE = "quick"
@@ -147,8 +148,7 @@ def write_log(folder: Path, data: dict[str, Any], path: Path) -> Path:
 
 def tender(path: Path, tests: list[str], **options: Any) -> Path:
     """A tender of the quick profile's ``tests`` (their short names)."""
-    options.setdefault("repeat", 3)
-    data = rules.make_tender(PROFILE, PROFILE, names=tests, **options)
+    data = rules.make_tender(PROFILE, PROFILE, TenderRules(**options), names=tests)
     return rules.write_tender(path, data)
 
 

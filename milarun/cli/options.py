@@ -8,7 +8,11 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from coleo import Option
 
 from milarun import errors
 
@@ -117,3 +121,35 @@ def print_skipped(skipped: list[Skipped]) -> None:
         print(f"  {item.path}: {item.reason}", file=sys.stderr)
     if len(skipped) > MAX_SKIPPED_SHOWN:
         print(f"  ... and {len(skipped) - MAX_SKIPPED_SHOWN} more", file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """An option declared from data (a dataclass's field) rather than as a coleo variable."""
+
+    dest: str  # the key its value has in the command's __options__
+    flag: str
+    kind: type  # bool: a switch
+    help: str
+    metavar: str
+
+
+def declared_options(options: list[Declared]) -> Callable[[], None]:
+    """A stand-in function whose variables coleo reads as these options: a command takes it
+    with ``coleo.with_extras`` and finds their values, when given, in ``__options__`` (the
+    parsed namespace). What coleo reads of a tooled function is its ``__ptera_info__``."""
+
+    def options_of_data() -> None:
+        """Options made from data (see declared_options)."""
+
+    options_of_data.__ptera_info__ = {  # type: ignore[attr-defined]
+        o.dest: {
+            "name": o.dest,
+            "annotation": Option & o.kind,
+            "doc": f"{o.help}\n[options: {o.flag}]\n[metavar: {o.metavar}]",
+            "location": None,
+            "provenance": "body",
+        }
+        for o in options
+    }
+    return options_of_data

@@ -3,21 +3,34 @@ call milarun.tender, print."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 from pathlib import Path
 
-from coleo import Option, default, tooled
+from coleo import Option, default, tooled, with_extras
 
 from milarun import errors
-from milarun.cli.options import no_test_args, split_names
+from milarun.cli.options import Declared, declared_options, no_test_args, split_names
+from milarun.tender import thresholds  # standard library only: the rules' options
 
-# Each command imports the tender wing when it runs (pandas, numpy: never in `milarun run`).
+# Each command imports the rest of the tender wing when it runs (pandas, numpy: never in
+# `milarun run`).
+
+
+# tender init's rules: one option per field of TenderRules, its help the field's own words
+RULE_OPTIONS = declared_options(
+    [
+        Declared(rule.name, rule.option, rule.kind, rule.help_text(), rule.metavar)
+        for rule in thresholds.described()
+    ]
+)
 
 
 class TenderCommands:
     """The call for tenders: the buyer's rules (tender init)."""
 
+    @with_extras(RULE_OPTIONS)
     def init(test_args: list[str]) -> int:
         """Write the rules of one call for tenders (tender.json)."""
         # Profile name (quick, standard, ...) or JSON file the bids must run
@@ -32,81 +45,25 @@ class TenderCommands:
         # Only jobs with one of these tags
         # [nargs: +]
         tags: Option = default([])
-        # Runs of every test required on every device
-        repeat: Option & int = default(3)
-        # Every instance must run in its own student cgroup
-        require_cgroups: Option & bool = default(False)
-        # Runs may carry arguments after -- (otherwise exactly the profile's)
-        allow_overrides: Option & bool = default(False)
-        # Failed runs / all runs at most this
-        max_failure_rate: Option & float = default(0.01)
-        # Steady-window slices of every run at least this
-        min_steady_slices: Option & int = default(10)
-        # Steady slices slowed by a thermal, hardware or power-brake slowdown / all steady
-        # slices at most this (GPU runs; a GPU at its power limit is not throttled)
-        max_throttled: Option & float = default(0.05)
-        # A floor, off by default: every GPU run's median SM clock (MHz) at least this
-        min_sm_clock: Option & float = default(None)
-        # A floor, off by default: steady slices at the GPU's power limit at most this share
-        max_power_limit: Option & float = default(None)
-        # Inference tests: every run's time to first token at p99 (ms) at most this
-        max_ttft_p99: Option & float = default(None)
-        # Inference tests: every run's time per output token at p99 (ms) at most this
-        max_tpot_p99: Option & float = default(None)
-        # llm-serve: every run's share of requests within its latency limits (%) at least this
-        min_goodput: Option & float = default(None)
-        # Acceptance: a declared figure passes when P(true < margin x declared) < risk
-        margin: Option & float = default(0.95)
-        # Acceptance: the buyer's risk of accepting a figure that is not met
-        risk: Option & float = default(0.05)
-        # Every run must carry this tender's challenge (`jobs --tender FILE`) and start
-        # after the tender was written
-        require_challenge: Option & bool = default(False)
-        # Every device needs a PASS `doctor --active` record in its run folder
-        require_doctor: Option & bool = default(False)
-        # A result on a device milarun's datasheet does not know FAILs (no peak bounds it)
-        unknown_device_fails: Option & bool = default(False)
-        # Every scored run needs the whole node's energy from its BMC; the ranking's TCO is
-        # then the node's
-        require_node_power: Option & bool = default(False)
         # The tender file to write (never over an existing file)
         # [alias: -o]
         out: Option & str
+        # the parsed options: the rules' values (RULE_OPTIONS), those given
+        __options__: argparse.Namespace = default(argparse.Namespace())
 
         from milarun.tender import rules
 
         no_test_args("tender init", test_args)
+        asked = thresholds.TenderRules.from_options(vars(__options__))
         tender = rules.make_tender(
-            profile_spec,
-            weights,
-            repeat=repeat,
-            names=split_names(name),
-            tags=split_names(tags),
-            require_cgroups=require_cgroups,
-            allow_overrides=allow_overrides,
-            max_failure_rate=max_failure_rate,
-            min_steady_slices=min_steady_slices,
-            max_throttled_share=max_throttled,
-            min_sm_clock_mhz=min_sm_clock,
-            max_power_limit_share=max_power_limit,
-            margin=margin,
-            risk=risk,
-            require_challenge=require_challenge,
-            require_doctor=require_doctor,
-            unknown_device_fails=unknown_device_fails,
-            require_node_power=require_node_power,
-            latency={
-                "max_ttft_p99_ms": max_ttft_p99,
-                "max_tpot_p99_ms": max_tpot_p99,
-                "min_goodput_percent": min_goodput,
-            },
+            profile_spec, weights, asked, names=split_names(name), tags=split_names(tags)
         )
         rules.write_tender(Path(out), tender)
         tests = tender["profile"]["tests"]
         print(
             f"tender written to {out}: profile {tender['profile']['name']} "
             f"({len(tests)} test(s)), weights {tender['weights']['name']}, "
-            f"{repeat} run(s) per test and device, milarun {tender['milarun_version']}"
+            f"{asked.repeat} run(s) per test and device, milarun {tender['milarun_version']}"
         )
         return 0
 

@@ -21,6 +21,7 @@ from milarun.report import variants
 from milarun.results import read
 from milarun.run.profile import PROFILE_DIR, load_profile
 from milarun.tender import package, rules, verify
+from milarun.tender.thresholds import TenderRules
 
 # The rules a pushed run must pass: its files are those hashed, agree with themselves and
 # with the evidence written beside them (log, monitor samples, manifest, peaks).
@@ -48,7 +49,9 @@ def run_tender(opened: verify.Opened, work: Path) -> tuple[Path, rules.Tender]:
             f"profile {name[:60]!r} is not one milarun ships: push it as a bid against a tender "
             "an admin uploaded (--tender NAME)"
         )
-    data = rules.make_tender(name, None, repeat=1, allow_overrides=True, names=_ran(opened, name))
+    data = rules.make_tender(
+        name, None, TenderRules(repeat=1, allow_overrides=True), names=_ran(opened, name)
+    )
     path = work / "rules.json"
     path.write_text(json.dumps(data))
     return path, rules.load_tender(path)

@@ -84,7 +84,7 @@ def _asks_node_power(opened: verify.Opened) -> bool:
     """Whether the tender packed with the bid requires the node's power (a BMC)."""
     tender = opened.root / package.TENDER
     try:
-        return tender.is_file() and rules.load_tender(tender).switch("require_node_power")
+        return tender.is_file() and rules.load_tender(tender).rules.require_node_power
     except InputError:
         return False  # verified_against_packed says why it could not be read
 

@@ -119,7 +119,7 @@ def tests(bid: Bid) -> Check:
         short.append(f"ran on {len(used)} of the machine's {gpus} GPUs")
     counts = Counter((v.name, v.device) for v in bid.views)
     names = Counter(v.name for v in bid.views)
-    need = bid.tender.repeat
+    need = bid.tender.rules.repeat
     for test, job in bid.tender.jobs.items():
         if job.partition == "gpu-progression":
             wanted = [(f"{test}.{k}", names[f"{test}.{k}"]) for k in range(1, len(devs) + 1)]
@@ -174,7 +174,7 @@ def cgroups(bid: Bid) -> Check:
         if sum(map(len, cpus)) != len(set().union(*cpus)):
             overlaps.append(f"{name} repeat {repeat}: instances share CPUs")
     confined = len(per_device) - len(loose)
-    if not bid.tender.require_cgroups:
+    if not bid.tender.rules.require_cgroups:
         return Check(
             "cgroups",
             True,
@@ -201,7 +201,7 @@ def arguments(bid: Bid) -> Check:
         if test and (argv is None or argv != jobs[test].argv):
             words = " ".join(map(str, argv or ()))
             other.append(f"{v.name} J{v.job_id}: {words[:120]}")
-    if bid.tender.allow_overrides:
+    if bid.tender.rules.allow_overrides:
         return Check("arguments", True, f"overrides allowed ({len(other)} run(s) with other)")
     if other:
         return Check("arguments", False, f"{len(other)} run(s) not the profile's: {_some(other)}")
@@ -212,7 +212,7 @@ def failures(bid: Bid) -> Check:
     runs = sum(int(e.get("n") or 0) for e in bid.summary.values())
     failed = sum(int(e.get("failures") or 0) for e in bid.summary.values())
     rate = failed / runs if runs else 1.0
-    limit = bid.tender.number("max_failure_rate")
+    limit = bid.tender.rules.max_failure_rate
     kinds: Counter[str] = Counter()
     for entry in bid.summary.values():
         kinds.update(entry.get("failure_kinds") or {})

@@ -30,7 +30,7 @@ DOCTOR_BEFORE = 3600.0  # an operator checks the machine, then starts the run
 
 def fresh(bid: checks.Bid) -> checks.Check:
     """Runs made for this tender, after it was issued (required: ``require_challenge``)."""
-    tender, required = bid.tender, bid.tender.switch("require_challenge")
+    tender, required = bid.tender, bid.tender.rules.require_challenge
     issued = tender.created_at
     stale: list[str] = []
     for path, data in bid.manifests:
@@ -82,7 +82,7 @@ def _vouches(record: dict[str, object], device: str, span: manifest.RunSpan) -> 
 
 def doctor(bid: checks.Bid) -> checks.Check:
     """A PASS ``doctor --active`` per device in its run's span (``require_doctor``)."""
-    required = bid.tender.switch("require_doctor")
+    required = bid.tender.rules.require_doctor
     spans = [(p.parent, manifest.run_span(d)) for p, d in bid.manifests]
     records: dict[Path, list[dict[str, object]]] = {}
     missing: list[str] = []
@@ -117,7 +117,7 @@ def doctor(bid: checks.Bid) -> checks.Check:
 def node_power(bid: checks.Bid) -> checks.Check:
     """The node's energy (its BMC) in every scored run (``require_node_power``); a test
     lacking it is named with its runs and the reason they give."""
-    required, weights = bid.tender.switch("require_node_power"), bid.tender.weights
+    required, weights = bid.tender.rules.require_node_power, bid.tender.weights
     scored = [v for v in bid.views if v.rate() is not None and weights.get(v.name, 0) > 0]
     runs: dict[str, int] = defaultdict(int)
     lacking: dict[str, list[str]] = defaultdict(list)

@@ -1,6 +1,7 @@
 """The rule of ``milarun verify`` on the inference tests' latencies: every successful
 inference run within the tender's limits on TTFT and TPOT at p99 and above its goodput floor
-(rules.LATENCY_LIMITS; the buyer's file sets them, none by default).
+(milarun.tender.thresholds: TenderRules' latency fields; the buyer's file sets them,
+none by default).
 
 The figures are the result's own (milarun.results.inference: measured by milarun's client,
 milarun.measure.loadgen); a run that has no figure a limit needs (llm-decode has no TTFT
@@ -21,7 +22,7 @@ BOUNDS = {
 
 
 def latency(bid: Bid) -> Check:
-    limits = {k: v for k in BOUNDS if (v := bid.tender.floor(k)) is not None}
+    limits = {k: v for k in BOUNDS if (v := getattr(bid.tender.rules, k)) is not None}
     served = [(v, i) for v in bid.views if v.rate() is not None and (i := v.inference)]
     if not limits:
         return Check("latency", True, "the tender sets no latency limit")

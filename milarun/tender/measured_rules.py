@@ -22,7 +22,7 @@ def _good_series(bid: Bid) -> list[tuple[read.ResultView, series.RateSeries]]:
 
 
 def steady(bid: Bid) -> Check:
-    need = int(bid.tender.number("min_steady_slices"))
+    need = bid.tender.rules.min_steady_slices
     counts = [(len(s.steady_slices), v) for v, s in _good_series(bid)]
     if not counts:
         return Check("steady", False, "no successful run")
@@ -50,7 +50,7 @@ def throttle(bid: Bid) -> Check:
                 clocks.append((found.sm_clock_mhz, f"{v.name} J{v.job_id}"))
     if not window:
         return Check("throttle", True, "no GPU throttle record (CPU runs): nothing throttled")
-    share, limit = faults / window, bid.tender.number("max_throttled_share")
+    share, limit = faults / window, bid.tender.rules.max_throttled_share
     text = (
         f"{faults} of {window} steady slices slowed by a thermal, hardware or power-brake "
         f"slowdown ({share:.1%}, limit {limit:.1%}); at the power limit in {limited} "
@@ -58,10 +58,10 @@ def throttle(bid: Bid) -> Check:
     )
     ok = share <= limit
     # the buyer's floors, off unless the tender sets them
-    most = bid.tender.floor("max_power_limit_share")
+    most = bid.tender.rules.max_power_limit_share
     if most is not None and limited / window > most:
         ok, text = False, f"{text}; more than the tender's {most:.1%} at the power limit"
-    least = bid.tender.floor("min_sm_clock_mhz")
+    least = bid.tender.rules.min_sm_clock_mhz
     slow = sorted(c for c in clocks if c[0] < least) if least is not None else []
     if slow:
         ok = False

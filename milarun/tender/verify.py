@@ -193,7 +193,7 @@ def verify_opened(
             "perf": _finite(row["perf"]),
             "ci95": [_finite(row["ci_low"]), _finite(row["ci_high"])],  # the report's
             # the interval a declared rate is judged by, printed with its name
-            **_interval(acceptance.rate_interval(_rates(bid.summary, str(t)), tender.risk)),
+            **_interval(acceptance.rate_interval(_rates(bid.summary, str(t)), tender.rules.risk)),
         }
         for t, row in table.iterrows()
     }
@@ -206,8 +206,8 @@ def verify_opened(
         report.failure_rate,
         tests,
         notes=_notes(opened),
-        margin=tender.margin,
-        risk=tender.risk,
+        margin=tender.rules.margin,
+        risk=tender.rules.risk,
         coverage=report.coverage,
         no_interval=report.no_interval,
     )
@@ -240,7 +240,7 @@ def judge(
     report: build.Report,
 ) -> list[acceptance.Verdict]:
     """The verdict on each declared figure."""
-    margin, risk = tender.margin, tender.risk
+    margin, risk = tender.rules.margin, tender.rules.risk
     verdicts = [
         acceptance.judge_rate(test, _rates(summ, test), rate, margin, risk)
         for test, rate in sorted(declared["tests"].items())

@@ -180,9 +180,11 @@ def test_the_h100_bid_is_accepted_and_its_forgeries_rejected(server, tmp_path):
     rates and count scaled (the log says the true ones), gemm above the datasheet with every
     file the forger can reach edited to match."""
     from milarun.tender import rules
+    from milarun.tender.thresholds import TenderRules
 
     tender = rules.write_tender(
-        tmp_path / "tender.json", rules.make_tender("modern", None, repeat=1, allow_overrides=True)
+        tmp_path / "tender.json",
+        rules.make_tender("modern", None, TenderRules(repeat=1, allow_overrides=True)),
     )  # the run's --min-slices 22 is an argument of its own
     made = httpx.post(f"{server.url}/api/tenders", params={"name": "h100-call"},
                       headers={"Authorization": f"Bearer {server.admin}"},

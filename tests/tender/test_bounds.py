@@ -21,6 +21,7 @@ from milarun.results.folder import load_dir
 from milarun.results.read import ResultView
 from milarun.tender import flops, package, rules, verify
 from milarun.tender.evidence import rule as evidence
+from milarun.tender.thresholds import TenderRules
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28" / "modern"
 
@@ -181,7 +182,7 @@ def test_an_argument_recorded_against_its_argv_fails(run):
 
 
 def test_verify_names_the_bounds_on_its_pass_line_and_a_tender_may_fail_unknown_devices(tmp_path):
-    tender = rules.make_tender("modern", None, repeat=1, allow_overrides=True)
+    tender = rules.make_tender("modern", None, TenderRules(repeat=1, allow_overrides=True))
     path = rules.write_tender(tmp_path / "tender.json", tender)
     out = package.make_package(H100, tmp_path / "bid.tar.gz", path).out
     line = next(c for c in verify.verify(out, path).checks if c.rule == "evidence")
@@ -237,7 +238,7 @@ def test_the_counted_table_keys_every_entry_by_its_shape_arguments():
 def test_verify_names_the_release_and_fails_another_version(tmp_path):
     """The tender names the release that made it; a verify of another version FAILs (its
     FLOPs table and bounds are another release's)."""
-    tender = rules.make_tender("modern", None, repeat=1, allow_overrides=True)
+    tender = rules.make_tender("modern", None, TenderRules(repeat=1, allow_overrides=True))
     assert tender["milarun_release"]["version"] == tender["milarun_version"]
     path = rules.write_tender(tmp_path / "tender.json", tender)
     out = package.make_package(H100, tmp_path / "bid.tar.gz", path).out

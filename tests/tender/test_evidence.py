@@ -18,6 +18,7 @@ from milarun.results import manifest
 from milarun.results.folder import load_dir
 from milarun.tender import package, rules, verify
 from milarun.tender.evidence import rule as evidence
+from milarun.tender.thresholds import TenderRules
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28"
 LLM = "modern.llm.J0.0.20261128-011230-779674.json"
@@ -32,7 +33,8 @@ def h100(tmp_path_factory):
     override: allowed)."""
     root = tmp_path_factory.mktemp("h100")
     tender = rules.write_tender(
-        root / "tender.json", rules.make_tender("modern", None, repeat=1, allow_overrides=True)
+        root / "tender.json",
+        rules.make_tender("modern", None, TenderRules(repeat=1, allow_overrides=True)),
     )
     return package.make_package(H100 / "modern", root / "bid.tar.gz", tender).out, tender
 

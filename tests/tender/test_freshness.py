@@ -14,6 +14,7 @@ from conftest import ROOT, milarun, one_line_error
 from milarun.errors import TenderError
 from milarun.results import manifest
 from milarun.tender import package, rules, verify
+from milarun.tender.thresholds import TenderRules
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28" / "modern"
 BEFORE_THE_RUN = "2026-11-28T00:00:00+00:00"  # the run started at 01:12:30 UTC
@@ -22,7 +23,7 @@ BEFORE_THE_RUN = "2026-11-28T00:00:00+00:00"  # the run started at 01:12:30 UTC
 @pytest.fixture(scope="module")
 def bid(tmp_path_factory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("fresh")
-    tender = rules.make_tender("modern", None, repeat=1, allow_overrides=True)
+    tender = rules.make_tender("modern", None, TenderRules(repeat=1, allow_overrides=True))
     path = rules.write_tender(root / "tender.json", tender)
     return package.make_package(H100, root / "bid.tar.gz", path).out, tender
 
@@ -47,8 +48,8 @@ def with_challenge(challenge: str):
 
 
 def test_a_tender_has_a_random_challenge():
-    one = rules.make_tender("quick", None, repeat=1)
-    two = rules.make_tender("quick", None, repeat=1)
+    one = rules.make_tender("quick", None, TenderRules(repeat=1))
+    two = rules.make_tender("quick", None, TenderRules(repeat=1))
     assert len(one["challenge"]) == 32 and one["challenge"] != two["challenge"]
     assert not one["require_challenge"] and not one["require_doctor"]
 
@@ -112,7 +113,7 @@ def test_a_deleted_doctor_record_fails_where_the_tender_requires_one(bid, tmp_pa
     ],
 )
 def test_a_bad_switch_is_a_one_line_error(tmp_path, edit, said):
-    tender = {**rules.make_tender("quick", None, repeat=1), **edit}
+    tender = {**rules.make_tender("quick", None, TenderRules(repeat=1)), **edit}
     path = tmp_path / "tender.json"
     path.write_text(json.dumps(tender))
     with pytest.raises(TenderError, match=said):

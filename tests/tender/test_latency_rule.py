@@ -16,6 +16,7 @@ from milarun.results.folder import Loaded
 from milarun.tender import rules
 from milarun.tender.latency_rules import latency
 from milarun.tender.rule import Bid
+from milarun.tender.thresholds import TenderRules
 
 sys.path.insert(0, str(ROOT / "tests" / "models"))
 import badservers  # noqa: E402
@@ -40,7 +41,9 @@ def served(tmp_path_factory) -> dict:
 
 
 def bid_of(results: list[dict], **latency_limits: float) -> Bid:
-    data = rules.make_tender("quick", None, repeat=1, names=["llm-serve"], latency=latency_limits)
+    data = rules.make_tender(
+        "quick", None, TenderRules(repeat=1, **latency_limits), names=["llm-serve"]
+    )
     return Bid(rules.Tender(data, "0" * 64), Path("."), {}, {}, Loaded(Path("."), results), {})
 
 
@@ -67,10 +70,10 @@ def test_a_decode_run_without_the_figure_is_named_not_failed():
 
 def test_a_limit_out_of_range_is_refused():
     with pytest.raises(errors.TenderError, match=r"--min-goodput 150.0: must be a number above 0"):
-        rules.make_tender("quick", None, repeat=1, latency={"min_goodput_percent": 150.0})
-    written = rules.make_tender("quick", None, repeat=1, latency={"max_tpot_p99_ms": 100.0})
+        rules.make_tender("quick", None, TenderRules(repeat=1, min_goodput_percent=150.0))
+    written = rules.make_tender("quick", None, TenderRules(repeat=1, max_tpot_p99_ms=100.0))
     assert written["max_tpot_p99_ms"] == 100.0 and written["max_ttft_p99_ms"] is None
     assert rules.tender_problem(written) is None
     assert rules.tender_problem({**written, "max_ttft_p99_ms": -1}) == (
-        "'max_ttft_p99_ms' -1 is not a number from 0 to 3.6e+06"
+        "'max_ttft_p99_ms' -1 is not a number above 0, at most 3.6e+06"
     )

@@ -14,6 +14,7 @@ import bidkit
 from conftest import milarun
 from milarun.errors import TenderError
 from milarun.tender import bids, package, ranking, render, rules, verify
+from milarun.tender.thresholds import TenderRules
 
 RATES = {"quick.polynome": 40_000.0, "quick.sine_wave": 900.0}
 TESTS = ["polynome", "sine_wave"]
@@ -59,8 +60,8 @@ def test_tender_init_writes_the_switch(tmp_path):
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
     assert data["require_node_power"] is True and "require_node_power" in data["about"]
-    assert rules.load_tender(out).switch("require_node_power")
-    assert rules.make_tender("quick", None, repeat=1)["require_node_power"] is False
+    assert rules.load_tender(out).rules.require_node_power
+    assert rules.make_tender("quick", None, TenderRules(repeat=1))["require_node_power"] is False
 
 
 def test_a_bid_with_the_node_s_energy_passes(made):
@@ -123,7 +124,10 @@ def test_the_ranking_is_on_node_power_where_the_packed_tender_asks(made):
 
 
 def test_a_bad_switch_is_a_one_line_error(tmp_path):
-    tender = {**rules.make_tender("quick", None, repeat=1), "require_node_power": "yes"}
+    tender = {
+        **rules.make_tender("quick", None, TenderRules(repeat=1)),
+        "require_node_power": "yes",
+    }
     path = tmp_path / "tender.json"
     path.write_text(json.dumps(tender))
     with pytest.raises(TenderError, match="'require_node_power' is not true/false"):

@@ -11,6 +11,7 @@ from conftest import milarun
 from milarun import errors
 from milarun.run.profile import find_profile
 from milarun.tender import rules
+from milarun.tender.thresholds import TenderRules
 
 
 def test_tender_init_writes_the_rules_field_by_field(tmp_path):
@@ -30,7 +31,7 @@ def test_tender_init_writes_the_rules_field_by_field(tmp_path):
     assert data["allow_overrides"] is False and data["max_failure_rate"] == 0.01
     assert data["acceptance"] == {"margin": 0.9, "risk": 0.01}
     assert set(rules.ABOUT) <= set(data) | {"acceptance"} and data["about"] == rules.ABOUT
-    assert rules.load_tender(out).repeat == 10
+    assert rules.load_tender(out).rules.repeat == 10
     with pytest.raises(errors.TenderError, match="file exists"):
         bidkit.tender(out, ["polynome"])
     assert json.loads(out.read_text()) == data
@@ -71,10 +72,10 @@ def test_a_profile_of_ones_own_needs_its_weights_named(tmp_path):
     mine = tmp_path / "mine.json"
     mine.write_bytes(find_profile("quick").read_bytes())
     with pytest.raises(errors.TenderError, match="give --weights"):
-        rules.make_tender(str(mine), None, repeat=1, names=["polynome"])
+        rules.make_tender(str(mine), None, TenderRules(repeat=1), names=["polynome"])
     with pytest.raises(errors.TenderError, match="no weight for any selected test"):
-        rules.make_tender(str(mine), "quick", repeat=1, names=["polynome"])
+        rules.make_tender(str(mine), "quick", TenderRules(repeat=1), names=["polynome"])
     weights = tmp_path / "w.json"
     weights.write_text(json.dumps({"mine.polynome": 1}))
-    data = rules.make_tender(str(mine), str(weights), repeat=1, names=["polynome"])
+    data = rules.make_tender(str(mine), str(weights), TenderRules(repeat=1), names=["polynome"])
     assert data["profile"]["name"] == "mine" and data["weights"]["values"] == {"mine.polynome": 1}

@@ -68,7 +68,7 @@ def evidence(bid: checks.Bid) -> checks.Check:
     run = bid.root / package.RUN
     applied = Applied()
     found, measured, metered = problems(run, bid.loaded, bid.manifests, applied=applied)
-    if bid.tender.switch("unknown_device_fails"):
+    if bid.tender.rules.unknown_device_fails:
         found += [f"{w}: the tender bounds every device" for w in applied.unbounded if
                   w.startswith(NO_PEAK)]  # fmt: skip
     if found:
