@@ -113,6 +113,25 @@ def rename_gpu(data: dict[str, Any], name: str) -> None:
         gpu["name"] = name
     data["efficiency"]["device_name"] = name
     data["gpu"] = name
+    for gpu in (data["gpu_monitor"].get("inventory") or {}).values():
+        gpu["name"] = name
+
+
+def monitor_inventory(data: dict[str, Any], **fields: Any) -> None:
+    """The GPU monitor's inventory, as a milarun since issue 46 records it: each sampled
+    GPU as the system record says it is, with ``fields`` changed."""
+    (gpu,) = data["system"]["gpus"]
+    ids = {gid for sample in data["gpu_monitor"]["samples"] for gid in sample["gpus"]}
+    data["gpu_monitor"]["inventory"] = {
+        gid: {
+            "name": gpu["name"],
+            "uuid": gid,
+            "memory_mb": gpu["memory_mb"],
+            "pci_device_id": gpu.get("pci_device_id"),
+            **fields,
+        }
+        for gid in ids
+    }
 
 
 def monitor_memory(data: dict[str, Any], mib: float) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from milarun.machine import devices, gpu
+from milarun.machine.gpu import base as gpu_base
 
 
 class Monitor:
@@ -24,8 +25,10 @@ class Monitor:
         interval: float = 1.0,
         unavailable: str | None = None,
         backend: str | None = None,
+        inventory: dict[str, dict[str, Any]] | None = None,
     ):
         self.probe = probe
+        self.inventory = inventory  # what the backend says each sampled GPU is (GPU monitors)
         self.interval = interval
         self.unavailable = unavailable
         self.backend = backend  # the device backend that measured (GPU monitors)
@@ -64,6 +67,8 @@ class Monitor:
         record: dict[str, Any] = {"interval": self.interval, "samples": self.samples}
         if self.backend is not None:
             record["backend"] = self.backend
+        if self.inventory is not None:
+            record["inventory"] = self.inventory
         if not self.samples:
             record["note"] = "no samples: " + (
                 self.unavailable or "; ".join(self.errors) or "run ended before a sample"
@@ -100,6 +105,7 @@ def gpu_monitor(
     # not on a torchrun rank other than 0.
     energy = os.environ.get("RANK", "0") == "0"
     readers = {gid: backend.reader(h, energy) for gid, h in handles.items()}
+    inventory = gpu_inventory(backend, handles)
 
     def probe() -> dict[str, Any]:
         out = {}
@@ -112,7 +118,25 @@ def gpu_monitor(
             out[gid] = reading
         return {"gpus": out, "time": now}
 
-    return Monitor(probe, interval, backend=backend.name)
+    return Monitor(probe, interval, backend=backend.name, inventory=inventory)
+
+
+def gpu_inventory(backend: gpu.Backend, handles: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What the backend says each GPU the monitor samples is (its id as sampled -> name,
+    UUID, memory in MiB, PCI device id; None where not read), read once at the start from
+    those GPUs alone: the device the samples are of, which verify compares with the run's
+    system record."""
+    one = gpu_base.read  # a reading the GPU or driver does not give: None
+    inventory: dict[str, dict[str, Any]] = {}
+    for gid, h in handles.items():
+        memory = one(lambda h=h: backend.memory(h))
+        inventory[gid] = {
+            "name": one(lambda h=h: backend.device_name(h)),
+            "uuid": one(lambda h=h: backend.uuid(h)),
+            "memory_mb": memory / 2**20 if isinstance(memory, int) else None,
+            "pci_device_id": one(lambda h=h: backend.pci_device_id(h)),
+        }
+    return inventory
 
 
 CHILDREN_REFRESH = 10.0  # seconds between listings of the test's child processes

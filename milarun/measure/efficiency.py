@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from milarun.machine import gpu
 from milarun.machine.gpu.datasheet import (
     PEAKS,
     PRECISIONS,
@@ -92,14 +93,14 @@ def _label(func: Any, args: tuple[Any, ...]) -> str:
 
 def tf32_capable(device: Any) -> bool:
     """Whether ``device`` runs "fp32" convolutions and matmuls as TF32 where torch allows
-    it: an NVIDIA GPU of compute capability 8 (Ampere) or later. ROCm: not counted."""
+    it: a GPU of its vendor's TF32 capability (NVIDIA's compute capability 8, Ampere, or
+    later; ROCm: not counted, the backend's tf32_counted_from)."""
+    if getattr(device, "type", None) != "cuda":
+        return False
     import torch
 
-    return (
-        getattr(device, "type", None) == "cuda"
-        and torch.version.hip is None
-        and torch.cuda.get_device_capability(device)[0] >= 8
-    )
+    need = (gpu.built_for(torch.version) or gpu.Backend).tf32_counted_from
+    return need is not None and tuple(torch.cuda.get_device_capability(device)) >= need
 
 
 def count_step(step: Callable[[], Any]) -> dict[str, Any]:

@@ -6,7 +6,8 @@
   differs FAILs; the peak bound then uses milarun's figure.
 - device: the device a result ran on is read from the run's system record (the ``.sysinfo``
   that ``jobs`` kept at the start of the run) and the result's own, and the GPU monitor's
-  inventory (its GPUs' UUIDs and memory size), never from ``efficiency``. An efficiency
+  inventory (the name, UUID, memory size and PCI device id the backend gave of each GPU it
+  sampled), never from ``efficiency``. An efficiency
   that names another device FAILs; a device with no datasheet row is bounded by nothing and
   the PASS line says so (a tender with ``unknown_device_fails`` FAILs it).
 - energy: no result may do more FLOPs per joule than its device's dense peak at its board
@@ -95,8 +96,9 @@ def device_of(
     said = eff.device_name if eff is not None else None
     if isinstance(said, str) and said != name:
         problems.append(f"{file}: efficiency.device_name {said!r} but system.gpus names {name!r}")
+    problems += _inventory_problems(view, file, name)
     row = datasheet.row_for(name)
-    pci_why, pci_problems = _pci_problems(file, mine, run_system, row)
+    pci_why, pci_problems = _pci_problems(file, mine, run_system, row, _inventory(view))
     return (
         Device(name, row, None if row else f"unknown device {name}", pci_why),
         problems + pci_problems,
@@ -107,18 +109,49 @@ def _pci_ids(gpus: list[Mapping[str, Any]]) -> set[str]:
     return {i for g in gpus if (i := datasheet.pci_device_id(g.get("pci_device_id")))}
 
 
+def _inventory(view: ResultView) -> list[Mapping[str, Any]]:
+    """The GPU monitor's inventory: what the backend said each GPU it sampled is."""
+    found = view.gpu_monitor.get("inventory")
+    return (
+        [g for g in found.values() if isinstance(g, Mapping)] if isinstance(found, Mapping) else []
+    )
+
+
+def _inventory_problems(view: ResultView, file: str, name: str) -> list[str]:
+    """The monitor's inventory names the system record's GPU."""
+    named = {str(g["name"]) for g in _inventory(view) if isinstance(g.get("name"), str)}
+    if named and named != {name}:
+        return [
+            f"{file}: gpu_monitor.inventory names {', '.join(sorted(named))[:80]} but "
+            f"system.gpus names {name}"
+        ]
+    return []
+
+
 def _pci_problems(
-    file: str, mine: list[Mapping[str, Any]], run_system: Any, row: str | None
+    file: str,
+    mine: list[Mapping[str, Any]],
+    run_system: Any,
+    row: str | None,
+    inventory: list[Mapping[str, Any]],
 ) -> tuple[str | None, list[str]]:
-    """The PCI device ids the result's and the run's system records give (the backends'
-    inventory) against each other and the datasheet row's: (why not checked, problems)."""
-    ids = _pci_ids(mine)
+    """The PCI device ids the result's and the run's system records and the GPU monitor's
+    inventory give (each the backend's reading) against each other and the datasheet
+    row's: (why not checked, problems)."""
+    ids, sampled = _pci_ids(mine), _pci_ids(inventory)
+    if ids and sampled and sampled != ids:
+        return None, [
+            f"{file}: gpu_monitor.inventory PCI device id {', '.join(sorted(sampled))} but "
+            f"system.gpus says {', '.join(sorted(ids))}"
+        ]
+    source = "system.gpus" if ids else "gpu_monitor.inventory"
+    ids = ids or sampled
     if not ids:  # records made before milarun read it (the H100 run of 2026-11-28)
-        return "PCI device id not in the system record", []
+        return "PCI device id in neither the system record nor the monitor's inventory", []
     theirs = _pci_ids(_system_gpus(run_system)) if isinstance(run_system, Mapping) else set()
     if theirs and not ids <= theirs:
         return None, [
-            f"{file}: system.gpus PCI device id {', '.join(sorted(ids))} but the run's system "
+            f"{file}: {source} PCI device id {', '.join(sorted(ids))} but the run's system "
             f"record (.sysinfo) says {', '.join(sorted(theirs))}"
         ]
     known = datasheet.PCI_DEVICE_IDS.get(row or "")
@@ -126,7 +159,7 @@ def _pci_problems(
         return f"no PCI device id in the datasheet for {row or 'an unknown device'}", []
     if not ids <= set(known):
         return None, [
-            f"{file}: system.gpus PCI device id {', '.join(sorted(ids))} is not the {row} "
+            f"{file}: {source} PCI device id {', '.join(sorted(ids))} is not the {row} "
             f"datasheet row's ({', '.join(known)})"
         ]
     return None, []
@@ -238,10 +271,9 @@ def energy_problems(
     peak = datasheet.peak_flops(device.name, precision)
     if said is None or watts is None or not is_finite(said.joules) or said.joules <= 0:
         return False, []
-    used = said.record.get("gpus")
-    gpus = max(1, len(used) if isinstance(used, list) else 1)
-    timed = is_finite(said.seconds) and said.seconds > 0
-    mean_watts = said.joules / said.seconds / gpus if timed else None
+    gpus = max(1, len(said.gpus))
+    seconds = said.seconds
+    mean_watts = said.joules / seconds / gpus if is_finite(seconds) and seconds > 0 else None
     if mean_watts is not None and mean_watts < BUSY_POWER * watts:
         return True, [
             f"{file}: its GPU drew {mean_watts:,.0f} W over the steady window, under "

@@ -157,6 +157,9 @@ def test_the_amd_monitor_reads_power_energy_clocks_and_the_power_limit():
     assert first["power"] == 720 and first["temperature"] == 41 and first["load"] == 1.0
     assert first["sm_clock"] == 132 and first["memory"] == [283, 196592]
     assert first["clock_events"] == POWER_CAP  # PPT enforced: the power limit, no fault
+    inventory = record["inventory"]["0"]  # AMD SMI's asic_info device id, its market name
+    assert inventory["pci_device_id"] == "0x74a1" and inventory["name"] == "AMD Instinct MI300X"
+    assert inventory["memory_mb"] == 196592 and inventory["uuid"] == busy["uuid"]
     spent = record["samples"][-1]["time"] - record["samples"][0]["time"]
     assert last["energy"] - first["energy"] == pytest.approx(720.0 * spent, rel=0.05)
 

@@ -532,3 +532,24 @@ def test_sysinfo_without_torch_loaded_says_what_a_loaded_torch_says():
     unloaded, loaded = json.loads(done.stdout)
     for key in ("torch", "cuda", "hip", "cudnn"):
         assert unloaded.get(key) == loaded.get(key), key
+
+
+def test_gpu_monitor_records_the_inventory_of_its_own_gpus():
+    """The monitor's record says what each GPU it sampled is (name, UUID, memory, PCI device
+    id: NVML's pciDeviceId), read from that GPU alone: verify compares it with the system
+    record."""
+    gpus = two_gpus()
+    gpus[1]["pci_id"] = 0x233010DE
+    fake = FakeNVML(gpus)
+    record = gpu_monitor(backend=NvmlBackend(fake), ids=["1"], interval=0.05).start().stop()
+    assert record["inventory"] == {
+        "1": {
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": "GPU-bbbb-1111",
+            "memory_mb": 81920.0,
+            "pci_device_id": "0x2330",
+        }
+    }
+    assert set(fake.read) == {1}  # the other GPU untouched
+    bare = gpu_monitor(backend=NvmlBackend(FakeNVML(two_gpus())), ids=["0"], interval=0.05)
+    assert bare.start().stop()["inventory"]["0"]["pci_device_id"] is None  # not given: None

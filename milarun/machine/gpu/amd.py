@@ -150,7 +150,6 @@ class AmdSmiBackend(Backend):
         lib, gpus = self.lib, []
         for i, h in enumerate(self.handles()):
             mib = lib.amdsmi_get_gpu_vram_info(h)["vram_size"]
-            asic = self._get("amdsmi_get_gpu_asic_info", h)
             gpus.append(
                 GpuInfo(
                     i,
@@ -159,7 +158,7 @@ class AmdSmiBackend(Backend):
                     bus_id(lib.amdsmi_get_gpu_device_bdf(h)),
                     int(mib) * 2**20,
                     h,
-                    datasheet.pci_device_id(asic.get("device_id") if asic else None),
+                    self.pci_device_id(h),
                 )
             )
         return gpus
@@ -184,6 +183,10 @@ class AmdSmiBackend(Backend):
 
     def device_name(self, handle: Any) -> str:
         return text(self.lib.amdsmi_get_gpu_asic_info(handle)["market_name"])
+
+    def pci_device_id(self, handle: Any) -> str | None:
+        asic = self._get("amdsmi_get_gpu_asic_info", handle)
+        return datasheet.pci_device_id(asic.get("device_id") if isinstance(asic, dict) else None)
 
     def memory(self, handle: Any) -> int | None:
         mib = self._field("amdsmi_get_gpu_vram_info", handle, "vram_size")

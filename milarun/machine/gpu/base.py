@@ -191,6 +191,10 @@ class Backend:
     def pci_bus_id(self, handle: Any) -> str | None:
         return None
 
+    def pci_device_id(self, handle: Any) -> str | None:
+        """The GPU's PCI device id (datasheet.pci_device_id: "0x2330"); None: not read."""
+        return None
+
     def device_name(self, handle: Any) -> str:
         raise LookupError(self.reason)
 

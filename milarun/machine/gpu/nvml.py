@@ -90,7 +90,7 @@ class NvmlBackend(Backend):
                     bus_id(pci.busId),
                     int(nvml.nvmlDeviceGetMemoryInfo(h).total),
                     h,
-                    datasheet.pci_device_id(getattr(pci, "pciDeviceId", None)),
+                    self._pci_device_id(pci),
                 )
             )
         return gpus
@@ -105,6 +105,14 @@ class NvmlBackend(Backend):
 
     def pci_bus_id(self, handle: Any) -> str | None:
         return text(self.nvml.nvmlDeviceGetPciInfo(handle).busId)
+
+    def pci_device_id(self, handle: Any) -> str | None:
+        return self._pci_device_id(self._get("nvmlDeviceGetPciInfo", handle))
+
+    @staticmethod
+    def _pci_device_id(pci: Any) -> str | None:
+        """pciDeviceId holds the device id in its high 16 bits, the vendor's in its low."""
+        return datasheet.pci_device_id(getattr(pci, "pciDeviceId", None))
 
     def device_name(self, handle: Any) -> str:
         return text(self.nvml.nvmlDeviceGetName(handle))
