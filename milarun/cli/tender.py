@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from coleo import Option, default, tooled, with_extras
@@ -18,13 +19,17 @@ from milarun.tender import thresholds  # standard library only: the rules' optio
 # `milarun run`).
 
 
-# tender init's rules: one option per field of TenderRules, its help the field's own words
-RULE_OPTIONS = declared_options(
-    [
-        Declared(rule.name, rule.option, rule.kind, rule.help_text(), rule.metavar)
-        for rule in thresholds.described()
-    ]
-)
+def rule_options(rules: type[thresholds.TenderRules]) -> Callable[[], None]:
+    """One option per field of ``rules``, its help the field's own words (coleo extras)."""
+    return declared_options(
+        [
+            Declared(rule.name, rule.option, rule.kind, rule.help_text(), rule.metavar)
+            for rule in thresholds.described(rules)
+        ]
+    )
+
+
+RULE_OPTIONS = rule_options(thresholds.TenderRules)  # tender init's rules
 
 
 class TenderCommands:

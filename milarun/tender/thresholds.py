@@ -10,7 +10,6 @@ options' help (tests/cli/test_help_imports.py).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import typing
 from dataclasses import dataclass, field
@@ -94,7 +93,8 @@ class Rule:
         return f"{self.help[0].upper()}{self.help[1:]} ({unit}{given})".replace("%", "%%")
 
 
-def _rule(default: Any, help: str, **described: Any) -> Any:
+def rule_field(default: Any, help: str, **described: Any) -> Any:
+    """A field of TenderRules: its default, and its Rule (help, unit, range, option)."""
     return field(default=default, metadata={"rule": Rule(help, **described)})
 
 
@@ -102,46 +102,46 @@ def _rule(default: Any, help: str, **described: Any) -> Any:
 class TenderRules:
     """The thresholds and switches a bid is verified against (tender.json's, in its order)."""
 
-    repeat: int = _rule(
+    repeat: int = rule_field(
         3,
         "runs of every test required on every device (every GPU of the machine)",
         unit="runs",
         low=1,
         high=MAX_REPEAT,
     )
-    require_cgroups: bool = _rule(
+    require_cgroups: bool = rule_field(
         False, "every instance must run in its own student cgroup (cpuset and memory)"
     )
-    allow_overrides: bool = _rule(
+    allow_overrides: bool = rule_field(
         False, "runs may carry arguments after -- (otherwise exactly the profile's)"
     )
-    max_failure_rate: float = _rule(
+    max_failure_rate: float = rule_field(
         REPORT_FAILURE_RATE, "failed runs / all runs at most this", unit="share"
     )
-    min_steady_slices: int = _rule(
+    min_steady_slices: int = rule_field(
         10, "slices in each run's steady window at least this", unit="slices", low=3, high=10_000
     )
-    max_throttled_share: float = _rule(
+    max_throttled_share: float = rule_field(
         0.05,
         "steady slices a thermal, hardware or power-brake slowdown slowed / all steady slices "
         "at most this (GPU runs; a GPU at its power limit is at its operating point)",
         unit="share",
         flag="--max-throttled",
     )
-    min_sm_clock_mhz: float | None = _rule(
+    min_sm_clock_mhz: float | None = rule_field(
         None,
         "a floor: every GPU run's median SM clock over its steady window at least this",
         unit="MHz",
         high=MAX_SM_CLOCK_MHZ,
         flag="--min-sm-clock",
     )
-    max_power_limit_share: float | None = _rule(
+    max_power_limit_share: float | None = rule_field(
         None,
         "a limit: steady slices at the GPU's power limit / all steady slices at most this",
         unit="share",
         flag="--max-power-limit",
     )
-    margin: float = _rule(
+    margin: float = rule_field(
         0.95,
         "acceptance: a declared figure passes when P(true < margin x declared) < risk",
         unit="factor",
@@ -149,7 +149,7 @@ class TenderRules:
         high=10,
         under="acceptance",
     )
-    risk: float = _rule(
+    risk: float = rule_field(
         0.05,
         "acceptance: the buyer's risk of accepting a figure that is not met",
         unit="probability",
@@ -158,31 +158,31 @@ class TenderRules:
         high=0.5,
         under="acceptance",
     )
-    require_challenge: bool = _rule(
+    require_challenge: bool = rule_field(
         False,
         "every run must carry this tender's challenge (`jobs --tender FILE`) and start after "
         "the tender was written (runs made for this tender)",
         optional=True,
     )
-    require_doctor: bool = _rule(
+    require_doctor: bool = rule_field(
         False,
         "every device a result ran on needs a PASS `doctor --active` record in its run "
         "folder, made from an hour before the run started to its end",
         optional=True,
     )
-    unknown_device_fails: bool = _rule(
+    unknown_device_fails: bool = rule_field(
         False,
         "a result on a device with no row in milarun's datasheet FAILs (otherwise its rates "
         "are bounded by no peak, and verify says so)",
         optional=True,
     )
-    require_node_power: bool = _rule(
+    require_node_power: bool = rule_field(
         False,
         "every scored run carries the whole node's energy from its BMC (node perf/W), and the "
         "ranking's energy cost and TCO are the node's",
         optional=True,
     )
-    max_ttft_p99_ms: float | None = _rule(
+    max_ttft_p99_ms: float | None = rule_field(
         None,
         "inference tests: every run's time to first token at p99 at most this (MLPerf's "
         "server limit for Llama-3.1-8B is 2000 ms)",
@@ -191,7 +191,7 @@ class TenderRules:
         high=MAX_LATENCY_MS,
         flag="--max-ttft-p99",
     )
-    max_tpot_p99_ms: float | None = _rule(
+    max_tpot_p99_ms: float | None = rule_field(
         None,
         "inference tests: every run's time per output token at p99 at most this (MLPerf's: 100 ms)",
         unit="ms",
@@ -199,7 +199,7 @@ class TenderRules:
         high=MAX_LATENCY_MS,
         flag="--max-tpot-p99",
     )
-    min_goodput_percent: float | None = _rule(
+    min_goodput_percent: float | None = rule_field(
         None,
         "serving (llm-serve): every run's share of requests within its latency limits at "
         "least this",
@@ -211,7 +211,7 @@ class TenderRules:
 
     def checked(self) -> TenderRules:
         """Itself, or TenderError naming the option of the first value out of range."""
-        for rule in described():
+        for rule in described(type(self)):
             value = getattr(self, rule.name)
             if not rule.takes(value):
                 raise TenderError(f"{rule.option} {value}: must be {rule.what()}")
@@ -220,7 +220,7 @@ class TenderRules:
     def to_dict(self) -> dict[str, Any]:
         """Its part of tender.json: every rule under its key, in the fields' order."""
         found: dict[str, Any] = {}
-        for rule in described():
+        for rule in described(type(self)):
             into = found.setdefault(rule.under, {}) if rule.under else found
             into[rule.name] = getattr(self, rule.name)
         return found
@@ -229,7 +229,7 @@ class TenderRules:
     def from_dict(cls, data: dict[str, Any]) -> TenderRules:
         """The rules of a tender file (``problem`` found none): a rule it lacks, off."""
         values = {}
-        for rule in described():
+        for rule in described(cls):
             value = _lookup(data, rule)
             if value is not None:
                 values[rule.name] = value if rule.kind is bool else rule.kind(value)
@@ -238,15 +238,22 @@ class TenderRules:
     @classmethod
     def from_options(cls, given: dict[str, Any]) -> TenderRules:
         """From the parsed options of ``tender init`` (those not given keep their default)."""
-        names = {rule.name for rule in described()}
+        names = {rule.name for rule in described(cls)}
         return cls(**{k: v for k, v in given.items() if k in names}).checked()
 
 
-@functools.cache
-def described() -> tuple[Rule, ...]:
+_DESCRIBED: dict[type, tuple[Rule, ...]] = {}
+
+
+def described(rules: type[TenderRules] = TenderRules) -> tuple[Rule, ...]:
     """Every rule, its name, kind and default filled in from its field."""
-    hints = typing.get_type_hints(TenderRules)
-    return tuple(
+    known = _DESCRIBED.get(rules)
+    return known if known is not None else _describe(rules)
+
+
+def _describe(rules: type[TenderRules]) -> tuple[Rule, ...]:
+    hints = typing.get_type_hints(rules)
+    found = tuple(
         dataclasses.replace(
             f.metadata["rule"],
             name=f.name,
@@ -257,8 +264,10 @@ def described() -> tuple[Rule, ...]:
             ),
             default=f.default,
         )
-        for f in dataclasses.fields(TenderRules)
+        for f in dataclasses.fields(rules)
     )
+    _DESCRIBED[rules] = found
+    return found
 
 
 def _lookup(data: dict[str, Any], rule: Rule) -> Any:
@@ -266,11 +275,11 @@ def _lookup(data: dict[str, Any], rule: Rule) -> Any:
     return block.get(rule.name) if isinstance(block, dict) else None
 
 
-def problem(data: dict[str, Any]) -> str | None:
+def problem(data: dict[str, Any], rules: type[TenderRules] = TenderRules) -> str | None:
     """Why the rules of a parsed tender cannot be used (the field and its value), or None."""
-    for rule in described():
+    for rule in described(rules):
         if rule.under and not isinstance(data.get(rule.under), dict):
-            members = [r.name for r in described() if r.under == rule.under]
+            members = [r.name for r in described(rules) if r.under == rule.under]
             return f"'{rule.under}' is not an object with {' and '.join(members)}"
         value = _lookup(data, rule)
         if not rule.takes(value):
@@ -279,10 +288,10 @@ def problem(data: dict[str, Any]) -> str | None:
     return None
 
 
-def about() -> dict[str, str]:
+def about(rules: type[TenderRules] = TenderRules) -> dict[str, str]:
     """Each rule's words, for the file's ``about`` (the acceptance block's are its own)."""
     return {
         rule.name: rule.help + (" (null: none)" if rule.default is None else "")
-        for rule in described()
+        for rule in described(rules)
         if not rule.under
     }
