@@ -66,8 +66,9 @@ def visible_ids(environ: Mapping[str, str] | None = None) -> list[str] | None:
     env = os.environ if environ is None else environ
     ids: list[str] | None = None
     names = [n for n in VISIBLE_VARIABLES if env.get(n) is not None]
-    if "HIP_VISIBLE_DEVICES" in names and "CUDA_VISIBLE_DEVICES" in names:
-        names.remove("CUDA_VISIBLE_DEVICES")  # HIP's own variable wins over its alias
+    for own, alias in gpu.VISIBLE_ALIASES:
+        if own in names and alias in names:
+            names.remove(alias)  # the runtime's own variable wins over its alias
     for name in names:
         chosen = [x.strip() for x in env[name].split(",") if x.strip()]
         if ids is not None and all(x.isdigit() for x in chosen):
@@ -152,9 +153,12 @@ def instance_environ(devices: list[Device], cpu_count: int | None = None) -> dic
 
 
 BUS_IDS_ENV = "MILARUN_PCI_BUS_IDS"  # the backend's PCI bus id of each GPU, for the result
-# ROCm's visible-devices variables, read before CUDA's (visible_ids).
-AMD_VISIBLE_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
-VISIBLE_VARIABLES = (*AMD_VISIBLE_VARIABLES, "CUDA_VISIBLE_DEVICES")
+# Every vendor's visible-devices variables, in the order the runtimes read them
+# (visible_ids); an instance gets its GPUs by CUDA_VISIBLE_DEVICES, which every vendor's
+# torch reads, so launching drops the others (discovery read them).
+VISIBLE_VARIABLES = gpu.VISIBLE_VARIABLES
+SELECTING_VARIABLE = "CUDA_VISIBLE_DEVICES"
+DROPPED_AT_LAUNCH = frozenset(VISIBLE_VARIABLES) - {SELECTING_VARIABLE}
 # Set by torchrun for its ranks. Left over in the operator's shell they would make an
 # instance launched on its own believe it is one rank of a distributed job.
 RANK_VARIABLES = frozenset(
@@ -177,15 +181,15 @@ def launch_environ(
     devices: list[Device], environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The whole environment of an instance on ``devices``: this process's (``environ``),
-    without torchrun's rank variables (torchrun sets its own for its ranks) and ROCm's
-    visible-devices variables (discovery read them: the instance's CUDA_VISIBLE_DEVICES
-    names its GPUs among all of them), plus instance_environ."""
+    without torchrun's rank variables (torchrun sets its own for its ranks) and the
+    vendors' other visible-devices variables (ROCm's; discovery read them: the instance's
+    CUDA_VISIBLE_DEVICES names its GPUs among all of them), plus instance_environ."""
     base = os.environ if environ is None else environ
     kept = {
         k: v
         for k, v in base.items()
         if k not in RANK_VARIABLES
-        and k not in AMD_VISIBLE_VARIABLES
+        and k not in DROPPED_AT_LAUNCH
         and not k.startswith("TORCHELASTIC_")
     }
     return {**kept, **instance_environ(devices)}

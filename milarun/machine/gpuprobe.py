@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from milarun.machine import gpu
 from milarun.machine.gpu.base import XPU_UNMEASURED
 
-# NVIDIA's per-GPU nodes (not nvidiactl / nvidia-uvm) and AMD's compute node.
-_DEVICE_FILE = re.compile(r"nvidia\d+|kfd")
+# Every vendor's device nodes (NVIDIA's per-GPU nodes, not nvidiactl / nvidia-uvm; AMD's
+# compute node): the backends'.
+_DEVICE_FILE = re.compile("|".join(f"(?:{b.device_file})" for b in gpu.VENDORS))
 
 _PROBE = r"""
 import json, os
@@ -142,16 +144,7 @@ def unseen_gpus(
             f"them ({XPU_UNMEASURED}); name them with --devices 0,1,... to run on them, or pass "
             "--devices cpu:N to benchmark the CPU on purpose"
         )
-    if files and all(f.endswith("/kfd") for f in files):
-        fix = (
-            "install ROCm's amdsmi Python library (`amd-smi list` must list the GPUs), or "
-            "name the AMD GPUs with --devices 0,1,..."
-        )
-    else:
-        fix = (
-            "install the NVIDIA driver's libnvidia-ml and the nvidia-ml-py matching the "
-            "driver (nvidia-smi must list the GPUs)"
-        )
+    fix = gpu.by_device_files(files).library_fix
     return (
         f"{seen}, but {failure or f'{library} sees no GPU'}; {fix}, or pass "
         "--devices cpu:N to benchmark the CPU on purpose"

@@ -3,8 +3,9 @@ container image, and the versions and firmware of the GPU stack (``milarun packa
 it beside the run; ``jobs`` keeps it in the run folder at its start).
 
 Everything is read, nothing is imported or run but ``git`` (bounded) and the device
-backend (NVML, AMD SMI): a package list from the installed distributions' metadata, NCCL
-from its wheel (RCCL, on AMD, from the ROCm install's header), InfiniBand from
+backend (NVML, AMD SMI): a package list from the installed distributions' metadata, the
+collective library's version as the backend reads it (NCCL's wheel, the ROCm install's
+RCCL), InfiniBand from
 ``/sys/class/infiniband``.
 """
 
@@ -12,9 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -84,46 +83,6 @@ def installed_packages() -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def nccl_version(collective: str = "NCCL", rocm: Path | None = None) -> str | None:
-    """The version of the collective library torch's GPU backend loads: NCCL's from its
-    wheel (torch loads the one of nvidia-nccl-cu*); RCCL's (``collective`` "RCCL", on AMD)
-    from torch where this process imported it (torch.cuda.nccl.version() gives RCCL's on a
-    ROCm build), else from the ROCm install's rccl.h. RCCL numbers its versions by the
-    NCCL API it implements (2.21.5), so both read alike."""
-    if collective != "RCCL":
-        for dist in metadata.distributions():
-            name = (dist.metadata["Name"] or "").lower()
-            if name.startswith("nvidia-nccl"):
-                return dist.version
-        return None
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch.version, "hip", None):
-        try:
-            return ".".join(map(str, torch.cuda.nccl.version()))
-        except Exception:  # a build without RCCL: the header's, if any
-            pass
-    return rccl_header_version(rocm)
-
-
-def rccl_header_version(rocm: Path | None = None) -> str | None:
-    """``NCCL_MAJOR.NCCL_MINOR.NCCL_PATCH`` of the ROCm install's rccl.h (``rocm``, else
-    $ROCM_PATH, else /opt/rocm); None where there is none."""
-    root = rocm or Path(os.environ.get("ROCM_PATH") or "/opt/rocm")
-    for header in (root / "include" / "rccl" / "rccl.h", root / "include" / "rccl.h"):
-        try:
-            with open(header, encoding="utf-8", errors="replace") as f:
-                text = f.read(200_000)  # the defines are near its top
-        except OSError:
-            continue
-        parts = [
-            re.search(rf"^#define\s+NCCL_{part}\s+(\d+)\s*$", text, re.MULTILINE)
-            for part in ("MAJOR", "MINOR", "PATCH")
-        ]
-        if all(parts):
-            return ".".join(m.group(1) for m in parts if m)
-    return None
-
-
 def _read(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8", errors="replace").strip()[:200] or None
@@ -172,7 +131,7 @@ def container_image(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 def record(backend: gpu.Backend | None = None) -> dict[str, Any]:
     """The reproducibility record of this install and machine; ``nccl``: the version of
-    the collective library that ``collective`` names (NCCL, or RCCL on AMD)."""
+    the collective library the backend names (``collective``: NCCL, RCCL), as it reads it."""
     lock = ROOT / "uv.lock"
     if backend is None:
         backend = gpu.load()
@@ -182,7 +141,7 @@ def record(backend: gpu.Backend | None = None) -> dict[str, Any]:
         "uv_lock_sha256": sha256_file(lock) if lock.is_file() else None,
         "packages": installed_packages(),
         "container_image": container_image(),
-        "nccl": nccl_version(collective),
+        "nccl": backend.collective_version(),
         "collective": collective,
         "gpu_firmware": gpu_firmware(backend),
         "infiniband": infiniband(),

@@ -86,14 +86,11 @@ def _torch_info_unloaded() -> dict[str, Any]:
         value = getattr(node, "value", None)
         if isinstance(target, ast.Name) and target.id in names and isinstance(value, ast.Constant):
             info[names[target.id]] = value.value
+    wheel = gpu.Backend.library_wheels["cudnn"]  # the wheel a CUDA build loads cuDNN from
     for dist in metadata.distributions():
         name = dist.metadata["Name"] or ""
         parts = dist.version.split(".")
-        if (
-            name.startswith("nvidia-cudnn")
-            and len(parts) >= 3
-            and all(p.isdigit() for p in parts[:3])
-        ):
+        if name.startswith(wheel) and len(parts) >= 3 and all(p.isdigit() for p in parts[:3]):
             major, minor, patch = map(int, parts[:3])
             # cudnnGetVersion(): 9.19.0 -> 91900; before 9, 8.9.2 -> 8902
             info["cudnn"] = major * (10000 if major >= 9 else 1000) + minor * 100 + patch

@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from milarun.machine import devices
+from milarun.machine import devices, gpu
 from milarun.machine.gpu import datasheet
 
 # Level Zero's visible-devices variable (Intel GPUs): the GPUs torch.xpu sees, read once when
@@ -126,14 +126,23 @@ def precision_unavailable(precision: str, device: Any) -> str | None:
         return None
     if device.type != "cuda":
         return f"{precision} is a GPU tensor-core format; this device is {device.type}"
-    major, minor = torch.cuda.get_device_capability(device)
+    capability = tuple(torch.cuda.get_device_capability(device))
+    vendor = gpu.built_for(torch.version) or gpu.Backend
     if precision == "tf32":
-        return None if torch.version.hip or major >= 8 else "TF32 needs compute capability 8.0+"
+        need = vendor.tf32_runs_from
+        return None if capability >= need else f"TF32 needs compute capability {_dotted(need)}+"
     if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
         return "this torch has no torch._scaled_mm"
-    if not torch.version.hip and (major, minor) < (8, 9):
-        return f"FP8 needs compute capability 8.9+; this GPU is {major}.{minor}"
+    if capability < vendor.fp8_runs_from:
+        return (
+            f"FP8 needs compute capability {_dotted(vendor.fp8_runs_from)}+; "
+            f"this GPU is {_dotted(capability)}"
+        )
     return None
+
+
+def _dotted(capability: tuple[int, ...]) -> str:
+    return ".".join(map(str, capability))
 
 
 def fp8_dtype(device: Any) -> Any:
@@ -142,6 +151,6 @@ def fp8_dtype(device: Any) -> Any:
     row takes its runtime's (ROCm before CDNA 4: fnuz)."""
     import torch
 
-    runtime = "amd" if torch.version.hip else "nvidia"
-    name = datasheet.fp8_format(torch.cuda.get_device_name(device), runtime)
+    vendor = (gpu.built_for(torch.version) or gpu.Backend).vendor
+    name = datasheet.fp8_format(torch.cuda.get_device_name(device), vendor)
     return getattr(torch, name or "float8_e4m3fn")

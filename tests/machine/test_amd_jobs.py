@@ -115,15 +115,16 @@ def test_the_machine_record_gives_rccls_version_on_amd(tmp_path, monkeypatch):
     (rocm / "include" / "rccl").mkdir(parents=True)
     (rocm / "include" / "rccl" / "rccl.h").write_text(RCCL_H)
     monkeypatch.setenv("ROCM_PATH", str(rocm))
-    found = provenance.record(AmdSmiBackend(fake_amdsmi([mi300x()])))
+    backend = AmdSmiBackend(fake_amdsmi([mi300x()]))
+    found = provenance.record(backend)
     assert found["collective"] == "RCCL" and found["nccl"] == "2.21.5"
-    assert provenance.nccl_version("RCCL", tmp_path / "no-rocm") is None
+    assert backend.collective_version(tmp_path / "no-rocm") is None
     rocm_torch = SimpleNamespace(
         version=SimpleNamespace(hip="6.4.43482"),
         cuda=SimpleNamespace(nccl=SimpleNamespace(version=lambda: (2, 22, 3))),
     )
     monkeypatch.setitem(sys.modules, "torch", rocm_torch)
-    assert provenance.nccl_version("RCCL", tmp_path / "no-rocm") == "2.22.3"
+    assert backend.collective_version(tmp_path / "no-rocm") == "2.22.3"
 
 
 def test_jobs_modern_plans_each_instance_on_its_mi300x(tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from milarun.machine.gpu import runtime_version
 from milarun.machine.sysinfo import cpu_model
 
 VERSION = 1  # of the computation: a reference is kept per version
@@ -141,7 +142,7 @@ def on_torch(device: Any) -> dict[str, Any]:
         torch.set_float32_matmul_precision(precision)
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        runtime = f"cuda {torch.version.cuda or torch.version.hip}"
+        runtime = f"cuda {runtime_version(torch.version)}"
     else:
         name, runtime = cpu_model(), "cpu"
     stack = f"{name} | torch {torch.__version__} | {runtime} | fingerprint v{VERSION}"

@@ -28,6 +28,7 @@ import torch
 
 from milarun.doctor.active import fingerprint
 from milarun.doctor.active.probe_recorder import Recorder, sample_seconds
+from milarun.machine.gpu import runtime_version
 from milarun.machine.torchdevice import fp8_dtype, precision_unavailable
 
 TERA, GIGA = 1e12, 1e9
@@ -177,7 +178,7 @@ def measure(recorder: Recorder, spec: dict[str, Any], level: dict[str, float]) -
             "capability": list(torch.cuda.get_device_capability(device)),
             "memory": int(props.total_memory),
             "torch": torch.__version__,
-            "cuda": torch.version.cuda or torch.version.hip,
+            "cuda": runtime_version(torch.version),
         }
     else:
         recorder.data["device"] = {"name": "cpu", "torch": torch.__version__}

@@ -28,7 +28,7 @@ from milarun.doctor.active.verdicts import (
     sibling,
 )
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check, worst
-from milarun.machine.gpu.base import PLAIN_TOOLS, Tools
+from milarun.machine.gpu import Backend, Tools
 from milarun.report.render.format import plain
 
 GEMM_PHASES = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8")
@@ -58,7 +58,7 @@ class Probed:
     planned_cpus: list[int] | None = None  # CPU slices: the plan's CPUs
     placement: str | None = None  # CPU slices: the student groups, or "pinned"
     library: str = "NVML"  # the backend that read the GPU, as messages name it
-    tools: Tools = PLAIN_TOOLS  # its vendor's commands, for the fixes
+    tools: Tools = Backend.tools  # its vendor's commands, for the fixes (plain: both)
     pid: int | None = None  # the child's process id
     others: float | None = None  # GPUs: others' share of the probes' CPUs (None: not measured)
 

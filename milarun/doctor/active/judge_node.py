@@ -8,13 +8,12 @@ from __future__ import annotations
 from milarun.doctor.active.judge import Probed, metric, probe_check
 from milarun.doctor.active.verdicts import Figure
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
-from milarun.machine.gpu import datasheet
-from milarun.machine.gpu.base import PLAIN_TOOLS, Tools
+from milarun.machine.gpu import Backend, Tools, datasheet
 
 COLLECTIVE_WARN, COLLECTIVE_FAIL = 0.9, 0.7  # of the datasheet's bus bandwidth for the path
 
 
-def skipped(gpus: int, tools: Tools = PLAIN_TOOLS) -> list[Check]:
+def skipped(gpus: int, tools: Tools = Backend.tools) -> list[Check]:
     """Why there is no node check on this machine."""
     library = tools.collective
     reason = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
-from milarun.machine.gpu import Backend, GpuInfo, bus_id
+from milarun.machine.gpu import Backend, GpuInfo, bus_id, unloaded
 from milarun.machine.gpuprobe import TorchGPUs
 
 MEMORY_TOLERANCE = 0.02  # torch's total excludes what the driver reserves (~0.6% on an H100)
@@ -72,15 +72,10 @@ def _without_backend(
         seen.append(f"torch sees {_plural(torch.count, 'GPU')}")
     if not seen:
         return Check("GPUs", INFO, "no GPU: this machine benchmarks CPU slices (--devices cpu:N)")
-    if torch.versions.get("hip") and not backend.rocm:  # AMD GPUs, AMD SMI not loaded
-        return Check(
-            "GPUs",
-            WARN,
-            f"AMD GPUs ({'; '.join(seen)}): no AMD SMI here ({reason}), so no GPU "
-            "inventory, energy or health",
-            "install ROCm's amdsmi Python library (`amd-smi list` must list the GPUs), or "
-            "give `jobs` the ids: --devices 0,1,...",
-        )
+    vendor = unloaded(torch.versions, backend)  # its GPUs run by id, without its library
+    if vendor is not None and vendor.unloaded_warning:
+        said = vendor.unloaded_warning.format(seen="; ".join(seen), reason=reason)
+        return Check("GPUs", WARN, said, vendor.library_fix)
     return Check("GPUs", FAIL, f"{reason}, but {'; '.join(seen)}", backend.unlisted_fix)
 
 
@@ -147,8 +142,9 @@ def cudnn_text(value: int | None) -> str:
 
 
 def versions(backend: Backend, torch: TorchGPUs, gpus: list[GpuInfo]) -> Check:
-    """Driver, CUDA, cuDNN and NCCL; torch's CUDA must not be newer than the driver's (on
-    AMD: the driver, HIP and RCCL; torch must be a ROCm build)."""
+    """The driver, torch's runtime (CUDA, HIP), cuDNN and the collective library (NCCL,
+    RCCL), as the backend words them; torch must be built for the GPUs' vendor, and its
+    runtime not newer than the driver's where the backend tells the driver's (CUDA)."""
     if torch.error:
         return Check("versions", FAIL, torch.error, "`uv sync` (torch must import here)")
     v = torch.versions
@@ -156,56 +152,50 @@ def versions(backend: Backend, torch: TorchGPUs, gpus: list[GpuInfo]) -> Check:
     if not gpus:
         runtime = f"CUDA {v['cuda']}" if v.get("cuda") else "CPU build"
         return Check("versions", INFO, f"{built} ({runtime}); no GPU driver in use")
-    if backend.rocm:
-        return _rocm_versions(backend, v, built)
     try:
         driver = backend.driver()
-        supports = backend.runtime_version() or (0, 0)
+        supports = backend.runtime_version()
     except Exception as err:
         return Check(
             "versions",
             FAIL,
             f"{backend.label} cannot tell the driver version: {err}",
-            "reinstall the NVIDIA driver",
+            backend.driver_fix,
         )
-    detail = (
-        f"driver {driver} (CUDA {supports[0]}.{supports[1]}); {built}: CUDA {v.get('cuda')}, "
-        f"cuDNN {cudnn_text(v.get('cudnn'))}, NCCL {v.get('nccl') or 'none'}"
+    said = {k: v.get(k) for k in ("cuda", "hip")}
+    detail = backend.versions_line.format(
+        driver=driver,
+        supports=".".join(map(str, supports or (0, 0))),
+        built=built,
+        cudnn=cudnn_text(v.get("cudnn")),
+        nccl=v.get("nccl") or "none",
+        **said,
     )
-    if not v.get("cuda"):
-        return Check("versions", FAIL, detail, "torch is a CPU build: install a CUDA build")
-    torch_cuda = tuple(int(x) for x in str(v["cuda"]).split(".")[:2])
-    if torch_cuda[0] > supports[0]:
+    ours = v.get(backend.torch_build)
+    if not ours:
+        return Check("versions", FAIL, detail, backend.build_fix)
+    return _runtime_against_driver(detail, str(ours), supports)
+
+
+def _runtime_against_driver(detail: str, ours: str, supports: tuple[int, int] | None) -> Check:
+    """torch's runtime (``ours``) against the newest the driver runs (``supports``; None:
+    the backend does not tell, nothing to compare)."""
+    if supports is None:
+        return Check("versions", PASS, detail)
+    runtime = tuple(int(x) for x in ours.split(".")[:2])
+    if runtime[0] > supports[0]:
         return Check(
             "versions",
             FAIL,
             detail + ": torch's CUDA is newer than the driver supports",
-            f"install a driver for CUDA {v['cuda']} or newer, or a torch built for "
-            f"CUDA {supports[0]}.x",
+            f"install a driver for CUDA {ours} or newer, or a torch built for CUDA {supports[0]}.x",
         )
-    if torch_cuda > supports:  # same major: CUDA's minor-version compatibility runs it, mostly
+    if runtime > supports:  # same major: CUDA's minor-version compatibility runs it, mostly
         return Check(
             "versions",
             WARN,
             detail + ": torch's CUDA is newer than the driver's "
             "(minor-version compatibility: no PTX JIT)",
-            f"update the driver to one for CUDA {v['cuda']} or newer",
+            f"update the driver to one for CUDA {ours} or newer",
         )
-    return Check("versions", PASS, detail)
-
-
-def _rocm_versions(backend: Backend, v: dict[str, Any], built: str) -> Check:
-    """The AMD driver, torch's HIP and RCCL (ROCm's NCCL, which torch.cuda.nccl reports)."""
-    try:
-        driver = backend.driver()
-    except Exception as err:
-        return Check(
-            "versions",
-            FAIL,
-            f"{backend.label} cannot tell the driver version: {err}",
-            "reinstall the amdgpu driver (ROCm)",
-        )
-    detail = f"amdgpu driver {driver}; {built}: HIP {v.get('hip')}, RCCL {v.get('nccl') or 'none'}"
-    if not v.get("hip"):
-        return Check("versions", FAIL, detail, "torch is not a ROCm build: install a ROCm build")
     return Check("versions", PASS, detail)

@@ -22,7 +22,7 @@ def _persistence(h: Health, i: int, backend: Backend) -> Finding | None:
         WARN,
         "off: the driver drops the GPU's state when no process uses it, and each "
         "run's start pays to set it up again",
-        f"`sudo nvidia-smi -i {i} -pm 1` (or run nvidia-persistenced)",
+        (backend.persistence_fix or "").format(i=i) or None,
     )
 
 
@@ -37,7 +37,7 @@ def _mig(h: Health, i: int, backend: Backend) -> Finding | None:
         return (
             WARN,
             f"{state}: the suite benchmarks whole GPUs",
-            f"`sudo nvidia-smi -i {i} -mig 0`, then reset the GPU ({backend.reset_command(i)})",
+            f"{backend.partition_fix.format(i=i)}, then reset the GPU ({backend.reset_command(i)})",
         )
     return PASS, "off", None
 
@@ -87,7 +87,7 @@ def _clocks(h: Health, i: int, backend: Backend) -> Finding | None:
         return (
             WARN,
             detail + f": application clock below its default {default} MHz",
-            f"`sudo nvidia-smi -i {i} -rac` (reset the application clocks)",
+            backend.app_clock_fix.format(i=i),
         )
     idle = " (an idle GPU clocks down)" if now is not None and top and now < top else ""
     return PASS, detail + idle, None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun.machine.gpu import datasheet
+from milarun.machine.gpu import rocm as rocm_install
 from milarun.machine.gpu.base import (
     HW_SLOWDOWN,
     HW_THERMAL,
@@ -95,7 +96,28 @@ class AmdSmiBackend(Backend):
     label = "AMD SMI"
     vendor = "amd"
     list_command = "`amd-smi list`"
-    rocm = True
+    # ROCm's torch: a HIP build, its GPUs torch's "cuda" devices, CUDA_VISIBLE_DEVICES
+    # HIP's alias (read where HIP_VISIBLE_DEVICES is unset), after ROCR's own variable
+    torch_build = "hip"
+    visible_variables = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+    visible_aliases = (("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),)
+    tf32_runs_from = fp8_runs_from = (0, 0)  # every GPU ROCm's torch runs
+    tf32_counted_from = None  # ROCm's fp32 is not counted at a TF32 peak
+    device_file = r"kfd"
+    versions_line = "amdgpu driver {driver}; {built}: HIP {hip}, RCCL {nccl}"
+    driver_fix = "reinstall the amdgpu driver (ROCm)"
+    build_fix = "torch is not a ROCm build: install a ROCm build"
+    persistence_fix = None  # the driver keeps its GPUs' state: no persistence mode
+    partition_fix = "`sudo amd-smi set -g {i} -C SPX`"  # one compute partition
+    app_clock_fix = "`sudo amd-smi reset -g {i} -c` (reset the clocks)"
+    unloaded_warning = (
+        "AMD GPUs ({seen}): no AMD SMI here ({reason}), so no GPU inventory, energy or health"
+    )
+    library_fix = (
+        "install ROCm's amdsmi Python library (`amd-smi list` must list the GPUs), or "
+        "give `jobs` the GPUs' ids: --devices 0,1,..."
+    )
+    library_wheels: dict[str, str] = {}  # RCCL comes with ROCm's torch, or the ROCm install
     clock_name = "GFX"
     list_tool = "`amd-smi list`"
     power_fix = "`sudo amd-smi set -g {i} -o {w:.0f}`"
@@ -367,6 +389,10 @@ class AmdSmiBackend(Backend):
             "max_width": pcie["max_width"],
             "max_sm_clock": self._clock(handle, "max_clk"),
         }
+
+    def collective_version(self, rocm: Path | None = None) -> str | None:
+        """RCCL's: torch's, else the ROCm install's header (``rocm``: its root)."""
+        return rocm_install.rccl_version(rocm)
 
     def events(self, handles: list[Any]) -> Events:
         return Events("AMD SMI's events are not read here: check `dmesg` for amdgpu errors")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 # The clock-event (throttle) bits of a monitor sample's ``clock_events``, and of the doctor's
@@ -141,6 +142,16 @@ def bus_id(value: Any) -> str:
         return value.upper()
 
 
+def wheel_version(prefix: str | None) -> str | None:
+    """The version of the installed distribution whose name starts with ``prefix``."""
+    if not prefix:
+        return None
+    for dist in metadata.distributions():
+        if (dist.metadata["Name"] or "").lower().startswith(prefix):
+            return str(dist.version)
+    return None
+
+
 class Backend:
     """The plain backend: no library answers here (``reason`` says why), no GPU is seen
     and nothing is measured. Vendor backends override every method."""
@@ -151,11 +162,42 @@ class Backend:
     list_command = "`nvidia-smi -L` or `amd-smi list`"  # lists the GPU ids
     selects_by_uuid = False  # instances get their GPU by UUID (else by index)
     tools = PLAIN_TOOLS  # the vendor's commands, for the doctor's fixes
-    # What the doctor says of this vendor's GPUs, so that no consumer tests the vendor: the
-    # plain backend says NVIDIA's (a machine with GPUs but no library is most often one
-    # whose NVML is missing).
-    rocm = False  # the GPUs run HIP/ROCm: the versions are the driver's, HIP's and RCCL's
+    # What is known of this vendor's GPUs, so that no consumer tests the vendor: the plain
+    # backend says NVIDIA's (a machine with GPUs but no library is most often one whose NVML
+    # is missing). How torch and the processes see them:
+    torch_build = "cuda"  # torch.version's attribute a build for these GPUs sets
+    torch_device = "cuda"  # torch's device type of these GPUs
+    # the variables that choose the visible GPUs, in the order the runtime reads them, and
+    # (variable, alias) pairs where the first, set, makes the runtime ignore the second
+    visible_variables: tuple[str, ...] = ("CUDA_VISIBLE_DEVICES",)
+    visible_aliases: tuple[tuple[str, str], ...] = ()
+    # compute capability from which the GPU runs TF32 and FP8 matrix products; from which
+    # torch's fp32 runs as TF32 counted at TF32's peak (None: never counted as TF32)
+    tf32_runs_from: tuple[int, int] = (8, 0)
+    fp8_runs_from: tuple[int, int] = (8, 9)
+    tf32_counted_from: tuple[int, int] | None = (8, 0)
+    device_file = r"nvidia\d+"  # its device nodes in /dev (a regular expression)
+    # What the doctor says: the versions line ({driver}, {supports}: the newest runtime
+    # the driver runs, {built}: torch, {cuda}/{hip}/{cudnn}/{nccl}: torch's), its fixes
+    versions_line = (
+        "driver {driver} (CUDA {supports}); {built}: CUDA {cuda}, cuDNN {cudnn}, NCCL {nccl}"
+    )
+    driver_fix = "reinstall the NVIDIA driver"
+    build_fix = "torch is a CPU build: install a CUDA build"
+    persistence_fix: str | None = "`sudo nvidia-smi -i {i} -pm 1` (or run nvidia-persistenced)"
+    partition_fix = "`sudo nvidia-smi -i {i} -mig 0`"  # MIG off
+    app_clock_fix = "`sudo nvidia-smi -i {i} -rac` (reset the application clocks)"
+    # where the GPUs are seen (device files, torch) but this library is not loaded: the
+    # warning of a vendor whose GPUs `jobs` runs by their ids (None: the run fails) and the fix
+    unloaded_warning: str | None = None
+    library_fix = (
+        "install the NVIDIA driver's libnvidia-ml and the nvidia-ml-py matching the "
+        "driver (nvidia-smi must list the GPUs)"
+    )
     clock_name = "SM"  # the compute clock
+    # the wheels torch loads its GPU libraries from (prefixes of their names): the
+    # collective library's, whose version the provenance records, and cuDNN's
+    library_wheels: dict[str, str] = {"nccl": "nvidia-nccl", "cudnn": "nvidia-cudnn"}
     list_tool = "`nvidia-smi`"  # the command that must list the GPUs
     power_fix = "`sudo nvidia-smi -i {i} -pl {w:.0f}`"  # the power limit set back to {w} W
     unlisted_fix = (
@@ -251,6 +293,11 @@ class Backend:
 
     def events(self, handles: list[Any]) -> Events:
         return Events(f"{self.label} gives no XID events here")
+
+    def collective_version(self) -> str | None:
+        """The version of the collective library torch's GPU backend loads (tools.collective):
+        NCCL's, from its wheel; None where it is not installed."""
+        return wheel_version(self.library_wheels.get("nccl"))
 
     def reset_command(self, index: int | str) -> str:
         """The command that resets GPU ``index`` (for the doctor's fixes)."""
