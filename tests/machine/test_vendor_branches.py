@@ -53,13 +53,24 @@ def _vendor_word(text: str) -> bool:
     return any(w.lower() in VENDOR_WORDS for w in words)
 
 
+def _names_the_vendor(node: ast.AST) -> bool:
+    """A name or attribute that says "vendor" (``vendor``, ``gpu_vendor``, ``b.vendor``)."""
+    word = getattr(node, "id", None) or getattr(node, "attr", None) or ""
+    return "vendor" in re.findall(r"[a-z]+", word.lower())
+
+
 def _says_vendor(expr: ast.AST) -> str | None:
+    if isinstance(expr, ast.Compare) and any(
+        isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in expr.ops
+    ):
+        for side in (expr.left, *expr.comparators):
+            if any(_names_the_vendor(n) for n in ast.walk(side)):
+                return "a vendor compared"
     for node in ast.walk(expr):
         if isinstance(node, ast.Name) and _vendor_word(node.id):
             return node.id
-        if isinstance(node, ast.Attribute):
-            if _vendor_word(node.attr) or node.attr == "vendor":
-                return f".{node.attr}"
+        if isinstance(node, ast.Attribute) and _vendor_word(node.attr):
+            return f".{node.attr}"
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if node.value in IDENTITIES or _vendor_word(node.value):
                 return repr(node.value)
@@ -105,7 +116,7 @@ def test_the_branch_check_names_each_planted_branch(tmp_path):
     (copy / "machine" / "gpu").mkdir(parents=True)
     (copy / "machine" / "gpu" / "amd.py").write_text("x = 1 if torch.version.hip else 2\n")
     planted = {
-        "a.py": 'if backend.vendor == "x":\n    pass\n',  # the identity, any value
+        "a.py": 'if backend.vendor == "x":\n    pass\nok = gpu_vendor in kinds\n',
         "b.py": 'flag = gpu.name != "amdsmi"\n',  # a backend's name
         "c.py": "fix = PLAIN if not backend.rocm else AMD\n",
         "d.py": "ok = [g for g in gpus if isinstance(g.backend, NvmlBackend)]\n",
@@ -117,7 +128,8 @@ def test_the_branch_check_names_each_planted_branch(tmp_path):
     for name, source in planted.items():
         (copy / name).write_text(source)
     assert vendor_branches(copy) == [
-        "milarun/a.py:1: .vendor",
+        "milarun/a.py:1: a vendor compared",
+        "milarun/a.py:3: a vendor compared",
         "milarun/b.py:1: 'amdsmi'",
         "milarun/c.py:1: .rocm",
         "milarun/d.py:1: isinstance of a backend",
