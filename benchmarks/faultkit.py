@@ -1,5 +1,5 @@
-"""What the fault campaign's scenarios share (benchmarks/faults.py, faults_part2.py): the real
-`milarun` CLI in subprocesses, a profile, the processes a scenario left, its results."""
+"""What the fault campaign's scenarios share (benchmarks/faults.py and its faults_<topic>.py):
+the real `milarun` CLI in subprocesses, a profile, the processes a scenario left, its results."""
 
 from __future__ import annotations
 

@@ -7,13 +7,15 @@ lost (an instance that ran but left no result). Prints one line per scenario and
     sudo uv run python benchmarks/faults.py        # root: the full-disk scenarios mount a tmpfs
     sudo uv run python benchmarks/faults.py disk log   # only the scenarios named so
 
-The second part (issue 24: readers, the log cap, a disk filling mid-suite, names, a zero
-rate) is in faults_part2.py, the third in faults_part3.py, warm starts (issue 36) in
-faults_part4.py, the results database (issue 40) in faults_part5.py and faults_postgres.py,
-bid packages and a machine's limits in faults_part6.py, doctor probes in faults_part7.py,
-forged bid packages (issue 42) in faults_forgery.py, work lost or left unexplained (issue
-50: a disk filling under `jobs`, stop signals to the doctor, ...) in faults_lost_work.py;
-the helpers they share are in faultkit.py.
+The other scenarios are in a module per topic: folders and files (issue 24: readers, the
+log cap, a disk filling mid-suite, names, a zero rate) in faults_folders.py, the supervisor
+(runs cut short, signals, escaped processes) in faults_supervisor.py, warm starts (issue 36)
+in faults_warm_start.py, the results database (issue 40) in faults_database.py and
+faults_postgres.py (its server: postgres_server.py), bid packages and a machine's limits in
+faults_part6.py, the doctor's probes in faults_doctor.py, forged bid packages (issue 42) in
+faults_forgery.py, work lost or left unexplained (issue 50: a disk filling under `jobs`, stop
+signals to the doctor, ...) in faults_lost_work.py; the helpers they share are in
+faultkit.py.
 `faults.py db: bid: doctor: limits:` runs issue 40's alone.
 """
 
@@ -43,15 +45,15 @@ from faultkit import (
     stragglers,
     wrong_content,
 )
+from faults_database import SCENARIOS as DATABASE
+from faults_doctor import SCENARIOS as DOCTOR
+from faults_folders import SCENARIOS as FOLDERS
 from faults_forgery import SCENARIOS as FORGERY  # forged bid packages (issue 42)
 from faults_lost_work import SCENARIOS as LOST_WORK  # full disk, stop signals, ... (issue 50)
-from faults_part2 import SCENARIOS as PART2
-from faults_part3 import SCENARIOS as PART3
-from faults_part4 import SCENARIOS as PART4
-from faults_part5 import SCENARIOS as PART5
 from faults_part6 import SCENARIOS as PART6
-from faults_part7 import SCENARIOS as PART7
 from faults_postgres import SCENARIOS as POSTGRES
+from faults_supervisor import SCENARIOS as SUPERVISOR
+from faults_warm_start import SCENARIOS as WARM_START
 
 from fullfs import fill_up, full_tmpfs  # shared with the tests (faultkit puts tests/ on the path)
 from milarun.results import manifest
@@ -311,13 +313,13 @@ def main() -> None:
     words = [w.lower() for w in sys.argv[1:]]
     every = {
         **SCENARIOS,
-        **PART2,
-        **PART3,
-        **PART4,
-        **PART5,
+        **FOLDERS,
+        **SUPERVISOR,
+        **WARM_START,
+        **DATABASE,
         **POSTGRES,
         **PART6,
-        **PART7,
+        **DOCTOR,
         **FORGERY,
         **LOST_WORK,
     }

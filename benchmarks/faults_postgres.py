@@ -1,73 +1,23 @@
 """The fault campaign, the PostgreSQL server under faults (issue 40; the results database's
-other faults are in faults_part5.py): two ingests of one folder at once, the server stopped
+other faults are in faults_database.py): two ingests of one folder at once, the server stopped
 (immediate) while an ingest writes, a server down or frozen (SIGSTOP) when a command starts.
-The server is the throw-away one of scripts/postgres-dev.sh (skipped, with why, where it
-cannot start), which a scenario may stop and start. Run by faults.py."""
+The server is the throw-away one of scripts/postgres-dev.sh (postgres_server.py; skipped,
+with why, where it cannot start), which a scenario may stop and start. Run by faults.py."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
-from faultkit import ROOT, Outcome, milarun, one_line, start, wait_for
-from faults_part5 import BIG, big_folder, held, two_ingests_at_once
+from faultkit import Outcome, milarun, one_line, start, wait_for
+from faults_database import BIG, big_folder, held, two_ingests_at_once
+from postgres_server import postgres
 
 from resultfactory import run_folder
-
-SCRIPT = ROOT / "scripts" / "postgres-dev.sh"
-
-
-@dataclass
-class Postgres:
-    """The throw-away server (scripts/postgres-dev.sh), which a scenario may stop and start."""
-
-    url: str
-    folder: Path
-
-    def _ctl(self, *args: str) -> None:
-        bin_dir = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
-        owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.run([*owner, str(bin_dir / "pg_ctl"), "-D", str(self.folder / "data"), *args],
-                       capture_output=True, timeout=120, check=True)  # fmt: skip
-
-    def stop(self) -> None:
-        self._ctl("-m", "immediate", "-w", "stop")
-
-    def start(self) -> None:
-        port = (self.folder / "port").read_text().strip()
-        options = f"-h 127.0.0.1 -p {port} -k {self.folder} -c fsync=off"
-        self._ctl("-l", str(self.folder / "server.log"), "-w", "-t", "60", "-o", options, "start")
-
-    def postmaster(self) -> int:
-        return int((self.folder / "data" / "postmaster.pid").read_text().split()[0])
-
-
-@contextlib.contextmanager
-def postgres() -> Iterator[Postgres | str]:
-    """A server for the scenario, or why there is none."""
-    if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
-        yield "skipped: PostgreSQL is not installed (apt-get install postgresql)"
-        return
-    top = Path(tempfile.mkdtemp(prefix="milarun-pg-"))
-    top.chmod(0o755)  # the server's user must reach it
-    env = {**os.environ, "MILARUN_POSTGRES_DEV": str(top / "server")}
-    up = subprocess.run([SCRIPT, "up"], capture_output=True, text=True, env=env, timeout=120)
-    try:
-        if up.returncode != 0:
-            yield f"skipped: the throw-away PostgreSQL did not start: {up.stderr.strip()[-100:]}"
-        else:
-            yield Postgres(up.stdout.strip(), top / "server")
-    finally:
-        subprocess.run([SCRIPT, "down"], capture_output=True, env=env, timeout=120)
-        shutil.rmtree(top, ignore_errors=True)
 
 
 def pg_two_ingests(tmp: Path) -> Outcome:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
-from faults_postgres import postgres  # noqa: E402
+from postgres_server import postgres  # noqa: E402
 
 import serverkit  # noqa: E402
 from serverkit import Server  # noqa: E402

@@ -1,6 +1,6 @@
-"""The results database under the faults of benchmarks/faults_part5.py (issue 40): a read-only
-copy is read (and refused for writing in one line), a damaged SQLite file says what to do, a
-PostgreSQL server that never answers is an error within seconds, not a hang."""
+"""The results database under the faults of benchmarks/faults_database.py (issue 40): a
+read-only copy is read (and refused for writing in one line), a damaged SQLite file says what
+to do, a PostgreSQL server that never answers is an error within seconds, not a hang."""
 
 from __future__ import annotations
 

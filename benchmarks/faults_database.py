@@ -1,11 +1,10 @@
-"""The fault campaign, part 5 (issue 40): the results database under faults. `db ingest`
+"""The fault campaign, the results database under faults (issue 40). `db ingest`
 SIGKILLed (alone, and as the ingest that ends a `jobs --db` run), two ingests of one folder at
 once, a truncated or damaged SQLite file, a read-only one, hostile results in an ingested
 folder (SQLite and PostgreSQL), a schema from a newer milarun. Each ingest must be all or
 nothing, a second one add nothing, every error one line, the database stay openable,
 `history` and `db regressions` show no half-ingested run. The PostgreSQL server's own faults
-are in faults_postgres.py; bid packages and a machine's limits in faults_part6.py, doctor
-probes in faults_part7.py. Run by faults.py."""
+are in faults_postgres.py (the throw-away server: postgres_server.py). Run by faults.py."""
 
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faultkit import Outcome, clean, milarun, one_line, plant, profile, start, wait_for
+from postgres_server import Postgres, postgres
 
 from fullfs import read_only_tmpfs
 from resultfactory import result, run_folder, write
@@ -278,8 +278,6 @@ def hostile_results(tmp: Path) -> Outcome:
         data = result(name, f"0.{i}", None if "failure" in kw else 100.0, **kw, **extra)
         path = plant(write(folder, data, f"h{i}.J0.{i}.20260101-000000-{i:06d}.json"))
         path.write_text(path.read_text().replace(DEEP, "[" * 100_000 + "]" * 100_000))
-    from faults_postgres import Postgres, postgres  # which imports this module
-
     urls = [_sqlite(tmp)]
     with postgres() as server:
         urls += [server.url] if isinstance(server, Postgres) else []

@@ -1,7 +1,7 @@
-"""The fault campaign, part 3 (issue 24 A-C, E, F, K, M, N, O and the runaway line): runs cut
-short in their first job or a later repeat, prepare commands under signals, processes that
-escape their instance, --html into a pipe, reruns that cannot be reproduced, a gather cut
-short by a full disk. Run by faults.py."""
+"""The fault campaign, the supervisor (issue 24 A-C, E, F, K, M, N, O and the runaway line):
+runs cut short in their first job or a later repeat, prepare commands under signals,
+processes that escape their instance, --html into a pipe, reruns that cannot be reproduced,
+a gather cut short by a full disk. Run by faults.py."""
 
 from __future__ import annotations
 

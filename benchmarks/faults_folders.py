@@ -1,7 +1,7 @@
-"""The fault campaign, part 2 (issue 24): readers that trusted their input (a folder where a
-JSON file is read, a hand-damaged run manifest, names of any length), a disk that fills in the
-middle of a suite, a closed stdout's exit code (faults.py's `jobs | head -1`), the log cap's
-variable and what it counts, a run that measured 0 examples/s. Run by faults.py."""
+"""The fault campaign, folders and files (issue 24): readers that trusted their input (a folder
+where a JSON file is read, a hand-damaged run manifest, names of any length), a disk that fills
+in the middle of a suite, a closed stdout's exit code (faults.py's `jobs | head -1`), the log
+cap's variable and what it counts, a run that measured 0 examples/s. Run by faults.py."""
 
 from __future__ import annotations
 

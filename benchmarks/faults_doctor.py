@@ -1,10 +1,10 @@
-"""The fault campaign, part 7 (issue 40): doctor probes under faults. A probe SIGKILLed, SIGILLed
-or hung past its timeout during `doctor --active` and `jobs --doctor quick` (the real CLI on
-CPU slices, the real probes), a probe dying of a CUDA error or hung on a GPU (the fakes that
-tests/doctor uses: NVML and a probe child that writes what the torch one would), SIGINT to
-the doctor and to `jobs --doctor`. The record must say which probe and why, `jobs` refuse
-to start on a FAIL and start with --force, no probe process outlive the doctor.
-Run by faults.py; `python faults_part7.py MODE ...` is its fake-GPU doctor (see fake_doctor)."""
+"""The fault campaign, the doctor (issue 40): doctor probes under faults. A probe SIGKILLed,
+SIGILLed or hung past its timeout during `doctor --active` and `jobs --doctor quick` (the real
+CLI on CPU slices, the real probes), a probe dying of a CUDA error or hung on a GPU (the fakes
+that tests/doctor uses: NVML and a probe child that writes what the torch one would), SIGINT to
+the doctor and to `jobs --doctor`. The record must say which probe and why, `jobs` refuse to
+start on a FAIL and start with --force, no probe process outlive the doctor. Run by faults.py;
+`python faults_doctor.py MODE ...` is its fake-GPU doctor (see fake_doctor)."""
 
 from __future__ import annotations
 

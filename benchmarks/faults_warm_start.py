@@ -1,4 +1,4 @@
-"""The fault campaign, part 4 (issue 36): warm starts. Instances forked from a warm process
+"""The fault campaign, warm starts (issue 36). Instances forked from a warm process
 that is SIGKILLed between and during instances, forked instances SIGKILLed, segfaulting and
 OOM-killed, a test that leaks a thread and spoils torch's globals before the next fork.
 Each run must lose nothing and say how each instance started. Run by faults.py."""
