@@ -280,7 +280,7 @@ def disk_fills_mid_run(tmp: Path) -> Outcome:
         finished = [r for r in results_in(out) if r["name"] == "p.a"]
         whole = all(isinstance(load_result(p), dict) for p in out.glob("p.a.*.json"))
         runs = manifest.run_manifests(out)
-        status = runs[0][1]["status"] if runs else None
+        status = runs[0][1].status if runs else None
         cut = manifest.cut_short(out)
         report = milarun("report", out)
     lost = "p.fill (J0.0, J0.1), p.b (J0.0, J0.1)"

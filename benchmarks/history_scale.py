@@ -117,7 +117,7 @@ def files_ingest(folder: Path, week: int, nodes: int, tests: int, db: str) -> No
     """The whole `milarun db ingest` command on one week written as files."""
     results = week_results(week, nodes, tests, random.Random(week))
     folder.mkdir(parents=True, exist_ok=True)
-    started = manifest.RunManifest.start(folder, "fleet", [], 1, ["cuda:0"])
+    started = manifest.ManifestWriter.start(folder, "fleet", [], 1, ["cuda:0"])
     started.finish("complete")
     for data in results:
         write(folder / data["node"], data)

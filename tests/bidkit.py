@@ -1,7 +1,7 @@
 """Bids with known numbers, for the tender tests and the tender scale benchmark.
 
 A synthetic run folder is what `milarun jobs` leaves: results made by the harness's own
-builder (resultfactory), a run manifest written and completed by the real RunManifest, and
+builder (resultfactory), a run manifest written and completed by the real ManifestWriter, and
 the machine record and the profile as run kept beside it. Its results carry exactly the
 quick profile's arguments, each instance its own student cgroup and CPUs.
 """
@@ -54,7 +54,9 @@ def synthetic_run(
     instances = [
         (t, f"{r}.{d}") for r in range(repeat) for t in sorted(rates) for d in range(devices)
     ]
-    record = manifest.RunManifest.start(folder, PROFILE, sorted(rates), repeat, labels, instances)
+    record = manifest.ManifestWriter.start(
+        folder, PROFILE, sorted(rates), repeat, labels, instances
+    )
     record.keep_machine()
     record.keep("profile", find_profile(PROFILE).read_text(encoding="utf-8"))
     version = sysinfo.milarun_version()
@@ -83,14 +85,12 @@ def synthetic_run(
             test, job_id, None, rates=rate_series(steady), device=f"cpu:{device}", **extra
         )
         # it ran while the run did (the evidence rule reads the manifest's times)
-        data["timings"]["train"]["start"] = data["finished_at"] = record.data["started_at"]
+        data["timings"]["train"]["start"] = data["finished_at"] = record.manifest.started_at
         stamp = f"20260101-000000-{i:06d}"
         path = write(folder, data, result_filename(test, job_id, True, stamp))
         write_log(folder, data, path)
         # as instance_ended records it, saved once at the end (10,000 rewrites would be slow)
-        record.data["ended"].append(
-            {"test": test, "job_id": job_id, "success": True, "result": path.name}
-        )
+        record.manifest.ended.append(manifest.EndedInstance(test, job_id, True, path.name))
     if complete:
         record.finish("complete")
     else:

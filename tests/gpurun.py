@@ -59,7 +59,7 @@ def gpu_run(
         envs = [devices.instance_environ([d]) for d in devs]
         instances = [(t, f"{r}.{d.id}") for r in range(repeat) for t in sorted(rates) for d in devs]
         labels = [d.label for d in devs]
-        record = manifest.RunManifest.start(
+        record = manifest.ManifestWriter.start(
             folder, bidkit.PROFILE, sorted(rates), repeat, labels, instances
         )
         record.keep_machine()

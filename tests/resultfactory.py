@@ -162,8 +162,8 @@ def run_folder(
     and device (``rates``: test -> one steady rate per device, NaN: a failed instance);
     ``gpus``: device -> GPU UUID."""
     folder.mkdir(parents=True, exist_ok=True)
-    started = manifest.RunManifest.start(folder, "quick", sorted(rates), 1, ["cpu:0"])
-    started.data["started_at"] = started_at
+    started = manifest.ManifestWriter.start(folder, "quick", sorted(rates), 1, ["cpu:0"])
+    started.manifest.started_at = started_at
     started.finish("complete")
     for test, values in rates.items():
         for index, value in enumerate(values):

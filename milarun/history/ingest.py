@@ -30,6 +30,7 @@ from milarun.history.models import INFERENCE_FIGURES, Gpu, Machine, Node, Result
 from milarun.report import variants
 from milarun.results import manifest, read, throttle, upgrade
 from milarun.results.folder import Skipped, load_dir
+from milarun.results.run_manifest import RunManifest
 
 RETRIES = 5  # a PostgreSQL race on a new row: the transaction is retried this often
 CHUNK = 500  # content hashes per IN (...) query
@@ -166,22 +167,20 @@ class RunInput:
     source: str
     machine: str
     system: dict[str, Any] | None
-    manifests: list[dict[str, Any]]
+    manifests: list[RunManifest]
     rows: list[Row]
     skipped: list[Skipped] = field(default_factory=list)
 
     @property
     def started_at(self) -> float:
-        starts = [float(m["started_at"]) for m in self.manifests]
+        starts = [float(m.started_at) for m in self.manifests]
         return min(starts or [r.finished_at for r in self.rows])
 
     @property
     def key(self) -> str:
         """Its jobs runs (host, start, pid), else (no manifest) its results."""
         if self.manifests:
-            return digest(
-                sorted([str(m.get("host")), m["started_at"], m.get("pid")] for m in self.manifests)
-            )
+            return digest(sorted([str(m.host), m.started_at, m.pid] for m in self.manifests))
         return digest(sorted(r.content_hash for r in self.rows))
 
     @property
@@ -295,12 +294,12 @@ def _write(session: Session, run: RunInput) -> Ingested:
             key=run.key,
             machine_id=machine.id,
             suite=suites.most_common(1)[0][0][:255],
-            profile=_text(next((m.get("profile") for m in run.manifests), None), 1024),
+            profile=_text(next((m.profile for m in run.manifests), None), 1024),
             profile_hash=run.profile_hash,
             started_at=started,
             stamp=results.utc_stamp(started),
             source=run.source[:4096],
-            manifest=run.manifests or None,
+            manifest=[m.to_dict() for m in run.manifests] or None,
             ingested_at=time.time(),
         )
         session.add(db_run)

@@ -142,7 +142,7 @@ def pooled_runs(folder: Path) -> list[str]:
     runs = manifest.run_manifests(folder, recursive=False)
     if len(runs) < 2:
         return []
-    times = [data.get("started_at") for _, data in runs]
+    times = [run.started_at for _, run in runs]
     shown = ", ".join(
         time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
         if isinstance(t, int | float)

@@ -24,21 +24,21 @@ from milarun.machine import provenance, slurmenv, sysinfo, watchdog
 from milarun.results.files import json_text, write_text_atomic
 from milarun.results.jsonfile import read_json
 from milarun.results.names import safe_name, utc_stamp
-from milarun.results.parts import number
+from milarun.results.run_manifest import KIND, MAX_TIME, EndedInstance, MachineRecord, RunManifest
 
 # Neither *.json nor visible: no reader of results (ours or a user's glob) takes it for one.
 PREFIX, SUFFIX = ".milarun-run.", ".manifest"
-KIND = "milarun-run"
+MACHINE = "sysinfo"  # the machine record kept beside it: <PREFIX><stamp>.sysinfo
 # bytes the file keeps from the start, for the updates to come (each instance's end entry)
 RESERVE, RESERVE_PER_INSTANCE = 4096, 512
 log = logging.getLogger("milarun")
 
 
-class RunManifest:
+class ManifestWriter:
     """One ``jobs`` run's manifest, rewritten in place (atomically) as the run goes on."""
 
-    def __init__(self, path: Path, data: dict[str, Any]):
-        self.path, self.data = path, data
+    def __init__(self, path: Path, manifest: RunManifest):
+        self.path, self.manifest = path, manifest
         self._warned = False
         self.size = 0  # bytes the file keeps (its JSON padded with spaces): start() sets it
 
@@ -52,31 +52,28 @@ class RunManifest:
         devices: list[str],
         instances: list[tuple[str, str]] | None = None,
         challenge: str | None = None,
-    ) -> RunManifest:
+    ) -> ManifestWriter:
         """Write the manifest of a run about to start; WriteError when the folder cannot
         take it (full disk, read-only), before any job runs. ``instances``: every (result
         name, job id) the run will record, so that one lost instance of many is named;
         ``challenge``: the tender's random value (`jobs --tender`): the run was made for it."""
         started = time.time()
-        data = {
-            "kind": KIND,
-            "profile": profile,
-            "status": "running",
-            "reason": None,
-            "started_at": started,
-            "finished_at": None,
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "devices": devices,
-            "repeat": repeat,
-            "planned": sorted(tests),
-            "instances": [list(pair) for pair in instances or ()],
-            "ended": [],
-        }
-        if challenge is not None:
-            data["challenge"] = challenge
+        record = RunManifest(
+            profile=profile,
+            status="running",
+            reason=None,
+            started_at=started,
+            finished_at=None,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            devices=list(devices),
+            repeat=repeat,
+            planned=sorted(tests),
+            instances=[(t, j) for t, j in instances or ()],
+            challenge=challenge,
+        )
         path = Path(outdir) / f"{PREFIX}{utc_stamp(started)}{SUFFIX}"
-        found = cls(path, data)
+        found = cls(path, record)
         # the room its updates will take, held from the start: a disk that fills mid-run
         # still lets it say how the run ended (see _save)
         found.size = RESERVE + RESERVE_PER_INSTANCE * (len(instances or ()) or len(tests) * repeat)
@@ -96,7 +93,7 @@ class RunManifest:
     def keep_machine(self) -> None:
         """The machine's system record and reproducibility record, at the run's start."""
         record = {"system": sysinfo.system_record(), "provenance": provenance.record()}
-        self.keep("sysinfo", json.dumps(record, indent=2, default=str))
+        self.keep(MACHINE, json.dumps(record, indent=2, default=str))
 
     def instance_ended(
         self,
@@ -107,36 +104,31 @@ class RunManifest:
         unwritten: str | None = None,
     ) -> None:
         """``unwritten``: why its result could not be written (a full disk): it has none."""
-        entry = {
-            "test": name,
-            "job_id": job_id,
-            "success": success,
-            "result": result.name if result else None,
-        }
-        self.data["ended"].append({**entry, "unwritten": unwritten} if unwritten else entry)
+        ended = EndedInstance(name, job_id, success, result.name if result else None, unwritten)
+        self.manifest.ended.append(ended)
         self._save()
 
     def instance_written(self, name: str, job_id: str, result: Path) -> None:
         """A result held in memory (its disk was full) written at last: in this folder it is
         the instance's result; elsewhere the entry keeps ``unwritten`` and says where it is
         (``written_to``), for the report to say how to move it here."""
-        for entry in self.data["ended"]:
-            if (entry["test"], entry["job_id"]) == (name, job_id) and entry.get("unwritten"):
+        for entry in self.manifest.ended:
+            if (entry.test, entry.job_id) == (name, job_id) and entry.unwritten:
                 if result.parent == self.path.parent:
-                    entry["result"] = result.name
-                    del entry["unwritten"]
+                    entry.result, entry.unwritten = result.name, None
                 else:
-                    entry["written_to"] = str(result)
+                    entry.written_to = str(result)
         self._save()
 
     def finish(self, status: str, reason: str | None = None) -> None:
         """``complete``, ``interrupted`` or ``failed`` (with the reason)."""
-        self.data.update(status=status, reason=reason, finished_at=time.time())
+        self.manifest.status, self.manifest.reason = status, reason
+        self.manifest.finished_at = time.time()
         self._save()
 
     def _text(self) -> str:
         """Its JSON, padded with spaces to the size the file keeps."""
-        text = json_text(self.data)
+        text = json_text(self.manifest.to_dict())
         return text + " " * (self.size - len(text.encode()) - 1) + "\n"
 
     def _save(self) -> None:
@@ -228,8 +220,6 @@ MAX_MANIFESTS = 1000  # below one folder: a report reads at most this many
 MAX_SHOWN = 5  # results written elsewhere named in a report line
 
 
-# A start time past this (the year 9999) is no time: a hand-damaged file (1e300, NaN).
-MAX_TIME = 253402300799.0
 STATUSES = ("running", "complete", "interrupted", "failed")
 MAX_PLANNED = 10_000  # tests one run plans (jobs x devices): far more is no manifest of ours
 _warned: set[Path] = set()
@@ -263,15 +253,15 @@ def _problem(data: Any) -> str | None:
     return None
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> RunManifest:
     data = read_json(path, errors.InputError)
     problem = _problem(data)
     if problem:
         raise errors.InputError(f"{path}: {problem}")
-    return data
+    return RunManifest.from_dict(data)
 
 
-def _manifests(folder: Path, recursive: bool = False) -> Iterator[tuple[Path, dict[str, Any]]]:
+def _manifests(folder: Path, recursive: bool = False) -> Iterator[tuple[Path, RunManifest]]:
     """The readable run manifests of a folder (and below it), in time order per folder; a
     damaged one (a folder of that name, a hand-edited field) is passed by with a warning
     naming it, once."""
@@ -287,41 +277,20 @@ def _manifests(folder: Path, recursive: bool = False) -> Iterator[tuple[Path, di
                 log.warning("%s; run manifest ignored", err)
 
 
-@dataclass(frozen=True)
-class RunSpan:
-    """When a run's supervisor started and finished it (None: not finished, or no time), and
-    the result files it recorded as its instances ended."""
-
-    started_at: float
-    finished_at: float | None
-    results: frozenset[str]
-
-
-def run_span(data: dict[str, Any]) -> RunSpan:
-    """The span of a manifest ``run_manifests`` read (its start time is checked there)."""
-    end = number(data.get("finished_at"))
-    ended = [e.get("result") for e in data["ended"]]
-    return RunSpan(
-        float(data["started_at"]),
-        end if end is not None and 0 <= end <= MAX_TIME else None,
-        frozenset(r for r in ended if isinstance(r, str)),
-    )
-
-
-def run_manifests(folder: Path, recursive: bool = True) -> list[tuple[Path, dict[str, Any]]]:
+def run_manifests(folder: Path, recursive: bool = True) -> list[tuple[Path, RunManifest]]:
     """Every readable run manifest in ``folder`` (and below it), with its path (a damaged
     one is warned)."""
     return list(_manifests(folder, recursive))
 
 
-def _pairs(value: Any) -> list[tuple[str, str]]:
-    """[[test, job id], ...] from a manifest, whatever a hand left there."""
-    items = value if isinstance(value, list) else []
-    return [
-        (p[0], p[1])
-        for p in items
-        if isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
-    ]
+def machine_path(path: Path) -> Path:
+    """Where the run of the manifest at ``path`` kept its machine record (keep_machine)."""
+    return path.with_name(path.name.removesuffix(SUFFIX) + f".{MACHINE}")
+
+
+def kept_machine(path: Path) -> MachineRecord | None:
+    """The machine record the run of the manifest at ``path`` kept, None where none."""
+    return MachineRecord.read(machine_path(path))
 
 
 def cut_short(outdir: Path, recorded: Collection[tuple[str, str]] | None = None) -> list[CutShort]:
@@ -334,9 +303,9 @@ def cut_short(outdir: Path, recorded: Collection[tuple[str, str]] | None = None)
     done = set(recorded or ())
     done_tests = {t for t, _ in done}
     # _read checked status, reason, started_at, planned and ended: only instances is free
-    for path, data in _manifests(outdir, recursive=True):
-        status = data["status"]
-        unwritten = [str(e["unwritten"]) for e in data["ended"] if e.get("unwritten")]
+    for path, run in _manifests(outdir, recursive=True):
+        status = run.status
+        unwritten = [e.unwritten for e in run.ended if e.unwritten]
         if (status == "complete" and not unwritten) or (
             status == "running" and watchdog.outdir_busy(path.parent)
         ):
@@ -347,21 +316,17 @@ def cut_short(outdir: Path, recorded: Collection[tuple[str, str]] | None = None)
             # the first one's error without its path: "cannot write (No space left on device)"
             reason = f"{len(unwritten)} result(s) not written: {unwritten[0].rpartition(': ')[2]}"
         else:
-            reason = (data["reason"] or status)[:200]
-        ended = {(e["test"], e.get("job_id")) for e in data["ended"] if not e.get("unwritten")}
-        lost = tuple(p for p in _pairs(data.get("instances")) if p not in ended | done)
+            reason = (run.reason or status)[:200]
+        ended = {(e.test, e.job_id) for e in run.ended if not e.unwritten}
+        lost = tuple(p for p in run.instances if p not in ended | done)
         without = (
             tuple(dict.fromkeys(t for t, _ in lost))
-            if data.get("instances")
-            else tuple(t for t in data["planned"] if t not in {t for t, _ in ended} | done_tests)
+            if run.instances
+            else tuple(t for t in run.planned if t not in {t for t, _ in ended} | done_tests)
         )
-        elsewhere = tuple(
-            e["written_to"]
-            for e in data["ended"]
-            if e.get("unwritten") and isinstance(e.get("written_to"), str)
-        )
+        elsewhere = tuple(e.written_to for e in run.ended if e.unwritten and e.written_to)
         found.append(
-            CutShort(path, status, reason, float(data["started_at"]), without, lost, elsewhere)
+            CutShort(path, status, reason, float(run.started_at), without, lost, elsewhere)
         )
     return sorted(found, key=lambda cut: cut.started_at)
 
@@ -378,9 +343,9 @@ def planned_instances_since(folder: Path, since: float) -> set[tuple[str, str | 
     planned (job id None for a manifest older than the instance list); None when no such
     run left a manifest."""
     planned: set[tuple[str, str | None]] | None = None
-    for _, data in _manifests(folder):
-        if data["started_at"] >= since:
-            pairs: set[tuple[str, str | None]] = set(_pairs(data.get("instances")))
-            pairs = pairs or {(t, None) for t in data["planned"]}
+    for _, run in _manifests(folder):
+        if run.started_at >= since:
+            pairs: set[tuple[str, str | None]] = set(run.instances)
+            pairs = pairs or {(t, None) for t in run.planned}
             planned = (planned or set()) | pairs
     return planned

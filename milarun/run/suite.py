@@ -166,7 +166,7 @@ def _run_held(
         user_args_by_job=request.user_args_by_job,
     )
     expected = expected_tests(selected, devs, request.rendezvous)
-    record = manifest.RunManifest.start(
+    record = manifest.ManifestWriter.start(
         request.outdir,
         prof.name,
         sorted(expected),

@@ -80,7 +80,7 @@ def _file_sha(bid: Bid, name: str) -> str | None:
 
 
 def profile(bid: Bid) -> Check:
-    names = sorted({str(d.get("profile"))[:100] for _, d in bid.manifests})
+    names = sorted({str(run.profile)[:100] for _, run in bid.manifests})
     sha = _file_sha(bid, PROFILE)
     wanted = bid.tender.profile_name
     if sha is None:
@@ -104,15 +104,13 @@ def weights(bid: Bid) -> Check:
 
 def devices(bid: Bid) -> list[str]:
     """The devices the runs used (their manifests'), else the results'."""
-    found = {str(d)[:100] for _, m in bid.manifests for d in as_list(m.get("devices"))}
+    found = {d[:100] for _, run in bid.manifests for d in run.devices}
     return sorted(found or {v.device for v in bid.views if v.device_key})
 
 
 def tests(bid: Bid) -> Check:
     devs = devices(bid)
-    gpus = max(
-        (len(as_list(as_dict(m.get("system")).get("gpus"))) for m in bid.machines), default=0
-    )
+    gpus = max((len(m.system.gpus) for m in bid.machines), default=0)
     used = [d for d in devs if not d.startswith("cpu")]
     short = []
     if gpus and len(used) < gpus:
@@ -233,14 +231,10 @@ def complete(bid: Bid) -> Check:
 
 
 def machine_records(bid: Bid) -> Check:
-    missing = [
-        p.name
-        for p, _ in bid.manifests
-        if not p.with_name(p.name.removesuffix(manifest.SUFFIX) + ".sysinfo").is_file()
-    ]
+    missing = [p.name for p, _ in bid.manifests if not manifest.machine_path(p).is_file()]
     if missing or not bid.manifests:
         return Check("records", False, f"no machine record (sysinfo) for run {_some(missing)}")
-    hosts = sorted({str(as_dict(m.get("system")).get("hostname"))[:100] for m in bid.machines})
+    hosts = sorted({str(m.system.hostname)[:100] for m in bid.machines})
     return Check("records", True, f"machine record of every run ({', '.join(hosts)})")
 
 

@@ -18,8 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from milarun.report import nodeenergy
-from milarun.results import manifest
 from milarun.results.read import ResultView
+from milarun.results.run_manifest import RunSpan
 from milarun.tender import checks
 from milarun.tender.evidence import energy_and_peaks
 from milarun.tender.rule import some
@@ -33,11 +33,11 @@ def fresh(bid: checks.Bid) -> checks.Check:
     tender, required = bid.tender, bid.tender.rules.require_challenge
     issued = tender.created_at
     stale: list[str] = []
-    for path, data in bid.manifests:
+    for path, run in bid.manifests:
         name = path.name
-        if tender.challenge is None or data.get("challenge") != tender.challenge:
+        if tender.challenge is None or run.challenge != tender.challenge:
             stale.append(f"{name}: no challenge of this tender")
-        elif issued is not None and manifest.run_span(data).started_at < issued - CLOCK:
+        elif issued is not None and run.started_at < issued - CLOCK:
             stale.append(f"{name}: started before the tender was written")
     if not bid.manifests:
         stale.append("no run manifest")
@@ -70,7 +70,7 @@ def _started(record: dict[str, object]) -> float | None:
     return when.timestamp()
 
 
-def _vouches(record: dict[str, object], device: str, span: manifest.RunSpan) -> bool:
+def _vouches(record: dict[str, object], device: str, span: RunSpan) -> bool:
     """Whether a doctor record passed ``device`` in the span of its run."""
     measured, when = record.get("measurements"), _started(record)
     if record.get("verdict") != energy_and_peaks.DOCTOR_PASS or when is None:
@@ -83,7 +83,7 @@ def _vouches(record: dict[str, object], device: str, span: manifest.RunSpan) -> 
 def doctor(bid: checks.Bid) -> checks.Check:
     """A PASS ``doctor --active`` per device in its run's span (``require_doctor``)."""
     required = bid.tender.rules.require_doctor
-    spans = [(p.parent, manifest.run_span(d)) for p, d in bid.manifests]
+    spans = [(p.parent, run.span) for p, run in bid.manifests]
     records: dict[Path, list[dict[str, object]]] = {}
     missing: list[str] = []
     devices: set[tuple[Path, str]] = set()

@@ -11,6 +11,7 @@ from typing import Any
 
 from milarun.results import read
 from milarun.results.folder import Loaded
+from milarun.results.run_manifest import MachineRecord, RunManifest
 from milarun.tender import rules
 
 MAX_SHOWN = 3  # examples an evidence line names
@@ -34,8 +35,8 @@ class Bid:
     loaded: Loaded  # the tender's tests' results
     summary: dict[str, dict[str, Any]]
     extra_tests: list[str] = field(default_factory=list)  # run, but not in the tender
-    manifests: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
-    machines: list[dict[str, Any]] = field(default_factory=list)  # the kept sysinfo records
+    manifests: list[tuple[Path, RunManifest]] = field(default_factory=list)
+    machines: list[MachineRecord] = field(default_factory=list)  # the kept sysinfo records
 
     @property
     def views(self) -> list[read.ResultView]:

@@ -22,6 +22,7 @@ from milarun.report import build, stats, summary
 from milarun.report.render import format as fmt
 from milarun.results import manifest, read
 from milarun.results.folder import Loaded, load_dir
+from milarun.results.run_manifest import MachineRecord, RunManifest
 from milarun.tender import acceptance, archive, checks, package, rules
 from milarun.tender.evidence import rule as evidence
 from milarun.tender.freshness import doctor, fresh, node_power
@@ -41,8 +42,8 @@ class Opened:
     hashes: dict[str, str]
     listed: dict[str, str]
     loaded: Loaded
-    manifests: list[tuple[Path, dict[str, Any]]]
-    machines: list[dict[str, Any]]
+    manifests: list[tuple[Path, RunManifest]]
+    machines: list[MachineRecord]  # the kept sysinfo records
     bid: dict[str, Any]
     declared: dict[str, Any] | None
     doctors: list[str] = field(default_factory=list)  # what each doctor --active record says
@@ -56,7 +57,7 @@ def open_package(path: Path, dest: Path, limits: archive.Limits = archive.DEFAUL
     # every file read: a digest in a package would be figures no result file holds
     loaded = load_dir(run, digests=False) if run.is_dir() else Loaded(root=run)
     manifests = manifest.run_manifests(run) if run.is_dir() else []
-    machines = list(evidence.machine_records(manifests).values())
+    machines = [m for p, _ in manifests if (m := manifest.kept_machine(p)) is not None]
     bid = package.checked_bid(_json(dest / package.BID), Path(path))
     declared = None
     if (dest / package.DECLARED).is_file():

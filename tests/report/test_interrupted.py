@@ -15,7 +15,7 @@ STOPPED = {"kind": "interrupted", "message": "stopped by SIGINT"}
 def two_runs_in_one_folder(folder):
     """The first run stopped by Ctrl-C after one result, the second run whole."""
     for _ in range(2):
-        manifest.RunManifest.start(folder, "quick", ["quick.a"], 1, ["cpu:0"])
+        manifest.ManifestWriter.start(folder, "quick", ["quick.a"], 1, ["cpu:0"])
     write(folder, result("quick.a", "0.0", 100.0), "quick.a.J0.0.20260101-000000-000000.json")
     write(folder, result("quick.a", "0.0", None, failure=STOPPED),
           "quick.a.J0.0.FAIL.20260101-000001-000000.json")  # fmt: skip
@@ -38,7 +38,7 @@ def test_interrupted_runs_are_said_and_not_counted_as_failures(tmp_path):
 
 
 def test_a_folder_of_one_run_says_nothing_of_either(tmp_path):
-    manifest.RunManifest.start(tmp_path, "quick", ["quick.a"], 1, ["cpu:0"])
+    manifest.ManifestWriter.start(tmp_path, "quick", ["quick.a"], 1, ["cpu:0"])
     write(tmp_path, result("quick.a", "0.0", 100.0))
     done = milarun("report", tmp_path, "--format", "json")
     assert "interrupted" not in json.loads(done.stdout)["scores"]

@@ -399,7 +399,7 @@ def test_a_disk_that_fills_during_a_run_records_every_instance(tmp_path):
         ((_, run),) = manifest.run_manifests(disk / "out")
         (cut,) = manifest.cut_short(disk / "out")
         report = milarun("report", disk / "out")
-    assert run["status"] == "complete" and len(run["ended"]) == 6
+    assert run.status == "complete" and len(run.ended) == 6
     assert cut.reason == "6 result(s) not written: cannot write (No space left on device)"
     lost = "p.fill (J0.0, J0.1), p.b (J0.0, J0.1), p.c (J0.0, J0.1)"
     said = " ".join(report.stdout.split())

@@ -59,7 +59,7 @@ def test_a_damaged_node_manifest_is_one_warning(tmp_path, command, fields, fragm
     ).save(out / "slurm", "20260101-000000-000000")
     node = out / "nodes" / "node2"
     node.mkdir(parents=True)
-    path = manifest.RunManifest.start(node, "quick", ["quick.polynome"], 1, ["cpu:0"]).path
+    path = manifest.ManifestWriter.start(node, "quick", ["quick.polynome"], 1, ["cpu:0"]).path
     if fields is None:
         path.unlink()
         path.mkdir()  # a folder named like a manifest

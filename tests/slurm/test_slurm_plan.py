@@ -280,7 +280,7 @@ def test_check_expects_what_the_node_planned(tmp_path):
     _submission(tmp_path, "42")
     node2 = tmp_path / "nodes" / "node2"
     node2.mkdir(parents=True)
-    manifest.RunManifest.start(
+    manifest.ManifestWriter.start(
         node2,
         "quick",
         ["quick.polynome", "quick.scaling.4"],
@@ -301,7 +301,7 @@ def test_check_names_the_lost_instance_of_a_node_with_two_devices(tmp_path):
     node1 = tmp_path / "nodes" / "node1"
     node1.mkdir(parents=True)
     pairs = [(t, j) for t in ("quick.polynome", "quick.vae") for j in ("0.0", "0.1")]
-    manifest.RunManifest.start(
+    manifest.ManifestWriter.start(
         node1, "quick", ["quick.polynome", "quick.vae"], 1, ["cpu:0", "cpu:1"], pairs
     )
     for name, job_id in pairs[:3]:

@@ -132,7 +132,7 @@ def test_jobs_with_the_tender_records_its_challenge_and_the_run_is_fresh(tmp_pat
                   "-o", out, "-d", tmp_path / "data", "--", "--min-slices", "4")  # fmt: skip
     assert ran.returncode == 0, ran.stdout + ran.stderr
     (kept,) = manifest.run_manifests(out)
-    assert kept[1]["challenge"] == json.loads(tender.read_text())["challenge"]
+    assert kept[1].challenge == json.loads(tender.read_text())["challenge"]
     packed = package.make_package(out, tmp_path / "bid.tar.gz", tender).out
     fresh = next(c for c in verify.verify(packed, tender).checks if c.rule == "fresh")
     assert fresh.ok and fresh.evidence.startswith("1 run(s) carry the tender's challenge")

@@ -27,6 +27,7 @@ from milarun.results import manifest
 from milarun.results.folder import Loaded
 from milarun.results.parts import RateRecordRead
 from milarun.results.read import ResultView
+from milarun.results.run_manifest import RunManifest, RunSpan
 from milarun.tender import bounds, checks, package
 from milarun.tender.evidence import energy_and_peaks
 from milarun.tender.evidence.console_log import log_problems
@@ -91,24 +92,10 @@ def evidence(bid: checks.Bid) -> checks.Check:
 NO_PEAK = "no peak applied"
 
 
-def machine_records(manifests: Sequence[tuple[Path, dict[str, Any]]]) -> dict[Path, dict[str, Any]]:
-    """The system record (``.sysinfo``) kept beside each run manifest, by manifest path."""
-    found: dict[Path, dict[str, Any]] = {}
-    for path, _ in manifests:
-        kept = path.with_name(path.name.removesuffix(manifest.SUFFIX) + ".sysinfo")
-        try:
-            record = results.read_json(kept) if kept.is_file() else None
-        except InputError:
-            record = None
-        if isinstance(record, dict):
-            found[path] = record
-    return found
-
-
 def problems(
     run: Path,
     loaded: Loaded,
-    manifests: Sequence[tuple[Path, dict[str, Any]]],
+    manifests: Sequence[tuple[Path, RunManifest]],
     *,
     applied: Applied | None = None,
 ) -> tuple[list[str], int, int]:
@@ -117,9 +104,8 @@ def problems(
     energy measured from GPU monitor samples to check against (``applied``: filled with the
     bounds applied)."""
     applied = applied if applied is not None else Applied()
-    spans = [(path.parent, manifest.run_span(data)) for path, data in manifests]
-    kept = machine_records(manifests)
-    machines = [(path.parent, manifest.run_span(data), kept.get(path)) for path, data in manifests]
+    spans = [(path.parent, run.span) for path, run in manifests]
+    machines = [(path.parent, run.span, manifest.kept_machine(path)) for path, run in manifests]
     doctors: dict[Path, energy_and_peaks.Measured] = {}
     found: list[str] = []
     checked = metered = 0
@@ -134,7 +120,13 @@ def problems(
             (m for f, s, m in machines if f == folder and Path(path).name in s.results), None
         )
         disagree, energy = result_problems(
-            Path(path), run, spans, doctors[folder], data, machine=machine, applied=applied
+            Path(path),
+            run,
+            spans,
+            doctors[folder],
+            data,
+            machine=machine.data if machine is not None else None,
+            applied=applied,
         )
         found += disagree
         metered += energy
@@ -144,7 +136,7 @@ def problems(
 def result_problems(
     path: Path,
     run: Path,
-    spans: list[tuple[Path, manifest.RunSpan]],
+    spans: list[tuple[Path, RunSpan]],
     measured: energy_and_peaks.Measured,
     loaded: Mapping[str, Any] | None = None,
     *,
@@ -206,7 +198,7 @@ def _time_problems(
     records: dict[str, RateRecordRead],
     path: Path,
     file: str,
-    spans: list[tuple[Path, manifest.RunSpan]],
+    spans: list[tuple[Path, RunSpan]],
 ) -> list[str]:
     """The result's times within the span of the run whose manifest recorded it."""
     mine = [s for folder, s in spans if folder == path.parent and path.name in s.results]
