@@ -25,7 +25,7 @@ from milarun.measure.experiment import BadTestArguments, Experiment
 
 
 @dataclass(frozen=True)
-class Verdict:
+class JobArguments:
     """One job's arguments: the error that stops the run, or the user's flag groups the
     test does not have (it runs without them)."""
 
@@ -112,22 +112,22 @@ def _number(word: str) -> bool:
     return True
 
 
-def check(job: str, experiment: str, argv: list[str], user: list[str]) -> Verdict:
+def check(job: str, experiment: str, argv: list[str], user: list[str]) -> JobArguments:
     """Whether the test ``experiment`` takes the profile's ``argv`` and the user's words."""
     parsed = _parse(experiment, job, argv + user)
     if parsed.error is None:
-        return Verdict(job)
+        return JobArguments(job)
     try:  # which of the user's flags does this test not have?
         _, unknown = parsed.parser.parse_known_args(argv + user)
     except BadTestArguments as err:  # a bad value of a flag it has
-        return Verdict(job, str(err))
+        return JobArguments(job, str(err))
     groups = flag_groups(user)
     dropped = [g for g in groups if g[0] in unknown]
     if not dropped:
-        return Verdict(job, str(parsed.error))
+        return JobArguments(job, str(parsed.error))
     kept = [word for g in groups if g not in dropped for word in g]
     again = _parse(experiment, job, argv + kept)
-    return Verdict(job, str(again.error) if again.error else None, dropped)
+    return JobArguments(job, str(again.error) if again.error else None, dropped)
 
 
 def main() -> None:
@@ -137,7 +137,7 @@ def main() -> None:
         try:
             verdict = check(job["job"], job["experiment"], job["argv"], job["user"])
         except Exception as err:  # an import or set-up failure: the instance will say it
-            verdict = Verdict(
+            verdict = JobArguments(
                 job["job"],
                 unchecked=str(err)
                 if isinstance(err, UsageError)

@@ -168,7 +168,7 @@ def ratio_interval(
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Significance:
     """Welch's t-test of one test's mean rate against the baseline's."""
 
     p_value: float | None
@@ -177,11 +177,11 @@ class Verdict:
 
 def welch_verdict(
     mean: float, std: float, n: int, base_mean: float, base_std: float, base_n: int
-) -> Verdict:
+) -> Significance:
     """'faster'/'slower' when the difference is significant at 5%, else 'no significant
     change'. Works from summary stats (population std) so a baseline file is enough."""
     if n < 2 or base_n < 2 or not all(map(math.isfinite, (mean, std, base_mean, base_std))):
-        return Verdict(None, "n/a (<2 runs)")
+        return Significance(None, "n/a (<2 runs)")
     # The summary keeps the population std; Welch's test wants the sample std.
     s1 = std * math.sqrt(n / (n - 1))
     s2 = base_std * math.sqrt(base_n / (base_n - 1))
@@ -191,11 +191,11 @@ def welch_verdict(
             if mean == base_mean
             else ("faster" if mean > base_mean else "slower")
         )
-        return Verdict(None if mean == base_mean else 0.0, label)
+        return Significance(None if mean == base_mean else 0.0, label)
     from scipy import stats as sps  # a slow import: only where a verdict needs it
 
     result = sps.ttest_ind_from_stats(mean, s1, n, base_mean, s2, base_n, equal_var=False)
     p = float(result.pvalue)
     if p >= ALPHA:
-        return Verdict(p, "no significant change")
-    return Verdict(p, "faster" if mean > base_mean else "slower")
+        return Significance(p, "no significant change")
+    return Significance(p, "faster" if mean > base_mean else "slower")

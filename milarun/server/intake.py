@@ -140,7 +140,7 @@ def receive(
         try:
             found = verdict.judge(spooled, opened, push.name, body, work)
         except InputError as err:
-            found = verdict.Verdict(False, str(err)[:2000], {"error": str(err)[:2000]}, None)
+            found = verdict.PushVerdict(False, str(err)[:2000], {"error": str(err)[:2000]}, None)
         run = ingest.read_run(opened.root / package.RUN)
         run.machine = f"{site}/{run.machine}"[: ingest.MAX_MACHINE]
         run.source = f"push {content_hash}"

@@ -29,7 +29,9 @@ RUN_RULES = ("hashes", "consistency", "evidence")
 
 
 @dataclass
-class Verdict:
+class PushVerdict:
+    """The server's verdict on a pushed run (not tender.acceptance's on a figure)."""
+
     accepted: bool
     reason: str | None  # one line, when rejected
     report: dict[str, Any]  # verify's JSON, and its text under "text"
@@ -72,7 +74,7 @@ def _ran(opened: verify.Opened, profile: str) -> list[str]:
 
 def judge(
     spooled: Path, opened: verify.Opened, shown_as: str, tender_body: str | None, work: Path
-) -> Verdict:
+) -> PushVerdict:
     """Verify the opened package (a bid against ``tender_body``, else a run)."""
     if tender_body is not None:
         tender_path = work / "tender.json"
@@ -90,7 +92,7 @@ def judge(
         failed = [c for c in found.checks if not c.ok and c.rule in RUN_RULES]
         report["deciding_rules"] = list(RUN_RULES)
     reason = "; ".join(f"{c.rule}: {c.evidence}" for c in failed)[:2000] or None
-    return Verdict(not failed, reason, report, found.score)
+    return PushVerdict(not failed, reason, report, found.score)
 
 
 def like_key(run: ingest.RunInput, opened: verify.Opened) -> dict[str, Any]:
