@@ -1,7 +1,7 @@
 """The rules ``milarun verify`` checks on an extracted bid package, one function each (those
 on how the runs were measured: milarun.tender.measured_rules), and their order (RULES).
 
-Each rule gets the package as read (``Bid``, milarun.tender.rule) and returns a ``Check``:
+Each rule gets the package as read (``Bid``, milarun.tender.rule) and returns a ``Ruling``:
 its name, PASS or FAIL, and the evidence in one line. Figures are re-derived from the raw
 slices by the report's own code (results.read, the steady window, report.summary); nothing
 from the package is run.
@@ -17,23 +17,23 @@ from milarun.tender import archive, rules
 from milarun.tender.latency_rules import latency
 from milarun.tender.measured_rules import busy, comparability, consistency, steady, throttle
 from milarun.tender.package import PROFILE, WEIGHTS
-from milarun.tender.rule import MAX_SHOWN, Bid, Check, as_dict, as_list, base_test
+from milarun.tender.rule import MAX_SHOWN, Bid, Ruling, as_dict, as_list, base_test
 from milarun.tender.rule import some as _some
 
-__all__ = ["MAX_SHOWN", "RULES", "Bid", "Check", "as_dict", "as_list", "base_test", "devices"]
+__all__ = ["MAX_SHOWN", "RULES", "Bid", "Ruling", "as_dict", "as_list", "base_test", "devices"]
 
 
-def hashes(bid: Bid) -> Check:
+def hashes(bid: Bid) -> Ruling:
     changed = sorted(n for n, h in bid.listed.items() if bid.hashes.get(n) != h)
     unlisted = sorted(set(bid.hashes) - set(bid.listed) - {archive.MANIFEST})
     if not changed and not unlisted:
-        return Check("hashes", True, f"{len(bid.listed)} files match their SHA-256 in MANIFEST")
+        return Ruling("hashes", True, f"{len(bid.listed)} files match their SHA-256 in MANIFEST")
     parts = [f"{len(changed)} changed after packing ({_some(changed)})"] if changed else []
     parts += [f"{len(unlisted)} not in the MANIFEST ({_some(unlisted)})"] if unlisted else []
-    return Check("hashes", False, "; ".join(parts))
+    return Ruling("hashes", False, "; ".join(parts))
 
 
-def version(bid: Bid) -> Check:
+def version(bid: Bid) -> Ruling:
     """Every result ran the tender's milarun, and so does this verify: the FLOPs table and
     the bounds it applies are its release's. Another version FAILs; another commit of the
     same version (a source checkout) is said on the line, the verdict left to the buyer."""
@@ -41,10 +41,10 @@ def version(bid: Bid) -> Check:
     other = {v: n for v, n in found.items() if v != bid.tender.version}
     if other:
         shown = ", ".join(f"{n} on {v}" for v, n in sorted(other.items()))
-        return Check("version", False, f"the tender asks for {bid.tender.version}: {shown}")
+        return Ruling("version", False, f"the tender asks for {bid.tender.version}: {shown}")
     mine = rules.release()
     if mine["version"] != bid.tender.version:
-        return Check(
+        return Ruling(
             "version",
             False,
             f"the tender names milarun {bid.tender.version} but this verify runs milarun "
@@ -54,9 +54,9 @@ def version(bid: Bid) -> Check:
     said = f"every result ran milarun {bid.tender.version}"
     commit, modified = bid.tender.release
     if commit is None:
-        return Check("version", True, said)
+        return Ruling("version", True, said)
     note = _commit_note(commit, modified, mine["commit"], mine["modified"])
-    return Check("version", True, f"{said}; {note}" if note else said)
+    return Ruling("version", True, f"{said}; {note}" if note else said)
 
 
 def _commit_note(
@@ -79,27 +79,29 @@ def _file_sha(bid: Bid, name: str) -> str | None:
     return bid.hashes.get(name)
 
 
-def profile(bid: Bid) -> Check:
+def profile(bid: Bid) -> Ruling:
     names = sorted({str(run.profile)[:100] for _, run in bid.manifests})
     sha = _file_sha(bid, PROFILE)
     wanted = bid.tender.profile_name
     if sha is None:
-        return Check("profile", False, "the package holds no profile.json (the profile as run)")
+        return Ruling("profile", False, "the package holds no profile.json (the profile as run)")
     if sha != bid.tender.profile_sha256:
-        return Check("profile", False, f"profile.json differs from the tender's {wanted} (SHA-256)")
+        return Ruling(
+            "profile", False, f"profile.json differs from the tender's {wanted} (SHA-256)"
+        )
     if names != [wanted]:
-        return Check("profile", False, f"the runs name profile(s) {names}, the tender {wanted}")
-    return Check("profile", True, f"the profile as run is the tender's {wanted} ({sha[:12]})")
+        return Ruling("profile", False, f"the runs name profile(s) {names}, the tender {wanted}")
+    return Ruling("profile", True, f"the profile as run is the tender's {wanted} ({sha[:12]})")
 
 
-def weights(bid: Bid) -> Check:
+def weights(bid: Bid) -> Ruling:
     sha = _file_sha(bid, WEIGHTS)
     name = bid.tender.weights_name
     if sha is None:
-        return Check("weights", False, "the package holds no weights.json")
+        return Ruling("weights", False, "the package holds no weights.json")
     if sha != bid.tender.weights_sha256:
-        return Check("weights", False, f"weights.json differs from the tender's {name} (SHA-256)")
-    return Check("weights", True, f"the weights are the tender's {name} ({sha[:12]})")
+        return Ruling("weights", False, f"weights.json differs from the tender's {name} (SHA-256)")
+    return Ruling("weights", True, f"the weights are the tender's {name} ({sha[:12]})")
 
 
 def devices(bid: Bid) -> list[str]:
@@ -108,7 +110,7 @@ def devices(bid: Bid) -> list[str]:
     return sorted(found or {v.device for v in bid.views if v.device_key})
 
 
-def tests(bid: Bid) -> Check:
+def tests(bid: Bid) -> Ruling:
     devs = devices(bid)
     gpus = max((len(m.system.gpus) for m in bid.machines), default=0)
     used = [d for d in devs if not d.startswith("cpu")]
@@ -128,8 +130,8 @@ def tests(bid: Bid) -> Check:
         short += [f"{what}: {n} of {need} run(s)" for what, n in wanted if n < need]
     extra = f"; also ran {_some(bid.extra_tests)} (not in the tender)" if bid.extra_tests else ""
     if short:
-        return Check("tests", False, _some(short) + extra)
-    return Check(
+        return Ruling("tests", False, _some(short) + extra)
+    return Ruling(
         "tests",
         True,
         f"{len(bid.tender.jobs)} test(s) x {need} run(s) on {', '.join(devs) or '?'}{extra}",
@@ -148,7 +150,7 @@ def _student(view: read.ResultView) -> str | None:
     return None
 
 
-def cgroups(bid: Bid) -> Check:
+def cgroups(bid: Bid) -> Ruling:
     jobs = bid.tender.jobs
     per_device = [
         v for v in bid.views if (t := base_test(v.name, jobs)) and jobs[t].partition == "per-gpu"
@@ -173,17 +175,17 @@ def cgroups(bid: Bid) -> Check:
             overlaps.append(f"{name} repeat {repeat}: instances share CPUs")
     confined = len(per_device) - len(loose)
     if not bid.tender.rules.require_cgroups:
-        return Check(
+        return Ruling(
             "cgroups",
             True,
             f"not required ({confined} of the {len(bid.views)} result(s) in their own student "
             f"cgroup{uncounted})",
         )
     if loose or overlaps:
-        return Check(
+        return Ruling(
             "cgroups", False, f"not in their own student cgroup: {_some(loose + overlaps)}"
         )
-    return Check(
+    return Ruling(
         "cgroups",
         True,
         f"{len(per_device)} of the {len(bid.views)} result(s), each in its own student cgroup"
@@ -191,7 +193,7 @@ def cgroups(bid: Bid) -> Check:
     )
 
 
-def arguments(bid: Bid) -> Check:
+def arguments(bid: Bid) -> Ruling:
     jobs, other = bid.tender.jobs, []
     for v in bid.views:
         test = base_test(v.name, jobs)
@@ -200,13 +202,13 @@ def arguments(bid: Bid) -> Check:
             words = " ".join(map(str, argv or ()))
             other.append(f"{v.name} J{v.job_id}: {words[:120]}")
     if bid.tender.rules.allow_overrides:
-        return Check("arguments", True, f"overrides allowed ({len(other)} run(s) with other)")
+        return Ruling("arguments", True, f"overrides allowed ({len(other)} run(s) with other)")
     if other:
-        return Check("arguments", False, f"{len(other)} run(s) not the profile's: {_some(other)}")
-    return Check("arguments", True, "every run has exactly the profile's arguments")
+        return Ruling("arguments", False, f"{len(other)} run(s) not the profile's: {_some(other)}")
+    return Ruling("arguments", True, "every run has exactly the profile's arguments")
 
 
-def failures(bid: Bid) -> Check:
+def failures(bid: Bid) -> Ruling:
     runs = sum(int(e.get("n") or 0) for e in bid.summary.values())
     failed = sum(int(e.get("failures") or 0) for e in bid.summary.values())
     rate = failed / runs if runs else 1.0
@@ -216,29 +218,29 @@ def failures(bid: Bid) -> Check:
         kinds.update(entry.get("failure_kinds") or {})
     detail = f" ({', '.join(f'{k}: {n}' for k, n in sorted(kinds.items()))})" if kinds else ""
     text = f"{failed} of {runs} run(s) failed ({rate:.1%}, limit {limit:.1%}){detail}"
-    return Check("failures", runs > 0 and rate <= limit, text)
+    return Ruling("failures", runs > 0 and rate <= limit, text)
 
 
-def complete(bid: Bid) -> Check:
+def complete(bid: Bid) -> Ruling:
     if not bid.manifests:
-        return Check("complete", False, "no run manifest: not made by `milarun jobs`")
+        return Ruling("complete", False, "no run manifest: not made by `milarun jobs`")
     cuts = manifest.cut_short(bid.root / "run")
     if cuts:
-        return Check(
+        return Ruling(
             "complete", False, _some([f"{c.describe()}: no result for {c.missing()}" for c in cuts])
         )
-    return Check("complete", True, f"{len(bid.manifests)} run(s), each complete")
+    return Ruling("complete", True, f"{len(bid.manifests)} run(s), each complete")
 
 
-def machine_records(bid: Bid) -> Check:
+def machine_records(bid: Bid) -> Ruling:
     missing = [p.name for p, _ in bid.manifests if not manifest.machine_path(p).is_file()]
     if missing or not bid.manifests:
-        return Check("records", False, f"no machine record (sysinfo) for run {_some(missing)}")
+        return Ruling("records", False, f"no machine record (sysinfo) for run {_some(missing)}")
     hosts = sorted({str(m.system.hostname)[:100] for m in bid.machines})
-    return Check("records", True, f"machine record of every run ({', '.join(hosts)})")
+    return Ruling("records", True, f"machine record of every run ({', '.join(hosts)})")
 
 
-RULES: tuple[Callable[[Bid], Check], ...] = (
+RULES: tuple[Callable[[Bid], Ruling], ...] = (
     hashes,
     version,
     profile,

@@ -28,7 +28,7 @@ CLOCK = 60.0  # a run's clock may be stepped while it runs (NTP): evidence.rule.
 DOCTOR_BEFORE = 3600.0  # an operator checks the machine, then starts the run
 
 
-def fresh(bid: checks.Bid) -> checks.Check:
+def fresh(bid: checks.Bid) -> checks.Ruling:
     """Runs made for this tender, after it was issued (required: ``require_challenge``)."""
     tender, required = bid.tender, bid.tender.rules.require_challenge
     issued = tender.created_at
@@ -54,12 +54,12 @@ def fresh(bid: checks.Bid) -> checks.Check:
 
 def _verdict(
     rule: str, required: bool, seen: str, failed: str, passed: str, bad: bool
-) -> checks.Check:
+) -> checks.Ruling:
     """A rule the tender may not require: PASS saying what was ``seen``; else FAIL with
     ``failed`` where ``bad``, PASS with ``passed`` otherwise."""
     if not required:
-        return checks.Check(rule, True, f"not required by the tender: {seen}")
-    return checks.Check(rule, not bad, failed if bad else passed)
+        return checks.Ruling(rule, True, f"not required by the tender: {seen}")
+    return checks.Ruling(rule, not bad, failed if bad else passed)
 
 
 def _started(record: dict[str, object]) -> float | None:
@@ -80,7 +80,7 @@ def _vouches(record: dict[str, object], device: str, span: RunSpan) -> bool:
     return in_span and isinstance(measured, dict) and device in measured
 
 
-def doctor(bid: checks.Bid) -> checks.Check:
+def doctor(bid: checks.Bid) -> checks.Ruling:
     """A PASS ``doctor --active`` per device in its run's span (``require_doctor``)."""
     required = bid.tender.rules.require_doctor
     spans = [(p.parent, run.span) for p, run in bid.manifests]
@@ -114,7 +114,7 @@ def doctor(bid: checks.Bid) -> checks.Check:
     )
 
 
-def node_power(bid: checks.Bid) -> checks.Check:
+def node_power(bid: checks.Bid) -> checks.Ruling:
     """The node's energy (its BMC) in every scored run (``require_node_power``); a test
     lacking it is named with its runs and the reason they give."""
     required, weights = bid.tender.rules.require_node_power, bid.tender.weights

@@ -10,7 +10,7 @@ percentile) is named as unbounded, not failed.
 
 from __future__ import annotations
 
-from milarun.tender.rule import Bid, Check
+from milarun.tender.rule import Bid, Ruling
 from milarun.tender.rule import some as _some
 
 # limit key -> (the figure it bounds, True for a ceiling / False for a floor, its words)
@@ -21,14 +21,14 @@ BOUNDS = {
 }
 
 
-def latency(bid: Bid) -> Check:
+def latency(bid: Bid) -> Ruling:
     limits = {k: v for k in BOUNDS if (v := getattr(bid.tender.rules, k)) is not None}
     served = [(v, i) for v in bid.views if v.rate() is not None and (i := v.inference)]
     if not limits:
-        return Check("latency", True, "the tender sets no latency limit")
+        return Ruling("latency", True, "the tender sets no latency limit")
     applied = ", ".join(BOUNDS[k][2].format(v) for k, v in limits.items())
     if not served:
-        return Check("latency", True, f"no inference run to hold to {applied}")
+        return Ruling("latency", True, f"no inference run to hold to {applied}")
     over, unbounded = [], []
     for view, found in served:
         for key, limit in limits.items():
@@ -39,6 +39,6 @@ def latency(bid: Bid) -> Check:
             elif (value > limit) if ceiling else (value < limit):
                 over.append(f"{view.name} J{view.job_id}: {figure} {value:.4g}")
     if over:
-        return Check("latency", False, f"runs beyond {applied}: {_some(over)}")
+        return Ruling("latency", False, f"runs beyond {applied}: {_some(over)}")
     note = f"; without the figure: {_some(unbounded)}" if unbounded else ""
-    return Check("latency", True, f"{len(served)} inference run(s) within {applied}{note}")
+    return Ruling("latency", True, f"{len(served)} inference run(s) within {applied}{note}")

@@ -7,7 +7,7 @@ from milarun.results import read, series
 from milarun.results.parts import ContentionRead
 from milarun.results.throttle import read as read_throttle
 from milarun.tender.consistency import result_problem
-from milarun.tender.rule import Bid, Check
+from milarun.tender.rule import Bid, Ruling
 from milarun.tender.rule import some as _some
 
 
@@ -21,19 +21,19 @@ def _good_series(bid: Bid) -> list[tuple[read.ResultView, series.RateSeries]]:
     ]
 
 
-def steady(bid: Bid) -> Check:
+def steady(bid: Bid) -> Ruling:
     need = bid.tender.rules.min_steady_slices
     counts = [(len(s.steady_slices), v) for v, s in _good_series(bid)]
     if not counts:
-        return Check("steady", False, "no successful run")
+        return Ruling("steady", False, "no successful run")
     short = [f"{v.name} J{v.job_id}: {n}" for n, v in counts if n < need]
     fewest = min(n for n, _ in counts)
     if short:
-        return Check("steady", False, f"runs with fewer than {need} steady slices: {_some(short)}")
-    return Check("steady", True, f"every run has >= {need} steady slices (fewest {fewest})")
+        return Ruling("steady", False, f"runs with fewer than {need} steady slices: {_some(short)}")
+    return Ruling("steady", True, f"every run has >= {need} steady slices (fewest {fewest})")
 
 
-def throttle(bid: Bid) -> Check:
+def throttle(bid: Bid) -> Ruling:
     """Steady slices a fault slowed (thermal, hardware slowdown, power brake) against the
     tender's limit; slices at the power limit are the GPU's operating point, said beside."""
     window = faults = limited = 0
@@ -49,7 +49,7 @@ def throttle(bid: Bid) -> Check:
             if found.sm_clock_mhz is not None:
                 clocks.append((found.sm_clock_mhz, f"{v.name} J{v.job_id}"))
     if not window:
-        return Check("throttle", True, "no GPU throttle record (CPU runs): nothing throttled")
+        return Ruling("throttle", True, "no GPU throttle record (CPU runs): nothing throttled")
     share, limit = faults / window, bid.tender.rules.max_throttled_share
     text = (
         f"{faults} of {window} steady slices slowed by a thermal, hardware or power-brake "
@@ -68,10 +68,10 @@ def throttle(bid: Bid) -> Check:
         text += f"; median SM clock under the tender's {least:,.0f} MHz: " + ", ".join(
             f"{name} {mhz:,.0f}" for mhz, name in slow[:3]
         )
-    return Check("throttle", ok, text)
+    return Ruling("throttle", ok, text)
 
 
-def busy(bid: Bid) -> Check:
+def busy(bid: Bid) -> Ruling:
     """No run measured beside other work: a run whose steady window lost a quarter or more
     of its CPUs to other processes (its ``busy`` flag) measured the machine and someone
     else's load, not the machine (docs/busy-and-acceptance.md)."""
@@ -83,7 +83,7 @@ def busy(bid: Bid) -> Check:
     worst = f"{max(shares):.0%}" if shares else "-"
     if flagged:
         named = [f"{v.name} J{v.job_id}" + (f" {c.others:.0%}" if c else "") for v, c in flagged]
-        return Check(
+        return Ruling(
             "busy",
             False,
             f"{len(flagged)} of {len(measured)} run(s) measured on a busy machine (other "
@@ -91,14 +91,14 @@ def busy(bid: Bid) -> Check:
             "not a measurement of the machine: re-run them on a quiet machine",
         )
     if not shares:
-        return Check(
+        return Ruling(
             "busy",
             True,
             f"not judged: no contention record in the {len(measured)} run(s) (made before "
             "milarun kept one, or steady windows too short)",
         )
     note = f"; {unread} run(s) without a contention record" if unread else ""
-    return Check(
+    return Ruling(
         "busy",
         True,
         f"no run measured on a busy machine (others took at most {worst} of a run's CPUs; "
@@ -106,18 +106,20 @@ def busy(bid: Bid) -> Check:
     )
 
 
-def consistency(bid: Bid) -> Check:
+def consistency(bid: Bid) -> Ruling:
     found = [
         why
         for v, path in zip(bid.views, bid.loaded.paths, strict=True)
         if (why := result_problem(v, path))
     ]
     if found:
-        return Check("consistency", False, f"{len(found)} result(s): {_some(found)}")
-    return Check("consistency", True, f"{len(bid.views)} result(s): slices, times and counts agree")
+        return Ruling("consistency", False, f"{len(found)} result(s): {_some(found)}")
+    return Ruling(
+        "consistency", True, f"{len(bid.views)} result(s): slices, times and counts agree"
+    )
 
 
-def comparability(bid: Bid) -> Check:
+def comparability(bid: Bid) -> Ruling:
     variants = sorted(t for t, e in bid.summary.items() if e.get("variant_of"))
     notes = []
     synthetic = sorted({v.name for v in bid.views if v.synthetic_data})
@@ -128,5 +130,7 @@ def comparability(bid: Bid) -> Check:
         notes.append(f"page cache used (no nocache): {_some(nocache)}")
     text = "; ".join(notes) or "no note"
     if variants:
-        return Check("comparability", False, f"runs with other settings: {_some(variants)}; {text}")
-    return Check("comparability", True, f"every test's runs alike; {text}")
+        return Ruling(
+            "comparability", False, f"runs with other settings: {_some(variants)}; {text}"
+        )
+    return Ruling("comparability", True, f"every test's runs alike; {text}")

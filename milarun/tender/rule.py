@@ -1,5 +1,5 @@
 """What every rule of ``milarun verify`` works with: the bid package as read (``Bid``), the
-rule's outcome (``Check``: its name, PASS or FAIL, the evidence in one line) and the helpers
+rule's outcome (``Ruling``: its name, PASS or FAIL, the evidence in one line) and the helpers
 that read a package's untrusted values and name a few examples."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ MAX_SHOWN = 3  # examples an evidence line names
 
 
 @dataclass(frozen=True)
-class Check:
+class Ruling:
     rule: str
     ok: bool
     evidence: str

@@ -132,7 +132,7 @@ def rederive(
 class Verification:
     package: str
     tender: str
-    checks: list[checks.Check]
+    checks: list[checks.Ruling]
     score: float | None
     score_ci: tuple[float, float] | None
     failure_rate: float

@@ -64,7 +64,7 @@ class Applied:
         return f"{applied}; not applied: {why}"
 
 
-def evidence(bid: checks.Bid) -> checks.Check:
+def evidence(bid: checks.Bid) -> checks.Ruling:
     """The rule: every successful result of the tender's tests against its evidence."""
     run = bid.root / package.RUN
     applied = Applied()
@@ -74,14 +74,14 @@ def evidence(bid: checks.Bid) -> checks.Check:
                   w.startswith(NO_PEAK)]  # fmt: skip
     if found:
         more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
-        return checks.Check(
+        return checks.Ruling(
             "evidence",
             False,
             f"{len(found)} disagreement(s) in {measured} result(s): "
             + "; ".join(found[:SHOWN])
             + more,
         )
-    return checks.Check(
+    return checks.Ruling(
         "evidence",
         True,
         f"{measured} result(s): each rate and count agrees with its log and its run manifest; "
