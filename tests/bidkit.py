@@ -20,9 +20,9 @@ from typing import Any
 from milarun.machine import sysinfo
 from milarun.results import manifest, result_filename
 from milarun.results.read import ResultView
+from milarun.results.tender_rules import TenderRules
 from milarun.run.profile import find_profile, load_profile
 from milarun.tender import archive, rules
-from milarun.tender.thresholds import TenderRules
 from resultfactory import rate_series, result, write
 
 PROFILE = "quick"

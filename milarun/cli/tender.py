@@ -13,23 +13,23 @@ from coleo import Option, default, tooled, with_extras
 
 from milarun import errors
 from milarun.cli.options import Declared, declared_options, no_test_args, split_names
-from milarun.tender import thresholds  # standard library only: the rules' options
+from milarun.results import tender_rules
 
 # Each command imports the rest of the tender wing when it runs (pandas, numpy: never in
 # `milarun run`).
 
 
-def rule_options(rules: type[thresholds.TenderRules]) -> Callable[[], None]:
+def rule_options(rules: type[tender_rules.TenderRules]) -> Callable[[], None]:
     """One option per field of ``rules``, its help the field's own words (coleo extras)."""
     return declared_options(
         [
             Declared(rule.name, rule.option, rule.kind, rule.help_text(), rule.metavar)
-            for rule in thresholds.described(rules)
+            for rule in tender_rules.described(rules)
         ]
     )
 
 
-RULE_OPTIONS = rule_options(thresholds.TenderRules)  # tender init's rules
+RULE_OPTIONS = rule_options(tender_rules.TenderRules)  # tender init's rules
 
 
 class TenderCommands:
@@ -59,7 +59,7 @@ class TenderCommands:
         from milarun.tender import rules
 
         no_test_args("tender init", test_args)
-        asked = thresholds.TenderRules.from_options(vars(__options__))
+        asked = tender_rules.TenderRules.from_options(vars(__options__))
         tender = rules.make_tender(
             profile_spec, weights, asked, names=split_names(name), tags=split_names(tags)
         )

@@ -19,9 +19,9 @@ from milarun.errors import InputError
 from milarun.history import ingest
 from milarun.report import variants
 from milarun.results import read
+from milarun.results.tender_rules import TenderRules
 from milarun.run.profile import PROFILE_DIR, load_profile
 from milarun.tender import package, rules, verify
-from milarun.tender.thresholds import TenderRules
 
 # The rules a pushed run must pass: its files are those hashed, agree with themselves and
 # with the evidence written beside them (log, monitor samples, manifest, peaks).

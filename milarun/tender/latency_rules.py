@@ -1,6 +1,6 @@
 """The rule of ``milarun verify`` on the inference tests' latencies: every successful
 inference run within the tender's limits on TTFT and TPOT at p99 and above its goodput floor
-(milarun.tender.thresholds: TenderRules' latency fields; the buyer's file sets them,
+(milarun.results.tender_rules: TenderRules' latency fields; the buyer's file sets them,
 none by default).
 
 The figures are the result's own (milarun.results.inference: measured by milarun's client,

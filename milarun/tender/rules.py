@@ -20,9 +20,9 @@ from milarun import results
 from milarun.errors import TenderError
 from milarun.machine import provenance, sysinfo
 from milarun.report.weights import WEIGHTS_DIR, load_weights
+from milarun.results import tender_rules
+from milarun.results.tender_rules import TenderRules
 from milarun.run.profile import load_profile
-from milarun.tender import thresholds
-from milarun.tender.thresholds import TenderRules
 
 KIND = "milarun-tender"
 FORMAT = 1
@@ -36,7 +36,7 @@ ABOUT = {
     "profile": "the profile as shipped: name, SHA-256 of its file, the selected tests and "
     "each job's experiment, partition and argv (the arguments a run must have)",
     "weights": "the weights as shipped: name, SHA-256 of its file, and the values scored with",
-    **thresholds.about(),
+    **tender_rules.about(),
     "challenge": "a random value of this tender: `milarun jobs --tender FILE` records it in "
     "each run's manifest, proving the run was made for this tender, after it was issued",
     "acceptance": "declared figures: ACCEPT when P(true < margin x declared) < risk, REJECT "
@@ -261,7 +261,7 @@ def tender_problem(data: Any) -> str | None:
         _is_number(w, 0, results.MAX_WEIGHT) for w in values.values()
     ):
         return "'weights.values' is not an object of test -> weight"
-    problem = thresholds.problem(data)
+    problem = tender_rules.problem(data)
     if problem:
         return problem
     challenge = data.get("challenge")

@@ -44,10 +44,8 @@ LIGHT = {
     "varname",
 }
 # milarun's wings it imports: the command line, the errors and what the commands' flags name
-# (machine: the GPU datasheet and Slurm's environment for defaults; results: file names;
-# tender: only the buyer's thresholds `tender init`'s options derive from, standard library).
-WINGS = {"cli", "errors", "machine", "results", "tender"}
-TENDER = {"milarun.tender", "milarun.tender.thresholds"}
+# (machine: the GPU datasheet and Slurm's environment for defaults; results: file names).
+WINGS = {"cli", "errors", "machine", "results"}
 # Interpreter and environment hooks, not imported by milarun; "org": the standard library's
 # copy looks for Jython's org.python.core (an empty namespace package answers here).
 SITE = {"_distutils_hack", "sitecustomize", "usercustomize", "org"}
@@ -85,5 +83,4 @@ def test_help_imports_no_heavy_module_and_only_the_pinned_light_set():
     assert sorted(outside - {"milarun"}) == sorted(LIGHT)
     wings = {m.split(".")[1] for m in modules if m.startswith("milarun.")}
     assert sorted(wings - WINGS) == []
-    assert sorted(m for m in modules if m.startswith("milarun.tender") and m not in TENDER) == []
     assert "milarun.cli.main" in modules

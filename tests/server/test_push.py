@@ -179,8 +179,8 @@ def test_the_h100_bid_is_accepted_and_its_forgeries_rejected(server, tmp_path):
     """The real H100 run as a bid, and the forgeries of benchmarks/faults_forgery.py: the
     rates and count scaled (the log says the true ones), gemm above the datasheet with every
     file the forger can reach edited to match."""
+    from milarun.results.tender_rules import TenderRules
     from milarun.tender import rules
-    from milarun.tender.thresholds import TenderRules
 
     tender = rules.write_tender(
         tmp_path / "tender.json",

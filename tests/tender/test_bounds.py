@@ -19,9 +19,9 @@ from conftest import ROOT, milarun
 from milarun.results import manifest
 from milarun.results.folder import load_dir
 from milarun.results.read import ResultView
+from milarun.results.tender_rules import TenderRules
 from milarun.tender import flops, package, rules, verify
 from milarun.tender.evidence import rule as evidence
-from milarun.tender.thresholds import TenderRules
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28" / "modern"
 

@@ -16,9 +16,9 @@ import forgery
 from conftest import ROOT
 from milarun.results import manifest
 from milarun.results.folder import load_dir
+from milarun.results.tender_rules import TenderRules
 from milarun.tender import package, rules, verify
 from milarun.tender.evidence import rule as evidence
-from milarun.tender.thresholds import TenderRules
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28"
 LLM = "modern.llm.J0.0.20261128-011230-779674.json"

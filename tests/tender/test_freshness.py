@@ -13,8 +13,8 @@ import bidkit
 from conftest import ROOT, milarun, one_line_error
 from milarun.errors import TenderError
 from milarun.results import manifest
+from milarun.results.tender_rules import TenderRules
 from milarun.tender import package, rules, verify
-from milarun.tender.thresholds import TenderRules
 
 H100 = ROOT / "tests" / "data" / "gpu-runs" / "h100-2026-11-28" / "modern"
 BEFORE_THE_RUN = "2026-11-28T00:00:00+00:00"  # the run started at 01:12:30 UTC

@@ -13,10 +13,10 @@ import pytest
 from conftest import DATA, ROOT
 from milarun import errors
 from milarun.results.folder import Loaded
+from milarun.results.tender_rules import TenderRules
 from milarun.tender import rules
 from milarun.tender.latency_rules import latency
 from milarun.tender.rule import Bid
-from milarun.tender.thresholds import TenderRules
 
 sys.path.insert(0, str(ROOT / "tests" / "models"))
 import badservers  # noqa: E402

@@ -13,8 +13,8 @@ import pytest
 import bidkit
 from conftest import milarun
 from milarun.errors import TenderError
+from milarun.results.tender_rules import TenderRules
 from milarun.tender import bids, package, ranking, render, rules, verify
-from milarun.tender.thresholds import TenderRules
 
 RATES = {"quick.polynome": 40_000.0, "quick.sine_wave": 900.0}
 TESTS = ["polynome", "sine_wave"]

@@ -9,9 +9,9 @@ import pytest
 import bidkit
 from conftest import milarun
 from milarun import errors
+from milarun.results.tender_rules import TenderRules
 from milarun.run.profile import find_profile
 from milarun.tender import rules
-from milarun.tender.thresholds import TenderRules
 
 
 def test_tender_init_writes_the_rules_field_by_field(tmp_path):

@@ -15,8 +15,9 @@ from conftest import DATA, milarun
 from milarun import errors
 from milarun.cli.tender import rule_options
 from milarun.report import build
-from milarun.tender import rules, thresholds
-from milarun.tender.thresholds import TenderRules, rule_field
+from milarun.results import tender_rules
+from milarun.results.tender_rules import TenderRules, rule_field
+from milarun.tender import rules
 
 H200_TENDER = DATA / "gpu-runs" / "h200-2026-11-28" / "tender.json"
 
@@ -53,16 +54,16 @@ def test_a_threshold_added_is_an_option_with_its_help_and_a_rule_of_the_file(cap
     written = rules.make_tender("quick", None, asked, names=["polynome"])
     assert written["max_queue_ms"] == 250.0 and written["repeat"] == 1
     assert Extended.from_dict(written) == asked
-    assert thresholds.about(Extended)["max_queue_ms"].startswith("a new limit")
-    assert thresholds.problem(written, Extended) is None
-    assert thresholds.problem({**written, "max_queue_ms": 5000}, Extended) == (
+    assert tender_rules.about(Extended)["max_queue_ms"].startswith("a new limit")
+    assert tender_rules.problem(written, Extended) is None
+    assert tender_rules.problem({**written, "max_queue_ms": 5000}, Extended) == (
         "'max_queue_ms' 5000 is not a number above 0, at most 1000"
     )
     with pytest.raises(errors.TenderError, match=r"--max-queue 0: must be a number above 0"):
         rules.make_tender("quick", None, Extended(max_queue_ms=0), names=["polynome"])  # type: ignore[call-arg]
 
 
-def _other_than_default(rule: thresholds.Rule) -> object:
+def _other_than_default(rule: tender_rules.Rule) -> object:
     if rule.kind is bool:
         return True
     value = (rule.low + rule.high) / 2 if rule.below else rule.high
@@ -73,9 +74,9 @@ def test_every_rule_is_an_option_of_tender_init_and_lands_in_the_file(tmp_path):
     helped = milarun("tender", "init", "--help", env={"COLUMNS": "1000"})
     assert helped.returncode == 0, helped.stderr
     words = " ".join(helped.stdout.split())
-    wanted = {rule.name: _other_than_default(rule) for rule in thresholds.described()}
+    wanted = {rule.name: _other_than_default(rule) for rule in tender_rules.described()}
     argv: list[str] = []
-    for rule in thresholds.described():
+    for rule in tender_rules.described():
         assert " ".join(rule.help_text().replace("%%", "%").split()) in words, rule.name
         assert wanted[rule.name] != rule.default, rule.name
         argv += [rule.option] if rule.kind is bool else [rule.option, str(wanted[rule.name])]
@@ -85,7 +86,7 @@ def test_every_rule_is_an_option_of_tender_init_and_lands_in_the_file(tmp_path):
     assert rules.load_tender(out).rules == TenderRules(**wanted)  # type: ignore[arg-type]
     data = json.loads(out.read_text())
     assert data["acceptance"] == {"margin": wanted["margin"], "risk": wanted["risk"]}
-    assert set(thresholds.about()) <= set(data) and data["about"] == rules.ABOUT
+    assert set(tender_rules.about()) <= set(data) and data["about"] == rules.ABOUT
 
 
 def test_a_value_out_of_range_is_refused_on_the_command_line_naming_the_option(tmp_path):

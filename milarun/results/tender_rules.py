@@ -3,8 +3,9 @@
 Each rule is one field, spelled once: its default, the unit its number counts, the range it
 takes and its words. ``tender init``'s options and their help (milarun.cli.tender), the
 file's ``about``, the check of the values asked for (``checked``) and of a file read back
-(``problem``) all derive from it. Standard library only: `milarun --help` imports it for the
-options' help (tests/cli/test_help_imports.py).
+(``problem``) all derive from it. Here, with the file formats, not in the tender wing: every
+``milarun`` command builds tender init's options (a benchmark process's `milarun run` too), and
+it imports nothing but the standard library and the errors.
 """
 
 from __future__ import annotations
@@ -98,6 +99,11 @@ def rule_field(default: Any, help: str, **described: Any) -> Any:
     return field(default=default, metadata={"rule": Rule(help, **described)})
 
 
+def _latency_limit(help: str, flag: str) -> Any:
+    """An inference test's latency limit (ms), off by default."""
+    return rule_field(None, help, unit="ms", above=True, high=MAX_LATENCY_MS, flag=flag)
+
+
 @dataclass(frozen=True)
 class TenderRules:
     """The thresholds and switches a bid is verified against (tender.json's, in its order)."""
@@ -182,22 +188,14 @@ class TenderRules:
         "ranking's energy cost and TCO are the node's",
         optional=True,
     )
-    max_ttft_p99_ms: float | None = rule_field(
-        None,
+    max_ttft_p99_ms: float | None = _latency_limit(
         "inference tests: every run's time to first token at p99 at most this (MLPerf's "
         "server limit for Llama-3.1-8B is 2000 ms)",
-        unit="ms",
-        above=True,
-        high=MAX_LATENCY_MS,
-        flag="--max-ttft-p99",
+        "--max-ttft-p99",
     )
-    max_tpot_p99_ms: float | None = rule_field(
-        None,
+    max_tpot_p99_ms: float | None = _latency_limit(
         "inference tests: every run's time per output token at p99 at most this (MLPerf's: 100 ms)",
-        unit="ms",
-        above=True,
-        high=MAX_LATENCY_MS,
-        flag="--max-tpot-p99",
+        "--max-tpot-p99",
     )
     min_goodput_percent: float | None = rule_field(
         None,
