@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun.results import manifest
-from milarun.results.records import Call, Failure, RateRecord, ResultRecord, TimerRecord
+from milarun.results.records import Call, Failure, Isolation, RateRecord, ResultRecord, TimerRecord
 
 SYSTEM = {
     "hostname": "node1",
@@ -115,12 +115,12 @@ def result(
         gpu=None,
         device_count=0 if device.startswith("cpu") else 1,
         environ={},
-        isolation={
-            "cgroups": {"cpuset": f"/student{device[-1]}", "memory": f"/student{device[-1]}"},
-            "cpus": [0, 1],
-            "memory_limit": 8 * 2**30,
-            "torch_threads": 2,
-        },
+        isolation=Isolation(
+            cgroups={"cpuset": f"/student{device[-1]}", "memory": f"/student{device[-1]}"},
+            cpus=(0, 1),
+            memory_limit=8 * 2**30,
+            torch_threads=2,
+        ),
         returncode=0 if failure is None else 1,
         metrics=metrics or {"loss": 0.5},
         timings=timings,

@@ -17,12 +17,12 @@ def run_and_exit(function: str, argv: list[str], **kw: Any) -> int:
     its exit code; an instance of `jobs` leaves at once instead."""
     from milarun.measure import runner
     from milarun.results import read
-    from milarun.results.parts import FailureRead
+    from milarun.results.records import Failure
 
     result, path = runner.run_test(function, argv, **kw)
     view = read.ResultView.from_dict(result)
     rate = view.rate()  # None also where another rank's is none
-    fail = view.failure or (FailureRead("no-rate", "no rate") if rate is None else None)
+    fail = view.failure or (Failure("no-rate", "no rate") if rate is None else None)
     if fail is None:
         print(f"{view.name} J{view.job_id}: {rate:,.2f} examples/s")
     else:

@@ -30,6 +30,7 @@ from milarun.history.models import INFERENCE_FIGURES, Gpu, Machine, Node, Result
 from milarun.report import variants
 from milarun.results import manifest, read, throttle, upgrade
 from milarun.results.folder import Skipped, load_dir
+from milarun.results.records import Energy, NodeEnergy
 from milarun.results.run_manifest import RunManifest
 
 RETRIES = 5  # a PostgreSQL race on a new row: the transaction is retried this often
@@ -101,12 +102,12 @@ def _gpu(view: read.ResultView) -> tuple[str | None, str | None]:
     )
 
 
-def _energy(gpu: Any, node: Mapping[str, Any]) -> dict[str, Any] | None:
+def _energy(gpu: Energy | None, node: NodeEnergy | None) -> dict[str, Any] | None:
     """The energy column: the GPUs' record, with the node's (its BMC) under ``bmc`` where it
     has a figure (no schema change: one JSON column holds both)."""
-    found = dict(gpu.record) if gpu is not None and gpu.joules else {}
-    if node and results.is_finite(node.get("examples_per_joule")):
-        found["bmc"] = dict(node)
+    found = gpu.to_dict() if gpu is not None and gpu.joules else {}
+    if node is not None and results.is_finite(node.examples_per_joule):
+        found["bmc"] = node.to_dict()
     return found or None
 
 
@@ -155,7 +156,7 @@ def row_of(data: Mapping[str, Any], when: float) -> Row:
         flags=throttle.flags(train) or None,
         throttle=dict(train.throttle or {}) or None,
         energy=_energy(energy, view.node_energy),
-        diagnostics=dict(train.record) or None,
+        diagnostics=train.to_dict() if train != read.NO_DIAGNOSTICS else None,
         **_inference(view, rate),
     )
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 NODES_FOLDER = "nodes"
 
@@ -36,25 +36,47 @@ def _int(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
-def slurm_block(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
-    """The result's ``slurm`` record: null outside a Slurm job."""
+@dataclass(frozen=True)
+class SlurmBlock:
+    """A result's ``slurm`` record: the Slurm job, step and node it ran in (results.records
+    reads and writes it)."""
+
+    job_id: str | None = None
+    step_id: str | None = None
+    node: str | None = None
+    node_id: int | None = None
+    nodelist: str | None = None
+    nnodes: int | None = None
+    step_nodelist: str | None = None
+    job_name: str | None = None
+    partition: str | None = None
+    array_job_id: str | None = None
+    array_task_id: str | None = None
+    # What `milarun slurm check` read of a job that wrote no result (its state and exit
+    # code); not written where None (results.records.base.OMIT_NONE: that floor is above)
+    state: str | None = field(default=None, metadata={"omit_none": True})
+    exit_code: str | None = field(default=None, metadata={"omit_none": True})
+
+
+def slurm_block(environ: Mapping[str, str] | None = None) -> SlurmBlock | None:
+    """The result's ``slurm`` record: None outside a Slurm job."""
     env = _env(environ)
     if not env.get("SLURM_JOB_ID"):
         return None
-    return {
-        "job_id": env.get("SLURM_JOB_ID"),
+    return SlurmBlock(
+        job_id=env.get("SLURM_JOB_ID"),
         # a batch script has no step id: its commands run in the job's "batch" step
-        "step_id": env.get("SLURM_STEP_ID") or ("batch" if env.get("SLURMD_NODENAME") else None),
-        "node": env.get("SLURMD_NODENAME"),
-        "node_id": _int(env.get("SLURM_NODEID")),
-        "nodelist": env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
-        "nnodes": _int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")),
-        "step_nodelist": env.get("SLURM_STEP_NODELIST"),
-        "job_name": env.get("SLURM_JOB_NAME"),
-        "partition": env.get("SLURM_JOB_PARTITION"),
-        "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
-        "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
-    }
+        step_id=env.get("SLURM_STEP_ID") or ("batch" if env.get("SLURMD_NODENAME") else None),
+        node=env.get("SLURMD_NODENAME"),
+        node_id=_int(env.get("SLURM_NODEID")),
+        nodelist=env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST"),
+        nnodes=_int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES")),
+        step_nodelist=env.get("SLURM_STEP_NODELIST"),
+        job_name=env.get("SLURM_JOB_NAME"),
+        partition=env.get("SLURM_JOB_PARTITION"),
+        array_job_id=env.get("SLURM_ARRAY_JOB_ID"),
+        array_task_id=env.get("SLURM_ARRAY_TASK_ID"),
+    )
 
 
 def node_outdir(outdir: Path, environ: Mapping[str, str] | None = None) -> Path:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from milarun.machine.isolation import CGROUP_ROOT, limit_up, own_cgroups
+from milarun.results.records import Isolation
 
 
 def memory_limit(groups: dict[str, str], root: Path = CGROUP_ROOT) -> int | None:
@@ -40,7 +41,7 @@ def nocache_loaded(maps: str | None = None, environ: Any = None) -> bool:
     return False
 
 
-def isolation_record() -> dict[str, Any]:
+def isolation_record() -> Isolation:
     """The isolation this process really has, read from inside it."""
     groups = own_cgroups()
     try:
@@ -48,11 +49,11 @@ def isolation_record() -> dict[str, Any]:
     except (AttributeError, OSError):
         cpus = list(range(os.cpu_count() or 1))
     torch = sys.modules.get("torch")
-    return {
-        "cgroups": groups,
-        "cpus": cpus,
-        "memory_limit": memory_limit(groups),
-        "torch_threads": torch.get_num_threads() if torch is not None else None,
-        "requested": os.environ.get("MILARUN_CGROUP") or None,
-        "nocache": nocache_loaded(),
-    }
+    return Isolation(
+        cgroups=groups,
+        cpus=tuple(cpus),
+        memory_limit=memory_limit(groups),
+        torch_threads=torch.get_num_threads() if torch is not None else None,
+        requested=os.environ.get("MILARUN_CGROUP") or None,
+        nocache=nocache_loaded(),
+    )

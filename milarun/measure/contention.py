@@ -6,26 +6,16 @@ takes a VM's CPU slows it too), minus this process tree's own CPU time."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from milarun import results
 from milarun.machine import monitors
 from milarun.results import steady
+from milarun.results.records import Contention
 
 BUSY_LIMIT = 0.25  # others took a quarter of our CPUs: the rate may be low
 MIN_SPAN = 2.0  # seconds between the two samples the share is taken from
-
-
-@dataclass(frozen=True)
-class Contention:
-    others: float  # share (0-1) of our CPUs' time used by other processes (and steal)
-    cpus: int  # how many CPUs this process could use
-    load: float | None  # the 1-minute load average, highest sample in the window
-    span: float  # seconds the share was measured over
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"others": self.others, "cpus": self.cpus, "load": self.load, "span": self.span}
 
 
 def _counters(sample: Mapping[str, Any]) -> tuple[float, float, float] | None:

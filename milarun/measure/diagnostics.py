@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from milarun.results import steady
+from milarun.results.records import Diagnostics, RunLengthRecord
 
 DRIFT_LIMIT = 0.02
 # A steady window shorter than 5 s (10 slices of 0.5 s; the full one is 9 s) is flagged:
@@ -81,57 +82,6 @@ def ci_halfwidth(window: Sequence[float]) -> float | None:
     return t * sample_std / math.sqrt(n) / mean
 
 
-@dataclass(frozen=True)
-class RunLengthRecord:
-    """What decided a run's length: the rule's settings and why it stopped."""
-
-    min_slices: int | None
-    ci_target: float | None
-    deadline: float | None
-    stopped_by: str | None  # "target", "deadline", or None when the rule never said stop
-    # slices the run went on for because its full window drifted (a ramp), 0 when it did not
-    drift_extension: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "min_slices": self.min_slices,
-            "ci_target": self.ci_target,
-            "deadline": self.deadline,
-            "stopped_by": self.stopped_by,
-            "drift_extension": self.drift_extension,
-        }
-
-
-@dataclass(frozen=True)
-class Diagnostics:
-    """How steady a rate series' steady window was (None where there is too little data)."""
-
-    slices: int
-    window_slices: int
-    ci95: float | None
-    cv: float | None = None
-    drift: float | None = None  # last third of the window over its first third, minus 1
-    warmup: float | None = None  # seconds of in-block time before the steady band
-    flags: tuple[str, ...] = ()  # "few-slices", "drift", "throttle", "busy"
-    extension: RunLengthRecord | None = None
-    throttle: Any = None  # milarun.measure.energy.Throttle: window slices the GPU ran throttled
-    contention: Any = None  # milarun.measure.contention.Contention: others' share of our CPUs
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "slices": self.slices,
-            "window_slices": self.window_slices,
-            "cv": self.cv,
-            "drift": self.drift,
-            "warmup": self.warmup,
-            "ci95": self.ci95,
-            "flags": list(self.flags),
-            "extension": self.extension.to_dict() if self.extension else None,
-            "throttle": self.throttle.to_dict() if self.throttle else None,
-            "contention": self.contention.to_dict() if self.contention else None,
-        }
-
-
 def _warmup(rates: Sequence[float], mean: float, cv: float, slice_duration: float) -> float | None:
     """Time until a slice first lands in the steady band (the band is wide enough for the
     window's own noise, so a noisy but flat series has no warm-up)."""
@@ -147,7 +97,10 @@ def steady_state(rates: Sequence[float], slice_duration: float = 0.5) -> Diagnos
     window = [r for r in steady.window(list(rates), slice_duration) if r is not None]
     few = len(window) < round(FEW_SLICES_SECONDS / slice_duration)
     short = Diagnostics(
-        len(rates), len(window), ci_halfwidth(window), flags=("few-slices",) if few else ()
+        slices=len(rates),
+        window_slices=len(window),
+        ci95=ci_halfwidth(window),
+        flags=("few-slices",) if few else (),
     )
     if len(window) < steady.MIN_SLICES or _mean(window) <= 0:
         return short

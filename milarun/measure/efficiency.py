@@ -30,6 +30,7 @@ from milarun.machine.gpu.datasheet import (
     peak_flops,
     percent_of_peak,
 )
+from milarun.results.records import Efficiency
 
 __all__ = [
     "PEAKS",
@@ -150,40 +151,6 @@ def device_name(device: Any) -> str:
 
         return torch.cuda.get_device_name(device)
     return str(getattr(device, "type", device))
-
-
-@dataclass(frozen=True)
-class Efficiency:
-    """The result's ``efficiency`` record; None where unknown, and ``note`` says why."""
-
-    flops_per_example: float | None = None
-    flops_per_step: int | None = None
-    precision: str | None = None  # the precision most of the counted FLOPs ran in
-    flops_by_precision: dict[str, int] | None = None
-    achieved_flops: float | None = None  # FLOPs per example x the steady rate
-    device_name: str | None = None
-    peak_flops: float | None = None
-    percent_of_peak: float | None = None
-    note: str | None = None
-    # The float32 settings in force after the run (precision_settings): whether "fp32"
-    # convolutions and matmuls may have run as TF32, and cudnn's autotuning.
-    settings: dict[str, Any] | None = None
-    method: str | None = None  # how the FLOPs were found: COUNTED, or a test's formula
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "flops_per_example": self.flops_per_example,
-            "flops_per_step": self.flops_per_step,
-            "precision": self.precision,
-            "flops_by_precision": self.flops_by_precision,
-            "achieved_flops": self.achieved_flops,
-            "device_name": self.device_name,
-            "peak_flops": self.peak_flops,
-            "percent_of_peak": self.percent_of_peak,
-            "note": self.note,
-            "settings": self.settings,
-            "method": self.method,
-        }
 
 
 @dataclass(frozen=True)

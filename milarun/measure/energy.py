@@ -27,51 +27,9 @@ from typing import Any
 
 from milarun import results
 from milarun.results import series, steady, throttle
+from milarun.results.records import Energy
 
 NO_GPU = "no GPU: CPU energy is not measured"
-
-
-@dataclass(frozen=True)
-class Energy:
-    """The GPUs' energy over the steady window: a result's ``energy`` (null numbers with a
-    ``reason`` where it could not be measured)."""
-
-    joules: float | None = None
-    seconds: float | None = None  # wall-clock length of the window
-    watts: float | None = None  # mean power: joules / seconds
-    examples: float | None = None  # examples trained in the window (all ranks)
-    joules_per_example: float | None = None
-    examples_per_joule: float | None = None  # = examples/s per W
-    method: str | None = None  # "counter", "power" (trapezoids) or "counter+power"
-    gpus: tuple[str, ...] = ()
-    reason: str | None = None
-    backend: str | None = None  # the device backend that read the GPUs (nvml, amdsmi)
-    # all the GPUs together, W: the datasheet's board power (machine.gpu.datasheet) and the
-    # limit their drivers enforced, so ``watts`` reads against both; None: not known
-    board_power_w: float | None = None
-    power_limit_w: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        limits = {
-            key: value
-            for key, value in (
-                ("board_power_w", self.board_power_w),
-                ("power_limit_w", self.power_limit_w),
-            )
-            if value is not None
-        }
-        return limits | {
-            "joules": self.joules,
-            "seconds": self.seconds,
-            "watts": self.watts,
-            "examples": self.examples,
-            "joules_per_example": self.joules_per_example,
-            "examples_per_joule": self.examples_per_joule,
-            "method": self.method,
-            "gpus": list(self.gpus),
-            "reason": self.reason,
-            "backend": self.backend,
-        }
 
 
 def with_board_power(found: Energy, gpus: Sequence[tuple[float | None, float | None]]) -> Energy:
@@ -231,14 +189,14 @@ def _energy(
     seconds = main.end - main.start
     examples = math.fsum(w.examples * seconds / (w.end - w.start) for w in windows)
     return Energy(
-        joules,
-        seconds,
-        joules / seconds,
-        examples,
-        joules / examples if examples > 0 else None,
-        examples / joules if joules > 0 else None,
-        "+".join(sorted(methods)),
-        names,
+        joules=joules,
+        seconds=seconds,
+        watts=joules / seconds,
+        examples=examples,
+        joules_per_example=joules / examples if examples > 0 else None,
+        examples_per_joule=examples / joules if joules > 0 else None,
+        method="+".join(sorted(methods)),
+        gpus=names,
     )
 
 
@@ -313,7 +271,7 @@ def with_throttle(
     slice (running at the power limit is the GPU's operating point: recorded, not flagged)."""
     found = throttle_record(record, monitor, labels)
     flags = diag.flags + (("throttle",) if found and found.fault_slices else ())
-    return replace(diag, throttle=found, flags=flags)
+    return replace(diag, throttle=found.to_dict() if found else None, flags=flags)
 
 
 # -- summary (the baseline format's ``energy`` and ``throttle`` per test) ------------------

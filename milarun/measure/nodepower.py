@@ -18,53 +18,18 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from milarun import results
 from milarun.measure import energy as gpu_energy
 from milarun.results import series, steady
+from milarun.results.records import NodeEnergy
 
 INSTANCES_ENV = "MILARUN_NODE_INSTANCES"  # set by `milarun jobs` (run.plan)
 MIN_READINGS = 3
 MAX_GAP_SHARE = 0.25  # of the window: no more than a quarter of it interpolated
 COUNTER_STEP_SHARE = 0.05
-
-
-@dataclass(frozen=True)
-class NodeEnergy:
-    """A result's ``node_energy``: null numbers and a ``reason`` where it was not measured."""
-
-    joules: float | None = None  # the whole node over the window
-    seconds: float | None = None
-    watts: float | None = None  # the node's mean power
-    instances: int = 1  # benchmark instances that shared the node
-    share_joules: float | None = None  # joules / instances: this instance's part
-    gpu_joules: float | None = None  # this instance's GPUs (the ``energy`` record)
-    rest_joules: float | None = None  # share_joules - gpu_joules
-    examples: float | None = None
-    examples_per_joule: float | None = None  # examples / share_joules: node perf per W
-    method: str | None = None  # "counter" or "power"
-    readings: int = 0  # BMC readings inside the window
-    source: str | None = None  # protocol and resource (never the address or credentials)
-    reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "joules": self.joules,
-            "seconds": self.seconds,
-            "watts": self.watts,
-            "instances": self.instances,
-            "share_joules": self.share_joules,
-            "gpu_joules": self.gpu_joules,
-            "rest_joules": self.rest_joules,
-            "examples": self.examples,
-            "examples_per_joule": self.examples_per_joule,
-            "method": self.method,
-            "readings": self.readings,
-            "source": self.source,
-            "reason": self.reason,
-        }
 
 
 def instances_on_node(environ: Mapping[str, str] | None = None) -> int:

@@ -217,7 +217,7 @@ def _test_record(
         job_id=exp.job_id,
         dataroot=str(exp.dataroot),
         outdir=str(exp.outdir),
-        call=records.Call(function, list(argv), exp.arguments),
+        call=records.Call(function, tuple(argv), exp.arguments),
         failure=failure,
         error=error,
         device=device,

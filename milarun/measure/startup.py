@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from milarun.results.records import Startup
 
 LAUNCHED_AT_ENV = "MILARUN_LAUNCHED_AT"  # epoch seconds: when the supervisor launched it
 START_ENV = "MILARUN_START"  # "cold" or "forked", then ": why" where it is not the usual
@@ -42,37 +43,6 @@ def launched_at(environ: Any = None) -> float | None:
     except ValueError:
         return process_start()
     return launched if 0 < launched <= time.time() else process_start()
-
-
-@dataclass(frozen=True)
-class Startup:
-    """Time from launch to the first slice, in seconds (None where unknown).
-
-    ``imports``: launch until the test's module was imported (interpreter, milarun, torch
-    and the model's imports; a forked instance: the fork, and the warm process importing
-    the test's module where it was the first to need it; "import" in the file); ``setup``:
-    from calling the test to its first timed block (model and data set-up);
-    ``first_step``: that first block; ``to_first_slice``: launch until the first 0.5 s slice
-    closed; ``start``: "cold" or "forked"; ``start_note``: why, where it is not the usual
-    (a cold start under a warm-starting supervisor, a fresh warm process).
-    """
-
-    imports: float | None = None
-    setup: float | None = None
-    first_step: float | None = None
-    to_first_slice: float | None = None
-    start: str = "cold"
-    start_note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "import": self.imports,
-            "setup": self.setup,
-            "first_step": self.first_step,
-            "to_first_slice": self.to_first_slice,
-            "start": self.start,
-            "start_note": self.start_note,
-        }
 
 
 def startup(imported_at: float, called_at: float, logs: Sequence[Any]) -> Startup:

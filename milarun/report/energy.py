@@ -148,7 +148,7 @@ def summary_entries(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "n": len(measured),
             **{
                 k: _mean(
-                    [float(e.record[k]) for e in measured if results.is_finite(e.record.get(k))]
+                    [float(getattr(e, k)) for e in measured if results.is_finite(getattr(e, k))]
                 )
                 for k in ENERGY_KEYS
             },

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from milarun import results
 from milarun.report import stats
 from milarun.results import read
+from milarun.results.records import NodeEnergy
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -31,10 +32,10 @@ def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def measured(node: Mapping[str, Any]) -> bool:
+def measured(node: NodeEnergy | None) -> bool:
     """Whether a result's ``node_energy`` holds a node figure (examples per joule over a
     steady window), not only the reason its BMC gave none."""
-    return _positive(node.get("examples_per_joule")) and _positive(node.get("seconds"))
+    return node is not None and _positive(node.examples_per_joule) and _positive(node.seconds)
 
 
 def summary_entry(views: list[read.ResultView]) -> dict[str, Any]:
@@ -43,30 +44,29 @@ def summary_entry(views: list[read.ResultView]) -> dict[str, Any]:
     found_in, reasons = [], Counter[str]()
     for view in views:
         node = view.node_energy
-        if not node:
+        if node is None:
             continue
         if measured(node):
             found_in.append(node)
-        elif isinstance(node.get("reason"), str):
-            reasons[node["reason"][:300]] += 1
+        elif node.reason is not None:
+            reasons[node.reason[:300]] += 1
     if not found_in and not reasons:
         return {}
     found: dict[str, Any] = {"n": len(found_in)}
     per_run: dict[str, list[float]] = {k: [] for k in NUMBERS}
     for node in found_in:
-        seconds = float(node["seconds"])
-        share: Any = node.get("share_joules")  # JSON values: checked before use
-        gpu: Any = node.get("gpu_joules")
-        if _positive(node.get("watts")):
-            per_run["node_watts"].append(float(node["watts"]))
-        if _positive(share):
-            per_run["share_watts"].append(float(share) / seconds)
-            if results.is_finite(gpu) and gpu >= 0:
-                per_run["gpu_share"].append(float(gpu) / float(share))
-                per_run["rest_watts"].append((float(share) - float(gpu)) / seconds)
-        per_run["examples_per_joule"].append(float(node["examples_per_joule"]))
+        seconds = float(node.seconds or 0)
+        share, gpu = node.share_joules, node.gpu_joules
+        if _positive(node.watts):
+            per_run["node_watts"].append(float(node.watts or 0))
+        if share is not None and share > 0:
+            per_run["share_watts"].append(share / seconds)
+            if gpu is not None and gpu >= 0:
+                per_run["gpu_share"].append(gpu / share)
+                per_run["rest_watts"].append((share - gpu) / seconds)
+        per_run["examples_per_joule"].append(float(node.examples_per_joule or 0))
     found.update({k: _mean(v) for k, v in per_run.items()})
-    found["method"] = ",".join(sorted({str(n.get("method")) for n in found_in})) or None
+    found["method"] = ",".join(sorted({str(n.method) for n in found_in})) or None
     if reasons:
         found["notes"] = [
             f"{why} ({n} run{'s' * (n > 1)})" for why, n in reasons.most_common(MAX_NOTES)

@@ -26,7 +26,7 @@ from milarun.report.summary_file import load_summary_file
 from milarun.results import read
 from milarun.results import throttle as gpu_throttle
 from milarun.results.folder import Loaded, gc_paused, load_dir
-from milarun.results.parts import ContentionRead
+from milarun.results.records import Contention
 
 
 def stats(values: list[float]) -> dict[str, Any]:
@@ -147,8 +147,8 @@ def conditions(runs: list[dict[str, Any]]) -> dict[str, Any]:
     views = read.views(runs)
     datasets = [d for v in views if (d := v.dataset) is not None]
     if datasets:
-        found["dataset"] = min(datasets, key=lambda d: d.size or 0).record
-    settings = [e.settings for v in views if (e := v.efficiency) is not None]
+        found["dataset"] = min(datasets, key=lambda d: d.size or 0).to_dict()
+    settings = [e.math for v in views if (e := v.efficiency) is not None]
     tf32 = [s for s in settings if s is not None and s.tf32_capable is True]
     if tf32:
         found["tf32"] = {
@@ -194,7 +194,7 @@ def quality(runs: list[dict[str, Any]], peaks: measured_peak.Peaks | None = None
             else None
         ),
         "sm_clock": statistics.median_high(clocks) if clocks else None,
-        "busy": _worst_contention([ContentionRead.from_dict(d.contention) for d in diags]),
+        "busy": _worst_contention([d.contention for d in diags]),
         "startup": {
             "import": _mean_of([st.imports for st in starts]),
             "setup": _mean_of([st.setup for st in starts]),
@@ -210,7 +210,7 @@ def quality(runs: list[dict[str, Any]], peaks: measured_peak.Peaks | None = None
     }
 
 
-def _worst_contention(found: list[ContentionRead | None]) -> dict[str, Any] | None:
+def _worst_contention(found: list[Contention | None]) -> dict[str, Any] | None:
     """The run whose CPUs other processes took most of (milarun.measure.contention)."""
     shares = [c for c in found if c is not None]
     if not shares:

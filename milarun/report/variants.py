@@ -48,7 +48,7 @@ def setup(result: Mapping[str, Any]) -> dict[str, Any]:
     if data is not None:
         found["data"] = (data.name, data.size, data.synthetic)
     efficiency = view.efficiency
-    settings = efficiency.settings if efficiency is not None else None
+    settings = efficiency.math if efficiency is not None else None
     if settings is not None:
         found["tf32"] = (settings.tf32_matmul, settings.tf32_cudnn)
     isolation = view.isolation

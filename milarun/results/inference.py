@@ -26,7 +26,7 @@ SERVE_FIGURES = (
 
 
 @dataclass(frozen=True)
-class InferenceRead:
+class InferenceRun:
     """What an inference result ran (engine, version, precision, lengths, concurrency) and
     what it measured beside its rate (``figures``: SERVE_FIGURES, and for llm-decode its
     headline batch's ``tpot_ms`` and ``mbu_percent``)."""
@@ -42,7 +42,7 @@ class InferenceRead:
     cuda_graphs: bool = False  # CUDA graphs (llm-decode --compile, an engine's own)
 
     @classmethod
-    def from_result(cls, settings: Any, metrics: Mapping[str, Any]) -> InferenceRead | None:
+    def from_result(cls, settings: Any, metrics: Mapping[str, Any]) -> InferenceRun | None:
         """None for a result that is no inference test (no ``engine`` in its settings)."""
         found = as_map(settings)
         engine = text(found.get("engine"))

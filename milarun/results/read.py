@@ -14,28 +14,29 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from milarun.results import steady
-from milarun.results.inference import InferenceRead
-from milarun.results.parts import (
-    CallRead,
-    DatasetRead,
-    DiagnosticsRead,
-    EfficiencyRead,
-    EnergyRead,
-    FailureRead,
-    GpuIdentityRead,
-    IsolationRead,
-    SlurmRead,
-    StartupRead,
-    as_map,
-    is_mapping,
-    monitor_peak,
-    ran_on,
-    text,
+from milarun.results.inference import InferenceRun
+from milarun.results.parts import as_map, is_mapping, monitor_peak, ran_on, text
+from milarun.results.records import (
+    Call,
+    Dataset,
+    Diagnostics,
+    Efficiency,
+    Energy,
+    Failure,
+    GpuIdentity,
+    Isolation,
+    NodeEnergy,
+    SlurmBlock,
+    Startup,
+    read_record,
 )
 from milarun.results.schema import WRITTEN_BY, is_finite
 from milarun.results.series import RateSeries, measured_rate, rank_timers, slice_width
 
 T = TypeVar("T")
+# What a result without a start-up or diagnostics record reads: every value unknown.
+NO_STARTUP = Startup()
+NO_DIAGNOSTICS = Diagnostics()
 
 
 # not frozen: a frozen __init__ costs more, and a fleet report makes a million views
@@ -81,7 +82,7 @@ class ResultView:
         timings = self.data.get("timings")
         return timings if is_mapping(timings) else {}
 
-    # -- the result's own fields, typed (results.parts reads its nested records) ----------
+    # -- the result's own fields, typed (results.records reads its nested records) --------
     @property
     def named(self) -> bool:
         """Whether it holds a test name (a foreign or hand-edited file may not)."""
@@ -186,43 +187,44 @@ class ResultView:
         return found if is_mapping(found) else None
 
     @property
-    def failure(self) -> FailureRead | None:
-        return FailureRead.from_dict(self.data.get("failure"))
+    def failure(self) -> Failure | None:
+        return Failure.from_dict(self.data.get("failure"))
 
     @property
-    def call(self) -> CallRead | None:
-        return CallRead.from_dict(self.data.get("call"))
+    def call(self) -> Call | None:
+        return Call.from_dict(self.data.get("call"))
 
     @property
-    def dataset(self) -> DatasetRead | None:
-        return DatasetRead.from_dict(self.data.get("dataset"))
+    def dataset(self) -> Dataset | None:
+        return Dataset.from_dict(self.data.get("dataset"))
 
     @property
-    def efficiency(self) -> EfficiencyRead | None:
-        return EfficiencyRead.from_dict(self.data.get("efficiency"))
+    def efficiency(self) -> Efficiency | None:
+        return Efficiency.from_dict(self.data.get("efficiency"))
 
     @property
-    def isolation(self) -> IsolationRead | None:
-        return IsolationRead.from_dict(self.data.get("isolation"))
+    def isolation(self) -> Isolation | None:
+        return Isolation.from_dict(self.data.get("isolation"))
 
     @property
-    def inference(self) -> InferenceRead | None:
+    def inference(self) -> InferenceRun | None:
         """An inference test's engine, comparison key and latency figures; None otherwise."""
         settings = as_map(self.data.get("efficiency")).get("settings")
-        return InferenceRead.from_result(settings, self.metrics)
+        return InferenceRun.from_result(settings, self.metrics)
 
     @property
-    def startup(self) -> StartupRead:
-        return StartupRead.from_dict(self.data.get("startup"))
+    def startup(self) -> Startup:
+        """Where the time before the first slice went (all unknown where not recorded)."""
+        return Startup.from_dict(self.data.get("startup")) or NO_STARTUP
 
     @property
-    def energy(self) -> EnergyRead | None:
-        return EnergyRead.from_dict(self.data.get("energy"))
+    def energy(self) -> Energy | None:
+        return Energy.from_dict(self.data.get("energy"))
 
     @property
-    def node_energy(self) -> Mapping[str, Any]:
-        """The node's energy over the steady window (measure.nodepower; empty: none)."""
-        return as_map(self.data.get("node_energy"))
+    def node_energy(self) -> NodeEnergy | None:
+        """The node's energy over the steady window (measure.nodepower; None: none)."""
+        return NodeEnergy.from_dict(self.data.get("node_energy"))
 
     @property
     def gpu_monitor(self) -> Mapping[str, Any]:
@@ -230,18 +232,19 @@ class ResultView:
         return as_map(self.data.get("gpu_monitor"))
 
     @property
-    def slurm(self) -> SlurmRead | None:
-        return SlurmRead.from_dict(self.data.get("slurm"))
+    def slurm(self) -> SlurmBlock | None:
+        return read_record(SlurmBlock, self.data.get("slurm"))
 
     @property
-    def gpu_identity(self) -> list[GpuIdentityRead]:
+    def gpu_identity(self) -> list[GpuIdentity]:
         found = self.data.get("gpu_identity")
-        read = [GpuIdentityRead.from_dict(g) for g in found] if isinstance(found, list) else []
+        read = [read_record(GpuIdentity, g) for g in found] if isinstance(found, list) else []
         return [g for g in read if g is not None]
 
-    def diagnostics(self, timer: str = "train") -> DiagnosticsRead:
-        """The steady window's quality record of ``timer`` (empty where there is none)."""
-        return DiagnosticsRead.from_dict(as_map(self.data.get("diagnostics")).get(timer))
+    def diagnostics(self, timer: str = "train") -> Diagnostics:
+        """The steady window's quality record of ``timer`` (NO_DIAGNOSTICS where none)."""
+        found = Diagnostics.from_dict(as_map(self.data.get("diagnostics")).get(timer))
+        return found or NO_DIAGNOSTICS
 
     def series(self, timer: str = "train") -> RateSeries | None:
         """The single-process rate series of ``timer`` (None when there is none)."""

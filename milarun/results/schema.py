@@ -4,7 +4,7 @@ reader computes with must have (``result_problem``). DESIGN section 5 is its con
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from milarun.results.jsonfile import CONTAINERS, MAX_DEPTH, too_deep
 
@@ -101,7 +101,7 @@ def is_number(value: Any) -> bool:
     return kind is float or kind is int or (isinstance(value, (int, float)) and kind is not bool)
 
 
-def is_finite(value: Any) -> bool:
+def is_finite(value: Any) -> TypeGuard[float]:
     """A number (not a bool) that is neither NaN nor infinite."""
     return is_number(value) and math.isfinite(value)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from milarun.machine.gpu import base
 from milarun.results import steady
-from milarun.results.parts import DiagnosticsRead
+from milarun.results.records import Diagnostics
 from milarun.results.schema import is_finite
 
 POWER_LIMIT = "SwPowerCap"
@@ -102,7 +102,7 @@ def read(record: Any) -> ThrottleView | None:
     return ThrottleView(window, min(fault, window), min(power, window), clock)
 
 
-def flags(train: DiagnosticsRead) -> list[str]:
+def flags(train: Diagnostics) -> list[str]:
     """A diagnostics' flags, ``throttle`` only for a fault (a result made before the power
     limit was told from a fault flagged both)."""
     found = read(train.throttle)

@@ -65,7 +65,7 @@ def harness_failure(
         job_id=inst.job_id,
         dataroot=str(opts.dataroot),
         outdir=str(opts.outdir),
-        call=records.Call(inst.job.experiment, inst.job.argv() + opts.args_for(inst.job)),
+        call=records.Call(inst.job.experiment, (*inst.job.argv(), *opts.args_for(inst.job))),
         failure=records.Failure(kind, message),
         error=log_tail(inst.log_path),
         device=labels[0],
@@ -73,10 +73,10 @@ def harness_failure(
         gpu=records.gpu_name(system, [g.id for g in gpus]) if on_gpu else None,
         device_count=sum(d.kind == GPU_KIND for d in inst.devices),
         environ=records.recorded_environ(inst.env),
-        isolation={
-            "requested": inst.placement.spec if inst.placement else None,
-            "groups": inst.placement.groups if inst.placement else None,
-        },
+        isolation=records.Isolation(
+            requested=inst.placement.spec if inst.placement else None,
+            groups=inst.placement.groups if inst.placement else None,
+        ),
         returncode=code,
         signal=signal.Signals(-code).name if code and code < 0 else None,
         log=str(inst.log_path),

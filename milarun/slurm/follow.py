@@ -71,7 +71,7 @@ def _missing_record(
         job_id=instance or f"slurm{job.job_id}",
         dataroot="",
         outdir=str(outdir),
-        call=records.Call(function, []),
+        call=records.Call(function, ()),
         failure=records.Failure(kind, message),
         error=message,
         device="",
@@ -83,16 +83,14 @@ def _missing_record(
         returncode=None,
         written_by="milarun slurm check",
         node=node,
-        slurm={
-            "job_id": job.job_id,
-            "step_id": None,
-            "node": node,
-            "node_id": None,
-            "nodelist": job.nodelist or ",".join(nodes),
-            "nnodes": len(nodes),
-            "state": job.state,
-            "exit_code": job.exit_code,
-        },
+        slurm=records.SlurmBlock(
+            job_id=job.job_id,
+            node=node,
+            nodelist=job.nodelist or ",".join(nodes),
+            nnodes=len(nodes),
+            state=job.state,
+            exit_code=job.exit_code,
+        ),
     ).to_dict()
 
 

@@ -125,7 +125,7 @@ def node_power(bid: checks.Bid) -> checks.Ruling:
         runs[view.name] += 1
         node = view.node_energy
         if not nodeenergy.measured(node):
-            lacking[view.name].append(str(node.get("reason") or "no BMC configured")[:80])
+            lacking[view.name].append(str(node and node.reason or "no BMC configured")[:80])
     without = [
         f"{test} ({len(why)} of {runs[test]} run(s): {why[0]})" for test, why in lacking.items()
     ]

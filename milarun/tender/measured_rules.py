@@ -4,7 +4,6 @@ throttling fault, no busy machine, slices and times that agree, runs alike."""
 from __future__ import annotations
 
 from milarun.results import read, series
-from milarun.results.parts import ContentionRead
 from milarun.results.throttle import read as read_throttle
 from milarun.tender.consistency import result_problem
 from milarun.tender.rule import Bid, Ruling
@@ -76,7 +75,7 @@ def busy(bid: Bid) -> Ruling:
     of its CPUs to other processes (its ``busy`` flag) measured the machine and someone
     else's load, not the machine (docs/busy-and-acceptance.md)."""
     measured = [(v, v.diagnostics()) for v in bid.views if v.rate() is not None]
-    found = [(v, d, ContentionRead.from_dict(d.contention)) for v, d in measured]
+    found = [(v, d, d.contention) for v, d in measured]
     shares = [c.others for _, _, c in found if c is not None]
     flagged = [(v, c) for v, d, c in found if "busy" in d.flags]
     unread = sum(c is None for _, _, c in found)

@@ -14,7 +14,7 @@ import pytest
 from conftest import DATA, milarun
 from milarun.report import build, summary
 from milarun.report.render import text as render_text
-from milarun.results.inference import InferenceRead
+from milarun.results.inference import InferenceRun
 
 H200 = DATA / "gpu-runs" / "h200-inference-2026-11-28"
 EAGER = "llm_decode.J0.20261128-194110-861389.json"
@@ -26,12 +26,12 @@ def load(name: str) -> dict:
 
 
 def test_the_h200_decode_results_read_as_inference():
-    eager = InferenceRead.from_result(load(EAGER)["efficiency"]["settings"], load(EAGER)["metrics"])
+    eager = InferenceRun.from_result(load(EAGER)["efficiency"]["settings"], load(EAGER)["metrics"])
     assert eager is not None
     assert eager.describe() == "transformers 5.17.0 bf16 1024/256 x1"
     assert eager.figures["tpot_ms"] == pytest.approx(30.23, abs=0.01)
     assert eager.figures["mbu_percent"] == pytest.approx(10.45, abs=0.01)
-    graphs = InferenceRead.from_result(
+    graphs = InferenceRun.from_result(
         load(GRAPHS)["efficiency"]["settings"], load(GRAPHS)["metrics"]
     )
     assert graphs is not None and graphs.cuda_graphs and graphs.key() != eager.key()

@@ -151,8 +151,8 @@ def test_a_slurm_task_writes_its_node_folder_and_records_its_place(tmp_path):
     # given the node folder itself, it is not nested again
     assert slurmenv.node_outdir(tmp_path / "nodes" / "node2", TASK) == tmp_path / "nodes" / "node2"
     block = slurmenv.slurm_block(TASK)
-    assert block["job_id"] == "42" and block["node"] == "node2" and block["node_id"] == 1
-    assert block["nnodes"] == 2 and block["step_id"] == "0"
+    assert block is not None and block.job_id == "42" and block.node == "node2"
+    assert block.node_id == 1 and block.nnodes == 2 and block.step_id == "0"
     assert slurmenv.slurm_block({}) is None
     assert slurmenv.node_name(TASK) == "node2"
     assert slurmenv.extra_task_on_node(TASK) is None

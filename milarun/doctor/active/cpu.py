@@ -71,7 +71,7 @@ def with_others(measure: Callable[[], dict[str, Any]]) -> Callable[[], dict[str,
 
 def measure(recorder: Recorder, spec: dict[str, Any], level: dict[str, float]) -> None:
     recorder.data["device"] = {"name": "cpu", "numpy": np.__version__}
-    recorder.data["isolation"] = isolation_record()
+    recorder.data["isolation"] = isolation_record().to_dict()
     n = int(spec.get("gemm_size", GEMM_SIZE))
     recorder.phase("cpu_gemm", with_others(lambda: cpu_gemm(level, n)))
     size = int(spec.get("copy_bytes", COPY_BYTES))

@@ -1,4 +1,4 @@
-"""The file format's records: one builder of a result (ResultRecord) and its measurement values."""
+"""The one builder of a result (ResultRecord): its own fields and its nested records."""
 
 from __future__ import annotations
 
@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from milarun.machine import slurmenv, sysinfo
+from milarun.machine.gpuids import GpuIdentity
+from milarun.machine.slurmenv import SlurmBlock
+from milarun.results.records.base import write_record
+from milarun.results.records.energy import Efficiency, Energy, NodeEnergy
+from milarun.results.records.quality import Diagnostics, Startup
+from milarun.results.records.run import Call, Dataset, Failure, Isolation
 from milarun.results.schema import FORMAT_VERSION, LAUNCH_KEYS, OWN_KEYS, RECORD_KEYS, WRITTEN_BY
 
 # Environment variables worth recording (and restoring on rerun); never the whole
@@ -40,70 +46,9 @@ SECRET_WORDS = ("PASSWORD", "SECRET", "TOKEN", "CREDENTIAL", "PASSWD", "BMC_ADDR
 NOT_RECORDED = ("MILARUN_NODE_INSTANCES",)
 
 
-# -- measurement records (a result's ``timings`` entries) ------------------------------
-@dataclass(frozen=True)
-class RateRecord:
-    """What a finished ratelog.RateLog measured: a ``timings`` entry of type "rate"."""
-
-    start: float | None  # wall clock at the first block
-    duration: float  # from the first block's start to the last block's end
-    in_block: float  # time inside blocks (device syncs included)
-    count: int
-    max_count: int | None
-    blocks: int
-    syncs: int
-    slice: float
-    last_slice: float | None  # length of the partial last slice, None when there is none
-    rates: tuple[float, ...]
-    warmup_blocks: int = 0  # first blocks counted but not sliced (lazy init, autotuning)
-    warmup_time: float = 0.0  # their in-block time
-    slice_ends: tuple[float, ...] = ()  # wall clock at which each slice closed
-
-    @property
-    def overhead(self) -> float:
-        """Time between blocks (data loading outside them, the harness's own work)."""
-        return max(0.0, self.duration - self.in_block)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": "rate",
-            "start": self.start,
-            "duration": self.duration,
-            "in_block": self.in_block,
-            "overhead": self.overhead,
-            "count": self.count,
-            "max_count": self.max_count,
-            "blocks": self.blocks,
-            "syncs": self.syncs,
-            "slice": self.slice,
-            "last_slice": self.last_slice,
-            "rates": list(self.rates),
-            "warmup_blocks": self.warmup_blocks,
-            "warmup_time": self.warmup_time,
-            "slice_ends": list(self.slice_ends),
-        }
-
-
-@dataclass(frozen=True)
-class TimerRecord:
-    """What an experiment.Timer measured: a ``timings`` entry of type "timer"."""
-
-    start: float | None
-    duration: float
-    entries: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": "timer",
-            "start": self.start,
-            "duration": self.duration,
-            "entries": self.entries,
-        }
-
-
 # -- the one builder of a result record ---------------------------------------------------
 class Record(Protocol):
-    """A measurement value of a result (rate series, diagnostics, start-up, efficiency)."""
+    """A measurement value of a result (a ``timings`` entry: records.timings)."""
 
     def to_dict(self) -> dict[str, Any]: ...
 
@@ -126,30 +71,6 @@ def gpu_name(system: Mapping[str, Any], visible: list[str]) -> str | None:
         if visible and str(gpu.get("index")) == visible[0]:
             return gpu.get("name")
     return gpus[0].get("name") if gpus else None
-
-
-@dataclass(frozen=True)
-class Call:
-    """What was run: the test function, its argv, and the arguments its parser made of
-    them (None when the test never parsed them, e.g. it crashed first)."""
-
-    function: str
-    argv: list[str]
-    arguments: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"function": self.function, "argv": list(self.argv), "arguments": self.arguments}
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why a run failed: the result's ``failure``."""
-
-    kind: str  # one of results.FAILURE_KINDS
-    message: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "message": self.message}
 
 
 def _dicts(records: Mapping[str, Record] | None) -> dict[str, Any] | None:
@@ -178,31 +99,31 @@ class ResultRecord:
     gpu: str | None
     device_count: int
     environ: dict[str, str]
-    isolation: dict[str, Any] | None
+    isolation: Isolation | None
     returncode: int | None
     metrics: dict[str, float] = field(default_factory=dict)
     timings: Mapping[str, Record] = field(default_factory=dict)
     gpu_monitor: dict[str, Any] | None = None
     cpu_monitor: dict[str, Any] | None = None
     synthetic_data: bool | None = None
-    dataset: Mapping[str, Any] | None = None  # {"name", "size", "synthetic"}: data it read
+    dataset: Dataset | None = None  # the data it read
     rerun_of: str | None = None
-    startup: Record | None = None
-    diagnostics: Mapping[str, Record] | None = None
-    efficiency: Record | None = None
-    energy: Record | None = None  # milarun.measure.energy.Energy: over the steady window
+    startup: Startup | None = None
+    diagnostics: Mapping[str, Diagnostics] | None = None
+    efficiency: Efficiency | None = None
+    energy: Energy | None = None  # over the steady window
     # The BMC's readings (milarun.machine.bmc) and the node's energy over the steady window
     # (milarun.measure.nodepower.NodeEnergy): null where no BMC is configured.
     node_monitor: dict[str, Any] | None = None
-    node_energy: Record | None = None
+    node_energy: NodeEnergy | None = None
     # Each GPU of the instance: the id the operator named, NVML's UUID and PCI bus id
-    # (milarun.machine.gpuids.GpuIdentity); empty (null in the file) on a CPU slice.
-    gpu_identity: tuple[Record, ...] = ()
+    # (machine.gpuids); empty (null in the file) on a CPU slice.
+    gpu_identity: tuple[GpuIdentity, ...] = ()
     launch: Mapping[str, Any] = field(default_factory=dict)
     # Where it ran: the Slurm node (else the host) and the Slurm job and step, if any;
     # a distributed run: every rank's {rank, node, host, device}.
     node: str = field(default_factory=slurmenv.node_name)
-    slurm: Mapping[str, Any] | None = field(default_factory=slurmenv.slurm_block)
+    slurm: SlurmBlock | None = field(default_factory=slurmenv.slurm_block)
     ranks: tuple[Mapping[str, Any], ...] = ()
     signal: str | None = None
     log: str | None = None
@@ -246,11 +167,11 @@ class ResultRecord:
             "cpu_monitor": self.cpu_monitor,
             "milarun_version": self.milarun_version,
             "system": self.system,
-            "isolation": self.isolation,
+            "isolation": self.isolation.to_dict() if self.isolation else None,
             "failure": self.failure.to_dict() if self.failure else None,
             "returncode": self.returncode,
             "synthetic_data": self.synthetic_data,
-            "dataset": dict(self.dataset) if self.dataset is not None else None,
+            "dataset": self.dataset.to_dict() if self.dataset is not None else None,
             "rerun_of": self.rerun_of,
             "startup": self.startup.to_dict() if self.startup else None,
             "diagnostics": _dicts(self.diagnostics),
@@ -260,7 +181,7 @@ class ResultRecord:
             "node_energy": self.node_energy.to_dict() if self.node_energy else None,
             "gpu_identity": [g.to_dict() for g in self.gpu_identity] or None,
             "node": self.node,
-            "slurm": dict(self.slurm) if self.slurm else None,
+            "slurm": write_record(self.slurm) if self.slurm else None,
             "ranks": [dict(r) for r in self.ranks] or None,
             "format_version": FORMAT_VERSION,
             "signal": self.signal,

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from milarun.measure.runner import PROGRESS_TAG
-from milarun.results.parts import RateRecordRead
 from milarun.results.parts import number as read
 from milarun.results.read import ResultView
+from milarun.results.records import RateRecord
 
 EXACT = 1e-9  # the same floats summed in another order agree far better than this
 TIME = 1e-6  # in-block time against its slices (consistency.RELATIVE: the same sums)
@@ -104,7 +104,7 @@ def read_section(log: Path, result_file: str, summary: str) -> Section | None:
     return found
 
 
-def _widths(record: RateRecordRead) -> list[float]:
+def _widths(record: RateRecord) -> list[float]:
     """Each slice's in-block seconds: the slice width, the last one its partial length."""
     widths = [record.slice] * len(record.rates)
     if record.last_slice is not None and widths:
@@ -116,9 +116,7 @@ def _n(value: float) -> str:
     return f"{value:,.10g}"
 
 
-def _line_problem(
-    line: Progress, key: str, record: RateRecordRead, log: str, file: str
-) -> str | None:
+def _line_problem(line: Progress, key: str, record: RateRecord, log: str, file: str) -> str | None:
     """Why a progress line whose rate is slice ``line.slices`` of ``record`` cannot have been
     printed by the run that wrote ``record``, or None."""
     where = f"{log} line {line.line}"
@@ -160,7 +158,7 @@ def _line_problem(
     return None
 
 
-def _candidates(records: dict[str, RateRecordRead], timer: str) -> list[tuple[str, RateRecordRead]]:
+def _candidates(records: dict[str, RateRecord], timer: str) -> list[tuple[str, RateRecord]]:
     """The rate records a line of ``timer`` may come from: its own and each rank's."""
     return [
         (key, r)
@@ -169,7 +167,7 @@ def _candidates(records: dict[str, RateRecordRead], timer: str) -> list[tuple[st
     ]
 
 
-def _mismatch(line: Progress, found: list[tuple[str, RateRecordRead]], log: str, file: str) -> str:
+def _mismatch(line: Progress, found: list[tuple[str, RateRecord]], log: str, file: str) -> str:
     where = f"{log} line {line.line}"
     if not found:
         return f"{where}: timer {line.timer[:40]!r}, of which {file} holds no rate record"
@@ -185,7 +183,7 @@ def _mismatch(line: Progress, found: list[tuple[str, RateRecordRead]], log: str,
 
 
 def log_problems(
-    view: ResultView, records: dict[str, RateRecordRead], run: Path, path: Path
+    view: ResultView, records: dict[str, RateRecord], run: Path, path: Path
 ) -> list[str]:
     """Where the instance log of the result at ``path`` (below the run folder ``run``)
     disagrees with it: the first disagreement of each kind, with how many lines share it."""
@@ -222,7 +220,7 @@ def log_problems(
     return _coverage(records, last, log) + _said(view, section, log, file)
 
 
-def _coverage(records: dict[str, RateRecordRead], last: dict[str, int], log: str) -> list[str]:
+def _coverage(records: dict[str, RateRecord], last: dict[str, int], log: str) -> list[str]:
     """The log pins the slices up to its last progress line, printed less than a second of
     in-block time (a few slices) before the run's last slice: a run whose later slices no
     line pins was longer than its log says."""

@@ -23,8 +23,9 @@ from typing import Any
 from milarun.machine.gpu import datasheet
 from milarun.measure import energy
 from milarun.results import is_finite, series
-from milarun.results.parts import RateRecordRead, number
+from milarun.results.parts import number
 from milarun.results.read import ResultView
+from milarun.results.records import RateRecord
 
 EXACT = 1e-9  # a figure re-made from the same numbers by the same code
 SHEET = 0.02  # the datasheets' own rounding (datasheet.PEAKS: 2 x 1100 is 2% below 2250)
@@ -47,7 +48,7 @@ def _differs(a: Any, b: Any) -> bool:
     return abs(a - b) > EXACT * max(abs(a), abs(b), 1e-300)
 
 
-def energy_problems(view: ResultView, records: dict[str, RateRecordRead], file: str) -> list[str]:
+def energy_problems(view: ResultView, records: dict[str, RateRecord], file: str) -> list[str]:
     """The energy record against its monitor samples and its rates."""
     said = view.energy
     if said is None:
@@ -88,7 +89,7 @@ def energy_problems(view: ResultView, records: dict[str, RateRecordRead], file: 
     return []
 
 
-def _steady(records: dict[str, RateRecordRead]) -> dict[str, float]:
+def _steady(records: dict[str, RateRecord]) -> dict[str, float]:
     found = {k: series.measured_rate(r.rates, r.slice) for k, r in records.items()}
     return {k: v for k, v in found.items() if v is not None}
 
@@ -108,7 +109,7 @@ def _shares(view: ResultView) -> dict[str, float]:
 
 def flops_problems(
     view: ResultView,
-    records: dict[str, RateRecordRead],
+    records: dict[str, RateRecord],
     file: str,
     measured: Measured,
     *,

@@ -25,8 +25,8 @@ from milarun import results
 from milarun.errors import InputError
 from milarun.results import manifest
 from milarun.results.folder import Loaded
-from milarun.results.parts import RateRecordRead
 from milarun.results.read import ResultView
+from milarun.results.records import RateRecord
 from milarun.results.run_manifest import RunManifest, RunSpan
 from milarun.tender import bounds, checks, package
 from milarun.tender.evidence import energy_and_peaks
@@ -156,7 +156,7 @@ def result_problems(
     records = {
         key: record
         for key, value in view.timings.items()
-        if (record := RateRecordRead.from_dict(value)) is not None
+        if (record := RateRecord.from_dict(value)) is not None
     }
     applied = applied if applied is not None else Applied()
     device, found = bounds.device_of(view, file, machine)
@@ -195,7 +195,7 @@ def _utc(when: float) -> str:
 
 def _time_problems(
     view: ResultView,
-    records: dict[str, RateRecordRead],
+    records: dict[str, RateRecord],
     path: Path,
     file: str,
     spans: list[tuple[Path, RunSpan]],
