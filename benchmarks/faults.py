@@ -11,11 +11,11 @@ The other scenarios are in a module per topic: folders and files (issue 24: read
 log cap, a disk filling mid-suite, names, a zero rate) in faults_folders.py, the supervisor
 (runs cut short, signals, escaped processes) in faults_supervisor.py, warm starts (issue 36)
 in faults_warm_start.py, the results database (issue 40) in faults_database.py and
-faults_postgres.py (its server: postgres_server.py), bid packages and a machine's limits in
-faults_part6.py, the doctor's probes in faults_doctor.py, forged bid packages (issue 42) in
-faults_forgery.py, work lost or left unexplained (issue 50: a disk filling under `jobs`, stop
-signals to the doctor, ...) in faults_lost_work.py; the helpers they share are in
-faultkit.py.
+faults_postgres.py (its server: postgres_server.py), bid packages in faults_bid_package.py,
+a machine pushed past its limits in faults_limits.py, the doctor's probes in
+faults_doctor.py, forged bid packages (issue 42) in faults_forgery.py, work lost or left
+unexplained (issue 50: a disk filling under `jobs`, stop signals to the doctor, ...) in
+faults_lost_work.py; the helpers they share are in faultkit.py.
 `faults.py db: bid: doctor: limits:` runs issue 40's alone.
 """
 
@@ -45,12 +45,13 @@ from faultkit import (
     stragglers,
     wrong_content,
 )
+from faults_bid_package import SCENARIOS as BID_PACKAGE
 from faults_database import SCENARIOS as DATABASE
 from faults_doctor import SCENARIOS as DOCTOR
 from faults_folders import SCENARIOS as FOLDERS
 from faults_forgery import SCENARIOS as FORGERY  # forged bid packages (issue 42)
+from faults_limits import SCENARIOS as LIMITS
 from faults_lost_work import SCENARIOS as LOST_WORK  # full disk, stop signals, ... (issue 50)
-from faults_part6 import SCENARIOS as PART6
 from faults_postgres import SCENARIOS as POSTGRES
 from faults_supervisor import SCENARIOS as SUPERVISOR
 from faults_warm_start import SCENARIOS as WARM_START
@@ -318,7 +319,8 @@ def main() -> None:
         **WARM_START,
         **DATABASE,
         **POSTGRES,
-        **PART6,
+        **BID_PACKAGE,
+        **LIMITS,
         **DOCTOR,
         **FORGERY,
         **LOST_WORK,

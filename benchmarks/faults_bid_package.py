@@ -1,11 +1,10 @@
-"""The fault campaign, part 6 (issue 40): bid packages under faults, and a machine pushed past
-its limits. `milarun verify` of a truncated package, of members that escape (``../x``, an
-absolute path, links), of a member longer than its header says, of bytes appended after the
-archive, of a decompression bomb, of results from another milarun, of a package replaced
-while it is read (a package re-hashed after a rate was edited: faults_forgery.py, issue 42):
-each refused in one line or judged by a rule (exit 1 either way), nothing written outside
-its temporary folder, its memory and disk bounded. `--devices cpu:99` on a small machine; a
-results folder whose filesystem fills mid-run. Run by faults.py."""
+"""The fault campaign, bid packages under faults (issue 40). `milarun verify` of a truncated
+package, of members that escape (``../x``, an absolute path, links), of a member longer than its
+header says, of bytes appended after the archive, of a decompression bomb, of results from
+another milarun, of a package replaced while it is read (a package re-hashed after a rate was
+edited: faults_forgery.py, issue 42): each refused in one line or judged by a rule (exit 1
+either way), nothing written outside its temporary folder, its memory and disk bounded. (A
+machine pushed past its limits: faults_limits.py.) Run by faults.py."""
 
 from __future__ import annotations
 
@@ -22,11 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from faultkit import ENV, Outcome, clean, leftovers, milarun, one_line, profile, results_in
+from faultkit import ENV, Outcome, clean, milarun, one_line
 
 import bidkit
-from fullfs import full_tmpfs
-from milarun.results import load_result, manifest
 
 RATES = {"quick.polynome": 1000.0, "quick.convnet": 50.0}
 Member = tuple[tarfile.TarInfo, bytes | None]
@@ -246,60 +243,8 @@ def replaced_while_read(tmp: Path) -> Outcome:
     return all(f for f, _ in outcomes.values()), 0, str({k: s for k, (_, s) in outcomes.items()})
 
 
-def too_many_slices(tmp: Path) -> Outcome:
-    """`--devices cpu:99` on a machine with fewer CPUs: refused in one line within 2 s,
-    before anything starts (no folder, no process)."""
-    cpus = len(os.sched_getaffinity(0))
-    if cpus >= 99:
-        return True, 0, f"skipped: {cpus} CPUs here"
-    out = tmp / "out"
-    began = time.monotonic()
-    done = milarun(
-        "jobs", profile(tmp, run={"experiment": "faulty:steps"}), "--devices", "cpu:99", "-o", out
-    )
-    seconds = time.monotonic() - began
-    ok = one_line(done) and seconds < 2 and not out.exists() and not leftovers(str(out))
-    return ok, 0, f"exit {done.returncode} in {seconds:.1f} s: {done.stderr.strip()[-100:]!r}"
-
-
-def disk_fills_mid_run(tmp: Path) -> Outcome:
-    """A job fills the results folder's filesystem: the results finished before stay whole,
-    the run's manifest is completed and names each instance it could not record and why,
-    and the report of the folder lists them with that reason."""
-    if os.geteuid() != 0:
-        return True, 0, "skipped: needs root to mount a tmpfs"
-    prof = profile(
-        tmp,
-        a={"experiment": "faulty:steps"},
-        fill={"experiment": "faulty:fills_disk"},
-        b={"experiment": "faulty:steps"},
-    )
-    with full_tmpfs(tmp / "disk", size="2m", fill=False) as disk:
-        out = disk / "out"
-        run = milarun("jobs", prof, "--devices", "cpu:2", "-o", out)
-        finished = [r for r in results_in(out) if r["name"] == "p.a"]
-        whole = all(isinstance(load_result(p), dict) for p in out.glob("p.a.*.json"))
-        runs = manifest.run_manifests(out)
-        status = runs[0][1].status if runs else None
-        cut = manifest.cut_short(out)
-        report = milarun("report", out)
-    lost = "p.fill (J0.0, J0.1), p.b (J0.0, J0.1)"
-    said = " ".join(report.stdout.split())
-    named = lost in said and "No space left on device" in said
-    why = cut[0].describe() if cut else "nothing said"
-    ok = clean(run) and len(finished) == 2 and whole and status == "complete" and named
-    return (
-        ok,
-        0 if named else 4,
-        f"exit {run.returncode}, {len(finished)} finished result(s) whole: {whole}, manifest "
-        f"{status}: {why[-110:]!r}; the report names the 4 lost: {named}",
-    )
-
-
 SCENARIOS: dict[str, Callable[[Path], Outcome]] = {
     "bid: hostile packages": hostile_packages,
     "bid: another milarun version": another_version,
     "bid: replaced while verified": replaced_while_read,
-    "limits: --devices cpu:99": too_many_slices,
-    "limits: disk fills mid-run": disk_fills_mid_run,
 }
