@@ -144,6 +144,21 @@ def monitor_against_the_system_record(tmp: Path) -> Outcome:
     )
 
 
+def pci_id_against_the_inventory(tmp: Path) -> Outcome:
+    """The system record says the H100 SXM's PCI device id (0x2330), the GPU monitor's
+    inventory an H100 PCIe's (0x2331): the two readings of one GPU disagree."""
+
+    def edit(data: dict) -> None:
+        data["system"]["gpus"][0]["pci_device_id"] = "0x2330"
+        forgery.monitor_inventory(data, pci_device_id="0x2331")
+
+    return _forged(
+        tmp,
+        _in("modern.bert", edit),
+        "gpu_monitor.inventory PCI device id 0x2331 but system.gpus says 0x2330",
+    )
+
+
 def doctor_record_deleted(tmp: Path) -> Outcome:
     """A tender that requires a PASS doctor --active record per device: deleting it FAILs."""
     return _forged(
@@ -213,6 +228,7 @@ SCENARIOS: dict[str, Callable[[Path], Outcome]] = {
     "forged: efficiency names another GPU": device_renamed,
     "forged: GPU renamed in the result": renamed_against_the_run_record,
     "forged: monitor against system record": monitor_against_the_system_record,
+    "forged: PCI id against the inventory": pci_id_against_the_inventory,
     "forged: doctor record deleted": doctor_record_deleted,
     "forged: energy scaled with the rate": energy_scaled_with_the_rate,
     "honest bids pass evidence": honest_packages,

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from milabench import helpers
+from milabench import helpers, recurrent
 from milabench.datasets import wiki2
 from milarun.experiment import BadTestArguments, Experiment
 
@@ -140,6 +140,7 @@ def main(exp: Experiment, argv: list[str]) -> None:
         )
     train_data = train_data.to(device)
     ntokens = len(corpus.dictionary)
+    exp.arguments["vocabulary"] = ntokens  # the decoder's width, which verify's formula reads
 
     with helpers.built_on(device):
         model = RNNModel(
@@ -166,4 +167,9 @@ def main(exp: Experiment, argv: list[str]) -> None:
         loss.item()  # as legacy it.log(loss=loss.item()): a host sync per step
         return loss.detach()
 
-    helpers.train(exp, step, args.batch_size)
+    # The FLOPs by milarun's formula, not a counted step: the counter cannot see cuDNN's
+    # fused GRU/LSTM kernel (nor oneDNN's LSTM on the CPU), so a count depends on the device.
+    formula = recurrent.word_lm(
+        args.model, args.emsize, args.nhid, args.nlayers, ntokens, args.bptt, precision.name
+    )
+    helpers.train(exp, step, args.batch_size, formula=formula)

@@ -126,17 +126,18 @@ def gpu_inventory(backend: gpu.Backend, handles: dict[str, Any]) -> dict[str, di
     UUID, memory in MiB, PCI device id; None where not read), read once at the start from
     those GPUs alone: the device the samples are of, which verify compares with the run's
     system record."""
-    one = gpu_base.read  # a reading the GPU or driver does not give: None
-    inventory: dict[str, dict[str, Any]] = {}
-    for gid, h in handles.items():
-        memory = one(lambda h=h: backend.memory(h))
-        inventory[gid] = {
-            "name": one(lambda h=h: backend.device_name(h)),
-            "uuid": one(lambda h=h: backend.uuid(h)),
-            "memory_mb": memory / 2**20 if isinstance(memory, int) else None,
-            "pci_device_id": one(lambda h=h: backend.pci_device_id(h)),
-        }
-    return inventory
+    return {gid: _inventory_entry(backend, handle) for gid, handle in handles.items()}
+
+
+def _inventory_entry(backend: gpu.Backend, handle: Any) -> dict[str, Any]:
+    read = gpu_base.read  # a reading the GPU or driver does not give: None
+    memory = read(lambda: backend.memory(handle))
+    return {
+        "name": read(lambda: backend.device_name(handle)),
+        "uuid": read(lambda: backend.uuid(handle)),
+        "memory_mb": memory / 2**20 if isinstance(memory, int) else None,
+        "pci_device_id": read(lambda: backend.pci_device_id(handle)),
+    }
 
 
 CHILDREN_REFRESH = 10.0  # seconds between listings of the test's child processes

@@ -215,13 +215,16 @@ def flops_problem(
         return None, found, []
     eff = view.efficiency
     said = number(eff.flops_per_example) if eff is not None else None
-    if said is not None and abs(said - found.value) > FLOPS_TOLERANCE * found.value:
+    high = found.high if found.high is not None else found.value
+    inside = found.value * (1 - FLOPS_TOLERANCE) <= (said or 0) <= high * (1 + FLOPS_TOLERANCE)
+    if said is not None and not inside:
+        gives = _n(found.value) if high == found.value else f"{_n(found.value)} to {_n(high)}"
         return (
             found,
             None,
             [
                 f"{file}: efficiency.flops_per_example {_n(said)} but milarun's {found.how} "
-                f"gives {_n(found.value)} (more than {FLOPS_TOLERANCE:.0%} apart)"
+                f"gives {gives} (more than {FLOPS_TOLERANCE:.0%} apart)"
             ],
         )
     precision = eff.precision if eff is not None else None

@@ -29,7 +29,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from milarun.measure import flops_formulas as formulas
 from milarun.results.read import ResultView
+from milarun.tender import flops_shapes
 
 TERA = 1e12
 LLAMA = "PaLM formula 6N + 12 L d s per token"
@@ -49,6 +51,8 @@ SHAPES: dict[str, tuple[str, ...]] = {
         "latent_size", "text_length", "channels", "layers_per_block", "cross_attention_dim",
         "heads", "norm_groups", "precision",
     ),
+    "milabench.models.wlm:main": ("model", "emsize", "nhid", "nlayers", "bptt", "precision"),
+    "milabench.models.sine_wave:main": ("samples", "seq_len", "hidden"),
 }  # fmt: skip
 # Recorded arguments that change nothing a step's FLOPs per example count: the batch (the
 # counted FLOPs per example are checked equal at two batches for every table entry, by
@@ -93,6 +97,7 @@ class Expected:
     value: float  # FLOPs per example
     how: str  # the formula or table it came from
     precision: str | None  # the precision its matmuls run in, the peak that bounds them
+    high: float | None = None  # where the count's convention is a range: its top (flops_shapes)
 
 
 def llama_flops_per_token(args: Mapping[str, int]) -> float:
@@ -102,6 +107,62 @@ def llama_flops_per_token(args: Mapping[str, int]) -> float:
     per_layer = 2 * d * d + 2 * d * kv + 3 * d * inter + 2 * d  # q, o; k, v; MLP; 2 norms
     n = layers * per_layer + d + vocab * d  # the final norm, the output layer
     return float(6 * n + 12 * layers * d * args["seq_len"])
+
+
+WORD_LM = "milabench.models.wlm:main"
+WORD_LM_ARGS = ("emsize", "nhid", "nlayers", "bptt")
+SINE_WAVE = "milabench.models.sine_wave:main"
+SINE_WAVE_ARGS = ("seq_len", "hidden")
+SINE_WAVE_HELD_OUT = 3  # the waves toy_lstm sets aside (milabench/models/sine_wave.py)
+# Tests no FLOPs figure bounds, and why (said on verify's PASS line).
+UNBOUNDED = {
+    "milabench.models.loader:main": "loader: no FLOPs (it reads and decodes images)",
+    "milabench.models.translator:main": "translator: its FLOPs per sentence pair are those of "
+    "the padded lengths each batch draws from the data, not a function of its arguments",
+    **{
+        f"milabench.models.{rl}:main": f"{rl}: an RL test, its examples are environment steps "
+        "a simulator plays on the CPU (no FLOPs a counter sees; its policy network's are not "
+        "the work the rate counts)"
+        for rl in ("cart", "minigrid", "atari")
+    },
+}
+
+
+def _positive(args: Mapping[str, Any], keys: tuple[str, ...]) -> bool:
+    return all(isinstance(args.get(k), int) and args[k] > 0 for k in keys)
+
+
+def word_lm(args: Mapping[str, Any], synthetic: bool) -> Expected | str:
+    """wlm's FLOPs per example by milarun's formula. The decoder's width is WikiText-2's
+    vocabulary (padded to 8 under mixed precision, as the test does); a run on synthetic
+    text records its own, which may be smaller, never larger."""
+    if not _positive(args, WORD_LM_ARGS) or args.get("model") not in formulas.RNN_GATES:
+        return "wlm: its shape arguments are not positive whole numbers and a known cell"
+    mixed = args.get("precision_used") in NAMED_PRECISIONS
+    vocabulary = formulas.WIKI2_VOCABULARY + (-formulas.WIKI2_VOCABULARY % 8 if mixed else 0)
+    recorded = args.get("vocabulary")
+    if synthetic and isinstance(recorded, int) and 0 < recorded < vocabulary:
+        vocabulary = recorded
+    value = formulas.word_lm_per_example(
+        args["model"], args["emsize"], args["nhid"], args["nlayers"], vocabulary, args["bptt"]
+    )
+    precision = args.get("precision_used")
+    return Expected(value, formulas.WORD_LM, precision if mixed else None)
+
+
+def sine_wave(args: Mapping[str, Any]) -> Expected | str:
+    """toy_lstm's FLOPs per counted example by milarun's formula (fp32 only)."""
+    samples = args.get("samples")
+    if samples is None and isinstance(args.get("batch_size"), int):
+        samples = args["batch_size"] + SINE_WAVE_HELD_OUT
+    if not _positive(args, SINE_WAVE_ARGS) or not isinstance(samples, int):
+        return "sine_wave: its shape arguments are not positive whole numbers"
+    if samples <= SINE_WAVE_HELD_OUT:
+        return f"sine_wave: --samples {samples} trains no wave"
+    value = formulas.sine_wave_per_example(
+        samples, SINE_WAVE_HELD_OUT, args["seq_len"], args["hidden"]
+    )
+    return Expected(value, formulas.SINE_WAVE, None)
 
 
 def _argv_value(argv: tuple[Any, ...] | None, key: str) -> str | None:
@@ -151,14 +212,26 @@ def expected(view: ResultView) -> Expected | str:
         return Expected(
             llama_flops_per_token(args), LLAMA, precision if isinstance(precision, str) else None
         )
+    if function == WORD_LM:
+        return word_lm(args, view.synthetic_data)
+    if function == SINE_WAVE:
+        return sine_wave(args)
+    if function in UNBOUNDED:
+        return UNBOUNDED[function]
+    key = shape_key(args)
+    named = key.get("precision") if key.get("precision") in NAMED_PRECISIONS else None
+    # the formula where every recorded shape argument is one it reads
+    known = set(key) <= set(SHAPES.get(function, ()))
+    span = flops_shapes.transformer(function, key) if known else None
+    if span is not None:
+        return Expected(span[0], flops_shapes.FORMULA, named, high=span[1])
     entries = counted().get(function)
     if entries is None:
         return f"no FLOPs formula or table for {test}"
-    key = shape_key(args)
     for shape, value in entries:
         if shape == key:
-            precision = key.get("precision")
-            return Expected(
-                value, COUNTED_HOW, precision if precision in NAMED_PRECISIONS else None
-            )
+            return Expected(value, COUNTED_HOW, named)
+    scaled = flops_shapes.resnet(function, key, entries)
+    if scaled is not None:
+        return Expected(scaled, flops_shapes.SCALED, named)
     return f"{test} with other arguments than this release counted"

@@ -47,18 +47,33 @@ def test_the_honest_run_is_bounded_by_milarun_alone(run):
     assert said == (
         "FLOPs per example recomputed by milarun for 7, the datasheet peak applied to 7, "
         "energy bounds (FLOPs per joule, a busy GPU's power and utilisation) to 7, the "
-        "doctor's measured GEMM peak to 7; not applied: device id check: PCI device id not "
-        "in the system record (7)"
+        "doctor's measured GEMM peak to 7; not applied: device id check: PCI device id in "
+        "neither the system record nor the monitor's inventory (7)"
     )
 
 
-@pytest.mark.parametrize(("pci", "said"), [("0x2330", None), ("0x2331", "is not the H100-SXM")])
-def test_the_pci_device_id_is_the_datasheet_row_s(run, pci, said):
-    """A system record with the PCI device id (recorded since issue 46; the H100 run
-    predates it): the H100 SXM's passes, an H100 PCIe's id under the SXM's name FAILs."""
+@pytest.mark.parametrize(
+    ("system", "sampled", "said"),
+    [
+        ("0x2330", None, None),
+        ("0x2331", None, "system.gpus PCI device id 0x2331 is not the H100-SXM"),
+        ("0x2330", "0x2330", None),
+        (None, "0x2330", None),  # the inventory's id alone, the datasheet row's
+        ("0x2330", "0x2331", "gpu_monitor.inventory PCI device id 0x2331 but system.gpus says"),
+        (None, "0x2331", "gpu_monitor.inventory PCI device id 0x2331 is not the H100-SXM"),
+    ],
+)
+def test_the_monitor_s_inventory_and_the_system_record_agree_on_the_pci_id(
+    run, system, sampled, said
+):
+    """Records with the PCI device id (since issue 46; the H100 run predates it): the one the
+    GPU monitor's backend read of the GPU it sampled is the system record's (a forger who
+    edits one and not the other FAILs), and the H100 SXM row's (an H100 PCIe's id under the
+    SXM's name FAILs)."""
     for path in run.glob("modern.*.json"):
         data = json.loads(path.read_text())
-        data["system"]["gpus"][0]["pci_device_id"] = pci
+        data["system"]["gpus"][0]["pci_device_id"] = system
+        forgery.monitor_inventory(data, pci_device_id=sampled)
         path.write_text(json.dumps(data))
     problems, applied = found(run)
     assert "device id check" not in applied
@@ -66,6 +81,17 @@ def test_the_pci_device_id_is_the_datasheet_row_s(run, pci, said):
         assert problems == []
     else:
         assert len(problems) == 7 and said in problems[0], problems
+
+
+def test_an_inventory_naming_another_gpu_fails(run):
+    forgery.edit_result(
+        run, "modern.llm", lambda d: forgery.monitor_inventory(d, name="NVIDIA H200")
+    )
+    problems, _ = found(run)
+    assert len(problems) == 1, problems
+    assert (
+        "gpu_monitor.inventory names NVIDIA H200 but system.gpus names NVIDIA H100" in (problems[0])
+    )
 
 
 @pytest.mark.parametrize(
@@ -83,7 +109,7 @@ def test_the_pci_device_id_is_the_datasheet_row_s(run, pci, said):
             "efficiency.flops_per_example 3,657,185,280 but milarun's PaLM formula 6N + 12 L d "
             "s per token gives 7,314,370,560",
         ),
-        ("modern.bert", 1.3, "but milarun's FlopCounterMode count of this release gives"),
+        ("modern.bert", 1.3, "but milarun's formula 3 x the matmuls + 3 to 3.5 x the attention"),
     ],
 )
 def test_flops_divided_by_the_factor_fail_against_milarun_s_flops(run, test, factor, said):
@@ -228,7 +254,8 @@ def test_the_counted_table_keys_every_entry_by_its_shape_arguments():
             args = {**shape, "batch_size": 3, "max_count": 10, "seed": 1, "lr": 0.1}
             view = ResultView.from_dict({"call": {"function": function, "arguments": args}})
             found = flops.expected(view)
-            assert isinstance(found, flops.Expected) and found.value == value, function
+            assert isinstance(found, flops.Expected), function
+            assert value in (found.value, found.high), function  # BERT, ViT: a formula's end
             other = ResultView.from_dict(
                 {"call": {"function": function, "arguments": {**args, "unheard_of": 1}}}
             )

@@ -159,5 +159,6 @@ def test_the_h200_bid_made_for_its_tender_passes_every_rule():
         "FLOPs per example recomputed by milarun for 2, the datasheet peak applied to 2, "
         "energy bounds (FLOPs per joule, a busy GPU's power and utilisation) to 2, the "
         "doctor's measured GEMM peak to 2"
-        "; not applied: device id check: PCI device id not in the system record (2)"
+        "; not applied: device id check: PCI device id in neither the system record nor the "
+        "monitor's inventory (2)"
     )
