@@ -19,7 +19,8 @@ from typing import Any
 from milarun import errors
 from milarun.results import digest, jsonfile, sealing
 from milarun.results.files import as_result, load_result
-from milarun.results.schema import DOCTOR_RECORD, result_problem
+from milarun.results.schema import DOCTOR_RECORD
+from milarun.results.shape import result_problem
 from milarun.results.upgrade import json_fields
 
 PARALLEL_FROM = 2_000  # below this, starting the workers costs more than they save

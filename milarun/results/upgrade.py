@@ -18,8 +18,9 @@ from typing import Any
 
 from milarun.results import throttle
 from milarun.results.parts import as_map, ran_on
-from milarun.results.schema import FORMAT_VERSION, result_problem
+from milarun.results.schema import FORMAT_VERSION
 from milarun.results.series import RateSeries
+from milarun.results.shape import result_problem
 
 # Under this key: each field the upgrade changed, as the file held it (ABSENT: it had none).
 WRITTEN = ("upgrade", "as written")

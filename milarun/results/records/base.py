@@ -107,15 +107,16 @@ def _readers(cls: type) -> tuple[tuple[str, str, Callable[[Any], Any], Field[Any
     return tuple(found)
 
 
-def _written(value: Any) -> Any:
+def written(value: Any) -> Any:
+    """A field's value as JSON holds it: a record by its ``to_dict``, a tuple as a list."""
     if hasattr(value, "to_dict"):
         return value.to_dict()
     if is_dataclass(value):  # machine's records (SlurmBlock) have none: written here
         return write_record(value)
     if isinstance(value, tuple):
-        return [_written(v) for v in value]
+        return [written(v) for v in value]
     if isinstance(value, Mapping):
-        return dict(value)
+        return {k: written(v) for k, v in value.items()}
     return value
 
 
@@ -126,7 +127,7 @@ def write_record(record: Any) -> dict[str, Any]:
         value = getattr(record, spec.name)
         if value is None and spec.metadata.get(OMIT_NONE):
             continue
-        out[file_key(spec)] = _written(value)
+        out[file_key(spec)] = written(value)
     return out
 
 

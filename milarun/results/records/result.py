@@ -1,21 +1,23 @@
-"""The one builder of a result (ResultRecord): its own fields and its nested records."""
+"""The one builder of a result (ResultRecord): its fields are the file's keys, in the file's
+order, so that the schema's key lists (RESULT_KEYS, END_KEYS, LAUNCH_KEYS, RECORD_KEYS) and
+the type of each field (results.shape) are read off it."""
 
 from __future__ import annotations
 
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from milarun.machine import slurmenv, sysinfo
 from milarun.machine.gpuids import GpuIdentity
 from milarun.machine.slurmenv import SlurmBlock
-from milarun.results.records.base import write_record
+from milarun.results.records.base import written
 from milarun.results.records.energy import Efficiency, Energy, NodeEnergy
 from milarun.results.records.quality import Diagnostics, Startup
 from milarun.results.records.run import Call, Dataset, Failure, Isolation
-from milarun.results.schema import FORMAT_VERSION, LAUNCH_KEYS, OWN_KEYS, RECORD_KEYS, WRITTEN_BY
+from milarun.results.schema import FORMAT_VERSION, WRITTEN_BY
 
 # Environment variables worth recording (and restoring on rerun); never the whole
 # environment, which may hold secrets.
@@ -73,128 +75,127 @@ def gpu_name(system: Mapping[str, Any], visible: list[str]) -> str | None:
     return gpus[0].get("name") if gpus else None
 
 
-def _dicts(records: Mapping[str, Record] | None) -> dict[str, Any] | None:
-    return None if records is None else {k: v.to_dict() for k, v in records.items()}
+# Metadata of a ResultRecord field: which part of the file's keys it is (PART: END, how the
+# process ended; LAUNCH, what `milarun jobs` passed, taken from ``launch``; NOT_A_KEY: not
+# written as a key of its own); NULL_IF_EMPTY: an empty list is written null; TYPED: a
+# reader computes with it, so a file whose value has another type is skipped (results.shape),
+# the value naming the type where its annotation does not say it all.
+PART, END, LAUNCH, NOT_A_KEY = "part", "end", "launch", "not-a-key"
+NULL_IF_EMPTY = "null_if_empty"
+TYPED = "typed"
+_TYPED = {TYPED: True}
 
 
-@dataclass(frozen=True)
+def _end() -> Any:
+    return {PART: END}
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResultRecord:
     """One result, whoever writes it: the test's process (runner) or the harness (launch).
 
-    Every record has every key of results.RECORD_KEYS, null or empty where the writer cannot know
-    the value; ``launch`` holds what `milarun jobs` passed with --extra (job, suite, repeat,
-    prepare, world_size, and any other field), added last so the file's key order stays
-    the legacy one.
+    Every record has every key of RECORD_KEYS (its fields), null or empty where the writer
+    cannot know the value; ``launch`` holds what `milarun jobs` passed with --extra (job,
+    suite, repeat, prepare, world_size, and any other field): its own keys are written at
+    their place, any other after them, so the file's key order stays the legacy one.
     """
 
     name: str
-    job_id: str
-    dataroot: str
+    job_id: str = field(metadata={TYPED: "a string or a number"})
+    dataroot: str = field(metadata={TYPED: "a path"})
     outdir: str
-    call: Call
-    failure: Failure | None
-    error: str | None
-    device: str
-    devices: list[str]
+    job: Any = field(init=False, default=None)  # the profile's job: from ``launch``
+    device: str = field(metadata=_TYPED)
+    devices: list[str] = field(metadata=_TYPED)
+    call: Call = field(metadata=_TYPED)
+    success: bool = field(init=False, default=False)  # no failure
+    error: str | None = field(metadata=_TYPED)
+    hostname: str = field(default_factory=socket.gethostname)
     gpu: str | None
     device_count: int
-    environ: dict[str, str]
-    isolation: Isolation | None
+    environ: dict[str, str] = field(metadata=_TYPED)
+    metrics: dict[str, float] = field(default_factory=dict, metadata=_TYPED)
+    timings: Mapping[str, Record] = field(default_factory=dict, metadata=_TYPED)
+    gpu_monitor: dict[str, Any] | None = field(default=None, metadata=_TYPED)
+    cpu_monitor: dict[str, Any] | None = field(default=None, metadata=_TYPED)
+    milarun_version: str = field(default_factory=sysinfo.milarun_version)
+    system: dict[str, Any] = field(default_factory=sysinfo.system_record, metadata=_TYPED)
+    isolation: Isolation | None = field(metadata=_TYPED)
+    failure: Failure | None = field(metadata=_TYPED)
     returncode: int | None
-    metrics: dict[str, float] = field(default_factory=dict)
-    timings: Mapping[str, Record] = field(default_factory=dict)
-    gpu_monitor: dict[str, Any] | None = None
-    cpu_monitor: dict[str, Any] | None = None
     synthetic_data: bool | None = None
-    dataset: Dataset | None = None  # the data it read
+    dataset: Dataset | None = field(default=None, metadata=_TYPED)  # the data it read
     rerun_of: str | None = None
-    startup: Startup | None = None
-    diagnostics: Mapping[str, Diagnostics] | None = None
-    efficiency: Efficiency | None = None
-    energy: Energy | None = None  # over the steady window
+    startup: Startup | None = field(default=None, metadata=_TYPED)
+    diagnostics: Mapping[str, Diagnostics] | None = field(default=None, metadata=_TYPED)
+    efficiency: Efficiency | None = field(default=None, metadata=_TYPED)
+    energy: Energy | None = field(default=None, metadata=_TYPED)  # over the steady window
     # The BMC's readings (milarun.machine.bmc) and the node's energy over the steady window
-    # (milarun.measure.nodepower.NodeEnergy): null where no BMC is configured.
-    node_monitor: dict[str, Any] | None = None
-    node_energy: NodeEnergy | None = None
+    # (milarun.measure.nodepower): null where no BMC is configured.
+    node_monitor: dict[str, Any] | None = field(default=None, metadata=_TYPED)
+    node_energy: NodeEnergy | None = field(default=None, metadata=_TYPED)
     # Each GPU of the instance: the id the operator named, NVML's UUID and PCI bus id
     # (machine.gpuids); empty (null in the file) on a CPU slice.
-    gpu_identity: tuple[GpuIdentity, ...] = ()
-    launch: Mapping[str, Any] = field(default_factory=dict)
+    gpu_identity: tuple[GpuIdentity, ...] = field(
+        default=(), metadata={TYPED: True, NULL_IF_EMPTY: True}
+    )
     # Where it ran: the Slurm node (else the host) and the Slurm job and step, if any;
     # a distributed run: every rank's {rank, node, host, device}.
-    node: str = field(default_factory=slurmenv.node_name)
-    slurm: SlurmBlock | None = field(default_factory=slurmenv.slurm_block)
-    ranks: tuple[Mapping[str, Any], ...] = ()
-    signal: str | None = None
-    log: str | None = None
-    written_by: str | None = None
-    system: dict[str, Any] = field(default_factory=sysinfo.system_record)
-    hostname: str = field(default_factory=socket.gethostname)
-    milarun_version: str = field(default_factory=sysinfo.milarun_version)
-    finished_at: float = field(default_factory=time.time)
+    node: str = field(default_factory=slurmenv.node_name, metadata=_TYPED)
+    slurm: SlurmBlock | None = field(default_factory=slurmenv.slurm_block, metadata=_TYPED)
+    ranks: tuple[Mapping[str, Any], ...] = field(
+        default=(), metadata={TYPED: True, NULL_IF_EMPTY: True}
+    )
+    format_version: int = field(init=False, default=FORMAT_VERSION)
+    # How the process ended: a signal and the log only the harness sees, and when.
+    signal: str | None = field(default=None, metadata=_end())
+    log: str | None = field(default=None, metadata=_end())
+    finished_at: float = field(default_factory=time.time, metadata=_end())
+    # How `milarun jobs` launched the instance (its --extra): null in a plain `milarun run`.
+    suite: Any = field(init=False, default=None, metadata={PART: LAUNCH})
+    repeat: Any = field(init=False, default=None, metadata={PART: LAUNCH})
+    prepare: Any = field(init=False, default=None, metadata={PART: LAUNCH})
+    world_size: Any = field(init=False, default=None, metadata={PART: LAUNCH})
+    launch: Mapping[str, Any] = field(default_factory=dict, metadata={PART: NOT_A_KEY})
+    # Who wrote it where its test could not (the harness); only such a record carries it,
+    # its presence is the marker (results.WRITTEN_BY)
+    written_by: str | None = field(default=None, metadata={PART: NOT_A_KEY})
 
     def __post_init__(self) -> None:
         clashing = sorted(set(self.launch) & OWN_KEYS)
         if clashing:
             raise ValueError(f"launch field '{clashing[0]}' would overwrite a result field")
-
-    @property
-    def success(self) -> bool:
-        return self.failure is None
+        object.__setattr__(self, "success", self.failure is None)
+        for key in ("job", *LAUNCH_KEYS):
+            object.__setattr__(self, key, self.launch.get(key))
 
     def to_dict(self) -> dict[str, Any]:
-        """The file's JSON object (the only place a result is serialised): the keys of
-        results.RECORD_KEYS, the one declaration of the schema, in its order; a key
-        declared there and given no value here (or the reverse) fails on the first write."""
-        values = {
-            "name": self.name,
-            "job_id": self.job_id,
-            "dataroot": self.dataroot,
-            "outdir": self.outdir,
-            "job": self.launch.get("job"),
-            "device": self.device,
-            "devices": list(self.devices),
-            "call": self.call.to_dict(),
-            "success": self.success,
-            "error": self.error,
-            "hostname": self.hostname,
-            "gpu": self.gpu,
-            "device_count": self.device_count,
-            "environ": self.environ,
-            "metrics": self.metrics,
-            "timings": _dicts(self.timings),
-            "gpu_monitor": self.gpu_monitor,
-            "cpu_monitor": self.cpu_monitor,
-            "milarun_version": self.milarun_version,
-            "system": self.system,
-            "isolation": self.isolation.to_dict() if self.isolation else None,
-            "failure": self.failure.to_dict() if self.failure else None,
-            "returncode": self.returncode,
-            "synthetic_data": self.synthetic_data,
-            "dataset": self.dataset.to_dict() if self.dataset is not None else None,
-            "rerun_of": self.rerun_of,
-            "startup": self.startup.to_dict() if self.startup else None,
-            "diagnostics": _dicts(self.diagnostics),
-            "efficiency": self.efficiency.to_dict() if self.efficiency else None,
-            "energy": self.energy.to_dict() if self.energy else None,
-            "node_monitor": self.node_monitor,
-            "node_energy": self.node_energy.to_dict() if self.node_energy else None,
-            "gpu_identity": [g.to_dict() for g in self.gpu_identity] or None,
-            "node": self.node,
-            "slurm": write_record(self.slurm) if self.slurm else None,
-            "ranks": [dict(r) for r in self.ranks] or None,
-            "format_version": FORMAT_VERSION,
-            "signal": self.signal,
-            "log": self.log,
-            "finished_at": self.finished_at,
-            **{key: self.launch.get(key) for key in LAUNCH_KEYS},
-        }
-        if values.keys() != set(RECORD_KEYS):
-            raise AssertionError(
-                f"result keys differ from the schema: {sorted(values.keys() ^ set(RECORD_KEYS))}"
-            )
+        """The file's JSON object (the only place a result is serialised): RECORD_KEYS in
+        their order, then ``launch``'s other fields, then ``written_by`` where set."""
+        out = {}
+        for spec in _KEYED:
+            value = written(getattr(self, spec.name))
+            out[spec.name] = None if value == [] and spec.metadata.get(NULL_IF_EMPTY) else value
         return {
-            **{key: values[key] for key in RECORD_KEYS},
-            **{k: v for k, v in self.launch.items() if k not in RECORD_KEYS},
+            **out,
+            **{k: v for k, v in self.launch.items() if k not in out},
             **({WRITTEN_BY: self.written_by} if self.written_by else {}),
         }
+
+
+_KEYED = tuple(f for f in fields(ResultRecord) if f.metadata.get(PART) != NOT_A_KEY)
+
+
+def _part(part: str | None) -> tuple[str, ...]:
+    return tuple(f.name for f in _KEYED if f.metadata.get(PART) == part)
+
+
+# Keys every result carries (legacy keys first, then the ones milarun added).
+RESULT_KEYS = _part(None)
+END_KEYS = _part(END)
+LAUNCH_KEYS = _part(LAUNCH)
+# Every key of every record, in file order. ``written_by`` is not one of them: only a record
+# the harness wrote carries it, its presence is the marker.
+RECORD_KEYS = tuple(f.name for f in _KEYED)
+# The keys a launch's --extra may not set (it may set "job", the launch keys and others).
+OWN_KEYS = frozenset(RECORD_KEYS + (WRITTEN_BY,)) - {"job", *LAUNCH_KEYS}
