@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from milarun.doctor.check import FAIL, INFO, PASS, WARN, Check
-from milarun.machine.gpu import Backend, GpuInfo, bus_id, unloaded
+from milarun.machine.gpu import Backend, GpuInfo, built_for, bus_id, unloaded
 from milarun.machine.gpuprobe import TorchGPUs
 
 MEMORY_TOLERANCE = 0.02  # torch's total excludes what the driver reserves (~0.6% on an H100)
@@ -150,7 +150,8 @@ def versions(backend: Backend, torch: TorchGPUs, gpus: list[GpuInfo]) -> Check:
     v = torch.versions
     built = f"torch {v.get('torch')}"
     if not gpus:
-        runtime = f"CUDA {v['cuda']}" if v.get("cuda") else "CPU build"
+        build = built_for(v)
+        runtime = f"{build.runtime_name} {v[build.torch_build]}" if build else "CPU build"
         return Check("versions", INFO, f"{built} ({runtime}); no GPU driver in use")
     try:
         driver = backend.driver()
@@ -174,14 +175,34 @@ def versions(backend: Backend, torch: TorchGPUs, gpus: list[GpuInfo]) -> Check:
     ours = v.get(backend.torch_build)
     if not ours:
         return Check("versions", FAIL, detail, backend.build_fix)
-    return _runtime_against_driver(detail, str(ours), supports)
+    return _runtime_against_driver(detail, backend.runtime_name, str(ours), supports)
 
 
-def _runtime_against_driver(detail: str, ours: str, supports: tuple[int, int] | None) -> Check:
-    """torch's runtime (``ours``) against the newest the driver runs (``supports``; None:
-    the backend does not tell, nothing to compare)."""
+def _runtime_against_driver(
+    detail: str, name: str, ours: str, supports: tuple[int, int] | None
+) -> Check:
+    """torch's runtime (``name`` ``ours``) against the newest the driver runs (``supports``;
+    None: the backend does not tell, nothing to compare)."""
     if supports is None:
         return Check("versions", PASS, detail)
+    runtime = tuple(int(x) for x in ours.split(".")[:2])
+    if runtime[0] > supports[0]:
+        return Check(
+            "versions",
+            FAIL,
+            detail + f": torch's {name} is newer than the driver supports",
+            f"install a driver for {name} {ours} or newer, or a torch built for "
+            f"{name} {supports[0]}.x",
+        )
+    if runtime > supports:  # same major: the minor-version compatibility runs it, mostly
+        return Check(
+            "versions",
+            WARN,
+            detail + f": torch's {name} is newer than the driver's "
+            "(minor-version compatibility: no PTX JIT)",
+            f"update the driver to one for {name} {ours} or newer",
+        )
+    return Check("versions", PASS, detail)
     runtime = tuple(int(x) for x in ours.split(".")[:2])
     if runtime[0] > supports[0]:
         return Check(

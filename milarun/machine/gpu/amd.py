@@ -98,7 +98,7 @@ class AmdSmiBackend(Backend):
     list_command = "`amd-smi list`"
     # ROCm's torch: a HIP build, its GPUs torch's "cuda" devices, CUDA_VISIBLE_DEVICES
     # HIP's alias (read where HIP_VISIBLE_DEVICES is unset), after ROCR's own variable
-    torch_build = "hip"
+    torch_build, runtime_name = "hip", "HIP"
     visible_variables = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
     visible_aliases = (("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),)
     tf32_runs_from = fp8_runs_from = (0, 0)  # every GPU ROCm's torch runs

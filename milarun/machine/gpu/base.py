@@ -166,6 +166,7 @@ class Backend:
     # backend says NVIDIA's (a machine with GPUs but no library is most often one whose NVML
     # is missing). How torch and the processes see them:
     torch_build = "cuda"  # torch.version's attribute a build for these GPUs sets
+    runtime_name = "CUDA"  # the runtime it names so
     torch_device = "cuda"  # torch's device type of these GPUs
     # the variables that choose the visible GPUs, in the order the runtime reads them, and
     # (variable, alias) pairs where the first, set, makes the runtime ignore the second
