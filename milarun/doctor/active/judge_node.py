@@ -85,7 +85,7 @@ def _nccl(p: Probed, nccl: dict) -> Check:
     return _against_datasheet(p, nccl, name, detail, figure)
 
 
-def _chosen(nccl: dict) -> tuple[str, str]:
+def _chosen(nccl: dict, p: Probed) -> tuple[str, str]:
     """The path NCCL took ("nvls" or "nvlink") and how the verdict names its choice."""
     algorithms = [str(a).upper() for a in nccl.get("algorithms") or []]
     protocols = [str(x).upper() for x in nccl.get("protocols") or []]
@@ -94,16 +94,16 @@ def _chosen(nccl: dict) -> tuple[str, str]:
         said = f"algorithm {'/'.join(algorithms)}, protocol {'/'.join(protocols) or '?'}"
         said += f" ({nccl.get('chosen_from') or 'log'})"
     else:
-        said = "algorithm not in NCCL's log: judged as ring/tree over NVLink" + (
-            " (NVLS was available)" if nccl.get("nvls_available") else ""
-        )
+        said = (
+            f"algorithm not in {p.tools.collective}'s log: judged as ring/tree over {p.tools.link}"
+        ) + (" (NVLS was available)" if nccl.get("nvls_available") else "")
     return ("nvls" if nvls else "nvlink"), said
 
 
 def _against_datasheet(p: Probed, nccl: dict, name: str, detail: str, figure: Figure) -> Check:
     """The all-reduce against the bus bandwidth a healthy node of this GPU reaches on the
     path NCCL chose (machine.gpu.datasheet: with NVLink SHARP or without)."""
-    path, said = _chosen(nccl)
+    path, said = _chosen(nccl, p)
     plateau = nccl.get("plateau_bytes")
     detail += f"; {said}"
     if isinstance(plateau, int) and plateau > 0:

@@ -138,6 +138,7 @@ class AmdSmiBackend(Backend):
         reset="`sudo amd-smi reset -G -g {i}`",
         kernel_log="`dmesg | grep -i amdgpu`",
         collective="RCCL",
+        link="XGMI",
         p2p="`amd-smi topology` shows how each pair is linked: a pair without XGMI or P2P goes "
         "through host memory; check the XGMI links (`amd-smi xgmi`) and IOMMU/ACS settings "
         "(P2P through PCIe needs ACS off; `iommu=pt` on the kernel command line)",

@@ -85,6 +85,7 @@ class Tools:
     kernel_log: str  # the driver's errors in the kernel log
     collective: str  # the library torch.distributed's GPU backend uses (NCCL, RCCL)
     p2p: str  # why a GPU pair copies through host memory, and where to look
+    link: str = "NVLink"  # the GPU-to-GPU link the collective's ring or tree runs over
 
 
 PLAIN_TOOLS = Tools(
