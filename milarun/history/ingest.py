@@ -14,7 +14,7 @@ import hashlib
 import math
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,22 +115,21 @@ def _text(value: Any, limit: int) -> str | None:
     return value[:limit] if isinstance(value, str) else None
 
 
-def row_of(data: Mapping[str, Any], when: float) -> Row:
+def row_of(view: read.ResultView, when: float) -> Row:
     """The row of a loaded result (results.load_result checked it); ``when``: its time
     when the result does not record it (an older file: its file name's stamp)."""
-    view = read.ResultView.from_dict(data)
     rate = view.rate()
     steady = (
         [s for series in view.all_series() for s in series.steady_slices]
         if rate is not None
         else None
     )
-    setup = {k: v for k, v in variants.setup(data).items() if k != "milarun"}
+    setup = {k: v for k, v in variants.setup(view).items() if k != "milarun"}
     failure, energy, train = view.failure, view.energy, view.diagnostics()
     finished, repeat = view.finished_at, view.repeat
     uuid, bus = _gpu(view)
     return Row(
-        content_hash=digest(upgrade.as_written(data)),
+        content_hash=digest(upgrade.as_written(view.data)),
         test=view.name,
         job_id=view.job_id,
         repeat=repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else 0,
@@ -216,14 +215,14 @@ def read_run(path: Path, machine: str | None = None) -> RunInput:
         problem = results.result_problem(data)
         if problem:
             raise InputError(f"{path}: {problem}")
-        found, paths, skipped, folder = [data], [path], [], path.parent
+        found, paths, skipped, folder = [read.ResultView.from_dict(data)], [path], [], path.parent
     else:
         raise InputError(f"{path}: no such file or folder")
     if not found:
         raise EmptyResults(f"{path}: no milarun results found; nothing to ingest")
     now = time.time()
     rows = [row_of(d, _stamp_time(p) or now) for d, p in zip(found, paths, strict=True)]
-    system = read.ResultView.from_dict(found[0]).system
+    system = found[0].system
     return RunInput(
         source=str(path.resolve()),
         machine=machine or default_machine(rows),

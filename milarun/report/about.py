@@ -41,7 +41,7 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def about(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> About:
+def about(results: Iterable[read.ResultView], many_nodes: bool) -> About:
     """The header of a report made from result files."""
     starts: list[float] = []
     ends: list[float] = []
@@ -50,8 +50,7 @@ def about(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> About:
     suites: set[str] = set()
     gpus: set[str] = set()
     models = parts.PerRecord(lambda system: {name for name, _ in _gpu_models(system.get("gpus"))})
-    for result in results:
-        view = read.ResultView.from_dict(result)
+    for view in results:
         end = _number(view.finished_at)
         if end is not None:
             ends.append(end)
@@ -153,14 +152,13 @@ def _without_host(record: Mapping[str, Any]) -> tuple[bytes, dict[str, Any]]:
     return jsonfile.canonical(kept), kept
 
 
-def systems(results: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+def systems(results: Iterable[read.ResultView]) -> list[dict[str, str]]:
     """Each distinct system record in words; records alike but for the host name are one,
     naming its hosts (a fleet of identical nodes is one block). Every block has the same
     first label: "host", or "hosts" when one names several."""
     groups: dict[bytes, tuple[Mapping[str, Any], dict[str, None]]] = {}
     keyed = parts.PerRecord(_without_host)
-    for result in results:
-        view = read.ResultView.from_dict(result)
+    for view in results:
         record = view.system
         key, rest = keyed(record)
         host = str(record.get("hostname") or view.node)

@@ -130,12 +130,11 @@ def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def summary_entries(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summary_entries(views: list[read.ResultView]) -> dict[str, Any]:
     """A test's ``energy`` (mean of the successful runs that measured it) and ``throttle``
     (per GPU: its runs' window slices, and the slices throttled per reason); each only
     where there is something to say."""
     out: dict[str, Any] = {}
-    views = read.views(runs)
     measured = [
         e
         for v in views

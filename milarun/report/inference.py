@@ -19,11 +19,11 @@ FIGURES = (*SERVE_FIGURES, "tpot_ms", "mbu_percent")
 COLUMNS = ("engine", *FIGURES, "joules_per_token")
 
 
-def summary_entry(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def summary_entry(runs: list[read.ResultView]) -> dict[str, Any] | None:
     """A test's ``inference`` entry: its engine in words (the runs of one summary entry
     share their key: milarun.report.variants) and each figure's mean over the successful
     runs that have it; None for a test that is no inference test."""
-    found = [i for v in read.views(runs) if (i := v.inference) is not None]
+    found = [i for v in runs if (i := v.inference) is not None]
     if not found:
         return None
     entry: dict[str, Any] = {"engine": found[0].describe(), "n": len(found)}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from milarun import results
 from milarun.results import read
@@ -23,10 +22,10 @@ _METRIC = re.compile(r"tflops_(fp32|tf32|fp16|bf16|fp8)(?:_\d+x\d+x\d+)?")
 Peaks = Mapping[tuple[str, str], float]
 
 
-def measured_peaks(loaded: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
+def measured_peaks(loaded: Iterable[read.ResultView]) -> dict[tuple[str, str], float]:
     """(device name, precision) -> the best FLOP/s a successful ``gemm`` run measured."""
     peaks: dict[tuple[str, str], float] = {}
-    for view in read.views(loaded):
+    for view in loaded:
         if view.name.rsplit(".", 1)[-1] != GEMM_TEST:
             continue
         efficiency = view.efficiency
@@ -41,11 +40,10 @@ def measured_peaks(loaded: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str],
     return peaks
 
 
-def percent_of_measured(result: Mapping[str, Any], peaks: Peaks) -> float | None:
+def percent_of_measured(view: read.ResultView, peaks: Peaks) -> float | None:
     """A run's achieved FLOP/s as a percentage of its device's measured peak in its
     precision; None without a ``gemm`` result of that device and precision, and for ``gemm``
     itself (its figure against its own best shape says nothing of a workload)."""
-    view = read.ResultView.from_dict(result)
     eff = view.efficiency
     if eff is None or view.name.rsplit(".", 1)[-1] == GEMM_TEST:
         return None

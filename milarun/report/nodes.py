@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -127,7 +127,9 @@ def device_order(label: str) -> tuple[Any, ...]:
 
 
 def _runs(
-    loaded: Iterable[dict[str, Any]], nodes: dict[str, list[_Run]], slices: bool
+    loaded: Iterable[read.ResultView | Mapping[str, Any]],
+    nodes: dict[str, list[_Run]],
+    slices: bool,
 ) -> list[_Run]:
     """The single-device runs, with their steady slices where ``slices`` (the significance
     tests' samples); ``nodes`` gets every result's node, in order (a node whose runs were
@@ -220,7 +222,10 @@ def _judge(
 
 
 def compare_nodes(
-    loaded: list[dict[str, Any]], weights: dict[str, float] | None = None, *, test: bool = False
+    loaded: Sequence[read.ResultView | Mapping[str, Any]],
+    weights: dict[str, float] | None = None,
+    *,
+    test: bool = False,
 ) -> NodeReport:
     """The per-node section of these results; ``test``: run the significance test and flag."""
     by_node: dict[str, list[_Run]] = {}
@@ -298,7 +303,7 @@ def section(
     if loaded is None:
         return None
     # a rerun (of one node's result, on whatever host ran it) is no node of the fleet
-    fleet = [r for r in loaded.results if not read.ResultView.from_dict(r).rerun_of]
+    fleet = [view for view in loaded.results if not view.rerun_of]
     if not fleet or not (test or read.spans_nodes(fleet)):
         return None
     found = compare_nodes(fleet, weights, test=test)

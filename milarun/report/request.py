@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from milarun import errors
 from milarun.report import summary
-from milarun.results import manifest, read
+from milarun.results import manifest
 from milarun.results.folder import Skipped, gc_paused
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ def build(
         )
     if src.loaded is not None:  # a results folder: a run cut short says what it never did
         # an instance a later run into the folder measured is no longer without a result
-        recorded = {(v.name, v.job_id) for v in read.views(src.loaded.results)}
+        recorded = {(v.name, v.job_id) for v in src.loaded.results}
         rep.warnings += [
             f"{cut.describe()}: "
             + (

@@ -72,8 +72,7 @@ class RunsSection:
 
 def failed_runs(loaded: Loaded, many_nodes: bool) -> list[FailedRun]:
     rows = []
-    for index, result in enumerate(loaded.results):
-        view = read.ResultView.from_dict(result)
+    for index, view in enumerate(loaded.results):
         if view.rate() is not None:
             continue
         path = loaded.paths[index]
@@ -145,13 +144,12 @@ def _merged(values: list[tuple[str, str]]) -> str:
     return "; ".join([ranked[0], *others])
 
 
-def isolation_rows(results: Iterable[Mapping[str, Any]], many_nodes: bool) -> list[IsolationRow]:
+def isolation_rows(results: Iterable[read.ResultView], many_nodes: bool) -> list[IsolationRow]:
     """The isolation each instance got: one row per device (``node/device`` across nodes),
     each setting merged over its runs (``_merged``), with its run count."""
     runs: dict[str, list[tuple[tuple[str, ...], str]]] = defaultdict(list)
     setting = parts.PerRecord(_setting)
-    for result in results:
-        view = read.ResultView.from_dict(result)
+    for view in results:
         runs[view.device_label(many_nodes)].append((setting(view.isolation_record), view.name))
     rows = []
     for device in sorted(runs, key=natural_key):
@@ -183,11 +181,10 @@ def run_series(view: read.ResultView, many_nodes: bool) -> Series | None:
 
 
 def test_series(
-    results: Iterable[Mapping[str, Any]], many_nodes: bool
+    results: Iterable[read.ResultView], many_nodes: bool
 ) -> dict[str, tuple[Series, ...]]:
     by_test: dict[str, list[Series]] = defaultdict(list)
-    for result in results:
-        view = read.ResultView.from_dict(result)
+    for view in results:
         series = run_series(view, many_nodes)
         if series is not None:
             by_test[view.name].append(series)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,8 @@ def stats(values: list[float]) -> dict[str, Any]:
 
 
 def summarize(
-    loaded: list[dict[str, Any]], made: Callable[[str, dict[str, Any]], None] | None = None
+    loaded: Sequence[read.ResultView | Mapping[str, Any]],
+    made: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Group results by test name; a test whose runs all failed keeps null stats.
 
@@ -54,11 +55,12 @@ def summarize(
     test made with other settings are a test of their own (milarun.report.variants), with
     ``variant_of`` and ``differs``. ``made``: called with each test's entry once made (the
     report starts its bootstrap then)."""
-    by_name: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for result in loaded:
-        by_name[read.ResultView.from_dict(result).name].append(result)
-    many_nodes = read.spans_nodes(loaded)
-    gemm_peaks = measured_peak.measured_peaks(loaded)  # a gemm run's, per device, precision
+    views = read.views(loaded)  # a folder's are views; a run's results just written are not
+    by_name: dict[str, list[read.ResultView]] = defaultdict(list)
+    for view in views:
+        by_name[view.name].append(view)
+    many_nodes = read.spans_nodes(views)
+    gemm_peaks = measured_peak.measured_peaks(views)  # a gemm run's, per device, precision
     out = {}
     for name in sorted(by_name):
         for key, runs, differs in variants.split(name, by_name[name]):
@@ -71,7 +73,7 @@ def summarize(
 
 
 def _entry(
-    runs: list[dict[str, Any]], many_nodes: bool, gemm_peaks: measured_peak.Peaks | None = None
+    runs: list[read.ResultView], many_nodes: bool, gemm_peaks: measured_peak.Peaks | None = None
 ) -> dict[str, Any]:
     """One test's summary entry from its runs."""
     rates: list[float] = []
@@ -79,12 +81,11 @@ def _entry(
     pergpu: dict[str, list[float]] = defaultdict(list)
     peaks: list[float] = []
     kinds: Counter[str] = Counter()
-    good: list[dict[str, Any]] = []
+    good: list[read.ResultView] = []
     totals: list[float] = []  # distributed runs: all ranks together
     spans: list[int] = []  # a distributed test: how many nodes its ranks ran on
     interrupted = 0  # stopped by the operator (Ctrl-C, a signal): no run of the machine's
-    for run in runs:
-        view = read.ResultView.from_dict(run)
+    for view in runs:
         spanned = view.rank_nodes
         if spanned:
             spans.append(spanned)
@@ -99,7 +100,7 @@ def _entry(
         ranks = view.rank_rates()
         if ranks is not None:  # the rate is the mean of the ranks: total = mean x k
             totals.append(rate * len(ranks))
-        good.append(run)
+        good.append(view)
         program = view.program_time
         if program is not None:
             programs.append(program)
@@ -136,7 +137,7 @@ def _entry(
     return entry
 
 
-def conditions(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def conditions(views: list[read.ResultView]) -> dict[str, Any]:
     """What the successful runs ran under that decides whether they compare with the 2020
     figures (milarun.report.comparability), each key only where the runs record it:
     ``dataset``, the smallest set they read; ``tf32``, on a device that runs TF32, whether
@@ -144,7 +145,6 @@ def conditions(runs: list[dict[str, Any]]) -> dict[str, Any]:
     run; ``nocache``, whether every run's reads bypassed the page cache, as under the
     legacy profiles' ``nocache``."""
     found: dict[str, Any] = {}
-    views = read.views(runs)
     datasets = [d for v in views if (d := v.dataset) is not None]
     if datasets:
         found["dataset"] = min(datasets, key=lambda d: d.size or 0).to_dict()
@@ -168,11 +168,12 @@ def _mean_of(values: list[Any]) -> float | None:
     return math.fsum(numbers) / len(numbers) if numbers else None
 
 
-def quality(runs: list[dict[str, Any]], peaks: measured_peak.Peaks | None = None) -> dict[str, Any]:
+def quality(
+    views: list[read.ResultView], peaks: measured_peak.Peaks | None = None
+) -> dict[str, Any]:
     """How trustworthy the runs' rates are (issue: steady-state diagnostics), and their
     start-up cost and efficiency, averaged over the successful runs (``peaks``: a gemm
     run's measured peaks, for ``percent_of_measured_peak``)."""
-    views = read.views(runs)
     diags = [v.diagnostics() for v in views]
     starts = [v.startup for v in views]
     effs = [e for v in views if (e := v.efficiency) is not None]
@@ -205,7 +206,7 @@ def quality(runs: list[dict[str, Any]], peaks: measured_peak.Peaks | None = None
         "achieved_flops": _mean_of([e.achieved_flops for e in effs]),
         "percent_of_peak": _mean_of([e.percent_of_peak for e in effs]),
         "percent_of_measured_peak": _mean_of(
-            [measured_peak.percent_of_measured(r, peaks or {}) for r in runs]
+            [measured_peak.percent_of_measured(v, peaks or {}) for v in views]
         ),
     }
 

@@ -30,11 +30,11 @@ def _positive_float(value: Any) -> float | None:
     return float(value) if math.isfinite(value) and value > 0 else None
 
 
-def natural(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def natural(runs: list[read.ResultView]) -> dict[str, Any] | None:
     """``{unit, per_example}`` of a test's successful runs (the mean, should they differ);
     None when they record no ``per_example.*`` metric."""
     values: dict[str, list[float]] = defaultdict(list)
-    for view in read.views(runs):
+    for view in runs:
         for name, value in view.metrics.items():
             number = _positive_float(value)
             if isinstance(name, str) and name.startswith(PREFIX) and number is not None:

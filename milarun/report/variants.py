@@ -34,11 +34,10 @@ def _flags(argv: Any) -> dict[str, str]:
     return {k: v for k, v in out.items() if k not in results.HARNESS_FLAGS}
 
 
-def setup(result: Mapping[str, Any]) -> dict[str, Any]:
+def setup(view: read.ResultView) -> dict[str, Any]:
     """What a run measured, as far as its file says: the test function and its arguments,
     and (where recorded) the data it read, its TF32 settings, whether its reads bypassed the
     page cache (nocache) and the milarun version."""
-    view = read.ResultView.from_dict(result)
     call = view.call
     found: dict[str, Any] = {
         "function": str(call.function if call is not None else None),
@@ -92,10 +91,10 @@ def _describe(setup_: Mapping[str, Any], reference: Mapping[str, Any]) -> str:
     return ", ".join(parts) or "other settings"
 
 
-def split(name: str, runs: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]], str]]:
+def split(name: str, runs: list[read.ResultView]) -> list[tuple[str, list[read.ResultView], str]]:
     """The runs of test ``name`` in groups of one setup: (test key, runs, what differs from
     the first group; "" for the first), the group with the most successful runs first."""
-    groups: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    groups: list[tuple[dict[str, Any], list[read.ResultView]]] = []
     # full setups first, so a run that records less (a failure) joins a group it agrees with
     setups = [(setup(run), run) for run in runs]
     for mine, run in sorted(setups, key=lambda pair: -len(pair[0])):
@@ -108,9 +107,9 @@ def split(name: str, runs: list[dict[str, Any]]) -> list[tuple[str, list[dict[st
     if len(groups) == 1:
         return [(name, runs, "")]
 
-    def weight(group: tuple[dict[str, Any], list[dict[str, Any]]]) -> tuple[int, int]:
+    def weight(group: tuple[dict[str, Any], list[read.ResultView]]) -> tuple[int, int]:
         members = group[1]
-        good = sum(read.ResultView.from_dict(r).rate() is not None for r in members)
+        good = sum(view.rate() is not None for view in members)
         return (-good, -len(members))
 
     groups.sort(key=weight)

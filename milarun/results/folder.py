@@ -14,6 +14,7 @@ from typing import Any
 
 from milarun.errors import UsageError
 from milarun.results import bulk
+from milarun.results.read import ResultView
 
 
 @dataclass
@@ -26,10 +27,11 @@ class Skipped:
 
 @dataclass
 class Loaded:
-    """The results read from a folder, plus the files that were skipped."""
+    """The results read from a folder (each read once, as a view), plus the files that
+    were skipped."""
 
     root: Path
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[ResultView] = field(default_factory=list)
     paths: Sequence[Path] = field(default_factory=list)  # each result's file
     skipped: list[Skipped] = field(default_factory=list)
 
@@ -98,7 +100,7 @@ def _walk(root: Path, loaded: Loaded, seal: bool, digests: bool) -> None:
             if data is None:
                 loaded.skipped.append(Skipped(str(folder / name), str(reason)))
                 continue
-            loaded.results.append(data)
+            loaded.results.append(ResultView.from_dict(data))
             kept.append(name)
         paths.extend(folder, kept)
 

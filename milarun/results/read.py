@@ -389,12 +389,14 @@ SEALED = ("sealed",)
 MEMO = ("memo",)
 
 
-def views(loaded: Iterable[Mapping[str, Any]]) -> list[ResultView]:
-    return [ResultView.from_dict(r) for r in loaded]
+def views(found: Iterable[ResultView | Mapping[str, Any]]) -> list[ResultView]:
+    """Results as views: a folder's (results.folder) are views already; a result just
+    written (a dict: run, tests) is read here."""
+    return [r if isinstance(r, ResultView) else ResultView.from_dict(r) for r in found]
 
 
-def spans_nodes(loaded: Iterable[Mapping[str, Any]]) -> bool:
+def spans_nodes(loaded: Iterable[ResultView]) -> bool:
     """True when the results come from more than one node (as soon as a second shows)."""
-    nodes = (ResultView.from_dict(r).node for r in loaded)
+    nodes = (view.node for view in loaded)
     first = next(nodes, None)
     return any(node != first for node in nodes)

@@ -264,7 +264,7 @@ def _report(
 
     loaded = Loaded(
         root=outdir,
-        results=[i.result for i in done if i.result],
+        results=read.views(i.result for i in done if i.result),
         paths=[i.result_path or outdir / "?" for i in done if i.result],
     )
     summ = summary.summarize(loaded.results)

@@ -18,7 +18,6 @@ from typing import Any
 from milarun.errors import InputError
 from milarun.history import ingest
 from milarun.report import variants
-from milarun.results import read
 from milarun.results.tender_rules import TenderRules
 from milarun.run.profile import PROFILE_DIR, load_profile
 from milarun.tender import package, rules, verify
@@ -64,7 +63,7 @@ def _ran(opened: verify.Opened, profile: str) -> list[str]:
     whole suite, are what it is verified against."""
     jobs = load_profile(profile).jobs
     found = set()
-    for view in read.views(opened.loaded.results):
+    for view in opened.loaded.results:
         short = view.name.removeprefix(f"{profile}.")
         base = short if short in jobs else short.rpartition(".")[0]
         if base in jobs:
@@ -98,12 +97,12 @@ def judge(
 def like_key(run: ingest.RunInput, opened: verify.Opened) -> dict[str, Any]:
     """What two runs must share to be compared like with like: suite, each test's call
     (arguments, data kind, precision settings), software versions and the power cap."""
-    views = read.views(opened.loaded.results)
+    views = opened.loaded.results
     first = views[0] if views else None
     system = dict(first.system) if first is not None else {}
     tests: dict[str, Any] = {}
     for view in views:
-        tests.setdefault(view.name, _jsonable(variants.setup(view.data)))
+        tests.setdefault(view.name, _jsonable(variants.setup(view)))
     caps = sorted(
         {str(g.get("power_limit")) for g in system.get("gpus") or [] if isinstance(g, dict)}
         - {"None"}
@@ -124,7 +123,7 @@ def _jsonable(value: Any) -> Any:
 
 def devices_of(opened: verify.Opened) -> list[str]:
     """The machine's devices as its results name them (GPU models, else CPU slices)."""
-    views = read.views(opened.loaded.results)
+    views = opened.loaded.results
     gpus = {
         str(g.get("name"))
         for v in views

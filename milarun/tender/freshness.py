@@ -18,7 +18,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from milarun.report import nodeenergy
-from milarun.results.read import ResultView
 from milarun.results.run_manifest import RunSpan
 from milarun.tender import checks
 from milarun.tender.evidence import energy_and_peaks
@@ -87,8 +86,7 @@ def doctor(bid: checks.Bid) -> checks.Ruling:
     records: dict[Path, list[dict[str, object]]] = {}
     missing: list[str] = []
     devices: set[tuple[Path, str]] = set()
-    for data, path in zip(bid.loaded.results, bid.loaded.paths, strict=True):
-        view = ResultView.from_dict(data)
+    for view, path in zip(bid.loaded.results, bid.loaded.paths, strict=True):
         folder = Path(path).parent
         if view.rate() is None or not view.device.startswith(("cuda", "xpu")):
             continue

@@ -40,7 +40,7 @@ class Bid:
 
     @property
     def views(self) -> list[read.ResultView]:
-        return read.views(self.loaded.results)
+        return self.loaded.results
 
 
 def base_test(name: str, jobs: Mapping[str, Any]) -> str | None:

@@ -20,7 +20,7 @@ from milarun import results
 from milarun.errors import InputError
 from milarun.report import build, stats, summary
 from milarun.report.render import format as fmt
-from milarun.results import manifest, read
+from milarun.results import manifest
 from milarun.results.folder import Loaded, load_dir
 from milarun.results.run_manifest import MachineRecord, RunManifest
 from milarun.tender import acceptance, archive, checks, package, rules
@@ -111,7 +111,7 @@ def rederive(
     """The tender's tests' results, their summary and report (scored with the tender's
     weights), and the tests run that the tender does not name."""
     jobs = tender.jobs
-    names = [view.name for view in read.views(loaded.results)]
+    names = [view.name for view in loaded.results]
     keep = [i for i, name in enumerate(names) if checks.base_test(name, jobs)]
     extra = sorted(set(names) - {names[i] for i in keep})
     ours = Loaded(

@@ -11,6 +11,7 @@ from milarun.report import measured_peak
 from milarun.report.build import build_report
 from milarun.report.render import html, text
 from milarun.report.summary import summarize
+from milarun.results.read import views
 from resultfactory import result
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -41,7 +42,7 @@ def test_the_best_gemm_figure_per_device_and_precision_is_the_peak():
         gemm("NVIDIA H200", tflops_bf16=760.0),
         result("modern.llm", "0.0", 5000.0, metrics={"tflops_bf16": 9999.0}),  # not gemm
     ]
-    peaks = measured_peak.measured_peaks(runs)
+    peaks = measured_peak.measured_peaks(views(runs))
     assert peaks == {
         (H100, "bf16"): 720e12,
         (H100, "fp8"): 1300e12,
@@ -52,9 +53,9 @@ def test_the_best_gemm_figure_per_device_and_precision_is_the_peak():
 def test_a_failed_gemm_or_another_device_gives_no_measured_peak():
     failed = gemm(tflops_bf16=700.0)
     failed["success"] = False
-    assert measured_peak.measured_peaks([failed]) == {}
+    assert measured_peak.measured_peaks(views([failed])) == {}
     llm = result("modern.llm", "0.0", 5000.0, efficiency=efficiency(360e12, device="NVIDIA B200"))
-    assert measured_peak.percent_of_measured(llm, {(H100, "bf16"): 720e12}) is None
+    assert measured_peak.percent_of_measured(views([llm])[0], {(H100, "bf16"): 720e12}) is None
 
 
 def test_each_test_shows_percent_of_the_measured_peak():

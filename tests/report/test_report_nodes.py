@@ -219,7 +219,7 @@ def test_distributed_results_are_left_out_of_the_comparison():
 def test_a_rerun_is_no_node_of_the_fleet():
     # `milarun rerun` of node1's result on the login host: not a phantom third node
     again = result("suite.alpha", "0.0", 100.0, node="login", rerun_of="/x/nodes/node1/a.json")
-    loaded = Loaded(Path("x"), results=fleet({"node1": 1.0, "node2": 1.0}) + [again])
+    loaded = Loaded(Path("x"), results=read.views(fleet({"node1": 1.0, "node2": 1.0}) + [again]))
     section = node_section(None, loaded, test=True)
     assert section is not None and set(rows(section)) == {"node1", "node2"}
     assert "1 rerun result(s) left out of the node comparison" in " ".join(section.warnings())
@@ -323,7 +323,7 @@ def test_a_fleet_report_shows_each_node_without_flags(fleet_dir):
     loaded = load_dir(fleet_dir)
     page = html.to_html(build_report(summary.summarize(loaded.results), loaded=loaded))
     assert "node3" in cells(page, "nodes") and "node3" in cells(page, "node-devices")
-    one = Loaded(fleet_dir, [r for r in loaded.results if r["node"] == "node1"])
+    one = Loaded(fleet_dir, [view for view in loaded.results if view.node == "node1"])
     assert 'id="nodes"' not in html.to_html(
         build_report(summary.summarize(one.results), loaded=one)
     )

@@ -12,7 +12,7 @@ from milarun.report.build import build_report
 from milarun.report.render.format import devices, when
 from milarun.report.render.text import to_json, to_text
 from milarun.report.summary import summarize
-from milarun.results import steady
+from milarun.results import read, steady
 from milarun.results.folder import Loaded
 from resultfactory import rate_series, result
 
@@ -38,7 +38,8 @@ def _threads(data: dict, threads: int | None) -> dict:
 
 
 def _report(results: list[dict]):
-    loaded = Loaded(Path("/results"), results, [Path(f"r{i}.json") for i in range(len(results))])
+    paths = [Path(f"r{i}.json") for i in range(len(results))]
+    loaded = Loaded(Path("/results"), read.views(results), paths)
     return build_report(summarize(results), loaded=loaded)
 
 
@@ -53,7 +54,7 @@ def test_one_isolation_row_per_instance_even_when_a_test_sets_its_threads():
         _threads(result("s.bert", "0.1", 50.0, device="cuda:1"), 16),
         _threads(result("s.bert", "0.2", 50.0, device="cuda:10"), 16),
     ]
-    rows = runs.isolation_rows(results, many_nodes=False)
+    rows = runs.isolation_rows(read.views(results), many_nodes=False)
     assert [r.device for r in rows] == ["cuda:0", "cuda:1", "cuda:10"]  # natural order
     assert [r.runs for r in rows] == [3, 1, 1]
     assert rows[0].threads == "16; 1 (s.cart)"
@@ -71,7 +72,7 @@ def test_an_instance_whose_runs_differed_names_every_setting():
     many = [_threads(result(f"s.t{i}", "0.0", 50.0), 2) for i in range(4)]
     odd = [_threads(result(f"s.u{i}", "0.0", 50.0), 1) for i in range(4)]
     odd[0]["isolation"]["cpus"] = [0, 1, 2, 3]
-    (row,) = runs.isolation_rows(many + odd, many_nodes=False)
+    (row,) = runs.isolation_rows(read.views(many + odd), many_nodes=False)
     assert row.runs == 8
     assert row.threads == "1; 2 (4 runs)"  # a tie: the smaller first, more than 3 tests counted
     assert row.cpus == "0-1; 0-3 (s.u0)"
@@ -80,7 +81,7 @@ def test_an_instance_whose_runs_differed_names_every_setting():
 def test_cgroup_v2_shows_the_unified_group_for_both_controllers():
     data = result("s.a", "0.0", 50.0, device="cuda:0")
     data["isolation"]["cgroups"] = {"": "/milarun/student0"}
-    (row,) = runs.isolation_rows([data], many_nodes=False)
+    (row,) = runs.isolation_rows(read.views([data]), many_nodes=False)
     assert (row.cpuset, row.memory) == ("/milarun/student0", "/milarun/student0")
 
 
@@ -88,7 +89,9 @@ def test_system_records_read_as_words():
     other = {**REAL_SYSTEM, "hostname": "gpu10"}
     older = {**REAL_SYSTEM, "hostname": "gpu3", "torch": "2.4.0", "gpus": ["Old GPU"] * 2}
     records = about.systems(
-        [result("s.a", "0.0", 1.0, system=s) for s in (REAL_SYSTEM, other, older, other)]
+        read.views(
+            [result("s.a", "0.0", 1.0, system=s) for s in (REAL_SYSTEM, other, older, other)]
+        )
     )
     assert len(records) == 2  # the two alike but for their host are one block
     first, second = records
@@ -108,7 +111,7 @@ def test_system_records_read_as_words():
     assert second["hosts"] == "gpu3" and second["GPUs"] == "2 x Old GPU"  # one label for all
     assert second["PyTorch"] == "2.4.0"
     none_found = about.systems(
-        [result("s.a", "0.0", 1.0, system={"gpus": [], "driver": None, "cudnn": 8902})]
+        read.views([result("s.a", "0.0", 1.0, system={"gpus": [], "driver": None, "cudnn": 8902})])
     )
     assert none_found == [{"host": "node1", "GPUs": "none found", "cuDNN": "8.9.2"}]
 
@@ -120,14 +123,14 @@ def test_the_header_says_when_where_on_what_and_which_suite():
         result("s.b", "0", None, ranks=[1.0, 1.0], device="cuda:0,cuda:2", suite="standard"),
         result("s.c", "0.0", 1.0, device="cuda:10", system=REAL_SYSTEM, suite="standard"),
     ]
-    found = about.about(results, many_nodes=False)
+    found = about.about(read.views(results), many_nodes=False)
     assert found.started == 1767225600.0 - 30.0  # its end less its program time
     assert found.finished == 1767312000.0
     assert found.hosts == ("node1",)
     assert found.devices == ("cuda:0", "cuda:1", "cuda:2", "cuda:10")
     assert found.suites == ("standard",)
     assert found.gpus == ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3, 80 GiB")
-    on_cpus = about.about([result("s.a", "0.0", 1.0, device="cpu:0")], many_nodes=False)
+    on_cpus = about.about(read.views([result("s.a", "0.0", 1.0, device="cpu:0")]), False)
     assert on_cpus.devices == ("cpu:0",) and on_cpus.gpus == ()  # the host's GPUs unused
     assert devices(found.devices) == "cuda:0-2,10"
     assert when(found.started, found.finished) == "2025-12-31 23:59 to 2026-01-02 00:00 UTC"
@@ -138,9 +141,9 @@ def test_the_header_says_when_where_on_what_and_which_suite():
     assert when(None, None) == "-" and when(0.0, 1e300) == "-"
     odd = result("s.a", "0.0", 1.0, finished_at=float("inf"), suite=3, device="cpu:0")
     odd["system"] = {**REAL_SYSTEM, "gpus": [{"name": "X", "memory_mb": "lots"}, None, 7]}
-    odd_about = about.about([odd], many_nodes=False)
+    odd_about = about.about(read.views([odd]), many_nodes=False)
     assert (odd_about.started, odd_about.finished, odd_about.suites) == (None, None, ())
-    assert about.systems([odd])[0]["GPUs"] == "1 x 7; 1 x X"
+    assert about.systems(read.views([odd]))[0]["GPUs"] == "1 x 7; 1 x X"
     text = to_text(_report(results)).splitlines()
     assert text[3:7] == [
         "date:     2025-12-31 23:59 to 2026-01-02 00:00 UTC",

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import milarun
 from milarun.report import units
+from milarun.results.read import views
 from modelrun import assert_rejected, run_trained
 from resultfactory import result, write
 
@@ -35,9 +36,9 @@ def test_natural_entry_comes_from_the_successful_runs():
         {"metrics": {"loss": 0.1, "per_example.agent_steps": 128.0}},
         {"metrics": {"loss": 0.2, "per_example.agent_steps": 128}},
     ]
-    assert units.natural(runs) == {"unit": "agent_steps", "per_example": 128.0}
-    assert units.natural([{"metrics": {"loss": 0.1}}, {"metrics": None}]) is None
-    assert units.natural([{"metrics": {"per_example.x": float("nan")}}]) is None
+    assert units.natural(views(runs)) == {"unit": "agent_steps", "per_example": 128.0}
+    assert units.natural(views([{"metrics": {"loss": 0.1}}, {"metrics": None}])) is None
+    assert units.natural(views([{"metrics": {"per_example.x": float("nan")}}])) is None
 
 
 def test_summary_and_html_carry_the_natural_unit(tmp_path):

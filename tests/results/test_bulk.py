@@ -33,16 +33,16 @@ def test_sealing_keeps_the_peak_and_drops_the_samples(tmp_path):
     write(tmp_path, monitored("0.0", [100.0, 3000.5, float("nan"), 2000.0], [900.0, 950.0]))
     write(tmp_path, monitored("1.0", None, [900.0, 1e400, 950.0, True]))  # inf and a bool
     loaded = load_dir(tmp_path)
-    gpu_run, cpu_run = sorted(loaded.results, key=lambda r: r["job_id"])
+    gpu_run, cpu_run = sorted(loaded.results, key=lambda view: view.job_id)
     for run in (gpu_run, cpu_run):
-        assert run["gpu_monitor"]["samples"] == [] and run["cpu_monitor"]["samples"] == []
-    assert read.ResultView.from_dict(gpu_run).peak_memory == 3000.5
-    assert read.ResultView.from_dict(cpu_run).peak_memory == 950.0
+        assert run.data["gpu_monitor"]["samples"] == [] and run.data["cpu_monitor"]["samples"] == []
+    assert gpu_run.peak_memory == 3000.5
+    assert cpu_run.peak_memory == 950.0
     assert summary.summarize(loaded.results)["t.a"]["peak_memory"] == 3000.5
     # the same peak as read from the samples, unsealed (the history's reading)
     whole = load_dir(tmp_path, seal=False).results
-    assert sorted(parts.monitor_peak(r) for r in whole) == [950.0, 3000.5]
-    assert all(r["cpu_monitor"]["samples"] for r in whole)
+    assert sorted(parts.monitor_peak(r.data) for r in whole) == [950.0, 3000.5]
+    assert all(r.data["cpu_monitor"]["samples"] for r in whole)
 
 
 def test_a_file_cannot_plant_a_peak_or_a_view(tmp_path):
@@ -50,12 +50,12 @@ def test_a_file_cannot_plant_a_peak_or_a_view(tmp_path):
     data.update({"('monitors', 'peak_memory')": 1e9, "('memo',)": "x", "('sealed',)": True})
     write(tmp_path, data)
     (loaded,) = load_dir(tmp_path).results
-    assert read.ResultView.from_dict(loaded).peak_memory == 100.0
+    assert loaded.peak_memory == 100.0
     # a result not read by the loader is never sealed: its views remember nothing
     again = json.loads(json.dumps(data))
     assert read.ResultView.from_dict(again).rate() == 100.0
     assert read.ResultView.from_dict(again)._memo == {}
-    assert read.ResultView.from_dict(loaded)._memo[("rate", "train")] == 100.0
+    assert read.ResultView.from_dict(loaded.data)._memo[("rate", "train")] == 100.0
 
 
 def folder_of_many(tmp_path: Path) -> Path:
@@ -81,9 +81,8 @@ def test_workers_read_what_this_process_reads_in_the_same_order(tmp_path, monkey
     ]
     assert len(here.skipped) == 3 and len(here.results) == 40
     strip = lambda r: {k: v for k, v in r.items() if isinstance(k, str)}  # noqa: E731
-    assert [strip(r) for r in shared.results] == [strip(r) for r in here.results]
-    views = [read.ResultView.from_dict(r) for r in shared.results]
-    assert [v.rate() for v in views] == [read.ResultView.from_dict(r).rate() for r in here.results]
+    assert [strip(r.data) for r in shared.results] == [strip(r.data) for r in here.results]
+    assert [v.rate() for v in shared.results] == [v.rate() for v in here.results]
     assert summary.summarize(shared.results) == summary.summarize(here.results)
 
 
@@ -113,6 +112,6 @@ def test_each_result_is_given_its_own_file(tmp_path):
     assert len(loaded.paths) == len(loaded.results) == 40
     for path, data in zip(loaded.paths, loaded.results, strict=True):
         assert isinstance(path, Path) and path.is_file()
-        assert json.loads(path.read_text())["job_id"] == data["job_id"]
+        assert json.loads(path.read_text())["job_id"] == data.job_id
     assert loaded.paths[-2:] == [loaded.paths[38], loaded.paths[39]]
     assert not {s.path for s in loaded.skipped} & {str(p) for p in loaded.paths}

@@ -15,7 +15,7 @@ import bidkit
 from conftest import milarun
 from milarun import results
 from milarun.report import summary
-from milarun.results import bulk, digest, read
+from milarun.results import bulk, digest
 from milarun.results.folder import Loaded, load_dir
 from milarun.slurm import gather
 from milarun.tender import package
@@ -51,10 +51,7 @@ def a_folder(tmp_path: Path) -> Path:
 
 def sealed(loaded: Loaded) -> list[tuple]:
     strip = lambda r: {k: v for k, v in r.items() if isinstance(k, str)}  # noqa: E731
-    return [
-        (str(p), strip(r), read.ResultView.from_dict(r).peak_memory)
-        for p, r in zip(loaded.paths, loaded.results)
-    ]
+    return [(str(p), strip(r.data), r.peak_memory) for p, r in zip(loaded.paths, loaded.results)]
 
 
 def files_read(monkeypatch) -> list[Path]:
@@ -82,13 +79,13 @@ def test_a_digested_folder_reads_as_its_files(tmp_path, monkeypatch):
     ]
     assert len(files.results) == 7 and len(files.skipped) == 2
     assert summary.summarize(digested.results) == summary.summarize(files.results)
-    (long,) = [r for r in digested.results if r["name"] == "t.b"]
-    (original,) = [r for r in files.results if r["name"] == "t.b"]
-    assert long["failure"]["message"] == original["failure"]["message"]
-    assert len(long["failure"]["message"]) <= results.MAX_MESSAGE  # trimmed once, not twice
+    (long,) = [r.failure for r in digested.results if r.name == "t.b"]
+    (original,) = [r.failure for r in files.results if r.name == "t.b"]
+    assert long is not None and original is not None and long.message == original.message
+    assert len(long.message or "") <= results.MAX_MESSAGE  # trimmed once, not twice
     # the samples are not in the digest; their peak is
     assert b'"samples":[{' not in (folder / digest.NAME).read_bytes()
-    assert read.ResultView.from_dict(digested.results[0]).peak_memory == 1004.0
+    assert digested.results[0].peak_memory == 1004.0
 
 
 def test_a_file_changed_after_the_digest_is_read_again(tmp_path, monkeypatch):
@@ -101,7 +98,7 @@ def test_a_file_changed_after_the_digest_is_read_again(tmp_path, monkeypatch):
     seen = files_read(monkeypatch)
     loaded = load_dir(tmp_path)
     assert sorted(seen) == sorted([changed, added])
-    rates = sorted(read.ResultView.from_dict(r).rate() or 0 for r in loaded.results)
+    rates = sorted(view.rate() or 0 for view in loaded.results)
     assert 555.0 in rates and 777.0 in rates and 104.0 not in rates and 103.0 not in rates
 
 
@@ -124,8 +121,8 @@ def test_a_digest_keeps_entries_still_true_and_leaves_out_recent_and_nan_files(
     assert fresh.name not in entries and nan.name not in entries and len(entries) == 9
     monkeypatch.undo()
     loaded = load_dir(tmp_path)
-    (run,) = [r for r in loaded.results if (r["name"], r["job_id"]) == ("t.a", "9.0")]
-    assert run["metrics"]["loss"] != run["metrics"]["loss"]  # NaN, as the file says
+    (run,) = [v for v in loaded.results if (v.name, v.job_id) == ("t.a", "9.0")]
+    assert run.metrics["loss"] != run.metrics["loss"]  # NaN, as the file says
 
 
 @pytest.mark.parametrize(
@@ -246,9 +243,9 @@ def test_a_tender_neither_packs_nor_reads_a_digest(tmp_path):
         if "result" in entry:
             entry["result"]["timings"]["train"]["rates"] = [9e9] * 40
     (folder / digest.NAME).write_text(json.dumps(body))
-    assert load_dir(folder).results[0]["timings"]["train"]["rates"][0] == 9e9
+    assert load_dir(folder).results[0].timings["train"]["rates"][0] == 9e9
     files = load_dir(folder, digests=False).results
-    assert all(r["timings"]["train"]["rates"][0] < 1e6 for r in files)
+    assert all(view.timings["train"]["rates"][0] < 1e6 for view in files)
     tender = bidkit.tender(tmp_path / "tender.json", ["polynome"], require_cgroups=False)
     out = package.make_package(folder, tmp_path / "bid.tar.gz", tender, None).out
     with tarfile.open(out) as tar:

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import DATA, ROOT
 from milarun import errors
+from milarun.results import read
 from milarun.results.folder import Loaded
 from milarun.results.tender_rules import TenderRules
 from milarun.tender import rules
@@ -44,7 +45,9 @@ def bid_of(results: list[dict], **latency_limits: float) -> Bid:
     data = rules.make_tender(
         "quick", None, TenderRules(repeat=1, **latency_limits), names=["llm-serve"]
     )
-    return Bid(rules.Tender(data, "0" * 64), Path("."), {}, {}, Loaded(Path("."), results), {})
+    return Bid(
+        rules.Tender(data, "0" * 64), Path("."), {}, {}, Loaded(Path("."), read.views(results)), {}
+    )
 
 
 def test_no_limit_no_constraint(served):

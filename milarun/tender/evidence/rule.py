@@ -109,8 +109,8 @@ def problems(
     doctors: dict[Path, energy_and_peaks.Measured] = {}
     found: list[str] = []
     checked = metered = 0
-    for data, path in zip(loaded.results, loaded.paths, strict=True):
-        if ResultView.from_dict(data).rate() is None:
+    for view, path in zip(loaded.results, loaded.paths, strict=True):
+        if view.rate() is None:
             continue
         checked += 1
         folder = Path(path).parent
@@ -124,7 +124,7 @@ def problems(
             run,
             spans,
             doctors[folder],
-            data,
+            view,
             machine=machine.data if machine is not None else None,
             applied=applied,
         )
@@ -138,7 +138,7 @@ def result_problems(
     run: Path,
     spans: list[tuple[Path, RunSpan]],
     measured: energy_and_peaks.Measured,
-    loaded: Mapping[str, Any] | None = None,
+    loaded: ResultView | None = None,
     *,
     machine: Mapping[str, Any] | None = None,
     applied: Applied | None = None,
@@ -147,7 +147,7 @@ def result_problems(
     whether it had a measured energy. ``loaded``: the result as a folder's loader read it,
     its monitor samples dropped: read again from its file where a GPU's samples matter."""
     file = path.relative_to(run).as_posix()
-    view = ResultView.from_dict(loaded) if loaded is not None else None
+    view = loaded
     if view is None or view.device.startswith("cuda"):
         try:
             view = ResultView.from_dict(results.load_result(path))
