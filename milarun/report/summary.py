@@ -22,26 +22,17 @@ from milarun import results
 from milarun.errors import EmptyResults, SummaryError
 from milarun.report import energy, measured_peak, units, variants
 from milarun.report import inference as report_inference
+from milarun.report.summary_entry import Quality, Stats, SummaryEntry
 from milarun.report.summary_file import load_summary_file
 from milarun.results import read
 from milarun.results import throttle as gpu_throttle
 from milarun.results.folder import Loaded, gc_paused, load_dir
-from milarun.results.records import Contention
+from milarun.results.records import Contention, StartupCost
 
 
 def stats(values: list[float]) -> dict[str, Any]:
     """{n, min, max, mean, std} with the population std; null stats when empty."""
-    if not values:
-        return {"n": 0, "min": None, "max": None, "mean": None, "std": None}
-    mean = math.fsum(values) / len(values)
-    var = math.fsum((v - mean) ** 2 for v in values) / len(values)
-    return {
-        "n": len(values),
-        "min": min(values),
-        "max": max(values),
-        "mean": mean,
-        "std": math.sqrt(var),
-    }
+    return Stats.of(values).to_dict()
 
 
 def summarize(
@@ -109,32 +100,27 @@ def _entry(
         peak = view.peak_memory
         if peak is not None:
             peaks.append(peak)
-    entry: dict[str, Any] = {
-        "n": len(runs) - interrupted,
-        "failures": sum(kinds.values()),
-        "total": stats(programs),
-        "train": stats(rates),
-        "pergpu": {device: stats(v) for device, v in sorted(pergpu.items())},
-        "peak_memory": max(peaks) if peaks else None,
-        "rates": rates,
-        "failure_kinds": dict(sorted(kinds.items())),
-        "quality": quality(good, gemm_peaks),
-        **energy.summary_entries(good),  # "energy" and "throttle", where measured
-    }
-    if interrupted:
-        entry["interrupted"] = interrupted
-    entry.update(conditions(good))
-    if totals:  # scaling.k: train is the mean per rank, throughput all k ranks
-        entry["throughput"] = stats(totals)
-    if spans:
-        entry["nodes"] = max(spans)
-    served = report_inference.summary_entry(good)
-    if served is not None:  # an inference test: latency, goodput, MBU (report.inference)
-        entry["inference"] = served
-    found = units.natural(good)
-    if found:  # the test counts in a legacy unit: the natural one per counted example
-        entry["natural"] = found
-    return entry
+    return SummaryEntry(
+        n=len(runs) - interrupted,
+        failures=sum(kinds.values()),
+        total=Stats.of(programs),
+        train=Stats.of(rates),
+        pergpu={device: Stats.of(v) for device, v in sorted(pergpu.items())},
+        peak_memory=max(peaks) if peaks else None,
+        rates=tuple(rates),
+        failure_kinds=dict(sorted(kinds.items())),
+        quality=quality(good, gemm_peaks),
+        **energy.summary_entries(good),  # "energy", "throttle", "node_energy" where measured
+        interrupted=interrupted or None,
+        **conditions(good),  # "dataset", "tf32", "nocache" where the runs record them
+        # scaling.k: train is the mean per rank, throughput all k ranks
+        throughput=Stats.of(totals) if totals else None,
+        nodes=max(spans) if spans else None,
+        # an inference test: latency, goodput, MBU (report.inference)
+        inference=report_inference.summary_entry(good),
+        # the test counts in a legacy unit: the natural one per counted example
+        natural=units.natural(good) or None,
+    ).to_dict()
 
 
 def conditions(views: list[read.ResultView]) -> dict[str, Any]:
@@ -168,9 +154,7 @@ def _mean_of(values: list[Any]) -> float | None:
     return math.fsum(numbers) / len(numbers) if numbers else None
 
 
-def quality(
-    views: list[read.ResultView], peaks: measured_peak.Peaks | None = None
-) -> dict[str, Any]:
+def quality(views: list[read.ResultView], peaks: measured_peak.Peaks | None = None) -> Quality:
     """How trustworthy the runs' rates are (issue: steady-state diagnostics), and their
     start-up cost and efficiency, averaged over the successful runs (``peaks``: a gemm
     run's measured peaks, for ``percent_of_measured_peak``)."""
@@ -182,47 +166,43 @@ def quality(
     throttles = [gpu_throttle.read(d.throttle) for d in diags]
     judged = [t for t in throttles if t is not None and t.window_slices]
     clocks = [t.sm_clock_mhz for t in judged if t.sm_clock_mhz is not None]
-    return {
-        "slices": _mean_of([d.slices for d in diags]),
-        "cv": _mean_of([d.cv for d in diags]),
-        "drift": max(drifts, key=abs) if drifts else None,  # the worst run
-        "warmup": _mean_of([d.warmup for d in diags]),
-        "flagged": dict(sorted(flagged.items())),
+    return Quality(
+        slices=_mean_of([d.slices for d in diags]),
+        cv=_mean_of([d.cv for d in diags]),
+        drift=max(drifts, key=abs) if drifts else None,  # the worst run
+        warmup=_mean_of([d.warmup for d in diags]),
+        flagged=dict(sorted(flagged.items())),
         # the GPU's operating point: steady slices at its power limit, its median SM clock
-        "power_limit": (
+        power_limit=(
             sum(t.power_limit_slices for t in judged) / sum(t.window_slices for t in judged)
             if judged
             else None
         ),
-        "sm_clock": statistics.median_high(clocks) if clocks else None,
-        "busy": _worst_contention([d.contention for d in diags]),
-        "startup": {
-            "import": _mean_of([st.imports for st in starts]),
-            "setup": _mean_of([st.setup for st in starts]),
-            "first_step": _mean_of([st.first_step for st in starts]),
-            "to_first_slice": _mean_of([st.to_first_slice for st in starts]),
-        },
-        "flops_per_example": _mean_of([e.flops_per_example for e in effs]),
-        "achieved_flops": _mean_of([e.achieved_flops for e in effs]),
-        "percent_of_peak": _mean_of([e.percent_of_peak for e in effs]),
-        "percent_of_measured_peak": _mean_of(
+        sm_clock=statistics.median_high(clocks) if clocks else None,
+        busy=_worst_contention([d.contention for d in diags]),
+        startup=StartupCost(
+            _mean_of([st.imports for st in starts]),
+            _mean_of([st.setup for st in starts]),
+            _mean_of([st.first_step for st in starts]),
+            _mean_of([st.to_first_slice for st in starts]),
+        ),
+        flops_per_example=_mean_of([e.flops_per_example for e in effs]),
+        achieved_flops=_mean_of([e.achieved_flops for e in effs]),
+        percent_of_peak=_mean_of([e.percent_of_peak for e in effs]),
+        percent_of_measured_peak=_mean_of(
             [measured_peak.percent_of_measured(v, peaks or {}) for v in views]
         ),
-    }
+    )
 
 
-def _worst_contention(found: list[Contention | None]) -> dict[str, Any] | None:
+def _worst_contention(found: list[Contention | None]) -> Contention | None:
     """The run whose CPUs other processes took most of (milarun.measure.contention)."""
     shares = [c for c in found if c is not None]
     if not shares:
         return None
     worst = max(shares, key=lambda c: c.others)
-    load = worst.load
-    return {
-        "others": worst.others,
-        "cpus": worst.cpus,
-        "load": float(load) if load is not None and results.is_finite(load) else None,
-    }
+    load = worst.load if worst.load is not None and results.is_finite(worst.load) else None
+    return Contention(worst.others, worst.cpus, float(load) if load is not None else None)
 
 
 @dataclass

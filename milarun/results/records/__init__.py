@@ -20,6 +20,7 @@ from milarun.results.records.quality import Contention as Contention
 from milarun.results.records.quality import Diagnostics as Diagnostics
 from milarun.results.records.quality import RunLengthRecord as RunLengthRecord
 from milarun.results.records.quality import Startup as Startup
+from milarun.results.records.quality import StartupCost as StartupCost
 from milarun.results.records.result import ENV_PREFIXES as ENV_PREFIXES
 from milarun.results.records.result import NOT_RECORDED as NOT_RECORDED
 from milarun.results.records.result import SECRET_WORDS as SECRET_WORDS

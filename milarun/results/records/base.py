@@ -21,10 +21,12 @@ R = TypeVar("R", bound="FileRecord")
 T = TypeVar("T")
 
 # Metadata of a field: the key it is written under when not its name (a Python keyword);
-# omitted from the file when None (a key that older writers never wrote); a nested record.
+# omitted from the file when None (a key that older writers never wrote); a nested record,
+# or an object of them by name (an entry that is no such record is left out).
 KEY = "key"
 OMIT_NONE = "omit_none"
 RECORD = "record"
+RECORDS = "records"  # an object of nested records by name
 
 
 def _finite(value: Any) -> Any:
@@ -99,12 +101,24 @@ def file_key(spec: Field[Any]) -> str:
 def _readers(cls: type) -> tuple[tuple[str, str, Callable[[Any], Any], Field[Any]], ...]:
     found = []
     for spec in fields(cls):
-        nested = spec.metadata.get(RECORD)
-        read = partial(read_record, nested) if nested is not None else READERS.get(str(spec.type))
+        nested, by_name = spec.metadata.get(RECORD), spec.metadata.get(RECORDS)
+        read: Callable[[Any], Any] | None
+        if nested is not None:
+            read = partial(read_record, nested)
+        elif by_name is not None:
+            read = partial(_read_records, by_name)
+        else:
+            read = READERS.get(str(spec.type))
         if read is None:
             raise TypeError(f"{cls.__name__}.{spec.name}: no reader for type {spec.type}")
         found.append((spec.name, file_key(spec), read, spec))
     return tuple(found)
+
+
+def _read_records(kind: type, data: Any) -> dict[str, Any] | None:
+    if not is_mapping(data):
+        return None
+    return {k: found for k, v in data.items() if (found := read_record(kind, v)) is not None}
 
 
 def written(value: Any) -> Any:

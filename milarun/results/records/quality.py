@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from milarun.results.records.base import KEY, RECORD, FileRecord
+from milarun.results.records.base import KEY, OMIT_NONE, RECORD, FileRecord
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ class Contention(FileRecord):
     others: float  # share (0-1) of our CPUs' time used by other processes (and steal)
     cpus: int | None  # how many CPUs this process could use
     load: float | None  # the 1-minute load average, highest sample in the window
-    span: float | None = None  # seconds the share was measured over
+    # seconds the share was measured over (a summary's worst run keeps none: not written)
+    span: float | None = field(default=None, metadata={OMIT_NONE: True})
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,18 @@ class Diagnostics(FileRecord):
 
 
 @dataclass(frozen=True)
-class Startup(FileRecord):
+class StartupCost(FileRecord):
+    """Where the time before the first slice went, in seconds (None where unknown): a
+    result's (Startup) or a summary's mean over its runs."""
+
+    imports: float | None = field(default=None, metadata={KEY: "import"})
+    setup: float | None = None
+    first_step: float | None = None
+    to_first_slice: float | None = None
+
+
+@dataclass(frozen=True)
+class Startup(StartupCost):
     """``startup`` (measure.startup): time from launch to the first slice, in seconds (None
     where unknown).
 
@@ -68,9 +80,5 @@ class Startup(FileRecord):
     (a cold start under a warm-starting supervisor, a fresh warm process).
     """
 
-    imports: float | None = field(default=None, metadata={KEY: "import"})
-    setup: float | None = None
-    first_step: float | None = None
-    to_first_slice: float | None = None
     start: str = "cold"
     start_note: str | None = None
