@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import clifork
+
 TESTS = Path(__file__).resolve().parent  # tests/: the helpers; tests/<wing>/: the tests
 ROOT = TESTS.parent  # the repository
 BENCHES = TESTS / "benches"  # toy tests (faulty, rankenv) the CLI tests run
@@ -57,14 +59,20 @@ def cli_env(
 def milarun(
     *args: str, cwd: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run the real ``milarun`` CLI in a subprocess."""
+    """Run the real ``milarun`` CLI in a process of its own: forked warm (tests/clifork.py:
+    the CLI and its libraries imported once), or cold where no warm server is available or
+    MILARUN_TESTS_COLD=1."""
+    words, full_env = [str(a) for a in args], cli_env(env)
+    warm = clifork.run(words, cwd or ROOT, full_env, timeout)
+    if warm is not None:
+        return warm
     return subprocess.run(
-        [sys.executable, "-m", "milarun", *map(str, args)],
+        [sys.executable, "-m", "milarun", *words],
         cwd=cwd or ROOT,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=cli_env(env),
+        env=full_env,
     )
 
 

@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import clifork
 from conftest import ROOT, cli_env
 from milarun.run.warm import Refused, WarmPool
 
@@ -31,7 +32,8 @@ def run_model(*args: object, env: dict[str, str] | None = None) -> subprocess.Co
     """``milarun ...`` on the CPU with one torch thread (``env``: more variables). A ``run``
     is forked from a warm process that imported torch once, as `jobs` starts its instances
     (the same child: its own session, environment and log; 1.5-2 s of CPU less a run); any
-    other command, or a run the warm process refuses, starts cold. A forked run's output is
+    other command is forked from the tests' CLI server (tests/clifork.py), a run the warm
+    process refuses starts cold. A forked run's output is
     its log, all of it in ``stdout``."""
     words = [str(a) for a in args]
     full_env = cli_env(
@@ -43,6 +45,9 @@ def run_model(*args: object, env: dict[str, str] | None = None) -> subprocess.Co
         forked = _forked(words, full_env)
         if forked is not None:
             return forked
+    warm = clifork.run(words, ROOT, full_env, TIMEOUT)  # the other commands: the CLI warm
+    if warm is not None:
+        return warm
     return subprocess.run(
         [sys.executable, "-m", "milarun", *words],
         cwd=ROOT,
