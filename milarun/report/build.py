@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from milarun.report import busy as report_busy
-from milarun.report import comparability, perf, stats, tables, units
+from milarun.report import comparability, perf, stats, summary_entry, tables, units
 from milarun.report import energy as report_energy
 from milarun.report import inference as report_inference
 from milarun.report import nodes as report_nodes
@@ -185,9 +185,10 @@ def build_report(
     report.runs = sum(ours[t].n for t in summary)
     report.failures = sum(ours[t].fail for t in summary)
     report.failure_rate = report.failures / report.runs if report.runs else 0.0
-    report.interrupted = sum(int(summary[t].get("interrupted") or 0) for t in summary)
-    for entry in summary.values():
-        for kind, count in (entry.get("failure_kinds") or {}).items():
+    typed = summary_entry.entries(summary).values()
+    report.interrupted = sum(entry.interrupted or 0 for entry in typed)
+    for entry in typed:
+        for kind, count in (entry.failure_kinds or {}).items():
             report.failure_kinds[kind] = report.failure_kinds.get(kind, 0) + count
     if weights:
         _score(report, ours, base, weight_map, weighted, summary, scored)
@@ -277,9 +278,8 @@ def _score(
     report.weighted_tests = len(weighted)
     report.missing = sorted(t for t in weighted if t not in summary)
     # a test's runs with other settings (report.variants) are said apart, not listed here
-    report.unweighted = sorted(
-        t for t in summary if t not in weights and not summary[t].get("variant_of")
-    )
+    typed = summary_entry.entries(summary)
+    report.unweighted = sorted(t for t in summary if t not in weights and not typed[t].variant_of)
     report.unscored = sorted(t for t in weighted if t in summary and t not in scored)
     report.scored = sorted(scored)
     total = sum(weights[t] for t in weighted)

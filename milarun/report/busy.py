@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from milarun.report.summary_entry import entries
 from milarun.results.parts import as_map, number
 
 MAX_NAMED = 3  # tests a warning names; past this it counts them
@@ -63,24 +64,23 @@ def busy_of(summary: Mapping[str, Mapping[str, Any]]) -> Busy:
     """The busy flags of a summary's tests (report.summary: ``quality.flagged.busy`` and
     ``quality.busy``, the worst run's contention); a summary without them is not busy."""
     found, tests, runs = [], 0, 0
-    for test, entry in sorted(summary.items()):
-        good = _count(entry.get("n")) - _count(entry.get("failures"))
+    for test, entry in sorted(entries(summary).items()):
+        good = entry.n - entry.failures
         if good <= 0:
             continue
         tests, runs = tests + 1, runs + good
-        quality = as_map(entry.get("quality"))
-        flagged = _count(as_map(quality.get("flagged")).get("busy"))
+        quality = entry.measured
+        flagged = _count(as_map(quality.flagged).get("busy"))
         if flagged:
-            worst = as_map(quality.get("busy"))
-            cpus = worst.get("cpus")
+            worst = quality.busy
             found.append(
                 BusyTest(
                     test,
                     flagged,
                     good,
-                    number(worst.get("others")),
-                    number(worst.get("load")),
-                    cpus if isinstance(cpus, int) and not isinstance(cpus, bool) else None,
+                    number(worst.others) if worst is not None else None,
+                    number(worst.load) if worst is not None else None,
+                    worst.cpus if worst is not None else None,
                 )
             )
     return Busy(tuple(found), tests, runs)

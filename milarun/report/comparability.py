@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from milarun.report.summary_entry import SummaryEntry
+
 YES, APPROX, NO = "yes", "approx", "no"
 
 # Legacy test name -> (verdict, why), as of this version of the suite.
@@ -193,13 +195,12 @@ def judge(key: str, legacy: bool, runs: Mapping[str, Any] | None = None) -> tupl
     verdict, note = LEGACY.get(name, NOT_IN_LEGACY)
     if verdict == NO:
         return verdict, note
-    found = runs or {}
-    dataset = found.get("dataset")
+    found = SummaryEntry.from_dict(runs) or SummaryEntry()
     notes = [
-        data_note(name, dataset if isinstance(dataset, Mapping) else None),
+        data_note(name, found.dataset),
         note,
-        tf32_note(name, found.get("tf32") if isinstance(found.get("tf32"), Mapping) else None),
-        nocache_note(name, found.get("nocache")),
+        tf32_note(name, found.tf32),
+        nocache_note(name, found.nocache),
     ]
     differs = [n for n in notes if n]
     if not differs:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from milarun import results
 from milarun.report import nodeenergy, stats
+from milarun.report.summary_entry import entries
 from milarun.results import read
 from milarun.results.throttle import POWER_LIMIT, REASON_TEXT
 
@@ -33,9 +34,9 @@ def energy_table(summary: dict[str, dict[str, Any]], power_cost: float | None) -
     import pandas as pd  # the summary side needs no pandas
 
     rows = {}
-    for test, entry in summary.items():
-        found = entry.get("energy") if isinstance(entry, dict) else None
-        if not isinstance(found, dict) or not found.get("examples_per_joule"):
+    for test, entry in entries(summary).items():
+        found = entry.energy
+        if found is None or not found.get("examples_per_joule"):
             continue
         per_example = found.get("joules_per_example")
         rows[test] = {
@@ -112,8 +113,8 @@ def energy_section(
 def throttle_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
     """One line per test, GPU and reason whose steady windows ran throttled."""
     out = []
-    for test, entry in sorted(summary.items()):
-        for gpu, found in sorted((entry.get("throttle") or {}).items()):
+    for test, entry in sorted(entries(summary).items()):
+        for gpu, found in sorted((entry.throttle or {}).items()):
             window = found["window_slices"]
             for name, slices in found["reasons"].items():
                 if name == POWER_LIMIT:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from milarun.report.summary_entry import entries
 from milarun.results import read
 from milarun.results.inference import SERVE_FIGURES
 
@@ -40,16 +41,13 @@ def inference_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     import pandas as pd
 
     rows = {}
-    for test, entry in summary.items():
-        found = entry.get("inference") if isinstance(entry, dict) else None
-        if not isinstance(found, dict):
+    for test, entry in entries(summary).items():
+        found, energy = entry.inference, entry.energy
+        if found is None:
             continue
-        energy = entry.get("energy")
         row = {name: found.get(name) for name in FIGURES}
         row["engine"] = str(found.get("engine") or "-")
-        row["joules_per_token"] = (
-            energy.get("joules_per_example") if isinstance(energy, dict) else None
-        )
+        row["joules_per_token"] = energy.get("joules_per_example") if energy is not None else None
         rows[test] = row
     if not rows:
         return pd.DataFrame()

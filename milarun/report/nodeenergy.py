@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from milarun import results
 from milarun.report import stats
+from milarun.report.summary_entry import entries
 from milarun.results import read
 from milarun.results.records import NodeEnergy
 
@@ -97,9 +98,9 @@ def node_table(summary: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     import pandas as pd
 
     rows = {}
-    for test, entry in summary.items():
-        node = entry.get("node_energy") if isinstance(entry, Mapping) else None
-        if not isinstance(node, Mapping) or not _positive(node.get("examples_per_joule")):
+    for test, entry in entries(summary).items():
+        node = entry.node_energy
+        if node is None or not _positive(node.get("examples_per_joule")):
             continue
         rows[test] = {
             "runs": node.get("n"),
@@ -119,9 +120,9 @@ def node_table(summary: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
 def node_notes(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """One line per test and reason where a BMC was asked but gave no node figure."""
     out = []
-    for test, entry in sorted(summary.items()):
-        node = entry.get("node_energy") if isinstance(entry, Mapping) else None
-        for note in (node or {}).get("notes", []) if isinstance(node, Mapping) else []:
+    for test, entry in sorted(entries(summary).items()):
+        node = entry.node_energy
+        for note in node.get("notes", []) if node is not None else []:
             out.append(f"{test}: no node energy: {note}")
     return out
 

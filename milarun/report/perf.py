@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from milarun.report import stats, tables
+from milarun.report.summary_entry import Stats, SummaryEntry
 
 
 @dataclass
@@ -28,18 +29,18 @@ class Perf:
     def of(cls, entry: Mapping[str, Any] | None) -> Perf:
         if not entry:
             return cls(0, 0, math.nan, math.nan, None)
-        n, fail = int(entry.get("n") or 0), int(entry.get("failures") or 0)
-        train = entry.get("train") or {}
-        perf, std = tables.finite_or_nan(train.get("mean")), tables.finite_or_nan(train.get("std"))
+        typed = SummaryEntry.from_dict(entry) or SummaryEntry()
+        n, fail, train = typed.n, typed.failures, typed.train or Stats()
+        perf, std = tables.finite_or_nan(train.mean), tables.finite_or_nan(train.std)
         if not perf > 0:  # zero, negative or missing perf: every run counts as failed
             return cls(n, n, math.nan, math.nan, [])
-        rates = entry.get("rates")
+        rates = typed.rates
         return cls(
             n,
             fail,
             perf,
             std if math.isfinite(std) else 0.0,
-            [float(r) for r in rates] if isinstance(rates, list) else None,
+            [float(r) for r in rates] if rates is not None else None,
         )
 
     def adjusted(self, penalize_variance: bool) -> float:

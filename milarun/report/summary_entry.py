@@ -70,7 +70,7 @@ class SummaryEntry(FileRecord):
     train: Stats | None = field(default=None, metadata={RECORD: Stats})
     pergpu: Mapping[str, Stats] | None = field(default=None, metadata={RECORDS: Stats})
     peak_memory: float | None = None  # MiB
-    rates: tuple[float, ...] = ()  # each successful run's
+    rates: tuple[float, ...] | None = None  # each successful run's (older summaries: none)
     failure_kinds: Mapping[str, Any] | None = None  # kind -> runs
     quality: Quality | None = field(default=None, metadata={RECORD: Quality})
     energy: Mapping[str, Any] | None = field(default=None, metadata=_OPTIONAL)

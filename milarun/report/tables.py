@@ -9,6 +9,10 @@ import pandas as pd
 
 from milarun.report import busy as report_busy
 from milarun.report.nodes import device_order
+from milarun.report.summary_entry import Quality, entries
+from milarun.results.records import StartupCost
+
+NO_STARTUP = StartupCost()
 
 
 def finite_or_nan(value: Any) -> float:
@@ -23,26 +27,26 @@ def finite_or_nan(value: Any) -> float:
 def quality_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """Per test: steady-state diagnostics, start-up cost and efficiency (mean of runs)."""
     rows = {}
-    for test, entry in summary.items():
-        q = entry.get("quality")
-        if not q or q.get("slices") is None:
+    for test, entry in entries(summary).items():
+        q = entry.measured
+        if q.slices is None:
             continue  # a summary without diagnostics (legacy, or every run failed)
-        start = q.get("startup") or {}
+        start = q.startup or NO_STARTUP
         rows[test] = {
-            "slices": q.get("slices"),
-            "cv": q.get("cv"),
-            "drift": q.get("drift"),
-            "warmup": q.get("warmup"),
-            "to_first_slice": start.get("to_first_slice"),
-            "import": start.get("import"),
-            "setup": start.get("setup"),
-            "first_step": start.get("first_step"),
-            "flops_per_example": q.get("flops_per_example"),
-            "achieved_flops": q.get("achieved_flops"),
-            "percent_of_peak": q.get("percent_of_peak"),
-            "percent_of_measured_peak": q.get("percent_of_measured_peak"),
-            "power_limit": q.get("power_limit"),
-            "sm_clock": q.get("sm_clock"),
+            "slices": q.slices,
+            "cv": q.cv,
+            "drift": q.drift,
+            "warmup": q.warmup,
+            "to_first_slice": start.to_first_slice,
+            "import": start.imports,
+            "setup": start.setup,
+            "first_step": start.first_step,
+            "flops_per_example": q.flops_per_example,
+            "achieved_flops": q.achieved_flops,
+            "percent_of_peak": q.percent_of_peak,
+            "percent_of_measured_peak": q.percent_of_measured_peak,
+            "power_limit": q.power_limit,
+            "sm_clock": q.sm_clock,
             "flags": _flags(q),
         }
     if not rows:
@@ -51,44 +55,41 @@ def quality_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     return df.astype({c: float for c in df.columns if c != "flags"})
 
 
-def _flags(quality: dict[str, Any]) -> str:
+def _flags(quality: Quality) -> str:
     """``flag:runs`` each; busy with its worst run's share of the CPUs: ``busy:3 (62%)``."""
-    worst = (quality.get("busy") or {}).get("others")
+    worst = quality.busy.others if quality.busy is not None else None
     shown = report_busy.share(worst if isinstance(worst, float) else None)
     return ",".join(
         f"{k}:{v}" + (f" ({shown})" if k == "busy" and shown else "")
-        for k, v in (quality.get("flagged") or {}).items()
+        for k, v in (quality.flagged or {}).items()
     )
 
 
 def variant_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
     """One line per group of runs kept apart from its test (milarun.report.variants)."""
     return [
-        f"{entry['variant_of']}: {entry['n']} run(s) with other settings ({entry['differs']}) "
+        f"{entry.variant_of}: {entry.n} run(s) with other settings ({entry.differs}) "
         f"are reported apart as '{test}': never averaged with it, not scored"
-        for test, entry in sorted(summary.items())
-        if entry.get("variant_of")
+        for test, entry in sorted(entries(summary).items())
+        if entry.variant_of
     ]
 
 
 def quality_warnings(summary: dict[str, dict[str, Any]]) -> list[str]:
     """Tests whose runs drifted beyond 2% or had too few slices for a full window."""
     drift, few = [], []
-    for test, entry in sorted(summary.items()):
-        flagged = (entry.get("quality") or {}).get("flagged") or {}
+    typed = sorted(entries(summary).items())
+    for test, entry in typed:
+        flagged = entry.measured.flagged or {}
         if flagged.get("drift"):
-            worst = entry["quality"].get("drift") or 0.0
+            worst = entry.measured.drift or 0.0
             drift.append(f"{test} ({flagged['drift']} run(s), worst {worst:+.1%})")
         if flagged.get("few-slices"):
             few.append(f"{test} ({flagged['few-slices']} run(s))")
     out = []
     if drift:
         out.append("rate drifted beyond 2% over the steady window: " + ", ".join(drift))
-    short = [
-        test
-        for test, entry in sorted(summary.items())
-        if ((entry.get("quality") or {}).get("flagged") or {}).get("short-window")
-    ]
+    short = [test for test, entry in typed if (entry.measured.flagged or {}).get("short-window")]
     if short:
         named = ", ".join(short) if len(short) <= 6 else f"{len(short)} tests"
         out.append(
@@ -106,8 +107,8 @@ def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     scored, legacy figure), total over the ranks, and efficiency = total / ((k / k0) x the
     total at k0), k0 the smallest k of that test (k = 1 when present; scaling.8 for 1x8)."""
     found = {}
-    for test, entry in summary.items():
-        total = (entry.get("throughput") or {}).get("mean")
+    for test, entry in entries(summary).items():
+        total = entry.throughput.mean if entry.throughput is not None else None
         prefix, _, size = test.rpartition(".")
         if total is not None and size.isdigit() and int(size) > 0:
             found[test] = (prefix, int(size), total, entry)
@@ -117,12 +118,12 @@ def scaling_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
         k0, total0 = base[prefix]
         rows[test] = {
             "k": k,
-            "per_rank": (entry.get("train") or {}).get("mean"),
+            "per_rank": entry.mean_rate,
             "total": total,
             "efficiency": total / (k / k0 * total0) if total0 else math.nan,
         }
-        if entry.get("nodes") is not None:
-            rows[test]["nodes"] = entry["nodes"]
+        if entry.nodes is not None:
+            rows[test]["nodes"] = entry.nodes
     if not rows:
         return pd.DataFrame()
     df = pd.DataFrame.from_dict(rows, orient="index").sort_values("k", kind="stable")
@@ -136,9 +137,9 @@ def gpu_tables(summary: dict[str, dict[str, Any]]) -> dict[str, pd.DataFrame]:
     tables = {}
     for measure in ("mean", "min", "max"):
         rows = {}
-        for test, entry in summary.items():
-            pergpu = entry.get("pergpu") or {}
-            values = {dev: finite_or_nan(s.get(measure)) for dev, s in pergpu.items()}
+        for test, entry in entries(summary).items():
+            pergpu = entry.pergpu or {}
+            values = {dev: finite_or_nan(getattr(s, measure)) for dev, s in pergpu.items()}
             values = {d: v for d, v in values.items() if v > 0}
             if len(values) > 1:  # one device alone says nothing about balance
                 best = max(values.values())

@@ -15,6 +15,7 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from milarun.report.summary_entry import entries
 from milarun.results import read
 
 if TYPE_CHECKING:
@@ -51,13 +52,12 @@ def natural_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     import pandas as pd  # here: the summary side (run by `milarun jobs`) needs no pandas
 
     rows = {}
-    for test, entry in summary.items():
-        found = entry.get("natural") if isinstance(entry, dict) else None
-        per = _positive_float(found.get("per_example")) if isinstance(found, dict) else None
-        perf = _positive_float((entry.get("train") or {}).get("mean")) if per else None
-        if per is None or perf is None:
+    for test, entry in entries(summary).items():
+        found = entry.natural
+        per = _positive_float(found.get("per_example")) if found is not None else None
+        perf = _positive_float(entry.mean_rate) if per else None
+        if found is None or per is None or perf is None:
             continue  # no natural unit, or no successful run to convert
-        assert isinstance(found, dict)  # per is None otherwise
         rows[test] = {
             "unit": str(found["unit"]),
             "perf": perf,

@@ -76,6 +76,7 @@ READERS: dict[str, Callable[[Any], Any]] = {
     "tuple[Any, ...] | None": _items,
     "tuple[int, ...] | None": _items,
     "tuple[float, ...]": _numbers,
+    "tuple[float, ...] | None": _numbers,
     "Any": _as_written,
 }
 
