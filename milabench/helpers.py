@@ -39,7 +39,7 @@ def train(
     count_flops: bool | None = None,
     fetch: Callable[[], Any] | None = None,
     examples: Callable[[], int] | None = None,
-    formula: efficiency.Formula | None = None,
+    formula: efficiency.Formula | Callable[[], efficiency.Formula] | None = None,
     settings: dict[str, Any] | None = None,
     counted_step: Callable[[], Any] | None = None,
     sync_each_step: bool = False,
@@ -59,7 +59,8 @@ def train(
     One extra, untimed step is run under a FLOP counter for the result's efficiency first
     (and gives the recorded value when it ran)
     (``count_flops``: None decides automatically, see milarun.measure.efficiency.measure).
-    ``formula``: the test's own FLOPs per example instead (no counted step); ``settings``:
+    ``formula``: the test's own FLOPs per example instead (no counted step; a function: made
+    once the loop ends, from what the steps saw: translator's lengths); ``settings``:
     the test's own settings for ``efficiency.settings``; ``counted_step``: the step to
     count instead of ``step`` (the eager twin of a torch.compile'd one);
     ``sync_each_step``: sync the device after every step (RateLog.sync_each_block), for
@@ -91,7 +92,7 @@ def train(
             log,
             count_flops,
             keep=lambda v: last.__setitem__(0, v),
-            formula=formula,
+            formula=formula() if callable(formula) else formula,
             settings=settings,
         )
     )

@@ -7,9 +7,9 @@ depend on the batch (it is checked on every entry, and an entry that does is lef
 they do not depend on the device (FlopCounterMode counts shapes). The entry is keyed by the
 recorded arguments that can change the count (milarun.tender.flops.shape_key).
 
-Tests the table does not need: gemm, llm, llm-scaling, wlm, sine_wave (milarun's formulas:
-milarun.tender.flops, milarun.measure.flops_formulas), the RL tests, loader and translator
-(no FLOPs figure bounds them: milarun.tender.flops.UNBOUNDED says why). A test that fails
+Tests the table does not need: gemm, llm, llm-scaling, wlm, sine_wave, translator
+(milarun's formulas: milarun.tender.flops, milarun.measure.flops_formulas), the RL tests and
+loader (no FLOPs figure bounds them: milarun.tender.flops.UNBOUNDED says why). A test that fails
 here is reported and left out; verify then says "not recomputed" for it.
 
     uv run python scripts/count-flops.py --profile modern --profile standard
@@ -33,8 +33,11 @@ sys.path.insert(0, str(ROOT))
 from milarun.tender import flops  # noqa: E402
 
 PROFILES = ROOT / "milarun" / "profiles"
-FORMULA_TESTS = ("milabench.models.gemm:main", *flops.LLAMA_TESTS, flops.WORD_LM, flops.SINE_WAVE)
-UNBOUNDED_TESTS = tuple(flops.UNBOUNDED)  # the RL tests, loader, translator
+FORMULA_TESTS = (
+    "milabench.models.gemm:main", *flops.LLAMA_TESTS, flops.WORD_LM, flops.SINE_WAVE,
+    flops.TRANSLATOR,
+)  # fmt: skip
+UNBOUNDED_TESTS = tuple(flops.UNBOUNDED)  # the RL tests, loader
 # run-length and loader arguments set small here: they change nothing the counter sees
 SMALL = {"--workers": "1"}
 

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from milabench import helpers
+from milabench import helpers, recurrent
 from milabench.datasets import wmt16
 from milarun.experiment import Experiment
 
@@ -222,8 +222,12 @@ def main(exp: Experiment, argv: list[str]) -> None:
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 
+    seen = recurrent.PairLengths()  # what the FLOPs per pair depend on
+    exp.arguments["vocabulary"] = len(data.tokenizer)  # the classifier's width
+
     def step(batch: tuple[torch.Tensor, ...]) -> float:
         src, lengths, tgt = batch  # lengths stay on the CPU for packing
+        seen.add(src.shape[1], int(lengths.sum()), src.shape[0], tgt.shape[0] - 1)
         tokens = int((tgt[1:] != wmt16.PAD).sum())
         src, tgt = helpers.to_device((src, tgt), device)
         logits = model(src, lengths, tgt[:-1])
@@ -235,4 +239,12 @@ def main(exp: Experiment, argv: list[str]) -> None:
         optimizer.step()
         return total / tokens  # per target token, as the legacy loop logged it
 
-    helpers.train(exp, step, args.batch_size, fetch=lambda: next(batches))
+    def formula() -> recurrent.Formula:
+        """milarun's formula at the lengths the steps saw (the counter cannot see cuDNN's or
+        oneDNN's LSTM kernels), the lengths recorded for verify to recompute it."""
+        exp.arguments["lengths"] = seen.means()
+        return recurrent.gnmt(
+            args.hidden_size, args.num_layers, len(data.tokenizer), exp.arguments["lengths"]
+        )
+
+    helpers.train(exp, step, args.batch_size, fetch=lambda: next(batches), formula=formula)

@@ -53,6 +53,7 @@ SHAPES: dict[str, tuple[str, ...]] = {
     ),
     "milabench.models.wlm:main": ("model", "emsize", "nhid", "nlayers", "bptt", "precision"),
     "milabench.models.sine_wave:main": ("samples", "seq_len", "hidden"),
+    "milabench.models.translator:main": ("hidden_size", "num_layers", "max_length"),
 }  # fmt: skip
 # Recorded arguments that change nothing a step's FLOPs per example count: the batch (the
 # counted FLOPs per example are checked equal at two batches for every table entry, by
@@ -113,12 +114,11 @@ WORD_LM = "milabench.models.wlm:main"
 WORD_LM_ARGS = ("emsize", "nhid", "nlayers", "bptt")
 SINE_WAVE = "milabench.models.sine_wave:main"
 SINE_WAVE_ARGS = ("seq_len", "hidden")
+GNMT_LENGTHS = ("source", "source_padded", "target", "cross")
 SINE_WAVE_HELD_OUT = 3  # the waves toy_lstm sets aside (milabench/models/sine_wave.py)
 # Tests no FLOPs figure bounds, and why (said on verify's PASS line).
 UNBOUNDED = {
     "milabench.models.loader:main": "loader: no FLOPs (it reads and decodes images)",
-    "milabench.models.translator:main": "translator: its FLOPs per sentence pair are those of "
-    "the padded lengths each batch draws from the data, not a function of its arguments",
     **{
         f"milabench.models.{rl}:main": f"{rl}: an RL test, its examples are environment steps "
         "a simulator plays on the CPU (no FLOPs a counter sees; its policy network's are not "
@@ -148,6 +148,30 @@ def word_lm(args: Mapping[str, Any], synthetic: bool) -> Expected | str:
     )
     precision = args.get("precision_used")
     return Expected(value, formulas.WORD_LM, precision if mixed else None)
+
+
+TRANSLATOR = "milabench.models.translator:main"
+
+
+def translator(args: Mapping[str, Any]) -> Expected | str:
+    """translator's FLOPs per pair by milarun's formula at the mean lengths the result
+    records (its pairs' lengths come from the data, not its arguments), each within what
+    ``--max-length`` allows: a forger may shorten them, never below one token."""
+    lengths = args.get("lengths")
+    if not _positive(args, ("hidden_size", "num_layers", "vocabulary", "max_length")):
+        return "translator: its shape arguments are not positive whole numbers"
+    cap = int(args["max_length"])
+    if not isinstance(lengths, Mapping) or set(lengths) != set(GNMT_LENGTHS):
+        return "translator: no recorded lengths (a result made before issue 46)"
+    if not all(isinstance(v, (int, float)) for v in lengths.values()):
+        return "translator: its recorded lengths are not numbers"
+    source, padded, target, cross = (float(lengths[k]) for k in GNMT_LENGTHS)
+    if not (1 <= source <= padded <= cap and 1 <= target <= cap and target <= cross <= cap * cap):
+        return f"translator: its recorded lengths {dict(lengths)} are outside 1..{cap} tokens"
+    value = formulas.gnmt_per_pair(
+        args["hidden_size"], args["num_layers"], args["vocabulary"], source, padded, target, cross
+    )
+    return Expected(value, formulas.GNMT, None)
 
 
 def sine_wave(args: Mapping[str, Any]) -> Expected | str:
@@ -216,6 +240,8 @@ def expected(view: ResultView) -> Expected | str:
         return word_lm(args, view.synthetic_data)
     if function == SINE_WAVE:
         return sine_wave(args)
+    if function == TRANSLATOR:
+        return translator(args)
     if function in UNBOUNDED:
         return UNBOUNDED[function]
     key = shape_key(args)

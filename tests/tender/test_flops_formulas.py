@@ -123,7 +123,6 @@ def test_wlm_s_vocabulary_is_wikitext2_s_unless_the_data_was_synthetic():
         ("milabench.models.cart:main", "cart: an RL test, its examples are environment steps"),
         ("milabench.models.atari:main", "atari: an RL test"),
         ("milabench.models.loader:main", "loader: no FLOPs"),
-        ("milabench.models.translator:main", "padded lengths each batch draws from the data"),
     ],
 )
 def test_the_tests_no_flops_figure_bounds_say_why(function, said):
@@ -180,3 +179,64 @@ def test_a_resnet_image_size_override_scales_the_counted_entry():
     assert found.value == pytest.approx(classifier + 4 * (entries[224] - classifier), rel=1e-12)
     odd = flops.expected(view(function, {**args, "image_size": 100}))
     assert "other arguments than this release counted" in str(odd)
+
+
+TRANSLATOR = "milabench.models.translator:main"
+
+
+@pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")  # its flags' own
+def test_the_gnmt_formula_is_a_counted_step():
+    """One translator step (GNMT, 2 + 2 layers of 32 over a 300-word vocabulary) on a batch
+    of 6 pairs of 3 to 11 source tokens, counted on the CPU with oneDNN off (its fused LSTM
+    is invisible to the counter, as cuDNN's): the formula at the batch's lengths within 2%."""
+    import torch
+    from torch import nn
+
+    from milabench import recurrent
+    from milabench.models.translator import GNMT
+
+    torch.manual_seed(0)
+    vocabulary, hidden, layers, pairs = 300, 32, 4, 6
+    model = GNMT(vocabulary, hidden, layers, 0.2).train()
+    lengths = torch.tensor([11, 10, 9, 7, 5, 3])
+    src = torch.randint(4, vocabulary, (11, pairs))
+    for i, n in enumerate(lengths.tolist()):
+        src[n:, i] = 0  # PAD
+    tgt = torch.randint(4, vocabulary, (10, pairs))
+    loss_of = nn.CrossEntropyLoss(ignore_index=0, reduction="sum")
+
+    def step() -> torch.Tensor:
+        logits = model(src, lengths, tgt[:-1])
+        loss = loss_of(logits.flatten(0, 1), tgt[1:].flatten())
+        loss.backward()
+        return loss
+
+    with torch.backends.mkldnn.flags(enabled=False):
+        counted = count_step(step)["flops"] / pairs
+    seen = recurrent.PairLengths()
+    seen.add(pairs, int(lengths.sum()), 11, 9)
+    formula = recurrent.gnmt(hidden, layers, vocabulary, seen.means())
+    assert counted == pytest.approx(formula.flops_per_example, rel=0.02)
+
+
+def translator_args(**lengths: float) -> dict[str, Any]:
+    means = {"source": 24.0, "source_padded": 26.0, "target": 25.0, "cross": 660.0}
+    return {"hidden_size": 1024, "num_layers": 4, "max_length": 50, "vocabulary": 32_320,
+            "batch_size": 64, "lengths": {**means, **lengths}}  # fmt: skip
+
+
+def test_translator_s_flops_are_recomputed_at_its_recorded_lengths():
+    """The standard translator at the mean lengths its result records: milarun's formula;
+    the bid's FLOPs divided by 1.5 FAIL; lengths beyond --max-length, or none (a result made
+    before issue 46), are not recomputed and say why."""
+    found = flops.expected(view(TRANSLATOR, translator_args()))
+    assert isinstance(found, flops.Expected) and found.how == formulas.GNMT
+    forged = view(
+        TRANSLATOR, translator_args(), efficiency={"flops_per_example": found.value / 1.5}
+    )
+    (problem,) = bounds.flops_problem(forged, "translator.json")[2]
+    assert "but milarun's formula 3 x GNMT's forward matmuls at the recorded mean" in problem
+    beyond = flops.expected(view(TRANSLATOR, translator_args(target=80.0)))
+    assert "are outside 1..50 tokens" in str(beyond)
+    older = {k: v for k, v in translator_args().items() if k != "lengths"}
+    assert "no recorded lengths" in str(flops.expected(view(TRANSLATOR, older)))
