@@ -308,7 +308,7 @@ def test_throttled_samples_flag_exactly_the_overlapping_slices():
     quiet = energy.with_throttle(
         steady_state([100.0] * 20), record(ends), {"interval": 1.0, "samples": calm}
     )
-    assert quiet.flags == () and quiet.throttle.slices == 0
+    assert quiet.flags == () and quiet.throttle["slices"] == 0
     unknown = samples([float(t) for t in range(16)], power=[1.0] * 16)
     assert energy.throttle_record(record(ends), {"samples": unknown}) is None
 
