@@ -4,8 +4,8 @@ bf16 model decodes at most ~208 tokens/s per sequence on an H100, ~299 on an H20
 
 from __future__ import annotations
 
-import _thread
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -221,11 +221,15 @@ def test_a_server_that_never_binds_says_so_while_waiting_and_names_its_last_line
     assert all("(--startup-timeout), its last log line: [transformers] Loading" in w for w in waits)
     # a signal while it waits (the H200 run's outer timeout): where the start stood is said
     server.process = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    threading.Timer(1.5, _thread.interrupt_main).start()
+    # a real SIGINT, Python's own handler for it: an xdist worker may run with SIGINT ignored,
+    # where interrupt_main() did nothing and the wait ran its 30 s
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT)).start()
     try:
         with pytest.raises(KeyboardInterrupt):
             engines.wait_ready(server, 30.0)
     finally:
+        signal.signal(signal.SIGINT, previous)
         engines.stop(server.process, 1.0)
     said = capsys.readouterr().err
     assert "stopped while waiting for the server: " in said and "Loading /tmp/m@main" in said
