@@ -138,6 +138,8 @@ def test_tf32_capable_is_an_nvidia_gpu_from_ampere(monkeypatch, hip, capability,
     """V100 (7.0): no TF32 units, the 2020 figures' case; A100 (8.0) and later: TF32 where
     torch allows it; ROCm devices are not counted."""
     monkeypatch.setattr(torch.version, "hip", hip)
+    if hip:  # a ROCm build has no CUDA version: the build torch.version says is HIP's
+        monkeypatch.setattr(torch.version, "cuda", None)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     assert efficiency.tf32_capable(torch.device("cuda", 0)) is capable
     assert efficiency.tf32_capable(torch.device("cpu")) is False
