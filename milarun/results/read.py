@@ -69,6 +69,10 @@ class ResultView:
             found = self._memo[key] = compute()
             return found
 
+    def _record(self, key: str, kind: type[T]) -> T | None:
+        """The nested record under ``key``, read once (records are frozen: shared)."""
+        return self._remember(key, lambda: read_record(kind, self.data.get(key)))
+
     @property
     def name(self) -> str:
         return str(self.data.get("name"))
@@ -188,23 +192,23 @@ class ResultView:
 
     @property
     def failure(self) -> Failure | None:
-        return Failure.from_dict(self.data.get("failure"))
+        return self._record("failure", Failure)
 
     @property
     def call(self) -> Call | None:
-        return Call.from_dict(self.data.get("call"))
+        return self._record("call", Call)
 
     @property
     def dataset(self) -> Dataset | None:
-        return Dataset.from_dict(self.data.get("dataset"))
+        return self._record("dataset", Dataset)
 
     @property
     def efficiency(self) -> Efficiency | None:
-        return Efficiency.from_dict(self.data.get("efficiency"))
+        return self._record("efficiency", Efficiency)
 
     @property
     def isolation(self) -> Isolation | None:
-        return Isolation.from_dict(self.data.get("isolation"))
+        return self._record("isolation", Isolation)
 
     @property
     def inference(self) -> InferenceRun | None:
@@ -215,16 +219,16 @@ class ResultView:
     @property
     def startup(self) -> Startup:
         """Where the time before the first slice went (all unknown where not recorded)."""
-        return Startup.from_dict(self.data.get("startup")) or NO_STARTUP
+        return self._record("startup", Startup) or NO_STARTUP
 
     @property
     def energy(self) -> Energy | None:
-        return Energy.from_dict(self.data.get("energy"))
+        return self._record("energy", Energy)
 
     @property
     def node_energy(self) -> NodeEnergy | None:
         """The node's energy over the steady window (measure.nodepower; None: none)."""
-        return NodeEnergy.from_dict(self.data.get("node_energy"))
+        return self._record("node_energy", NodeEnergy)
 
     @property
     def gpu_monitor(self) -> Mapping[str, Any]:
@@ -233,7 +237,7 @@ class ResultView:
 
     @property
     def slurm(self) -> SlurmBlock | None:
-        return read_record(SlurmBlock, self.data.get("slurm"))
+        return self._record("slurm", SlurmBlock)
 
     @property
     def gpu_identity(self) -> list[GpuIdentity]:
@@ -243,8 +247,13 @@ class ResultView:
 
     def diagnostics(self, timer: str = "train") -> Diagnostics:
         """The steady window's quality record of ``timer`` (NO_DIAGNOSTICS where none)."""
-        found = Diagnostics.from_dict(as_map(self.data.get("diagnostics")).get(timer))
-        return found or NO_DIAGNOSTICS
+        return (
+            self._remember(
+                ("diagnostics", timer),
+                lambda: read_record(Diagnostics, as_map(self.data.get("diagnostics")).get(timer)),
+            )
+            or NO_DIAGNOSTICS
+        )
 
     def series(self, timer: str = "train") -> RateSeries | None:
         """The single-process rate series of ``timer`` (None when there is none)."""
