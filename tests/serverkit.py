@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 import bidkit
-from conftest import ROOT, cli_env
+from conftest import ROOT, cli_env, milarun
 from fullfs import fill_up, full_tmpfs
 
 RATES = {"quick.polynome": 5000.0, "quick.sine_wave": 3000.0}
@@ -126,14 +126,7 @@ def push(
     env = {"MILARUN_KEY": key}
     if cache is not None:
         env["XDG_CACHE_HOME"] = str(cache)
-    return subprocess.run(
-        [sys.executable, "-m", "milarun", "push", str(source), "--server", server.url, *options],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=cli_env(env),
-        timeout=timeout,
-    )
+    return milarun("push", str(source), "--server", server.url, *options, env=env, timeout=timeout)
 
 
 def run_folder(folder: Path, seed: int = 0, rates: dict[str, float] | None = None) -> Path:
