@@ -123,9 +123,9 @@ def parse_with_harness_flags(
     return args
 
 
-
 def _no_wait() -> None:
     """The CPU's synchronizer: its kernels complete before they return."""
+
 
 class Experiment:
     """What a benchmark receives: arguments, device, timers, rate logs and metrics.

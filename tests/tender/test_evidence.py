@@ -64,7 +64,8 @@ def test_the_h100_package_passes_the_evidence_rule(h100):
         "their GPU monitor's energy; FLOPs per example recomputed by milarun for 7, the "
         "datasheet peak applied to 7, energy bounds (FLOPs per joule, a busy GPU's power and "
         "utilisation) to 7, the doctor's measured GEMM peak to 7"
-        "; not applied: device id check: PCI device id in neither the system record nor the monitor's inventory (7)"
+        "; not applied: device id check: PCI device id in neither the system record nor the "
+        "monitor's inventory (7)"
     ), line
     assert found.passed, verify.to_text(found)
 
