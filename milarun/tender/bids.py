@@ -11,29 +11,29 @@ from milarun import results
 from milarun.errors import InputError, TenderError
 from milarun.report import about, build, stats, summary
 from milarun.report.busy import busy_of
+from milarun.report.summary_entry import SummaryEntry, entries
 from milarun.report.weights import default_weights, load_weights
 from milarun.tender import package, ranking, rules, verify
 
 
-def _watts(entry: dict[str, Any]) -> float | None:
+def _positive(value: Any) -> float | None:
+    """A power figure as a float; None where it is no positive finite number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if results.is_finite(value) and value > 0 else None
+
+
+def _watts(entry: SummaryEntry) -> float | None:
     """The machine's power while a test ran: its instances' mean GPU watts x the instances
     that ran side by side (one per device; a distributed run's record covers its GPUs)."""
-    energy = entry.get("energy")
-    watts = energy.get("watts") if isinstance(energy, dict) else None
-    if watts is None or not results.is_finite(watts) or watts <= 0:
-        return None
-    side_by_side = len(entry.get("pergpu") or {}) or 1
-    return float(watts) * side_by_side
+    watts = _positive((entry.energy or {}).get("watts"))
+    return None if watts is None else watts * (len(entry.pergpu or {}) or 1)
 
 
-def _node_watts(entry: dict[str, Any]) -> float | None:
+def _node_watts(entry: SummaryEntry) -> float | None:
     """The whole node's power while a test ran, from its BMC (report.nodeenergy): already
     the machine's, whatever the instances that shared it."""
-    node = entry.get("node_energy")
-    watts = node.get("node_watts") if isinstance(node, dict) else None
-    if watts is None or not results.is_finite(watts) or watts <= 0:
-        return None
-    return float(watts)
+    return _positive((entry.node_energy or {}).get("node_watts"))
 
 
 def figures(path: Path, weights_spec: str | None, price: float | None) -> ranking.BidFigures:
@@ -53,12 +53,10 @@ def figures(path: Path, weights_spec: str | None, price: float | None) -> rankin
     report = build.build_report(summ, weights=weights)  # the score: the summary suffices
     scored = report.scored
     perf_adj = {t: float(report.table.loc[t, "perf_adj"]) for t in scored}
-    runs = {
-        t: stats.RunSet(summ[t].get("rates") or [], int(summ[t].get("failures") or 0))
-        for t in scored
-    }
-    watts = {t: w for t in scored if (w := _watts(summ[t])) is not None}
-    node_watts = {t: w for t in scored if (w := _node_watts(summ[t])) is not None}
+    typed = entries(summ)
+    runs = {t: stats.RunSet(list(typed[t].rates or []), typed[t].failures) for t in scored}
+    watts = {t: w for t in scored if (w := _watts(typed[t])) is not None}
+    node_watts = {t: w for t in scored if (w := _node_watts(typed[t])) is not None}
     busy = busy_of(summ)
     return ranking.BidFigures(
         name=Path(path).name.removesuffix(".tar.gz"),

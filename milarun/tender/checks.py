@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
+from milarun.report.summary_entry import entries
 from milarun.results import manifest, read
 from milarun.tender import archive, rules
 from milarun.tender.latency_rules import latency
@@ -209,13 +210,14 @@ def arguments(bid: Bid) -> Ruling:
 
 
 def failures(bid: Bid) -> Ruling:
-    runs = sum(int(e.get("n") or 0) for e in bid.summary.values())
-    failed = sum(int(e.get("failures") or 0) for e in bid.summary.values())
+    typed = entries(bid.summary).values()
+    runs = sum(e.n for e in typed)
+    failed = sum(e.failures for e in typed)
     rate = failed / runs if runs else 1.0
     limit = bid.tender.rules.max_failure_rate
     kinds: Counter[str] = Counter()
-    for entry in bid.summary.values():
-        kinds.update(entry.get("failure_kinds") or {})
+    for entry in typed:
+        kinds.update(entry.failure_kinds or {})
     detail = f" ({', '.join(f'{k}: {n}' for k, n in sorted(kinds.items()))})" if kinds else ""
     text = f"{failed} of {runs} run(s) failed ({rate:.1%}, limit {limit:.1%}){detail}"
     return Ruling("failures", runs > 0 and rate <= limit, text)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from milarun.report import stats
+from milarun.report.summary_entry import SummaryEntry
 from milarun.tender import bids as tender_bids
 from milarun.tender import ranking, render
 
@@ -62,6 +63,10 @@ def test_a_tender_that_asks_for_node_power():
 
 
 def test_node_watts_from_a_summary_entry():
-    assert tender_bids._node_watts({"node_energy": {"node_watts": 6500.0}}) == 6500.0
-    assert tender_bids._node_watts({"node_energy": {"node_watts": None}}) is None
-    assert tender_bids._node_watts({"energy": {"watts": 700.0}}) is None
+    def node_watts(entry: dict) -> float | None:
+        return tender_bids._node_watts(SummaryEntry.from_dict(entry) or SummaryEntry())
+
+    assert node_watts({"node_energy": {"node_watts": 6500.0}}) == 6500.0
+    assert node_watts({"node_energy": {"node_watts": None}}) is None
+    assert node_watts({"node_energy": {"node_watts": "6500"}}) is None  # hand-edited: no figure
+    assert node_watts({"energy": {"watts": 700.0}}) is None
