@@ -51,8 +51,6 @@ NOT_RESULTS: dict[tuple[str, str, str], str] = {
     ("milarun/report/render/text.py", "r", "efficiency"): "a row of the report's table",
     ("milarun/report/nodeenergy.py", "entry", "node_energy"): SUMMARY_ENTRY,
     ("milarun/report/render/energy.py", "data", "node_energy"): "the JSON report being written",
-    ("milarun/tender/bids.py", "entry", "node_energy"): SUMMARY_ENTRY,
-    ("milarun/tender/bids.py", "entry", "energy"): SUMMARY_ENTRY,
     ("milarun/tender/consistency.py", "parsed", "name"): "a parsed result file name",
     ("milarun/tender/consistency.py", "parsed", "job_id"): "a parsed result file name",
     ("milarun/tender/verify.py", "data", "node"): "a doctor --active record",
