@@ -15,6 +15,7 @@ import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from milarun import results
 from milarun.report.summary_entry import entries
 from milarun.results import read
 
@@ -25,19 +26,13 @@ PREFIX = "per_example."
 COLUMNS = ("unit", "perf", "per_example", "natural")
 
 
-def _positive_float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) and value > 0 else None
-
-
 def natural(runs: list[read.ResultView]) -> dict[str, Any] | None:
     """``{unit, per_example}`` of a test's successful runs (the mean, should they differ);
     None when they record no ``per_example.*`` metric."""
     values: dict[str, list[float]] = defaultdict(list)
     for view in runs:
         for name, value in view.metrics.items():
-            number = _positive_float(value)
+            number = results.positive(value)
             if isinstance(name, str) and name.startswith(PREFIX) and number is not None:
                 values[name[len(PREFIX) :]].append(number)
     if not values:
@@ -54,8 +49,8 @@ def natural_table(summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     rows = {}
     for test, entry in entries(summary).items():
         found = entry.natural
-        per = _positive_float(found.get("per_example")) if found is not None else None
-        perf = _positive_float(entry.mean_rate) if per else None
+        per = results.positive(found.get("per_example")) if found is not None else None
+        perf = results.positive(entry.mean_rate) if per else None
         if found is None or per is None or perf is None:
             continue  # no natural unit, or no successful run to convert
         rows[test] = {

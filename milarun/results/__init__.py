@@ -30,6 +30,7 @@ from milarun.results.schema import MAX_WEIGHT as MAX_WEIGHT
 from milarun.results.schema import WRITTEN_BY as WRITTEN_BY
 from milarun.results.schema import is_finite as is_finite
 from milarun.results.schema import is_number as is_number
+from milarun.results.schema import positive as positive
 from milarun.results.shape import END_KEYS as END_KEYS
 from milarun.results.shape import LAUNCH_KEYS as LAUNCH_KEYS
 from milarun.results.shape import OWN_KEYS as OWN_KEYS

@@ -55,3 +55,8 @@ def is_number(value: Any) -> bool:
 def is_finite(value: Any) -> TypeGuard[float]:
     """A number (not a bool) that is neither NaN nor infinite."""
     return is_number(value) and math.isfinite(value)
+
+
+def positive(value: Any) -> float | None:
+    """A finite number above 0 (not a bool) as a float, else None: a power, a rate, a size."""
+    return float(value) if is_finite(value) and value > 0 else None

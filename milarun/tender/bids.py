@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from milarun import results
 from milarun.errors import InputError, TenderError
@@ -16,24 +15,17 @@ from milarun.report.weights import default_weights, load_weights
 from milarun.tender import package, ranking, rules, verify
 
 
-def _positive(value: Any) -> float | None:
-    """A power figure as a float; None where it is no positive finite number."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if results.is_finite(value) and value > 0 else None
-
-
 def _watts(entry: SummaryEntry) -> float | None:
     """The machine's power while a test ran: its instances' mean GPU watts x the instances
     that ran side by side (one per device; a distributed run's record covers its GPUs)."""
-    watts = _positive((entry.energy or {}).get("watts"))
+    watts = results.positive((entry.energy or {}).get("watts"))
     return None if watts is None else watts * (len(entry.pergpu or {}) or 1)
 
 
 def _node_watts(entry: SummaryEntry) -> float | None:
     """The whole node's power while a test ran, from its BMC (report.nodeenergy): already
     the machine's, whatever the instances that shared it."""
-    return _positive((entry.node_energy or {}).get("node_watts"))
+    return results.positive((entry.node_energy or {}).get("node_watts"))
 
 
 def figures(path: Path, weights_spec: str | None, price: float | None) -> ranking.BidFigures:
