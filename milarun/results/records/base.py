@@ -15,7 +15,7 @@ from dataclasses import MISSING, Field, fields, is_dataclass
 from functools import cache, partial
 from typing import Any, ClassVar, TypeVar, cast
 
-from milarun.results.parts import is_mapping
+from milarun.results.parts import is_mapping, text
 
 R = TypeVar("R", bound="FileRecord")
 T = TypeVar("T")
@@ -36,10 +36,6 @@ def _finite(value: Any) -> Any:
 
 def _integer(value: Any) -> Any:
     return value if type(value) is int else None
-
-
-def _string(value: Any) -> Any:
-    return value if isinstance(value, str) else None
 
 
 def _boolean(value: Any) -> Any:
@@ -68,8 +64,8 @@ READERS: dict[str, Callable[[Any], Any]] = {
     "float | None": _finite,
     "int": _integer,
     "int | None": _integer,
-    "str": _string,
-    "str | None": _string,
+    "str": text,
+    "str | None": text,
     "bool | None": _boolean,
     "Mapping[str, Any] | None": _mapping,
     "tuple[str, ...]": _items,
